@@ -1,0 +1,35 @@
+# speechscale: `make demo` and `make test` set up a fresh machine by themselves (a .venv, no root).
+# TORCH_SPEC pins torch so pip never pulls a CUDA build by accident; override it for a GPU machine,
+# e.g. `make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH_SPEC  ?= torch==2.13.0
+DEMO_DIR    ?= runs/demo
+DEMO_MINUTES ?= 30
+DEMO_ARGS   ?=
+PYTEST_ARGS ?=
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH_SPEC)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: setup
+	$(BIN)/speechscale synth --out $(DEMO_DIR)/data --minutes $(DEMO_MINUTES) --seed 0
+	$(BIN)/speechscale train --config configs/demo.yaml trainer.out_dir=$(DEMO_DIR) \
+		data.train_manifest=$(DEMO_DIR)/data/train.jsonl data.val_manifest=$(DEMO_DIR)/data/test.jsonl $(DEMO_ARGS)
+	$(BIN)/speechscale eval --checkpoint $(DEMO_DIR)/checkpoints/last.pt --manifest $(DEMO_DIR)/data/test.jsonl
+	$(BIN)/speechscale transcribe --checkpoint $(DEMO_DIR)/checkpoints/last.pt $(DEMO_DIR)/data/audio/test/test_000000.wav
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

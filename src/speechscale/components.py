@@ -1,0 +1,70 @@
+"""Everything a model needs besides its weights, built from a config or restored from a checkpoint."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .config import Config, FeatureConfig, from_dict
+from .data.features import FeatureExtractor
+from .data.text import CharTokenizer, TextNormalizer
+from .models.registry import build_model
+
+
+@dataclass
+class Components:
+    """Normalizer, tokenizer, features and model of one ASR system."""
+
+    normalizer: TextNormalizer
+    tokenizer: CharTokenizer
+    features: FeatureExtractor
+    model: nn.Module
+    model_name: str
+    model_overrides: dict[str, Any]
+
+    def ctc_min_frames(self, text: str) -> int:
+        """Output frames CTC needs for `text`: one per character plus a blank between repeats."""
+        repeats = sum(1 for a, b in zip(text, text[1:]) if a == b)
+        return len(text) + repeats
+
+    def output_frames(self, seconds: float) -> int:
+        """Model output frames for an utterance of `seconds` (derived from the layers)."""
+        frames = torch.tensor([self.features.frames_for_seconds(seconds)])
+        return int(self.model.output_lengths(frames)[0])  # type: ignore[operator]
+
+    def meta(self) -> dict[str, Any]:
+        """Plain-data description stored in checkpoints next to the weights."""
+        return {"tokenizer": self.tokenizer.to_dict(), "normalizer": self.normalizer.to_dict(),
+                "features": vars(self.features.cfg).copy(), "model_name": self.model_name,
+                "model_overrides": dict(self.model_overrides)}
+
+
+def build_components(cfg: Config) -> Components:
+    """Fresh components for training from a validated config."""
+    normalizer = TextNormalizer(cfg.text.alphabet, cfg.text.digits)
+    tokenizer = CharTokenizer(cfg.text.alphabet)
+    features = FeatureExtractor(cfg.features)
+    model = build_model(cfg.model.name, cfg.model.overrides, features.num_features, tokenizer.vocab_size)
+    return Components(normalizer, tokenizer, features, model, cfg.model.name, dict(cfg.model.overrides))
+
+
+def components_from_checkpoint(state: dict[str, Any]) -> Components:
+    """Components with weights loaded, in eval mode, from a loaded checkpoint dict."""
+    meta = state["meta"]
+    normalizer = TextNormalizer(**meta["normalizer"])
+    tokenizer = CharTokenizer(**meta["tokenizer"])
+    features = FeatureExtractor(from_dict(FeatureConfig, meta["features"], where="checkpoint.features"))
+    model = build_model(meta["model_name"], meta["model_overrides"], features.num_features, tokenizer.vocab_size)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return Components(normalizer, tokenizer, features, model, meta["model_name"], meta["model_overrides"])
+
+
+def load_components(path: str | Path) -> Components:
+    """Read a checkpoint file (weights_only) and build its components."""
+    from .training.checkpoint import load_checkpoint
+
+    return components_from_checkpoint(load_checkpoint(path))

@@ -1,0 +1,1 @@
+"""Data: manifests, audio, features, text, augmentation, samplers, and the demo corpus."""

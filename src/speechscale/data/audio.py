@@ -1,0 +1,45 @@
+"""Audio I/O: any file soundfile reads (wav/flac/ogg/...) -> mono float32 at the requested rate.
+
+    >>> wav = load_audio("../shared/data/jfk/jfk.flac", 16000)  # doctest: +SKIP
+    >>> wav.dtype, wav.ndim                                     # doctest: +SKIP
+    (dtype('float32'), 1)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+
+class AudioError(RuntimeError):
+    """The file is missing, unreadable, truncated or empty."""
+
+
+def resample(wav: np.ndarray, orig_sr: int, sample_rate: int) -> np.ndarray:
+    """Resample mono float32 audio with soxr (high quality)."""
+    if orig_sr == sample_rate:
+        return wav
+    return soxr.resample(wav, orig_sr, sample_rate, quality="HQ").astype(np.float32, copy=False)
+
+
+def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
+    """Read `path`, down-mix to mono, resample to `sample_rate`; (T,) float32. Raises AudioError."""
+    try:
+        data, sr = sf.read(str(path), dtype="float32", always_2d=True)  # (T, C)
+    except Exception as e:  # soundfile raises several types for missing/corrupt files
+        raise AudioError(f"cannot read audio {path}: {e}") from e
+    if data.shape[0] == 0:
+        raise AudioError(f"empty audio {path}")
+    wav = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]  # (T, C) -> (T,)
+    wav = np.ascontiguousarray(wav, dtype=np.float32)
+    if not np.isfinite(wav).all():
+        raise AudioError(f"non-finite samples in {path}")
+    return resample(wav, sr, sample_rate)
+
+
+def audio_info(path: str | Path) -> tuple[float, int, int]:
+    """(duration in s, sample rate, channels) from the header, without decoding."""
+    info = sf.info(str(path))
+    return info.frames / info.samplerate, info.samplerate, info.channels

@@ -1,0 +1,97 @@
+"""Dataset and collate: manifest utterance -> (features, target ids); bad audio is counted, not raised."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..config import AugmentConfig
+from .audio import AudioError, load_audio
+from .augment import WaveAugment, spec_augment
+from .features import FeatureExtractor
+from .manifest import Utterance
+from .text import CharTokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Batch:
+    """A padded batch. feats (B, F, T); feat_lens (B,); targets (sum of target_lens,); target_lens (B,)."""
+
+    feats: torch.Tensor
+    feat_lens: torch.Tensor
+    targets: torch.Tensor
+    target_lens: torch.Tensor
+    texts: list[str]
+    indices: list[int]
+    bad: int  # utterances dropped from this batch because their audio could not be read
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+class SpeechDataset(torch.utils.data.Dataset):
+    """Loads audio, optionally augments, computes features and encodes text for one utterance."""
+
+    def __init__(self, utts: Sequence[Utterance], features: FeatureExtractor, tokenizer: CharTokenizer,
+                 augment: AugmentConfig | None = None, seed: int = 0, cache_audio: bool = False) -> None:
+        self.utts = list(utts)
+        self.features = features
+        self.tokenizer = tokenizer
+        self.augment_cfg = augment
+        self.wave_aug = WaveAugment(augment, features.cfg.sample_rate) if augment else None
+        self.seed = seed
+        self.epoch = 0
+        self.cache: dict[int, np.ndarray] | None = {} if cache_audio else None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.utts)
+
+    def _wave(self, i: int) -> np.ndarray:
+        if self.cache is not None and i in self.cache:
+            return self.cache[i]
+        wav = load_audio(self.utts[i].audio_path, self.features.cfg.sample_rate)
+        if self.cache is not None:
+            self.cache[i] = wav
+        return wav
+
+    def __getitem__(self, i: int) -> dict[str, Any] | None:
+        utt = self.utts[i]
+        try:
+            wav = self._wave(i)
+        except AudioError as e:
+            log.warning("skipping %s (manifest line %d): %s", utt.audio_path, utt.line, e)
+            return None
+        if self.augment_cfg is not None:
+            # Per-(seed, epoch, utterance) generator: reproducible whatever the worker layout.
+            gen = torch.Generator().manual_seed((self.seed * 7919 + self.epoch) * 1_000_003 + i)
+            if self.wave_aug is not None and self.wave_aug.active:
+                wav = self.wave_aug(wav, gen)
+            feats = spec_augment(self.features(torch.from_numpy(wav)), self.augment_cfg, gen)
+        else:
+            feats = self.features(torch.from_numpy(wav))
+        return {"feats": feats, "target": self.tokenizer.encode(utt.text), "text": utt.text, "index": i}
+
+
+def collate(items: list[dict[str, Any] | None]) -> Batch:
+    """Pad features to the longest in the batch; drop items whose audio failed (counted in `bad`)."""
+    good = [it for it in items if it is not None]
+    bad = len(items) - len(good)
+    if not good:
+        return Batch(torch.zeros(0, 1, 1), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                     torch.zeros(0, dtype=torch.long), [], [], bad)
+    n_feat = good[0]["feats"].shape[0]
+    lens = torch.tensor([it["feats"].shape[1] for it in good], dtype=torch.long)
+    feats = torch.zeros(len(good), n_feat, int(lens.max()))  # (B, F, T)
+    for b, it in enumerate(good):
+        feats[b, :, : it["feats"].shape[1]] = it["feats"]
+    targets = torch.tensor([t for it in good for t in it["target"]], dtype=torch.long)
+    target_lens = torch.tensor([len(it["target"]) for it in good], dtype=torch.long)
+    return Batch(feats, lens, targets, target_lens, [it["text"] for it in good], [it["index"] for it in good], bad)

@@ -1,0 +1,1 @@
+"""Decoding (greedy CTC) and metrics (WER/CER)."""

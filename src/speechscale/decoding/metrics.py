@@ -1,0 +1,53 @@
+"""Corpus-level WER and CER: total edit operations over total reference length.
+
+    >>> m = ErrorRate(); m.update(["the cat sat"], ["the cat sad"]); round(m.wer, 4), round(m.cer, 4)
+    (0.3333, 0.0909)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+
+def edit_distance(ref: Sequence, hyp: Sequence) -> int:
+    """Levenshtein distance (substitutions, insertions, deletions all cost 1)."""
+    if len(ref) < len(hyp):
+        ref, hyp = hyp, ref
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, start=1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, start=1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return prev[-1]
+
+
+@dataclass
+class ErrorRate:
+    """Accumulates word and character errors; make a new one (or `reset`) for every evaluation."""
+
+    word_errors: int = 0
+    words: int = 0
+    char_errors: int = 0
+    chars: int = 0
+    utterances: int = 0
+
+    def reset(self) -> None:
+        self.word_errors = self.words = self.char_errors = self.chars = self.utterances = 0
+
+    def update(self, refs: Sequence[str], hyps: Sequence[str]) -> None:
+        for ref, hyp in zip(refs, hyps, strict=True):
+            self.word_errors += edit_distance(ref.split(), hyp.split())
+            self.words += len(ref.split())
+            self.char_errors += edit_distance(ref, hyp)
+            self.chars += len(ref)
+            self.utterances += 1
+
+    @property
+    def wer(self) -> float:
+        """Word error rate; NaN when nothing was scored (never a misleading 0)."""
+        return self.word_errors / self.words if self.words else float("nan")
+
+    @property
+    def cer(self) -> float:
+        return self.char_errors / self.chars if self.chars else float("nan")

@@ -1,0 +1,62 @@
+"""Building blocks shared by the models: masked batch norm, masks, conv length arithmetic."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def length_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """(B,) lengths -> (B, T) bool, True on valid frames."""
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def conv_out_length(lengths: torch.Tensor, conv: nn.Module, dim: int = -1) -> torch.Tensor:
+    """Output lengths along `dim` of a Conv1d/Conv2d, read from the layer's own kernel/stride/padding/dilation."""
+    k = conv.kernel_size[dim]
+    s = conv.stride[dim]
+    p = conv.padding[dim]
+    d = conv.dilation[dim]
+    return torch.div(lengths + 2 * p - d * (k - 1) - 1, s, rounding_mode="floor") + 1
+
+
+class MaskedBatchNorm(nn.Module):
+    """Batch norm over channels (dim 1) whose statistics exclude padded time steps (last dim).
+
+    Works for (B, C, T) and (B, C, F, T). Statistics are computed in fp32. Padded positions come out as 0.
+    Padding in the statistics is what made deepspeech.pytorch's eval-mode output disagree with training.
+    """
+
+    def __init__(self, num_features: int, momentum: float = 0.1, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.momentum = momentum
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (B, C, ..., T), mask (B, T) -> same shape as x."""
+        shape = [1] * x.dim()
+        shape[0], shape[-1] = x.shape[0], x.shape[-1]
+        m = mask.view(shape).to(torch.float32)  # (B, 1, [1,] T)
+        cshape = [1] * x.dim()
+        cshape[1] = self.num_features
+        xf = x.float()
+        if self.training:
+            dims = [d for d in range(x.dim()) if d != 1]
+            count = (m.sum() * (xf.numel() // (x.shape[0] * x.shape[1] * x.shape[-1]))).clamp(min=1.0)
+            mean = (xf * m).sum(dims) / count  # (C,)
+            var = (((xf - mean.view(cshape)) ** 2) * m).sum(dims) / count  # (C,) biased
+            with torch.no_grad():
+                unbiased = var * count / (count - 1).clamp(min=1.0)
+                self.running_mean.lerp_(mean.detach(), self.momentum)
+                self.running_var.lerp_(unbiased.detach(), self.momentum)
+                self.num_batches_tracked += 1
+        else:
+            mean, var = self.running_mean, self.running_var
+        y = (xf - mean.view(cshape)) * torch.rsqrt(var.view(cshape) + self.eps)
+        y = y * self.weight.view(cshape) + self.bias.view(cshape)
+        return (y * m).to(x.dtype)

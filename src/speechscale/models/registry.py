@@ -1,0 +1,54 @@
+"""Model registry: a config name -> (builder, preset). `model.overrides` changes preset fields."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable
+
+from torch import nn
+
+from ..config import ConfigError, from_dict
+from .deepspeech2 import DeepSpeech2, DS2Config
+
+log = logging.getLogger(__name__)
+
+_CONV_DS2 = [{"channels": 32, "kernel": [41, 11], "stride": [2, 2]},
+             {"channels": 32, "kernel": [21, 11], "stride": [2, 1]}]
+
+# name -> (config class, model class, preset fields)
+MODELS: dict[str, tuple[type, Callable[..., nn.Module], dict[str, Any]]] = {
+    # Small enough to train on 2 CPU cores in minutes.
+    "ds2-tiny": (DS2Config, DeepSpeech2, {
+        "conv": [{"channels": 16, "kernel": [21, 11], "stride": [2, 2]},
+                 {"channels": 16, "kernel": [11, 11], "stride": [2, 1]}],
+        "rnn_layers": 3, "rnn_hidden": 256, "activation": "hardtanh"}),
+    "ds2-small": (DS2Config, DeepSpeech2, {"conv": _CONV_DS2, "rnn_layers": 3, "rnn_hidden": 512}),
+    # OpenSeq2Seq's DS2 large: 2 conv + 5 x 800 bidirectional GRU, concatenated directions, FC 1600.
+    "ds2-large": (DS2Config, DeepSpeech2, {"conv": _CONV_DS2, "rnn_layers": 5, "rnn_hidden": 800,
+                                           "rnn_merge": "concat", "fc_hidden": 1600}),
+    # Streaming variant: unidirectional GRU with a 20-frame lookahead convolution.
+    "ds2-streaming": (DS2Config, DeepSpeech2, {"conv": _CONV_DS2, "rnn_layers": 5, "rnn_hidden": 800,
+                                               "bidirectional": False, "lookahead": 20}),
+}
+
+
+def model_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
+    """The typed architecture config of preset `name` with `overrides` applied."""
+    if name not in MODELS:
+        raise ConfigError(f"model.name {name!r} is unknown; choose one of {', '.join(sorted(MODELS))}")
+    cfg_cls, _, preset = MODELS[name]
+    return from_dict(cfg_cls, {**preset, **(overrides or {})}, where="model.overrides")
+
+
+def build_model(name: str, overrides: dict[str, Any] | None, num_features: int, vocab_size: int) -> nn.Module:
+    """Instantiate preset `name` for the given feature and vocabulary sizes; logs the parameter count."""
+    cfg = model_config(name, overrides)
+    model = MODELS[name][1](cfg, num_features=num_features, vocab_size=vocab_size)
+    n = sum(p.numel() for p in model.parameters())
+    log.debug("model %s: %.2fM parameters", name, n / 1e6)
+    model.arch = dataclasses.asdict(cfg)  # type: ignore[attr-defined]
+    return model
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,1 @@
+"""Using a trained model: transcription of audio files."""

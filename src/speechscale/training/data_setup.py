@@ -1,0 +1,52 @@
+"""From manifest to DataLoader: validation, the label-length filter, sampler and dataset."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from ..components import Components
+from ..config import Config
+from ..data.dataset import SpeechDataset, collate
+from ..data.manifest import ManifestError, SkipReport, Utterance, read_manifest
+from ..data.sampler import BucketBatchSampler
+
+log = logging.getLogger(__name__)
+
+
+def load_utterances(path: str, comps: Components, cfg: Config, filt: dict[str, Any] | None = None,
+                    lines: list[int] | None = None) -> tuple[list[Utterance], SkipReport]:
+    """Validated utterances of `path` that the model can learn (label fits in its output frames)."""
+    utts, report = read_manifest(path, normalize=comps.normalizer, oov=comps.tokenizer.oov, filt=filt,
+                                 min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration,
+                                 lines=lines)
+    kept = []
+    for u in utts:
+        frames = comps.output_frames(u.duration)
+        need = comps.ctc_min_frames(u.text)
+        if need > frames:
+            report.skip(u.line, "label longer than the model's output frames", f"{need} > {frames}")
+        else:
+            kept.append(u)
+    report.kept = len(kept)
+    log.info(report.summary())
+    if not kept:
+        raise ManifestError(f"no usable utterances in {path}: {report.summary()}")
+    return kept, report
+
+
+def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bool
+                ) -> tuple[torch.utils.data.DataLoader, BucketBatchSampler, SpeechDataset]:
+    """A DataLoader over duration-bucketed batches; augmentation only when `train`."""
+    d = cfg.data
+    sampler = BucketBatchSampler([u.duration for u in utts], batch_seconds=d.batch_seconds,
+                                 max_batch_size=d.max_batch_size, num_buckets=d.num_buckets,
+                                 seed=cfg.trainer.seed, sortagrad=d.sortagrad and train, shuffle=train)
+    dataset = SpeechDataset(utts, comps.features, comps.tokenizer, cfg.augment if train else None,
+                            seed=cfg.trainer.seed, cache_audio=d.cache_features)
+    # Evaluation iterates a fixed list (every pass sees every utterance); training the resumable sampler.
+    batches = sampler if train else sampler.batches(0)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
+                                         num_workers=d.num_workers, persistent_workers=False)
+    return loader, sampler, dataset

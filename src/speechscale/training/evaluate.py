@@ -1,0 +1,43 @@
+"""Evaluation: greedy-decode a loader and score corpus WER/CER (a fresh metric every call)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..data.dataset import Batch
+from ..data.text import CharTokenizer
+from ..decoding.greedy import greedy_decode
+from ..decoding.metrics import ErrorRate
+
+
+@dataclass
+class EvalResult:
+    wer: float
+    cer: float
+    utterances: int
+    skipped: int
+    hyps: dict[int, str] = field(default_factory=dict)  # dataset index -> hypothesis
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer) -> EvalResult:
+    """Run `model` in eval mode over `loader` (yielding Batch) and score; restores the previous mode."""
+    was_training = model.training
+    model.eval()
+    metric = ErrorRate()
+    hyps: dict[int, str] = {}
+    skipped = 0
+    try:
+        for batch in loader:
+            batch: Batch
+            skipped += batch.bad
+            if len(batch) == 0:
+                continue
+            logits, out_lens = model(batch.feats, batch.feat_lens)
+            texts = greedy_decode(logits, out_lens, tokenizer)
+            metric.update(batch.texts, texts)
+            hyps.update(zip(batch.indices, texts))
+    finally:
+        model.train(was_training)
+    return EvalResult(metric.wer, metric.cer, metric.utterances, skipped, hyps)

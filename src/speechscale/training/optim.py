@@ -1,0 +1,44 @@
+"""Optimizers and the learning-rate schedule (warm-up, then decay), as a pure function of the step."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..config import OptimConfig
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    """AdamW (default) or SGD with Nesterov momentum; no weight decay on norms and biases."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim <= 1 else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if cfg.name == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=True)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
+
+
+def lr_at(step: int, total_steps: int, cfg: OptimConfig, steps_per_epoch: int = 1) -> float:
+    """Learning rate for optimizer step `step` (0-based) of a run of `total_steps`."""
+    if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    after = step - cfg.warmup_steps
+    span = max(1, total_steps - cfg.warmup_steps)
+    frac = min(1.0, after / span)
+    floor = cfg.lr * cfg.min_lr_ratio
+    if cfg.schedule == "cosine":
+        return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * frac))
+    if cfg.schedule == "linear":
+        return cfg.lr - (cfg.lr - floor) * frac
+    return cfg.lr * cfg.decay_rate ** (after / max(1, steps_per_epoch))  # exponential, per epoch
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for g in optimizer.param_groups:
+        g["lr"] = lr

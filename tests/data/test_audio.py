@@ -1,0 +1,46 @@
+import numpy as np
+import pytest
+import soundfile as sf
+
+from speechscale.data.audio import AudioError, audio_info, load_audio
+from tests.conftest import shared
+
+
+def test_stereo_44k_downmixes_and_resamples_to_match_the_16k_original():
+    ref = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    got = load_audio(shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav"), 16000)
+    assert got.dtype == np.float32 and got.ndim == 1
+    assert abs(got.shape[0] - ref.shape[0]) <= 2
+    n = min(len(ref), len(got))
+    corr = np.corrcoef(ref[:n], got[:n])[0, 1]
+    assert corr > 0.95
+
+
+def test_8k_upsamples_to_the_same_duration():
+    wav = load_audio(shared("ldc93s1", "LDC93S1_pcms16le_1_8000.wav"), 16000)
+    assert abs(wav.shape[0] / 16000 - 2.9249) < 0.01
+
+
+def test_flac_24bit_stereo():
+    wav = load_audio(shared("jfk", "jfk.flac"), 16000)
+    assert abs(wav.shape[0] / 16000 - 11.0) < 0.01 and np.abs(wav).max() <= 1.0
+    assert audio_info(shared("jfk", "jfk.flac"))[1:] == (44100, 2)
+
+
+def test_ogg_any_rate(tmp_path):
+    t = np.arange(22050) / 22050
+    sf.write(tmp_path / "tone.ogg", (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 22050)
+    wav = load_audio(tmp_path / "tone.ogg", 8000)
+    assert abs(wav.shape[0] - 8000) < 50
+    spectrum = np.abs(np.fft.rfft(wav))
+    assert abs(np.argmax(spectrum) * 8000 / len(wav) - 440) < 5
+
+
+def test_truncated_missing_and_empty_files_raise_audio_error(tmp_path):
+    src = shared("ldc93s1", "LDC93S1.wav").read_bytes()
+    (tmp_path / "cut.wav").write_bytes(src[:30])
+    (tmp_path / "junk.wav").write_bytes(b"not audio at all" * 10)
+    sf.write(tmp_path / "empty.wav", np.zeros(0, np.float32), 16000)
+    for name in ("cut.wav", "junk.wav", "empty.wav", "missing.wav"):
+        with pytest.raises(AudioError):
+            load_audio(tmp_path / name, 16000)

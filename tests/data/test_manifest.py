@@ -1,0 +1,68 @@
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from speechscale.data.manifest import ManifestError, read_manifest
+from speechscale.data.text import CharTokenizer, TextNormalizer
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    sf.write(tmp_path / "a.wav", np.zeros(1600, np.float32), 16000)
+    (tmp_path / "sub").mkdir()
+    sf.write(tmp_path / "sub" / "b.wav", np.zeros(3200, np.float32), 16000)
+    return tmp_path
+
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_valid_lines_resolve_relative_paths_and_keep_extra_keys(corpus):
+    m = _write(corpus / "m.jsonl", [
+        json.dumps({"audio_filepath": "a.wav", "duration": 0.1, "text": "Hello!", "speaker": "x"}),
+        json.dumps({"audio_filepath": str(corpus / "sub" / "b.wav"), "duration": 0.2, "text": "world"}),
+    ])
+    utts, rep = read_manifest(m, normalize=TextNormalizer())
+    assert [u.text for u in utts] == ["hello", "world"]
+    assert utts[0].audio_path == str(corpus / "a.wav") and utts[0].extra == {"speaker": "x"}
+    assert rep.skipped == 0 and rep.kept == 2
+
+
+@pytest.mark.parametrize("line, reason", [
+    ('{"audio_filepath": "a.wav", "duration": 0.1, "text": "ok"', "malformed JSON"),
+    ('[1, 2]', "malformed JSON"),
+    ('{"audio_filepath": "a.wav", "text": "ok"}', "missing key"),
+    ('{"audio_filepath": "a.wav", "duration": "long", "text": "ok"}', "bad duration"),
+    ('{"audio_filepath": "a.wav", "duration": 0.1, "text": ""}', "empty text"),
+    ('{"audio_filepath": "a.wav", "duration": 0.1, "text": "   "}', "empty text"),
+    ('{"audio_filepath": "a.wav", "duration": 0.1, "text": "?!"}', "empty text"),
+    ('{"audio_filepath": "a.wav", "duration": 0.1, "text": "日本"}', "characters outside the vocabulary"),
+    ('{"audio_filepath": "nope.wav", "duration": 0.1, "text": "ok"}', "missing audio"),
+    ('{"audio_filepath": "a.wav", "duration": 99, "text": "ok"}', "duration out of range"),
+])
+def test_each_bad_line_is_skipped_counted_and_located(corpus, line, reason):
+    good = json.dumps({"audio_filepath": "a.wav", "duration": 0.1, "text": "fine"})
+    m = _write(corpus / "m.jsonl", [good, line, good])
+    utts, rep = read_manifest(m, normalize=TextNormalizer(), oov=CharTokenizer().oov, max_duration=30)
+    assert len(utts) == 2 and rep.skipped == 1 and rep.reasons[reason] == 1
+    summary = rep.summary()
+    assert "\n" not in summary and "line 2" in summary and reason in summary and "m.jsonl" in summary
+
+
+def test_missing_manifest_is_a_clear_error(tmp_path):
+    with pytest.raises(ManifestError, match="manifest not found"):
+        read_manifest(tmp_path / "none.jsonl")
+
+
+def test_filter_and_slices(corpus):
+    lines = [json.dumps({"audio_filepath": "a.wav", "duration": 0.1, "text": f"w{i}".replace(str(i), "x" * (i + 1)),
+                         "spk": "ab"[i % 2]}) for i in range(6)]
+    m = _write(corpus / "m.jsonl", lines)
+    assert [u.line for u in read_manifest(m, lines=[0, 2])[0]] == [1, 2]
+    assert [u.line for u in read_manifest(m, lines=[4])[0]] == [5, 6]
+    assert [u.line for u in read_manifest(m, filt={"spk": "b"})[0]] == [2, 4, 6]
+    assert [u.line for u in read_manifest(m, filt={"spk": ["a", "b"]})[0]] == [1, 2, 3, 4, 5, 6]

@@ -1,0 +1,54 @@
+"""The README is the contract: its commands exist and run."""
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from speechscale.cli import build_parser
+from tests.conftest import ROOT, shared
+
+README = (ROOT / "README.md").read_text()
+
+
+def _commands(prefix):
+    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    lines = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line.startswith(prefix)]
+
+
+def test_the_two_commands_come_first_and_ci_runs_the_test_command():
+    assert _commands("make ")[:2] == ["make demo", "make test"]
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_speechscale_command_in_the_readme_parses():
+    cmds = _commands("speechscale ")
+    assert {shlex.split(c)[1] for c in cmds} >= {"synth", "train", "eval", "transcribe", "bench"}
+    for c in cmds:
+        build_parser().parse_args(shlex.split(c)[1:])  # exits (fails the test) on an unknown flag
+
+
+def test_make_demo_runs_end_to_end_on_a_small_budget(tmp_path):
+    """`make demo` itself, with the corpus and training cut down so that it fits in the test budget."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    venv = Path(sys.prefix)
+    # -o: the environment is already set up (this test runs inside it); do not reinstall it.
+    args = ["make", "demo", f"VENV={venv}", "-o", f"{venv}/.installed", f"DEMO_DIR={tmp_path}/demo", "DEMO_MINUTES=0.5",
+            "DEMO_ARGS=trainer.max_steps=2 trainer.progress=false model.overrides={rnn_hidden: 32}"]
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "WER" in proc.stdout and "CER" in proc.stdout
+    assert (tmp_path / "demo" / "checkpoints" / "last.pt").is_file()
+    counts = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("{")))
+    assert counts["train"] > 5 and counts["test"] > 0
+
+
+def test_shipped_recipes_point_at_real_data():
+    shared("fsdd", "manifest.jsonl")
+    for name in ["fsdd", "yesno", "ldc93s1"]:
+        text = (ROOT / "configs" / f"{name}.yaml").read_text()
+        path = re.search(r"train_manifest: (\S+)", text).group(1)
+        assert (ROOT / path).is_file(), path

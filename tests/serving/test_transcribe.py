@@ -1,0 +1,57 @@
+"""Transcription and evaluation through the real CLI with a model overfit on LDC93S1."""
+import json
+
+import numpy as np
+import soundfile as sf
+
+from speechscale.serving.transcribe import split_points
+from tests.conftest import run_cli, shared
+
+LDC = "she had your dark suit in greasy wash water all year"
+
+
+def test_overfit_ldc93s1_to_its_exact_transcript(ldc_checkpoint):
+    proc = run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(shared("ldc93s1", "LDC93S1.wav")))
+    assert json.loads(proc.stdout.strip())["text"] == LDC
+
+
+def test_eval_json_and_table(ldc_checkpoint):
+    m = str(shared("ldc93s1", "manifest.jsonl"))
+    res = json.loads(run_cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json").stdout)
+    assert set(res) >= {"wer", "cer", "utterances", "skipped"} and res["utterances"] == 3 and res["skipped"] == 0
+    assert 0.0 <= res["wer"] <= 1.0
+    table = run_cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m).stdout
+    assert "WER" in table and "CER" in table
+
+
+def test_transcribe_any_format_rate_and_channels(ldc_checkpoint, tmp_path):
+    jfk = shared("jfk", "jfk.flac")  # 44.1 kHz stereo 24-bit flac
+    stereo = shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav")
+    proc = run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(jfk), str(stereo))
+    rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
+    assert len(rows) == 2 and rows[0]["file"] == str(jfk) and abs(rows[0]["duration"] - 11.0) < 0.01
+    assert isinstance(rows[0]["text"], str)
+    assert rows[1]["text"] == LDC  # the same utterance, resampled and down-mixed, still decodes exactly
+    plain = run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), str(stereo)).stdout
+    assert plain.strip().endswith(LDC)
+
+
+def test_long_audio_is_chunked_at_quiet_points(ldc_checkpoint, tmp_path):
+    wav, sr = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="float32")
+    gap = np.zeros(int(0.5 * sr), np.float32)
+    long = np.concatenate([np.concatenate([wav, gap])] * 4)  # ~13.7 s: four utterances
+    sf.write(tmp_path / "long.wav", long, sr)
+    cuts = split_points(long, sr, chunk_s=4.0)
+    assert all(b - a <= 4 * sr for a, b in zip(cuts, cuts[1:])) and cuts[-1] == len(long)
+    proc = run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--chunk-seconds", "4", "--json",
+                   str(tmp_path / "long.wav"))
+    text = json.loads(proc.stdout)["text"]
+    assert text.count("greasy") >= 3, text
+
+
+def test_unreadable_file_is_reported_not_fatal(ldc_checkpoint, tmp_path):
+    (tmp_path / "bad.wav").write_bytes(b"RIFF....")
+    proc = run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(tmp_path / "bad.wav"),
+                   str(shared("ldc93s1", "LDC93S1.wav")), check=False)
+    rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
+    assert proc.returncode == 1 and "error" in rows[0] and rows[1]["text"] == LDC

@@ -1,0 +1,71 @@
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from speechscale.components import components_from_checkpoint
+from speechscale.config import load_config
+from speechscale.training.checkpoint import (CheckpointError, load_checkpoint, rng_state, save_checkpoint,
+                                             set_rng_state)
+from speechscale.training.trainer import Trainer
+from tests.conftest import shared
+
+
+def _trainer(out, steps):
+    m = shared("ldc93s1", "manifest.jsonl")
+    return Trainer(load_config(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
+                                      f"trainer.max_steps={steps}", "trainer.progress=false", "data.batch_seconds=10",
+                                      "model.overrides={rnn_hidden: 48, rnn_layers: 2}"]))
+
+
+def test_round_trip_restores_model_and_meta_with_weights_only(tmp_path):
+    trainer = _trainer(tmp_path / "a", 2)
+    trainer.fit()
+    path = tmp_path / "a" / "checkpoints" / "last.pt"
+    state = torch.load(path, weights_only=True)  # plain data and tensors only
+    assert state["step"] == 2 and state["config"]["trainer"]["max_steps"] == 2
+    assert state["meta"]["tokenizer"]["alphabet"] == trainer.comps.tokenizer.alphabet
+    comps = components_from_checkpoint(load_checkpoint(path))
+    x, n = torch.randn(2, comps.features.num_features, 90), torch.tensor([90, 60])
+    trainer.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(comps.model(x, n)[0], trainer.model(x, n)[0], rtol=0, atol=0)
+    assert not list((tmp_path / "a" / "checkpoints").glob(".*tmp*"))  # atomic write left no temp file
+
+
+def test_resume_continues_exactly(tmp_path):
+    straight = _trainer(tmp_path / "s", 4)
+    straight.fit()
+    first = _trainer(tmp_path / "r", 2)
+    first.fit()
+    resumed = Trainer(load_config(None, [f"{k}={v}" for k, v in {
+        "data.train_manifest": first.cfg.data.train_manifest, "data.val_manifest": first.cfg.data.val_manifest,
+        "trainer.out_dir": tmp_path / "r", "trainer.max_steps": 4, "trainer.progress": "false",
+        "data.batch_seconds": 10, "model.overrides": "{rnn_hidden: 48, rnn_layers: 2}",
+        "trainer.resume": "auto"}.items()]))
+    assert resumed.step == 2
+    resumed.fit()
+    for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_rng_state_round_trip_through_weights_only(tmp_path):
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    save_checkpoint(tmp_path / "r.pt", {"model": {}, "config": {}, "rng": rng_state()})
+    want = (random.random(), np.random.rand(), torch.rand(1))
+    set_rng_state(load_checkpoint(tmp_path / "r.pt")["rng"])
+    assert (random.random(), np.random.rand(), torch.rand(1)) == want
+
+
+def test_torn_or_foreign_checkpoints_are_clear_errors(tmp_path):
+    save_checkpoint(tmp_path / "ok.pt", {"model": {}, "config": {}})
+    data = (tmp_path / "ok.pt").read_bytes()
+    (tmp_path / "torn.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="cannot load"):
+        load_checkpoint(tmp_path / "torn.pt")
+    torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a speechscale checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "none.pt")

@@ -1,0 +1,95 @@
+"""The training loop on real audio: bad input is counted not fatal, non-finite steps are skipped."""
+import json
+import math
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from speechscale.config import load_config
+from speechscale.training.trainer import Trainer
+from tests.conftest import run_cli, shared
+
+
+@pytest.fixture
+def tiny_corpus(tmp_path):
+    """Three LDC93S1 copies at different rates, one truncated wav, one malformed line."""
+    src = shared("ldc93s1")
+    wav, sr = sf.read(src / "LDC93S1.wav", dtype="float32")
+    lines = []
+    for i, rate in enumerate([16000, 8000, 22050]):
+        sf.write(tmp_path / f"u{i}.wav", wav if rate == sr else wav[:: max(1, sr // rate)], rate if rate != 22050 else sr)
+        lines.append({"audio_filepath": f"u{i}.wav", "duration": 2.92, "text": "She had your dark suit."})
+    (tmp_path / "broken.wav").write_bytes((src / "LDC93S1.wav").read_bytes()[:40])
+    lines.append({"audio_filepath": "broken.wav", "duration": 2.92, "text": "she had"})
+    rows = [json.dumps(x) for x in lines] + ['{"audio_filepath": oops}']
+    (tmp_path / "m.jsonl").write_text("\n".join(rows) + "\n")
+    return tmp_path
+
+
+def _cfg(corpus, out, *extra):
+    return load_config(None, [f"data.train_manifest={corpus}/m.jsonl", f"data.val_manifest={corpus}/m.jsonl",
+                              f"trainer.out_dir={out}", "trainer.max_steps=3", "trainer.progress=false",
+                              "data.batch_seconds=20", "model.overrides={rnn_hidden: 32, rnn_layers: 1}",
+                              *extra])
+
+
+def test_bad_lines_and_bad_audio_are_counted_and_the_run_finishes(tiny_corpus, tmp_path):
+    trainer = Trainer(_cfg(tiny_corpus, tmp_path / "run"))
+    assert trainer.train_report.reasons["malformed JSON"] == 1
+    summary = trainer.fit()
+    assert summary["bad_audio"] >= 1 and summary["step"] == 3
+    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
+    assert (tmp_path / "run" / "checkpoints" / "best.pt").is_file()
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["kind"] == "val" for r in rows)
+    assert any(p.name.startswith("events") for p in (tmp_path / "run" / "tensorboard").iterdir())
+
+
+def test_nonfinite_loss_and_gradient_skip_the_step(tiny_corpus, tmp_path):
+    trainer = Trainer(_cfg(tiny_corpus, tmp_path / "run"))
+    batch = next(iter(trainer.loader))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    bad = type(batch)(batch.feats * float("nan"), batch.feat_lens, batch.targets, batch.target_lens,
+                      batch.texts, batch.indices, 0)
+    assert trainer.train_step(bad) is None and trainer.counters["nonfinite_loss"] == 1
+    param = next(trainer.model.parameters())
+    handle = param.register_hook(lambda g: g * float("inf"))
+    assert trainer.train_step(batch) is None and trainer.counters["nonfinite_grad"] == 1
+    handle.remove()
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert trainer.step == 0
+    loss = trainer.train_step(batch)
+    assert loss is not None and math.isfinite(loss) and trainer.step == 1
+
+
+def test_labels_longer_than_the_output_frames_are_skipped(tmp_path):
+    sf.write(tmp_path / "short.wav", np.random.default_rng(0).standard_normal(1600).astype(np.float32) * 0.1, 16000)
+    sf.write(tmp_path / "ok.wav", np.random.default_rng(1).standard_normal(16000).astype(np.float32) * 0.1, 16000)
+    rows = [{"audio_filepath": "short.wav", "duration": 0.1, "text": "a very long sentence for a tenth of a second"},
+            {"audio_filepath": "ok.wav", "duration": 1.0, "text": "fine"}]
+    (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    trainer = Trainer(_cfg(tmp_path, tmp_path / "run"))
+    assert len(trainer.train_utts) == 1
+    assert trainer.train_report.reasons["label longer than the model's output frames"] == 1
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.max_stepz=3", "unknown key"),
+    ("trainer.max_steps=lots", "expected an integer"),
+    ("model.name=ds9", "model.name 'ds9' is unknown"),
+    ("data.train_manifest=/nope/train.jsonl", "manifest not found"),
+    ("optim.schedule=sometimes", "optim.schedule must be"),
+])
+def test_bad_config_is_one_clear_line_before_any_work(override, message, tmp_path):
+    proc = run_cli("train", "--config", "configs/yesno.yaml", f"trainer.out_dir={tmp_path}/r", override, check=False)
+    assert proc.returncode == 2
+    lines = [x for x in proc.stderr.splitlines() if "error" in x]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not (tmp_path / "r" / "checkpoints").exists()
+
+
+def test_missing_config_file(tmp_path):
+    proc = run_cli("train", "--config", str(tmp_path / "none.yaml"), check=False)
+    assert proc.returncode == 2 and "config file not found" in proc.stderr

@@ -98,6 +98,7 @@ class TrainerConfig:
     progress: bool = True              # show a progress bar
     deterministic: bool = True         # torch.use_deterministic_algorithms where it is cheap
     resume: str = ""                   # "" | auto | path to a checkpoint: continue from it
+    target_wer: float = -1.0           # stop once validation WER <= this (-1 = never)
 
 
 @dataclass

@@ -210,7 +210,7 @@ class Trainer:
                     self.epoch += 1
                     self.sampler.set_epoch(self.epoch)
                 last = self._end_epoch(metrics, losses)
-                if self._out_of_budget(started):
+                if self._out_of_budget(started) or last["wer"] <= t.target_wer:
                     break
         finally:
             metrics.close()

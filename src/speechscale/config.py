@@ -155,6 +155,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         raise ConfigError(f"{where}: expected a number, got {value!r}")
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -196,7 +201,12 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
         key, raw = item.split("=", 1)
         if not key.strip():
             raise ConfigError(f"override {item!r}: empty key")
-        _set_path(tree, key.strip(), yaml.safe_load(raw) if raw != "" else "")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({str(e).splitlines()[0]}); "
+                              f"quote the whole argument if it holds spaces") from e
+        _set_path(tree, key.strip(), value)
     return tree
 
 

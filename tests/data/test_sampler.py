@@ -54,3 +54,10 @@ def test_buckets_group_similar_durations(durations):
     s = BucketBatchSampler(durations, batch_seconds=60, seed=1, num_buckets=10)
     spread = [max(durations[i] for i in b) - min(durations[i] for i in b) for b in s.batches(1)]
     assert sum(spread) / len(spread) < 1.5  # vs ~11.5 s for random batches
+
+
+def test_len_follows_the_current_epoch(durations):
+    s = BucketBatchSampler(durations, batch_seconds=40, seed=3, sortagrad=True)
+    assert len(s) == len(s.batches(0))
+    s.set_epoch(1)
+    assert len(s) == len(s.batches(1)) == len(list(s))

@@ -37,7 +37,7 @@ def test_make_demo_runs_end_to_end_on_a_small_budget(tmp_path):
     venv = Path(sys.prefix)
     # -o: the environment is already set up (this test runs inside it); do not reinstall it.
     args = ["make", "demo", f"VENV={venv}", "-o", f"{venv}/.installed", f"DEMO_DIR={tmp_path}/demo", "DEMO_MINUTES=0.5",
-            "DEMO_ARGS=trainer.max_steps=2 trainer.progress=false model.overrides={rnn_hidden: 32}"]
+            "DEMO_ARGS=trainer.max_steps=2 trainer.progress=false"]
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "WER" in proc.stdout and "CER" in proc.stdout

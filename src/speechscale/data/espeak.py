@@ -68,6 +68,8 @@ class Espeak:
         if rate <= 0:
             raise EspeakNotFound(f"espeak-ng failed to initialise with data at {data_path}")
         self.sample_rate: int = rate
+        if hasattr(lib, "espeak_ng_SetRandSeed"):  # espeak-ng >= 1.52 draws noise from a time-seeded generator
+            lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
         self._chunks: list[np.ndarray] = []
         self._cb = _CALLBACK(self._collect)  # keep a reference: ctypes does not
         lib.espeak_SetSynthCallback(self._cb)
@@ -76,6 +78,11 @@ class Espeak:
         if n > 0 and wav:
             self._chunks.append(np.ctypeslib.as_array(wav, shape=(n,)).copy())
         return 0
+
+    def seed(self, seed: int) -> None:
+        """Seed espeak-ng's noise generator (on builds that export espeak_ng_SetRandSeed)."""
+        if hasattr(self._lib, "espeak_ng_SetRandSeed"):
+            self._lib.espeak_ng_SetRandSeed(int(seed))
 
     def voices(self) -> list[str]:
         """Names of the voice variants shipped with the data (usable as `en-us+NAME`)."""

@@ -51,6 +51,7 @@ class BucketBatchSampler:
         self.epoch = 0
         self.position = 0  # batches already consumed in the current epoch
         self._order = sorted(range(len(self.durations)), key=lambda i: (self.durations[i], i))
+        self._cache: tuple[int, list[list[int]]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order is produced next and restart at its beginning."""
@@ -58,7 +59,12 @@ class BucketBatchSampler:
         self.position = 0
 
     def batches(self, epoch: int) -> list[list[int]]:
-        """All batches of `epoch`, in order (a pure function of seed and epoch)."""
+        """All batches of `epoch`, in order (a pure function of seed and epoch); the last epoch asked is cached."""
+        if self._cache is None or self._cache[0] != epoch:
+            self._cache = (epoch, self._make_batches(epoch))
+        return self._cache[1]
+
+    def _make_batches(self, epoch: int) -> list[list[int]]:
         if not self.shuffle or (self.sortagrad and epoch == 0):
             return pack_batches(self._order, self.durations, self.batch_seconds, self.max_batch_size)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
@@ -72,6 +78,7 @@ class BucketBatchSampler:
         return [out[p] for p in torch.randperm(len(out), generator=gen).tolist()]
 
     def __len__(self) -> int:
+        """Batches in the current epoch (SortaGrad's epoch 0 packs tighter than shuffled epochs)."""
         return len(self.batches(self.epoch))
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -85,3 +92,4 @@ class BucketBatchSampler:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.position, self.seed = int(state["epoch"]), int(state["position"]), int(state["seed"])
+        self._cache = None

@@ -8,7 +8,9 @@ training. The same seed gives the same corpus, byte for byte.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import random
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -89,9 +91,22 @@ TEST_VOICE = "en-us+m6"
 
 def synthesize_corpus(out: str | Path, minutes: float = 30.0, seed: int = 0, sample_rate: int = 16000,
                       test_minutes: float | None = None, progress: bool = True) -> dict[str, int]:
-    """Write OUT/train.jsonl, OUT/test.jsonl and OUT/audio/*.wav; returns utterance counts."""
-    out = Path(out)
+    """Write OUT/train.jsonl, OUT/test.jsonl and OUT/audio/*.wav; returns utterance counts.
+
+    espeak-ng keeps synthesis state from one utterance to the next inside a process (seeding does not reset
+    it), so each corpus is made in a fresh process: the same seed then gives the same bytes.
+    """
+    Espeak()  # fail here, in the caller, with the one-line hint when espeak-ng is missing
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_synthesize, str(out), minutes, seed, sample_rate, test_minutes, progress).result()
+
+
+def _synthesize(out_dir: str, minutes: float, seed: int, sample_rate: int, test_minutes: float | None,
+                progress: bool) -> dict[str, int]:
+    out = Path(out_dir)
     tts = Espeak()
+    tts.seed(seed)
     rng = random.Random(seed)
     test_minutes = test_minutes if test_minutes is not None else max(0.5, 0.1 * minutes)
     plan = [("train", minutes * 60, TRAIN_VOICES), ("test", test_minutes * 60, [TEST_VOICE])]

@@ -87,7 +87,8 @@ class Trainer:
         self.val_loader, _, _ = make_loader(self.val_utts, self.comps, cfg, train=False)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.ctc = torch.nn.CTCLoss(blank=0, reduction="mean", zero_infinity=True)
-        self.steps_per_epoch = len(self.sampler)
+        # Shuffled epochs are the typical length (SortaGrad's epoch 0 may pack differently).
+        self.steps_per_epoch = len(self.sampler.batches(1))
         self.total_steps = t.max_steps or t.max_epochs * self.steps_per_epoch
         self.step = 0
         self.epoch = 0
@@ -187,7 +188,7 @@ class Trainer:
                 self.dataset.set_epoch(self.epoch)
                 losses: list[float] = []
                 bar = tqdm(self.loader, desc=f"epoch {self.epoch}", disable=not t.progress, leave=False,
-                           total=self.steps_per_epoch - self.sampler.position, dynamic_ncols=True)
+                           total=len(self.sampler) - self.sampler.position, dynamic_ncols=True)
                 for batch in bar:
                     self.counters["bad_audio"] += batch.bad
                     if len(batch) == 0:
@@ -205,7 +206,7 @@ class Trainer:
                     if self._out_of_budget(started):
                         break
                 bar.close()
-                finished_epoch = self.sampler.position >= self.steps_per_epoch
+                finished_epoch = self.sampler.position >= len(self.sampler)
                 if finished_epoch:
                     self.epoch += 1
                     self.sampler.set_epoch(self.epoch)

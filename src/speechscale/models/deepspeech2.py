@@ -62,7 +62,8 @@ class RecurrentLayer(nn.Module):
         self.merge = merge
         self.hidden = hidden
         # A parameter-less unidirectional twin: runs one direction of `self.rnn` with its weights (CPU path).
-        self._one_way = rnn_cls(input_size, hidden, batch_first=True)
+        with torch.random.fork_rng(devices=[]):  # its throw-away init must not shift later layers' init
+            self._one_way = rnn_cls(input_size, hidden, batch_first=True)
         for name in list(self._one_way._parameters):
             delattr(self._one_way, name)
         self._weight_names = [n for n in self.rnn._flat_weights_names if not n.endswith("_reverse")]

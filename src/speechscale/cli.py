@@ -5,6 +5,7 @@
     speechscale eval --checkpoint runs/demo/checkpoints/best.pt --manifest runs/demo/data/test.jsonl --json
     speechscale transcribe --checkpoint runs/demo/checkpoints/best.pt speech.flac --json
     speechscale bench train --model ds2-tiny --batch-size 8 --seconds 2
+    speechscale bench features --manifest ../shared/data/fsdd/manifest.jsonl
 """
 from __future__ import annotations
 
@@ -98,6 +99,13 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_features(args: argparse.Namespace) -> int:
+    from .bench.features import bench_features
+
+    print(json.dumps(bench_features(args.manifest, args.sample_rate, args.kind, args.limit, args.repeats)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="speechscale", description="Train and use end-to-end speech recognition models.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
@@ -141,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--threads", type=int, default=0)
     bt.add_argument("--manifest", default=None, help="real audio to cut batches from ('' for noise)")
     bt.set_defaults(func=cmd_bench_train)
+    bf = bsub.add_parser("features", help="cost of decoding + resampling + features per second of audio, as JSON")
+    bf.add_argument("--manifest", required=True)
+    bf.add_argument("--sample-rate", type=int, default=16000)
+    bf.add_argument("--kind", default="spectrogram", choices=["spectrogram", "logmel"])
+    bf.add_argument("--limit", type=int, default=300, help="utterances to read")
+    bf.add_argument("--repeats", type=int, default=2)
+    bf.set_defaults(func=cmd_bench_features)
     return p
 
 

@@ -13,3 +13,11 @@ def test_bench_train_reports_throughput_and_phases_as_json():
     phases = res["ms_per_phase"]
     assert set(phases) == {"data", "forward", "backward", "optimizer"} and all(v > 0 for v in phases.values())
     assert abs(sum(phases.values()) - res["ms_per_step"]) < 0.5
+
+
+def test_bench_features_reports_cost_per_audio_second():
+    m = str(shared("fsdd", "manifest.jsonl"))
+    res = json.loads(run_cli("bench", "features", "--manifest", m, "--limit", "20", "--repeats", "1").stdout)
+    assert res["utterances"] == 20 and res["audio_seconds"] > 5
+    cost = res["ms_per_audio_second"]
+    assert cost["load"] > 0 and cost["features"] > 0 and abs(cost["load"] + cost["features"] - cost["total"]) < 0.01

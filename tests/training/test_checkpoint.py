@@ -12,11 +12,11 @@ from speechscale.training.trainer import Trainer
 from tests.conftest import shared
 
 
-def _trainer(out, steps):
+def _trainer(out, steps, *extra):
     m = shared("ldc93s1", "manifest.jsonl")
     return Trainer(load_config(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
                                       f"trainer.max_steps={steps}", "trainer.progress=false", "data.batch_seconds=10",
-                                      "model.overrides={rnn_hidden: 48, rnn_layers: 2}"]))
+                                      "model.overrides={rnn_hidden: 48, rnn_layers: 2}", *extra]))
 
 
 def test_round_trip_restores_model_and_meta_with_weights_only(tmp_path):
@@ -34,18 +34,20 @@ def test_round_trip_restores_model_and_meta_with_weights_only(tmp_path):
     assert not list((tmp_path / "a" / "checkpoints").glob(".*tmp*"))  # atomic write left no temp file
 
 
-def test_resume_continues_exactly(tmp_path):
-    straight = _trainer(tmp_path / "s", 4)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_resume_mid_epoch_continues_exactly(tmp_path, workers):
+    """4 steps straight == 2 steps, stop mid-epoch (one utterance a batch, 3 a epoch), resume for 2 more.
+    With a worker the DataLoader prefetches: the checkpoint must record what was trained on, not fetched."""
+    extra = ["data.batch_seconds=3", f"data.num_workers={workers}", "data.sortagrad=false"]
+    straight = _trainer(tmp_path / "s", 4, *extra)
     straight.fit()
-    first = _trainer(tmp_path / "r", 2)
+    first = _trainer(tmp_path / "r", 2, *extra)
     first.fit()
-    resumed = Trainer(load_config(None, [f"{k}={v}" for k, v in {
-        "data.train_manifest": first.cfg.data.train_manifest, "data.val_manifest": first.cfg.data.val_manifest,
-        "trainer.out_dir": tmp_path / "r", "trainer.max_steps": 4, "trainer.progress": "false",
-        "data.batch_seconds": 10, "model.overrides": "{rnn_hidden: 48, rnn_layers: 2}",
-        "trainer.resume": "auto"}.items()]))
-    assert resumed.step == 2
+    assert first.epoch == 0 and first.consumed == 2 and len(first.sampler) == 3
+    resumed = _trainer(tmp_path / "r", 4, *extra, "trainer.resume=auto")
+    assert resumed.step == 2 and resumed.consumed == 2
     resumed.fit()
+    assert resumed.epoch == 1 and resumed.step == 4
     for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 

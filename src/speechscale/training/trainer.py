@@ -92,6 +92,9 @@ class Trainer:
         self.total_steps = t.max_steps or t.max_epochs * self.steps_per_epoch
         self.step = 0
         self.epoch = 0
+        # Batches of this epoch consumed by the loop. Not the sampler's own position: DataLoader workers
+        # prefetch, so the sampler runs ahead of what has been trained on.
+        self.consumed = 0
         self.best_wer = math.inf
         self.counters = {"nonfinite_loss": 0, "nonfinite_grad": 0, "bad_audio": 0}
         self.history: list[dict[str, float]] = []
@@ -102,7 +105,8 @@ class Trainer:
     def _state(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "config": to_dict(self.cfg), "meta": self.comps.meta(), "epoch": self.epoch, "step": self.step,
-                "sampler": self.sampler.state_dict(), "best_wer": self.best_wer, "counters": dict(self.counters),
+                "sampler": {**self.sampler.state_dict(), "epoch": self.epoch, "position": self.consumed},
+                "best_wer": self.best_wer, "counters": dict(self.counters),
                 "history": list(self.history), "rng": rng_state()}
 
     def _resume(self, where: str) -> None:
@@ -115,6 +119,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.step, self.best_wer = state["epoch"], state["step"], state["best_wer"]
         self.sampler.load_state_dict(state["sampler"])
+        self.consumed = self.sampler.position
         self.counters.update(state["counters"])
         self.history = list(state["history"])
         set_rng_state(state["rng"])
@@ -185,11 +190,14 @@ class Trainer:
             while t.max_epochs <= 0 or self.epoch < t.max_epochs:
                 if self.sampler.epoch != self.epoch:
                     self.sampler.set_epoch(self.epoch)
+                    self.consumed = 0
+                self.sampler.position = self.consumed
                 self.dataset.set_epoch(self.epoch)
                 losses: list[float] = []
                 bar = tqdm(self.loader, desc=f"epoch {self.epoch}", disable=not t.progress, leave=False,
-                           total=len(self.sampler) - self.sampler.position, dynamic_ncols=True)
+                           total=len(self.sampler) - self.consumed, dynamic_ncols=True)
                 for batch in bar:
+                    self.consumed += 1
                     self.counters["bad_audio"] += batch.bad
                     if len(batch) == 0:
                         continue
@@ -206,10 +214,10 @@ class Trainer:
                     if self._out_of_budget(started):
                         break
                 bar.close()
-                finished_epoch = self.sampler.position >= len(self.sampler)
-                if finished_epoch:
+                if self.consumed >= len(self.sampler):  # the epoch is complete
                     self.epoch += 1
                     self.sampler.set_epoch(self.epoch)
+                    self.consumed = 0
                 last = self._end_epoch(metrics, losses)
                 if self._out_of_budget(started) or last["wer"] <= t.target_wer:
                     break

@@ -1,0 +1,49 @@
+import numpy as np
+import pytest
+import torch
+
+from speechscale.config import AugmentConfig
+from speechscale.data.augment import WaveAugment, spec_augment
+
+
+def _tone(seconds=1.0, sr=16000, hz=440.0):
+    t = np.arange(int(seconds * sr)) / sr
+    return (0.5 * np.sin(2 * np.pi * hz * t)).astype(np.float32)
+
+
+@pytest.mark.parametrize("low, high", [(1.2, 1.2), (0.8, 0.8)])
+def test_speed_changes_length_and_pitch_by_the_factor(low, high):
+    aug = WaveAugment(AugmentConfig(speed=[low, high]), 16000)
+    out = aug(_tone(), torch.Generator().manual_seed(0))
+    assert abs(len(out) - 16000 / low) < 20
+    peak_hz = np.argmax(np.abs(np.fft.rfft(out))) * 16000 / len(out)
+    assert abs(peak_hz - 440 * low) < 5
+
+
+def test_gain_and_noise_at_the_requested_snr():
+    wav = _tone()
+    gained = WaveAugment(AugmentConfig(gain_db=6), 16000)(wav, torch.Generator().manual_seed(1))
+    ratio_db = 20 * np.log10(np.abs(gained).max() / np.abs(wav).max())
+    assert -6.01 <= ratio_db <= 6.01 and abs(ratio_db) > 0.01
+    noisy = WaveAugment(AugmentConfig(noise_snr_db=[10, 10]), 16000)(wav, torch.Generator().manual_seed(2))
+    snr = 10 * np.log10(np.mean(wav ** 2) / np.mean((noisy - wav) ** 2))
+    assert abs(snr - 10) < 0.5
+
+
+def test_same_generator_seed_same_output():
+    aug = WaveAugment(AugmentConfig(speed=[0.9, 1.1], gain_db=3, noise_snr_db=[20, 30]), 16000)
+    a = aug(_tone(), torch.Generator().manual_seed(5))
+    b = aug(_tone(), torch.Generator().manual_seed(5))
+    np.testing.assert_array_equal(a, b)
+
+
+def test_spec_augment_masks_bands_and_spans_only():
+    feats = torch.randn(80, 200)
+    cfg = AugmentConfig(freq_masks=2, freq_mask_width=10, time_masks=2, time_mask_width=20)
+    out = spec_augment(feats, cfg, torch.Generator().manual_seed(3))
+    changed = out != feats
+    assert changed.any() and out.shape == feats.shape
+    rows, cols = changed.all(dim=1), changed.all(dim=0)  # masked frequency rows / time columns
+    assert rows.sum() <= 20 and cols.sum() <= 40
+    assert (changed & ~rows[:, None] & ~cols[None, :]).sum() == 0  # nothing outside the masks changed
+    assert spec_augment(feats, AugmentConfig(), torch.Generator()) is feats

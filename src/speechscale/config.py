@@ -39,6 +39,11 @@ class TextConfig:
 @dataclass
 class AugmentConfig:
     speed: list[float] = field(default_factory=list)  # e.g. [0.9, 1.1]: uniform speed factor range; [] = off
+    word_crop: float = 0.0             # probability of cutting an utterance down to a random run of its words,
+                                       # where pauses split it into exactly one segment per word (else no cut);
+                                       # for connected-word corpora (yesno, digit strings)
+    word_crop_floor_db: float = -18.0  # a 20 ms frame is speech when within this many dB of the loudest
+    word_crop_min_pause: float = 0.1   # silences shorter than this (s) do not separate words
     gain_db: float = 0.0               # random gain in [-gain_db, +gain_db]
     noise_snr_db: list[float] = field(default_factory=list)  # e.g. [20, 40]: white noise at this SNR range
     freq_masks: int = 0                # SpecAugment frequency masks per utterance
@@ -250,6 +255,7 @@ def validate(cfg: Config) -> None:
         (cfg.trainer.max_epochs > 0 or cfg.trainer.max_steps > 0, "set trainer.max_epochs or trainer.max_steps"),
         (len(cfg.data.train_slice) <= 2 and len(cfg.data.val_slice) <= 2,
          "data.train_slice/val_slice must be [], [start] or [start, stop]"),
+        (0.0 <= cfg.augment.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),
         (len(cfg.augment.speed) in (0, 2), "augment.speed must be [] or [low, high]"),
         (len(cfg.augment.noise_snr_db) in (0, 2), "augment.noise_snr_db must be [] or [low, high]"),
     ]

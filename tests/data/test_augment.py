@@ -47,3 +47,23 @@ def test_spec_augment_masks_bands_and_spans_only():
     assert rows.sum() <= 20 and cols.sum() <= 40
     assert (changed & ~rows[:, None] & ~cols[None, :]).sum() == 0  # nothing outside the masks changed
     assert spec_augment(feats, AugmentConfig(), torch.Generator()) is feats
+
+
+def test_pause_segments_and_word_crop_on_real_yesno_audio():
+    from speechscale.data.audio import load_audio
+    from speechscale.data.augment import pause_segments, word_crop
+    from tests.conftest import shared
+
+    wav = load_audio(shared("yesno", "0_0_0_0_1_1_1_1.wav"), 8000)  # "no no no no yes yes yes yes"
+    segs = pause_segments(wav, 8000)
+    assert len(segs) == 8 and all(a < b for a, b in segs)
+    cfg = AugmentConfig(word_crop=1.0)
+    seen = set()
+    for seed in range(40):
+        out, text = word_crop(wav, "no no no no yes yes yes yes", cfg, 8000, torch.Generator().manual_seed(seed))
+        n = len(text.split())
+        assert 1 <= n <= 8 and len(pause_segments(out, 8000)) == n  # the cut keeps whole words only
+        seen.add(text.split()[0])
+    assert seen == {"no", "yes"}  # crops start on either word: the first-word prior is gone
+    same = word_crop(wav, "three words only", cfg, 8000, torch.Generator().manual_seed(0))
+    assert same[1] == "three words only" and same[0] is wav  # segment count != word count: unchanged

@@ -47,6 +47,47 @@ class WaveAugment:
         return np.asarray(wav, dtype=np.float32)
 
 
+def pause_segments(wav: np.ndarray, sample_rate: int, floor_db: float = -18.0, min_pause: float = 0.1,
+                   min_segment: float = 0.1) -> list[tuple[int, int]]:
+    """(start, end) sample spans of sound separated by pauses of at least `min_pause` seconds.
+
+    Energy VAD on 20 ms frames: a frame is sound when within `floor_db` of the loudest frame."""
+    frame = max(1, int(0.02 * sample_rate))
+    k = wav.shape[0] // frame
+    if k == 0:
+        return []
+    energy = 10 * np.log10((wav[: k * frame].reshape(k, frame).astype(np.float64) ** 2).mean(axis=1) + 1e-10)  # (k,)
+    sound = (energy > energy.max() + floor_db).astype(np.int8)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], sound, [0]])))  # run starts and ends, alternating
+    runs: list[list[int]] = []
+    for start, end in edges.reshape(-1, 2).tolist():
+        if runs and (start - runs[-1][1]) * frame < min_pause * sample_rate:
+            runs[-1][1] = end  # a short gap inside a word
+        else:
+            runs.append([start, end])
+    return [(a * frame, b * frame) for a, b in runs if (b - a) * frame >= min_segment * sample_rate]
+
+
+def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, gen: torch.Generator
+              ) -> tuple[np.ndarray, str]:
+    """With probability cfg.word_crop, keep a random run of words; cuts fall in the middle of pauses.
+
+    Only when the pauses split the audio into exactly one segment per word; otherwise unchanged. This
+    breaks priors on position, e.g. Kaldi's yesno split, whose training files all begin with "no"."""
+    words = text.split()
+    if cfg.word_crop <= 0 or len(words) < 2 or float(torch.rand((), generator=gen)) >= cfg.word_crop:
+        return wav, text
+    segs = pause_segments(wav, sample_rate, cfg.word_crop_floor_db, cfg.word_crop_min_pause)
+    if len(segs) != len(words):
+        return wav, text
+    n = len(words)
+    i = int(torch.randint(0, n, (), generator=gen))
+    j = int(torch.randint(i, n, (), generator=gen))
+    start = 0 if i == 0 else (segs[i - 1][1] + segs[i][0]) // 2
+    end = wav.shape[0] if j == n - 1 else (segs[j][1] + segs[j + 1][0]) // 2
+    return wav[start:end], " ".join(words[i:j + 1])
+
+
 def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator) -> torch.Tensor:
     """Mask random frequency bands and time spans of (F, T) features with their mean (0 after normalisation)."""
     if cfg.freq_masks == 0 and cfg.time_masks == 0:

@@ -10,7 +10,7 @@ import torch
 
 from ..config import AugmentConfig
 from .audio import AudioError, load_audio
-from .augment import WaveAugment, spec_augment
+from .augment import WaveAugment, spec_augment, word_crop
 from .features import FeatureExtractor
 from .manifest import Utterance
 from .text import CharTokenizer
@@ -69,15 +69,17 @@ class SpeechDataset(torch.utils.data.Dataset):
         except AudioError as e:
             log.warning("skipping %s (manifest line %d): %s", utt.audio_path, utt.line, e)
             return None
+        text = utt.text
         if self.augment_cfg is not None:
             # Per-(seed, epoch, utterance) generator: reproducible whatever the worker layout.
             gen = torch.Generator().manual_seed((self.seed * 7919 + self.epoch) * 1_000_003 + i)
+            wav, text = word_crop(wav, text, self.augment_cfg, self.features.cfg.sample_rate, gen)
             if self.wave_aug is not None and self.wave_aug.active:
                 wav = self.wave_aug(wav, gen)
             feats = spec_augment(self.features(torch.from_numpy(wav)), self.augment_cfg, gen)
         else:
             feats = self.features(torch.from_numpy(wav))
-        return {"feats": feats, "target": self.tokenizer.encode(utt.text), "text": utt.text, "index": i}
+        return {"feats": feats, "target": self.tokenizer.encode(text), "text": text, "index": i}
 
 
 def collate(items: list[dict[str, Any] | None]) -> Batch:

@@ -48,7 +48,3 @@ def build_model(name: str, overrides: dict[str, Any] | None, num_features: int, 
     log.debug("model %s: %.2fM parameters", name, n / 1e6)
     model.arch = dataclasses.asdict(cfg)  # type: ignore[attr-defined]
     return model
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

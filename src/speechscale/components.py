@@ -30,10 +30,10 @@ class Components:
         repeats = sum(1 for a, b in zip(text, text[1:]) if a == b)
         return len(text) + repeats
 
-    def output_frames(self, seconds: float) -> int:
-        """Model output frames for an utterance of `seconds` (derived from the layers)."""
-        frames = torch.tensor([self.features.frames_for_seconds(seconds)])
-        return int(self.model.output_lengths(frames)[0])  # type: ignore[operator]
+    def output_frames(self, seconds: list[float]) -> list[int]:
+        """Model output frames for utterances of these durations (derived from the layers), in one call."""
+        frames = torch.tensor([self.features.frames_for_seconds(s) for s in seconds], dtype=torch.long)
+        return self.model.output_lengths(frames).tolist()  # type: ignore[operator]
 
     def meta(self) -> dict[str, Any]:
         """Plain-data description stored in checkpoints next to the weights."""

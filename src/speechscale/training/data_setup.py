@@ -22,8 +22,7 @@ def load_utterances(path: str, comps: Components, cfg: Config, filt: dict[str, A
                                  min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration,
                                  lines=lines)
     kept = []
-    for u in utts:
-        frames = comps.output_frames(u.duration)
+    for u, frames in zip(utts, comps.output_frames([u.duration for u in utts])):
         need = comps.ctc_min_frames(u.text)
         if need > frames:
             report.skip(u.line, "label longer than the model's output frames", f"{need} > {frames}")

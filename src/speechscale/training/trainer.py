@@ -163,7 +163,7 @@ class Trainer:
             return True
         return bool(t.max_minutes) and (time.time() - started) / 60 >= t.max_minutes
 
-    def _end_epoch(self, metrics: MetricsLog, losses: list[float]) -> dict[str, float]:
+    def _validate_and_save(self, metrics: MetricsLog, losses: list[float]) -> dict[str, float]:
         val = self.validate()
         train_loss = sum(losses) / max(1, len(losses))
         row = {"epoch": self.epoch, "step": self.step, "train_loss": train_loss, **val}
@@ -209,7 +209,7 @@ class Trainer:
                             metrics.write("train", self.step, {"loss": loss, "epoch": self.epoch,
                                                                 "lr": self.optimizer.param_groups[0]["lr"]})
                     if t.val_every_steps and self.step and self.step % t.val_every_steps == 0 and loss is not None:
-                        last = self._end_epoch(metrics, losses)
+                        last = self._validate_and_save(metrics, losses)
                         losses = []
                     if self._out_of_budget(started):
                         break
@@ -218,7 +218,7 @@ class Trainer:
                     self.epoch += 1
                     self.sampler.set_epoch(self.epoch)
                     self.consumed = 0
-                last = self._end_epoch(metrics, losses)
+                last = self._validate_and_save(metrics, losses)
                 if self._out_of_budget(started) or last["wer"] <= t.target_wer:
                     break
         finally:

@@ -168,12 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     from .data.espeak import EspeakNotFound
     from .data.manifest import ManifestError
     from .training.checkpoint import CheckpointError
+    from .training.precision import LossScaleCollapsed
+    from .training.prescan import PrescanError
 
     try:
         return args.func(args)
     except (ConfigError, ManifestError, CheckpointError, EspeakNotFound) as e:
         print(f"speechscale {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except (PrescanError, LossScaleCollapsed) as e:  # the run stopped for a reason it explains
+        print(f"speechscale {args.command}: stopped: {e}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

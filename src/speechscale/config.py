@@ -72,7 +72,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "ds2-tiny"             # a preset from the registry: ds2-tiny | ds2-small | ds2-large
+    name: str = "ds2-tiny"             # a registry preset: ds2-tiny|-small|-large|-streaming, wav2letter+[-tiny], lstm-ctc[-tiny]
     overrides: dict[str, Any] = field(default_factory=dict)  # preset fields to change, e.g. {rnn_hidden: 256}
 
 
@@ -104,6 +104,13 @@ class TrainerConfig:
     deterministic: bool = True         # torch.use_deterministic_algorithms where it is cheap
     resume: str = ""                   # "" | auto | path to a checkpoint: continue from it
     target_wer: float = -1.0           # stop once validation WER <= this (-1 = never)
+    device: str = "auto"               # auto (first GPU, else CPU) | cpu | cuda | cuda:N
+    precision: str = "auto"            # auto (bf16 on GPUs that support it, else fp32) | fp32 | bf16 | fp16
+    loss_scale_init: float = 65536.0   # fp16: initial dynamic loss scale
+    min_loss_scale: float = 1e-5       # fp16 watchdog: stop the run when the scale falls below this
+    prescan: bool = False              # before training, run forward+backward on the worst-case batch, report memory
+    memory_budget_mb: float = 0.0      # pre-scan: fail when its peak exceeds this (0 = only a real OOM fails)
+    compile: bool = False              # torch.compile the model's forward (meant for the conv models)
 
 
 @dataclass
@@ -255,6 +262,11 @@ def validate(cfg: Config) -> None:
         (cfg.trainer.max_epochs > 0 or cfg.trainer.max_steps > 0, "set trainer.max_epochs or trainer.max_steps"),
         (len(cfg.data.train_slice) <= 2 and len(cfg.data.val_slice) <= 2,
          "data.train_slice/val_slice must be [], [start] or [start, stop]"),
+        (cfg.trainer.precision in ("auto", "fp32", "bf16", "fp16"), "trainer.precision must be auto, fp32, bf16 or fp16"),
+        (cfg.trainer.device == "auto" or cfg.trainer.device.split(":")[0] in ("cpu", "cuda"),
+         "trainer.device must be auto, cpu, cuda or cuda:N"),
+        (cfg.trainer.loss_scale_init > 0 and cfg.trainer.min_loss_scale > 0,
+         "trainer.loss_scale_init and trainer.min_loss_scale must be positive"),
         (0.0 <= cfg.augment.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),
         (len(cfg.augment.speed) in (0, 2), "augment.speed must be [] or [low, high]"),
         (len(cfg.augment.noise_snr_db) in (0, 2), "augment.noise_snr_db must be [] or [low, high]"),

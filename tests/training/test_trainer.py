@@ -47,21 +47,25 @@ def test_bad_lines_and_bad_audio_are_counted_and_the_run_finishes(tiny_corpus, t
     assert any(p.name.startswith("events") for p in (tmp_path / "run" / "tensorboard").iterdir())
 
 
-def test_nonfinite_loss_and_gradient_skip_the_step(tiny_corpus, tmp_path):
-    trainer = Trainer(_cfg(tiny_corpus, tmp_path / "run"))
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_nonfinite_loss_and_gradient_skip_the_step(tiny_corpus, tmp_path, precision):
+    trainer = Trainer(_cfg(tiny_corpus, tmp_path / "run", f"trainer.precision={precision}"))
     batch = next(iter(trainer.loader))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     bad = type(batch)(batch.feats * float("nan"), batch.feat_lens, batch.targets, batch.target_lens,
                       batch.texts, batch.indices, 0)
-    assert trainer.train_step(bad) is None and trainer.counters["nonfinite_loss"] == 1
+    trainer.train_step(bad)
+    assert trainer.sync() is None and trainer.counters["nonfinite_loss"] == 1
     param = next(trainer.model.parameters())
     handle = param.register_hook(lambda g: g * float("inf"))
-    assert trainer.train_step(batch) is None and trainer.counters["nonfinite_grad"] == 1
+    trainer.train_step(batch)
     handle.remove()
+    assert trainer.sync() is None and trainer.counters["nonfinite_grad"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
-    assert trainer.step == 0
-    loss = trainer.train_step(batch)
-    assert loss is not None and math.isfinite(loss) and trainer.step == 1
+    loss = float(trainer.train_step(batch))
+    assert math.isfinite(loss) and trainer.sync() == pytest.approx(loss)
+    assert not all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert trainer.counters["nonfinite_loss"] == 1 and trainer.counters["nonfinite_grad"] == 1
 
 
 def test_labels_longer_than_the_output_frames_are_skipped(tmp_path):

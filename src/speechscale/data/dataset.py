@@ -1,6 +1,7 @@
 """Dataset and collate: manifest utterance -> (features, target ids); bad audio is counted, not raised."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -32,6 +33,21 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.texts)
+
+    def pin_memory(self) -> "Batch":
+        """Page-locked copies of the tensors (DataLoader calls this with pin_memory=True)."""
+        return dataclasses.replace(self, feats=self.feats.pin_memory(), feat_lens=self.feat_lens.pin_memory(),
+                                   targets=self.targets.pin_memory(), target_lens=self.target_lens.pin_memory())
+
+    def to(self, device: torch.device) -> "Batch":
+        """The batch on `device`; copies from pinned memory do not block the host."""
+        if device.type == "cpu":
+            return self
+        nb = device.type == "cuda"
+        return dataclasses.replace(self, feats=self.feats.to(device, non_blocking=nb),
+                                   feat_lens=self.feat_lens.to(device, non_blocking=nb),
+                                   targets=self.targets.to(device, non_blocking=nb),
+                                   target_lens=self.target_lens.to(device, non_blocking=nb))
 
 
 class SpeechDataset(torch.utils.data.Dataset):

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.func import functional_call
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-
+from . import flops as F
 from .layers import MaskedBatchNorm, conv_out_length, length_mask
+from .rnn import RecurrentLayer
 
 
 @dataclass
@@ -49,65 +48,6 @@ def _activation(name: str) -> nn.Module:
     raise ValueError(f"unknown activation {name!r}; use hardtanh or relu")
 
 
-class RecurrentLayer(nn.Module):
-    """Masked batch norm (optional) -> packed GRU/LSTM over valid frames -> merged directions."""
-
-    def __init__(self, input_size: int, hidden: int, rnn_type: str, bidirectional: bool, merge: str,
-                 norm: bool) -> None:
-        super().__init__()
-        rnn_cls = {"gru": nn.GRU, "lstm": nn.LSTM}[rnn_type]
-        self.norm = MaskedBatchNorm(input_size) if norm else None
-        self.rnn = rnn_cls(input_size, hidden, batch_first=True, bidirectional=bidirectional)
-        self.bidirectional = bidirectional
-        self.merge = merge
-        self.hidden = hidden
-        # A parameter-less unidirectional twin: runs one direction of `self.rnn` with its weights (CPU path).
-        with torch.random.fork_rng(devices=[]):  # its throw-away init must not shift later layers' init
-            self._one_way = rnn_cls(input_size, hidden, batch_first=True)
-        for name in list(self._one_way._parameters):
-            delattr(self._one_way, name)
-        self._weight_names = [n for n in self.rnn._flat_weights_names if not n.endswith("_reverse")]
-
-    @property
-    def output_size(self) -> int:
-        return self.hidden * 2 if self.bidirectional and self.merge == "concat" else self.hidden
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x (B, T, H_in) -> (B, T, H_out); padded frames are zero."""
-        if self.norm is not None:
-            x = self.norm(x.transpose(1, 2), mask).transpose(1, 2)  # BN over (B, H, T)
-        if x.is_cuda:
-            out = self._packed(x, lengths)
-        else:
-            out = self._unpacked(x, lengths) * mask[..., None].to(x.dtype)
-        if self.bidirectional and self.merge == "sum":
-            out = out[..., : self.hidden] + out[..., self.hidden:]  # (B, T, 2H) -> (B, T, H)
-        return out
-
-    def _packed(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """cuDNN path: packed sequences, both directions in one fused call. (B, T, H_in) -> (B, T, dirs*H)."""
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, _ = self.rnn(packed)
-        out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
-        return out
-
-    def _unpacked(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """CPU path, exact for padded batches: the forward direction ignores trailing padding by itself; the
-        backward direction runs forward over each utterance reversed within its own length. Packed
-        sequences on CPU zero-fill a full gradient buffer per time step (quadratic in T); this does not.
-        (B, T, H_in) -> (B, T, dirs*H); padded frames hold garbage (the caller masks)."""
-        fw = {n: getattr(self.rnn, n) for n in self._weight_names}
-        out, _ = functional_call(self._one_way, fw, (x,))
-        if not self.bidirectional:
-            return out
-        t = x.shape[1]
-        idx = (lengths[:, None] - 1 - torch.arange(t, device=x.device)[None]).clamp(min=0)  # (B, T)
-        bw = {n: getattr(self.rnn, n + "_reverse") for n in self._weight_names}
-        rev, _ = functional_call(self._one_way, bw, (x.gather(1, idx[..., None].expand(-1, -1, x.shape[2])),))
-        rev = rev.gather(1, idx[..., None].expand(-1, -1, rev.shape[2]))  # back to time order
-        return torch.cat([out, rev], dim=-1)
-
-
 class Lookahead(nn.Module):
     """Row convolution over `context` future frames (DS2 §3.7), per channel."""
 
@@ -129,6 +69,7 @@ class DeepSpeech2(nn.Module):
     def __init__(self, cfg: DS2Config, num_features: int, vocab_size: int) -> None:
         super().__init__()
         self.cfg = cfg
+        self.num_features = num_features
         self.convs = nn.ModuleList()
         self.conv_norms = nn.ModuleList()
         in_ch, freq = 1, num_features
@@ -162,6 +103,24 @@ class DeepSpeech2(nn.Module):
         for conv in self.convs:
             lengths = conv_out_length(lengths, conv, dim=1)
         return lengths
+
+    def flops(self, frames: int) -> tuple[int, int]:
+        """(forward, backward) FLOPs for one utterance of `frames` feature frames (see models.flops)."""
+        t = torch.tensor([frames])
+        freq = self.num_features
+        conv_fl = []
+        for conv in self.convs:
+            t = conv_out_length(t, conv, dim=1)
+            freq = int(conv_out_length(torch.tensor(freq), conv, dim=0))
+            conv_fl.append(F.conv_flops(conv.in_channels, conv.out_channels, conv.kernel_size, freq * int(t)))
+        n = int(t)
+        rest = sum(conv_fl[1:])
+        rnn_fl = F.add([rnn.flops(n) for rnn in self.rnns])
+        if self.lookahead is not None:
+            c = self.lookahead.conv
+            rest += F.conv_flops(c.in_channels, c.out_channels, c.kernel_size, n, groups=c.groups)
+        rest += sum(F.linear_flops(m.in_features, m.out_features, n) for m in self.fc if isinstance(m, nn.Linear))
+        return F.train_flops(conv_fl[0], rest, rnn_fl)
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         feats = feats * length_mask(lengths, feats.shape[-1])[:, None, :].to(feats.dtype)  # padding = 0

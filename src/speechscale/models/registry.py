@@ -9,6 +9,8 @@ from torch import nn
 
 from ..config import ConfigError, from_dict
 from .deepspeech2 import DeepSpeech2, DS2Config
+from .lstm_ctc import LSTMCTC, LSTMConfig
+from .wav2letter import W2LConfig, Wav2LetterPlus
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,17 @@ MODELS: dict[str, tuple[type, Callable[..., nn.Module], dict[str, Any]]] = {
     # Streaming variant: unidirectional GRU with a 20-frame lookahead convolution.
     "ds2-streaming": (DS2Config, DeepSpeech2, {"conv": _CONV_DS2, "rnn_layers": 5, "rnn_hidden": 800,
                                                "bidirectional": False, "lookahead": 20}),
+    # OpenSeq2Seq's w2lplus_large (the W2LConfig default); meant for 64 log-mel features.
+    "wav2letter+": (W2LConfig, Wav2LetterPlus, {}),
+    "wav2letter+-tiny": (W2LConfig, Wav2LetterPlus, {"blocks": [
+        {"channels": 96, "kernel": 11, "stride": 2, "dropout": 0.1},
+        {"channels": 96, "kernel": 11, "dropout": 0.1, "repeat": 2},
+        {"channels": 128, "kernel": 15, "dropout": 0.1, "repeat": 2},
+        {"channels": 160, "kernel": 21, "dilation": 2, "dropout": 0.2},
+        {"channels": 192, "kernel": 1, "dropout": 0.2}]}),
+    # The ADPSGD papers' acoustic model: 6 bidirectional LSTM layers of 2x512 cells, 256-unit bottleneck.
+    "lstm-ctc": (LSTMConfig, LSTMCTC, {}),
+    "lstm-ctc-tiny": (LSTMConfig, LSTMCTC, {"layers": 3, "hidden": 192, "projection": 128, "stride": 2}),
 }
 
 

@@ -35,9 +35,9 @@ def load_utterances(path: str, comps: Components, cfg: Config, filt: dict[str, A
     return kept, report
 
 
-def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bool
+def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bool, pin_memory: bool = False
                 ) -> tuple[torch.utils.data.DataLoader, BucketBatchSampler, SpeechDataset]:
-    """A DataLoader over duration-bucketed batches; augmentation only when `train`."""
+    """A DataLoader over duration-bucketed batches; augmentation only when `train`; `pin_memory` for GPUs."""
     d = cfg.data
     sampler = BucketBatchSampler([u.duration for u in utts], batch_seconds=d.batch_seconds,
                                  max_batch_size=d.max_batch_size, num_buckets=d.num_buckets,
@@ -47,5 +47,5 @@ def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bo
     # Evaluation iterates a fixed list (every pass sees every utterance); training the resumable sampler.
     batches = sampler if train else sampler.batches(0)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
-                                         num_workers=d.num_workers, persistent_workers=False)
+                                         num_workers=d.num_workers, persistent_workers=False, pin_memory=pin_memory)
     return loader, sampler, dataset

@@ -1,7 +1,9 @@
 """Evaluation: greedy-decode a loader and score corpus WER/CER (a fresh metric every call)."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -21,8 +23,11 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer) -> EvalResult:
-    """Run `model` in eval mode over `loader` (yielding Batch) and score; restores the previous mode."""
+def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: torch.device | None = None,
+             autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> EvalResult:
+    """Run `model` in eval mode over `loader` (yielding Batch) and score; restores the previous mode.
+    Batches move to `device` (default: the model's); `autocast` gives the forward pass's precision region."""
+    device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
     metric = ErrorRate()
@@ -34,7 +39,10 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer) -> EvalRe
             skipped += batch.bad
             if len(batch) == 0:
                 continue
-            logits, out_lens = model(batch.feats, batch.feat_lens)
+            batch = batch.to(device)
+            with autocast():
+                logits, out_lens = model(batch.feats, batch.feat_lens)
+            logits = logits.float()
             texts = greedy_decode(logits, out_lens, tokenizer)
             metric.update(batch.texts, texts)
             hyps.update(zip(batch.indices, texts))

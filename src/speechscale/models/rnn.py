@@ -1,0 +1,103 @@
+"""A recurrent layer over padded batches: masked BN, GRU/LSTM, merged directions, mixed-precision aware."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .layers import MaskedBatchNorm
+
+
+class RecurrentLayer(nn.Module):
+    """Masked batch norm (optional) -> GRU/LSTM over valid frames -> merged directions.
+
+    Precision: under CUDA autocast, cuDNN's RNN autocast wrapper always casts to fp16, also inside a bf16
+    region. This layer therefore runs the RNN itself in the autocast dtype (weights cast per call, autograd
+    flows to the fp32 masters) with autocast off, so bf16 means bf16. On CPU the same cast is used.
+    """
+
+    def __init__(self, input_size: int, hidden: int, rnn_type: str, bidirectional: bool, merge: str,
+                 norm: bool) -> None:
+        super().__init__()
+        rnn_cls = {"gru": nn.GRU, "lstm": nn.LSTM}[rnn_type]
+        self.rnn_type = rnn_type
+        self.input_size = input_size
+        self.norm = MaskedBatchNorm(input_size) if norm else None
+        self.rnn = rnn_cls(input_size, hidden, batch_first=True, bidirectional=bidirectional)
+        self.bidirectional = bidirectional
+        self.merge = merge
+        self.hidden = hidden
+        # A parameter-less unidirectional twin: runs one direction of `self.rnn` with its weights (CPU path).
+        with torch.random.fork_rng(devices=[]):  # its throw-away init must not shift later layers' init
+            self._one_way = rnn_cls(input_size, hidden, batch_first=True)
+        for name in list(self._one_way._parameters):
+            delattr(self._one_way, name)
+        self._weight_names = [n for n in self.rnn._flat_weights_names if not n.endswith("_reverse")]
+
+    @property
+    def output_size(self) -> int:
+        return self.hidden * 2 if self.bidirectional and self.merge == "concat" else self.hidden
+
+    def flops(self, frames: int, first: bool = False) -> tuple[int, int]:
+        """(forward, backward) FLOPs (2 per multiply-add) for one utterance of `frames` steps.
+
+        Backward is twice the forward except where no input gradient is needed: the zero initial state's
+        recurrent product at step 0, and, when `first` (the layer reads the features), the input product."""
+        gates = {"gru": 3, "lstm": 4}[self.rnn_type]
+        dirs = 2 if self.bidirectional else 1
+        inp = 2 * frames * gates * self.hidden * self.input_size * dirs
+        rec = 2 * frames * gates * self.hidden * self.hidden * dirs
+        h0 = 2 * gates * self.hidden * self.hidden * dirs
+        return inp + rec, (inp if first else 2 * inp) + 2 * rec - h0
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (B, T, H_in) -> (B, T, H_out); padded frames are zero."""
+        if self.norm is not None:
+            x = self.norm(x.transpose(1, 2), mask).transpose(1, 2)  # BN over (B, H, T)
+        dev = x.device.type
+        dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+        with torch.autocast(dev, enabled=False):
+            if dtype is not None:
+                x = x.to(dtype)
+            if x.is_cuda:
+                out = self._packed(x, lengths, dtype)
+            else:
+                out = self._unpacked(x, lengths, dtype) * mask[..., None].to(x.dtype)
+        if self.bidirectional and self.merge == "sum":
+            out = out[..., : self.hidden] + out[..., self.hidden:]  # (B, T, 2H) -> (B, T, H)
+        return out
+
+    def _weights(self, names: list[str], dtype: torch.dtype | None, suffix: str = "") -> dict[str, torch.Tensor]:
+        ws = {n: getattr(self.rnn, n + suffix) for n in names}
+        return ws if dtype is None else {n: w.to(dtype) for n, w in ws.items()}
+
+    def _packed(self, x: torch.Tensor, lengths: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+        """cuDNN path: packed sequences, both directions in one fused call. (B, T, H_in) -> (B, T, dirs*H)."""
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        if dtype is None:
+            out, _ = self.rnn(packed)  # flattened fp32 weights
+        else:
+            ws = self._weights(self.rnn._flat_weights_names, dtype)
+            with warnings.catch_warnings():  # the cast weights are not one flat buffer; cuDNN packs them per call
+                warnings.simplefilter("ignore", UserWarning)
+                out, _ = functional_call(self.rnn, ws, (packed,))
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        return out
+
+    def _unpacked(self, x: torch.Tensor, lengths: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+        """CPU path, exact for padded batches: the forward direction ignores trailing padding by itself; the
+        backward direction runs forward over each utterance reversed within its own length. Packed
+        sequences on CPU zero-fill a full gradient buffer per time step (quadratic in T); this does not.
+        (B, T, H_in) -> (B, T, dirs*H); padded frames hold garbage (the caller masks)."""
+        out, _ = functional_call(self._one_way, self._weights(self._weight_names, dtype), (x,))
+        if not self.bidirectional:
+            return out
+        t = x.shape[1]
+        idx = (lengths[:, None] - 1 - torch.arange(t, device=x.device)[None]).clamp(min=0)  # (B, T)
+        bw = self._weights(self._weight_names, dtype, "_reverse")
+        rev, _ = functional_call(self._one_way, bw, (x.gather(1, idx[..., None].expand(-1, -1, x.shape[2])),))
+        rev = rev.gather(1, idx[..., None].expand(-1, -1, rev.shape[2]))  # back to time order
+        return torch.cat([out, rev], dim=-1)

@@ -87,15 +87,23 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 
 def cmd_bench_train(args: argparse.Namespace) -> int:
     from .bench.throughput import bench_train
+    from .config import ConfigError
 
     manifest = args.manifest
     if manifest is None:
         default = Path(__file__).resolve().parents[2].parent / "shared/data/ldc93s1/manifest.jsonl"
         manifest = str(default) if default.is_file() else None
+    precisions = tuple(args.precision.split(","))
+    bad = [p for p in precisions if p not in ("fp32", "bf16", "fp16")]
+    if bad:
+        raise ConfigError(f"--precision {','.join(bad)}: use fp32, bf16 and/or fp16, comma-separated")
+    if "fp32" in precisions:  # the reference runs first so every other mode reports its ratio
+        precisions = ("fp32",) + tuple(p for p in precisions if p != "fp32")
     for model in args.model.split(","):
-        res = bench_train(model, args.batch_size, args.seconds, args.steps, args.warmup,
-                          manifest or None, args.threads)
-        print(json.dumps(res), flush=True)
+        for res in bench_train(model, args.batch_size, args.seconds, args.steps, args.warmup, manifest or None,
+                               args.threads, precisions=precisions, device=args.device,
+                               peak_tflops=args.peak_tflops, compile_model=args.compile):
+            print(json.dumps(res), flush=True)
     return 0
 
 
@@ -148,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--warmup", type=int, default=2)
     bt.add_argument("--threads", type=int, default=0)
     bt.add_argument("--manifest", default=None, help="real audio to cut batches from ('' for noise)")
+    bt.add_argument("--precision", default="fp32", help="fp32,bf16,fp16: modes run side by side, ratios vs fp32")
+    bt.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    bt.add_argument("--peak-tflops", type=float, default=None,
+                    help="device peak for MFU (default: a matmul measured in each mode's dtype)")
+    bt.add_argument("--compile", action="store_true", help="torch.compile the model")
     bt.set_defaults(func=cmd_bench_train)
     bf = bsub.add_parser("features", help="cost of decoding + resampling + features per second of audio, as JSON")
     bf.add_argument("--manifest", required=True)

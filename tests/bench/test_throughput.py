@@ -1,18 +1,37 @@
 import json
 
+import pytest
+
 from tests.conftest import run_cli, shared
 
 
-def test_bench_train_reports_throughput_and_phases_as_json():
+def test_bench_train_reports_throughput_phases_ratios_and_mfu_per_precision():
     m = str(shared("ldc93s1", "manifest.jsonl"))
-    proc = run_cli("bench", "train", "--model", "ds2-tiny", "--batch-size", "2", "--seconds", "1", "--steps", "2",
-                   "--warmup", "1", "--manifest", m)
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert res["model"] == "ds2-tiny" and res["source"] == "ldc93s1" and res["params"] > 1e6
-    assert res["audio_seconds_per_second"] > 0 and res["utterances_per_second"] > 0
-    phases = res["ms_per_phase"]
-    assert set(phases) == {"data", "forward", "backward", "optimizer"} and all(v > 0 for v in phases.values())
-    assert abs(sum(phases.values()) - res["ms_per_step"]) < 0.5
+    proc = run_cli("bench", "train", "--model", "ds2-tiny,wav2letter+-tiny,lstm-ctc-tiny", "--precision", "bf16,fp32",
+                   "--batch-size", "2", "--seconds", "1", "--steps", "2", "--warmup", "1", "--manifest", m)
+    rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
+    assert [(r["model"], r["precision"]) for r in rows] == [
+        (name, p) for name in ("ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny") for p in ("fp32", "bf16")]
+    for res in rows:
+        assert res["source"] == "ldc93s1" and res["params"] > 1e6 and res["device"] == "cpu"
+        assert res["audio_seconds_per_second"] > 0 and res["utterances_per_second"] > 0
+        phases = res["ms_per_phase"]
+        assert set(phases) == {"data", "forward", "backward", "optimizer"} and all(v > 0 for v in phases.values())
+        assert abs(sum(phases.values()) - res["ms_per_step"]) < 0.5
+        assert 0 < res["mfu"] < 1 and res["peak_source"] == f"measured {res['precision']} matmul"
+        assert res["final_loss"] > 0  # the label fits the output frames: a real CTC loss
+        ratio = res["audio_seconds_per_second"] / next(
+            r for r in rows if r["model"] == res["model"] and r["precision"] == "fp32")["audio_seconds_per_second"]
+        assert res["speedup_vs_fp32"] == pytest.approx(ratio, rel=0.01)
+
+
+def test_bench_train_uses_a_given_peak_and_rejects_unknown_precisions():
+    m = str(shared("ldc93s1", "manifest.jsonl"))
+    res = json.loads(run_cli("bench", "train", "--model", "wav2letter+-tiny", "--batch-size", "2", "--seconds", "1",
+                             "--steps", "1", "--warmup", "1", "--manifest", m, "--peak-tflops", "0.5").stdout)
+    assert res["peak_source"] == "given" and res["mfu"] == pytest.approx(res["achieved_tflops"] / 0.5, rel=0.02)
+    proc = run_cli("bench", "train", "--precision", "fp8", check=False)
+    assert proc.returncode == 2 and "use fp32, bf16 and/or fp16" in proc.stderr
 
 
 def test_bench_features_reports_cost_per_audio_second():

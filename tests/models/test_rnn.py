@@ -38,3 +38,16 @@ def test_under_autocast_the_rnn_runs_in_the_autocast_dtype_and_stays_close(rnn_t
     torch.testing.assert_close(low.float(), ref, atol=0.05, rtol=0.05)
     low.float().square().sum().backward()  # gradients reach the fp32 master weights
     assert layer.rnn.weight_ih_l0.grad is not None and layer.rnn.weight_ih_l0.grad.dtype == torch.float32
+
+
+def test_the_gpu_packed_path_with_cast_weights_matches_the_cpu_path():
+    """The packed path (cuDNN's on GPUs) with bf16 weights cast per call, run here on the CPU."""
+    torch.manual_seed(0)
+    layer = RecurrentLayer(12, 16, "gru", bidirectional=True, merge="sum", norm=False)
+    x = torch.randn(3, 30, 12).bfloat16()
+    lengths = torch.tensor([30, 21, 5])
+    mask = length_mask(lengths, 30)[..., None]
+    packed = layer._packed(x, lengths, torch.bfloat16) * mask
+    assert packed.dtype == torch.bfloat16
+    torch.testing.assert_close(packed.float(), (layer._unpacked(x, lengths, torch.bfloat16) * mask).float(),
+                               atol=0.03, rtol=0.03)

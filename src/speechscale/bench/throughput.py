@@ -1,9 +1,12 @@
-"""Steady-state training throughput of a model preset: audio-seconds/s, utterances/s, ms per phase.
+"""Steady-state training throughput of model presets in several precisions, side by side, with MFU.
 
-    speechscale bench train --model ds2-tiny --batch-size 8 --seconds 2
+    speechscale bench train --model ds2-tiny,wav2letter+-tiny --precision fp32,bf16 --batch-size 8 --seconds 2
 
 Batches are real audio cut from a manifest (default: ../shared/data/ldc93s1 when present), else
-synthesized speech-like noise; the data phase includes loading, features and collate.
+synthesized noise; the data phase includes loading, features and the copy to the device. The modes run
+interleaved step by step in one process, so machine noise hits them alike. MFU is the analytic training
+FLOPs per second (models/flops.py) over the device peak: `--peak-tflops` when given, else a matmul
+measured here in the mode's dtype (stated in the output as peak_source).
 """
 from __future__ import annotations
 
@@ -17,7 +20,11 @@ import torch
 from ..components import build_components
 from ..config import Config, from_dict
 from ..data.audio import load_audio
+from ..models.registry import RECOMMENDED_FEATURES
 from ..training.optim import build_optimizer
+from ..training.precision import Precision, resolve_device
+
+TEXT = "she had your dark suit in greasy wash water all year"
 
 
 def _clips(manifest: str | None, sample_rate: int, seconds: float, n: int, seed: int) -> list[np.ndarray]:
@@ -36,47 +43,116 @@ def _clips(manifest: str | None, sample_rate: int, seconds: float, n: int, seed:
     return [rng.standard_normal(need).astype(np.float32) * 0.1 for _ in range(n)]
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, repeats: int = 3) -> float:
+    """Best TFLOP/s of a large square matmul in `dtype` on `device`: the practical ceiling for MFU."""
+    n = 8192 if device.type == "cuda" else 2048
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    (a @ b)
+    _sync(device)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        (a @ b)
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n ** 3 / best / 1e12
+
+
+class _Mode:
+    """One precision's model, optimizer and timers."""
+
+    def __init__(self, precision: str, cfg: Config, device: torch.device, compile_model: bool) -> None:
+        torch.manual_seed(0)
+        self.comps = build_components(cfg)
+        self.model = self.comps.model.to(device).train()
+        self.forward = torch.compile(self.model, dynamic=False) if compile_model else self.model
+        self.opt = build_optimizer(self.model, cfg.optim, fused=device.type == "cuda")
+        self.precision = Precision(precision, device)
+        self.phases = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+        self.losses: list[float] = []
+
+
 def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2.0, steps: int = 5,
                 warmup: int = 2, manifest: str | None = None, threads: int = 0,
-                overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Time `steps` training steps after `warmup`; returns throughput and the per-phase split as a dict."""
+                overrides: dict[str, Any] | None = None, precisions: tuple[str, ...] = ("fp32",),
+                device: str = "auto", peak_tflops: float | None = None, compile_model: bool = False
+                ) -> list[dict[str, Any]]:
+    """Time `steps` training steps per precision after `warmup`, interleaved; one result dict per mode."""
     if threads:
         torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    cfg: Config = from_dict(Config, {"model": {"name": model, "overrides": overrides or {}}})
-    comps = build_components(cfg)
-    m = comps.model.train()
-    opt = build_optimizer(m, cfg.optim)
+    dev = resolve_device(device)
+    cfg: Config = from_dict(Config, {"model": {"name": model, "overrides": overrides or {}},
+                                     "features": RECOMMENDED_FEATURES.get(model, {})})
+    modes = {p: _Mode(p, cfg, dev, compile_model) for p in precisions}
+    comps = next(iter(modes.values())).comps
     ctc = torch.nn.CTCLoss(blank=0, zero_infinity=True)
-    text = "she had your dark suit in greasy wash water all year"
-    tgt = torch.tensor(comps.tokenizer.encode(text) * batch_size)
-    tgt_lens = torch.full((batch_size,), len(text), dtype=torch.long)
     clips = _clips(manifest, comps.features.cfg.sample_rate, seconds, batch_size, seed=0)
-    phases = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+    out_frames = comps.output_frames([seconds])[0]
+    text = (TEXT * (1 + out_frames // len(TEXT)))[: max(1, out_frames // 3)]  # a label CTC can align
+    tgt = torch.tensor(comps.tokenizer.encode(text) * batch_size, device=dev)
+    tgt_lens = torch.full((batch_size,), len(text), dtype=torch.long)
+    frames = 0
     for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips])  # (B, F, T)
-        lens = torch.full((batch_size,), feats.shape[-1], dtype=torch.long)
-        t1 = time.perf_counter()
-        logits, out_lens = m(feats, lens)
-        loss = ctc(logits.float().log_softmax(-1).transpose(0, 1), tgt, out_lens, tgt_lens)
-        t2 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        t3 = time.perf_counter()
-        torch.nn.utils.clip_grad_norm_(m.parameters(), 5.0)
-        opt.step()
-        t4 = time.perf_counter()
-        if i >= warmup:
-            for k, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                phases[k] += dt
-    total = sum(phases.values())
-    return {
-        "model": model, "params": sum(p.numel() for p in m.parameters()), "batch_size": batch_size,
-        "utterance_seconds": seconds, "steps": steps, "threads": torch.get_num_threads(),
-        "source": Path(manifest).parent.name if manifest else "noise",
-        "audio_seconds_per_second": round(batch_size * seconds * steps / total, 2),
-        "utterances_per_second": round(batch_size * steps / total, 2),
-        "ms_per_step": round(1000 * total / steps, 1),
-        "ms_per_phase": {k: round(1000 * v / steps, 1) for k, v in phases.items()},
-    }
+        for m in modes.values():
+            _sync(dev)
+            t0 = time.perf_counter()
+            feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)
+            frames = feats.shape[-1]
+            lens = torch.full((batch_size,), frames, dtype=torch.long)  # lengths stay on the CPU
+            _sync(dev)
+            t1 = time.perf_counter()
+            with m.precision.autocast():
+                logits, out_lens = m.forward(feats, lens)
+            loss = ctc(logits.float().log_softmax(-1).transpose(0, 1), tgt, out_lens, tgt_lens)
+            _sync(dev)
+            t2 = time.perf_counter()
+            m.opt.zero_grad(set_to_none=True)
+            m.precision.scale(loss).backward()
+            _sync(dev)
+            t3 = time.perf_counter()
+            m.precision.unscale_(m.opt)
+            norm = torch.nn.utils.clip_grad_norm_(m.model.parameters(), 5.0)
+            m.precision.step(m.opt, ~torch.isfinite(norm))
+            _sync(dev)
+            t4 = time.perf_counter()
+            if i >= warmup:
+                for k, dt in zip(m.phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                    m.phases[k] += dt
+                m.losses.append(float(loss.detach()))
+    results = []
+    base = None
+    for p, m in modes.items():
+        total = sum(m.phases.values())
+        fwd, bwd = m.model.flops(frames)  # type: ignore[operator]
+        step_flops = batch_size * (fwd + bwd)
+        achieved = step_flops * steps / total / 1e12
+        if peak_tflops:
+            peak, source = peak_tflops, "given"
+        else:
+            peak, source = matmul_peak_tflops(dev, m.precision.dtype), f"measured {p} matmul"
+        res = {
+            "model": model, "precision": p, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "params": sum(q.numel() for q in m.model.parameters()), "batch_size": batch_size,
+            "utterance_seconds": seconds, "steps": steps, "threads": torch.get_num_threads(),
+            "source": Path(manifest).parent.name if manifest else "noise",
+            "audio_seconds_per_second": round(batch_size * seconds * steps / total, 2),
+            "utterances_per_second": round(batch_size * steps / total, 2),
+            "ms_per_step": round(1000 * total / steps, 1),
+            "ms_per_phase": {k: round(1000 * v / steps, 1) for k, v in m.phases.items()},
+            "gflop_per_audio_second": round((fwd + bwd) / seconds / 1e9, 2),
+            "achieved_tflops": round(achieved, 4), "peak_tflops": round(peak, 3), "peak_source": source,
+            "mfu": round(achieved / peak, 4), "final_loss": round(m.losses[-1], 3),
+        }
+        if dev.type == "cuda":
+            res["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(dev) / 2 ** 20, 1)
+        base = base or (res if p == "fp32" else None)
+        if base is not None:
+            res["speedup_vs_fp32"] = round(res["audio_seconds_per_second"] / base["audio_seconds_per_second"], 3)
+        results.append(res)
+    return results

@@ -40,14 +40,12 @@ class Batch:
                                    targets=self.targets.pin_memory(), target_lens=self.target_lens.pin_memory())
 
     def to(self, device: torch.device) -> "Batch":
-        """The batch on `device`; copies from pinned memory do not block the host."""
+        """Features and targets on `device` (copies from pinned memory do not block the host). Lengths stay
+        on the CPU: packed cuDNN RNNs and CTC read them there, so the GPU never has to report them back."""
         if device.type == "cpu":
             return self
-        nb = device.type == "cuda"
-        return dataclasses.replace(self, feats=self.feats.to(device, non_blocking=nb),
-                                   feat_lens=self.feat_lens.to(device, non_blocking=nb),
-                                   targets=self.targets.to(device, non_blocking=nb),
-                                   target_lens=self.target_lens.to(device, non_blocking=nb))
+        return dataclasses.replace(self, feats=self.feats.to(device, non_blocking=True),
+                                   targets=self.targets.to(device, non_blocking=True))
 
 
 class SpeechDataset(torch.utils.data.Dataset):

@@ -123,15 +123,15 @@ class DeepSpeech2(nn.Module):
         return F.train_flops(conv_fl[0], rest, rnn_fl)
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        feats = feats * length_mask(lengths, feats.shape[-1])[:, None, :].to(feats.dtype)  # padding = 0
+        feats = feats * length_mask(lengths, feats.shape[-1], feats.device)[:, None, :].to(feats.dtype)  # padding = 0
         x = feats.unsqueeze(1)  # (B, F, T) -> (B, 1, F, T)
         for conv, norm in zip(self.convs, self.conv_norms):
             x = conv(x)  # (B, C, F', T')
             lengths = conv_out_length(lengths, conv, dim=1)
-            x = self.act(norm(x, length_mask(lengths, x.shape[-1])))
+            x = self.act(norm(x, length_mask(lengths, x.shape[-1], x.device)))
         b, c, f, t = x.shape
         x = x.reshape(b, c * f, t).transpose(1, 2)  # (B, C*F, T) -> (B, T, C*F)
-        mask = length_mask(lengths, t)
+        mask = length_mask(lengths, t, x.device)
         for i, rnn in enumerate(self.rnns):
             if i > 0:
                 x = self.dropout(x)

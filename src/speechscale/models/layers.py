@@ -5,9 +5,13 @@ import torch
 from torch import nn
 
 
-def length_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
-    """(B,) lengths -> (B, T) bool, True on valid frames."""
-    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+def length_mask(lengths: torch.Tensor, max_len: int, device: torch.device | None = None) -> torch.Tensor:
+    """(B,) lengths -> (B, T) bool on `device` (default: the lengths' own), True on valid frames.
+
+    Models keep lengths on the CPU (cuDNN's packed RNNs and CTC want them there) and build masks on the
+    GPU from a non-blocking copy: no host sync per layer."""
+    device = device or lengths.device
+    return torch.arange(max_len, device=device)[None, :] < lengths.to(device, non_blocking=True)[:, None]
 
 
 def conv_out_length(lengths: torch.Tensor, conv: nn.Module, dim: int = -1) -> torch.Tensor:

@@ -77,18 +77,19 @@ class LSTMCTC(nn.Module):
         return F.train_flops(0, rest, rnn)
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = feats * length_mask(lengths, feats.shape[-1])[:, None, :].to(feats.dtype)  # (B, F, T)
+        x = feats * length_mask(lengths, feats.shape[-1], feats.device)[:, None, :].to(feats.dtype)  # (B, F, T)
         if self.cfg.deltas:
-            d = deltas(x, lengths)
-            x = torch.cat([x, d, deltas(d, lengths)], dim=1)  # (B, 3F, T)
-            x = x * length_mask(lengths, x.shape[-1])[:, None, :].to(x.dtype)  # stacks read zeros past the end
+            dev_lengths = lengths.to(x.device, non_blocking=True)
+            d = deltas(x, dev_lengths)
+            x = torch.cat([x, d, deltas(d, dev_lengths)], dim=1)  # (B, 3F, T)
+            x = x * length_mask(lengths, x.shape[-1], x.device)[:, None, :].to(x.dtype)  # stacks read zeros past the end
         b, f, t = x.shape
         k, s = self.cfg.stack, self.cfg.stride
         x = nn.functional.pad(x, (0, k - 1))  # (B, F, T + k - 1): the last stacks read zeros
         x = x.unfold(2, k, 1)[:, :, ::s]  # (B, F, T', k)
         x = x.permute(0, 2, 3, 1).reshape(b, x.shape[2], k * f)  # (B, T', k*F), frame-major
         lengths = self.output_lengths(lengths)
-        mask = length_mask(lengths, x.shape[1])
+        mask = length_mask(lengths, x.shape[1], x.device)
         x = x * mask[..., None].to(x.dtype)
         for i, rnn in enumerate(self.rnns):
             if i > 0:

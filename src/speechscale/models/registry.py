@@ -44,6 +44,12 @@ MODELS: dict[str, tuple[type, Callable[..., nn.Module], dict[str, Any]]] = {
     "lstm-ctc-tiny": (LSTMConfig, LSTMCTC, {"layers": 3, "hidden": 192, "projection": 128, "stride": 2}),
 }
 
+# Features each family was designed for (bench uses them; recipes set `features:` to match).
+RECOMMENDED_FEATURES: dict[str, dict[str, Any]] = {
+    "wav2letter+": {"kind": "logmel", "n_mels": 64}, "wav2letter+-tiny": {"kind": "logmel", "n_mels": 64},
+    "lstm-ctc": {"kind": "logmel", "n_mels": 40}, "lstm-ctc-tiny": {"kind": "logmel", "n_mels": 40},
+}
+
 
 def model_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
     """The typed architecture config of preset `name` with `overrides` applied."""

@@ -54,7 +54,8 @@ class RecurrentLayer(nn.Module):
         return inp + rec, (inp if first else 2 * inp) + 2 * rec - h0
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x (B, T, H_in) -> (B, T, H_out); padded frames are zero."""
+        """x (B, T, H_in), lengths (B,) (CPU on GPUs: packing reads them there), mask (B, T) on x's device
+        -> (B, T, H_out); padded frames are zero."""
         if self.norm is not None:
             x = self.norm(x.transpose(1, 2), mask).transpose(1, 2)  # BN over (B, H, T)
         dev = x.device.type
@@ -96,7 +97,7 @@ class RecurrentLayer(nn.Module):
         if not self.bidirectional:
             return out
         t = x.shape[1]
-        idx = (lengths[:, None] - 1 - torch.arange(t, device=x.device)[None]).clamp(min=0)  # (B, T)
+        idx = (lengths.to(x.device)[:, None] - 1 - torch.arange(t, device=x.device)[None]).clamp(min=0)  # (B, T)
         bw = self._weights(self._weight_names, dtype, "_reverse")
         rev, _ = functional_call(self._one_way, bw, (x.gather(1, idx[..., None].expand(-1, -1, x.shape[2])),))
         rev = rev.gather(1, idx[..., None].expand(-1, -1, rev.shape[2]))  # back to time order

@@ -62,7 +62,7 @@ class ConvBlock(nn.Module):
         """x (B, C_in, T) -> (B, C_out, T'), padded frames zero."""
         x = self.conv(x)
         lengths = conv_out_length(lengths, self.conv)
-        x = self.drop(self.act(self.norm(x, length_mask(lengths, x.shape[-1]))))
+        x = self.drop(self.act(self.norm(x, length_mask(lengths, x.shape[-1], x.device))))
         return x, lengths
 
 
@@ -101,7 +101,7 @@ class Wav2LetterPlus(nn.Module):
         return F.train_flops(per_layer[0], rest)
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = feats * length_mask(lengths, feats.shape[-1])[:, None, :].to(feats.dtype)  # (B, F, T), padding = 0
+        x = feats * length_mask(lengths, feats.shape[-1], feats.device)[:, None, :].to(feats.dtype)  # (B, F, T)
         for block in self.blocks:
             x, lengths = block(x, lengths)  # (B, C, T')
         return self.out(x).transpose(1, 2), lengths  # (B, T', V)

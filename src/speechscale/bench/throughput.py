@@ -146,9 +146,12 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             "ms_per_step": round(1000 * total / steps, 1),
             "ms_per_phase": {k: round(1000 * v / steps, 1) for k, v in m.phases.items()},
             "gflop_per_audio_second": round((fwd + bwd) / seconds / 1e9, 2),
-            "achieved_tflops": round(achieved, 4), "peak_tflops": round(peak, 3), "peak_source": source,
+            "achieved_tflops": round(achieved, 4), "peak_tflops": round(peak, 4), "peak_source": source,
             "mfu": round(achieved / peak, 4), "final_loss": round(m.losses[-1], 3),
         }
+        if achieved > peak and not peak_tflops:  # e.g. fp16 on a CPU: the matmul probe hit a slow kernel
+            res["mfu"] = None
+            res["peak_source"] += " (below the model's own rate: no fast kernel for this dtype; pass --peak-tflops)"
         if dev.type == "cuda":
             res["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(dev) / 2 ** 20, 1)
         base = base or (res if p == "fp32" else None)

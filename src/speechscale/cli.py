@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -39,7 +40,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     summary = train(cfg)
-    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}))
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}))
     return 0
 
 

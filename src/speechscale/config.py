@@ -111,6 +111,15 @@ class TrainerConfig:
     prescan: bool = False              # before training, run forward+backward on the worst-case batch, report memory
     memory_budget_mb: float = 0.0      # pre-scan: fail when its peak exceeds this (0 = only a real OOM fails)
     compile: bool = False              # torch.compile the model's forward (meant for the conv models)
+    checkpoint_every_steps: int = 0    # also write a checkpoint every N steps, without validating (0 = off)
+    keep_checkpoints: int = 3          # step-N.pt files kept (last.pt and the `latest` pointer always)
+    trace_samples: bool = False        # log each step's sample ids per rank to OUT/samples-rankR.jsonl (tests)
+
+
+@dataclass
+class DistributedConfig:
+    strategy: str = "allreduce"        # under torchrun: allreduce (DDP; gloo on CPU, nccl on GPU)
+    scale_lr: bool = False             # multiply the learning rate by the number of ranks (linear scaling rule)
 
 
 @dataclass
@@ -122,6 +131,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
@@ -267,6 +277,8 @@ def validate(cfg: Config) -> None:
          "trainer.device must be auto, cpu, cuda or cuda:N"),
         (cfg.trainer.loss_scale_init > 0 and cfg.trainer.min_loss_scale > 0,
          "trainer.loss_scale_init and trainer.min_loss_scale must be positive"),
+        (cfg.distributed.strategy in ("allreduce",), "distributed.strategy must be allreduce"),
+        (cfg.trainer.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
         (0.0 <= cfg.augment.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),
         (len(cfg.augment.speed) in (0, 2), "augment.speed must be [] or [low, high]"),
         (len(cfg.augment.noise_snr_db) in (0, 2), "augment.noise_snr_db must be [] or [low, high]"),

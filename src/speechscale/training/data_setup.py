@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -35,9 +35,12 @@ def load_utterances(path: str, comps: Components, cfg: Config, filt: dict[str, A
     return kept, report
 
 
-def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bool, pin_memory: bool = False
+def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bool, pin_memory: bool = False,
+                wrap: Callable[[BucketBatchSampler], Any] | None = None, shard: tuple[int, int] = (0, 1)
                 ) -> tuple[torch.utils.data.DataLoader, BucketBatchSampler, SpeechDataset]:
-    """A DataLoader over duration-bucketed batches; augmentation only when `train`; `pin_memory` for GPUs."""
+    """A DataLoader over duration-bucketed batches; augmentation only when `train`; `pin_memory` for GPUs.
+    Training iterates `wrap(sampler)` (the per-rank sharded view) when given; evaluation iterates the
+    fixed batch list, every `shard[1]`-th batch from `shard[0]` (each rank scores its share)."""
     d = cfg.data
     sampler = BucketBatchSampler([u.duration for u in utts], batch_seconds=d.batch_seconds,
                                  max_batch_size=d.max_batch_size, num_buckets=d.num_buckets,
@@ -45,7 +48,7 @@ def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bo
     dataset = SpeechDataset(utts, comps.features, comps.tokenizer, cfg.augment if train else None,
                             seed=cfg.trainer.seed, cache_audio=d.cache_features)
     # Evaluation iterates a fixed list (every pass sees every utterance); training the resumable sampler.
-    batches = sampler if train else sampler.batches(0)
+    batches = (wrap(sampler) if wrap else sampler) if train else sampler.batches(0)[shard[0]::shard[1]]
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
                                          num_workers=d.num_workers, persistent_workers=False, pin_memory=pin_memory)
     return loader, sampler, dataset

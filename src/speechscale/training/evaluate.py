@@ -20,6 +20,7 @@ class EvalResult:
     utterances: int
     skipped: int
     hyps: dict[int, str] = field(default_factory=dict)  # dataset index -> hypothesis
+    metric: ErrorRate = field(default_factory=ErrorRate)  # the counts behind wer/cer (summed over ranks)
 
 
 @torch.no_grad()
@@ -48,4 +49,4 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
             hyps.update(zip(batch.indices, texts))
     finally:
         model.train(was_training)
-    return EvalResult(metric.wer, metric.cer, metric.utterances, skipped, hyps)
+    return EvalResult(metric.wer, metric.cer, metric.utterances, skipped, hyps, metric)

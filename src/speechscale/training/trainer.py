@@ -1,9 +1,12 @@
 """The training loop: CTC in fp32, AdamW/SGD with warm-up and decay, clipping, validation, checkpoints.
 
     speechscale train --config configs/yesno.yaml trainer.out_dir=runs/yesno
+    torchrun --nproc-per-node 2 -m speechscale.cli train --config configs/yesno.yaml   # data parallel
 
 One batch goes: sampler -> dataset (audio, augment, features) -> collate -> model -> CTC -> optimizer.
 A non-finite loss or gradient skips the step (counted); a bad audio file drops the utterance (counted).
+Under torchrun every rank runs this loop on its share of each round of batches; the strategy
+(distributed/strategy.py) combines gradients, metrics and state; rank 0 logs and writes checkpoints.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import json
 import logging
 import math
 import random
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,9 @@ from tqdm import tqdm
 from ..components import build_components
 from ..config import Config, to_dict
 from ..data.dataset import Batch
-from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from ..data.distributed_sampler import ShardedBatchSampler
+from ..distributed import build_strategy
+from .checkpoint import load_checkpoint, newest_checkpoint, rng_state, save_checkpoint, save_rotating, set_rng_state
 from .data_setup import load_utterances, make_loader
 from .evaluate import evaluate
 from .optim import build_optimizer, lr_at, set_lr
@@ -64,84 +70,148 @@ class MetricsLog:
             self.tb.close()
 
 
+class _Signals:
+    """SIGTERM (a preemption notice) and SIGUSR1 (SLURM's --signal) set a flag; the loop finishes the
+    step, writes a checkpoint and returns."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Signals":
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signum
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
 class Trainer:
-    """Owns the model, data and optimizer of one run; `fit()` trains and returns the final summary."""
+    """Owns the model, data and optimizer of one run (one rank); `fit()` trains and returns the summary."""
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         t = cfg.trainer
         if t.threads > 0:
             torch.set_num_threads(t.threads)
-        seed_everything(t.seed)
+        self.strategy = build_strategy(cfg.distributed.strategy)
+        self.rank, self.world = self.strategy.rank, self.strategy.world_size
+        seed_everything(t.seed)  # the same initial weights on every rank
         if t.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.out_dir = Path(t.out_dir)
         self.ckpt_dir = self.out_dir / "checkpoints"
-        self.device = resolve_device(t.device)
+        self.device = resolve_device(self.strategy.device(t.device))
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(self.device)
         self.precision = Precision(resolve_precision(t.precision, self.device), self.device,
                                    init_scale=t.loss_scale_init, min_scale=t.min_loss_scale)
-        log.info("device %s, precision %s", self.device, self.precision.mode)
-        # The forward used for training steps; compiled on request (conv models), same parameters.
-        self.forward = torch.compile(self.model, dynamic=True) if t.compile else self.model
         n_params = sum(p.numel() for p in self.model.parameters())
-        log.info("model %s: %d parameters (%.2fM)", cfg.model.name, n_params, n_params / 1e6)
+        if self.rank == 0:
+            log.info("model %s: %d parameters (%.2fM); device %s, precision %s, %d rank(s), strategy %s",
+                     cfg.model.name, n_params, n_params / 1e6, self.device, self.precision.mode, self.world,
+                     self.strategy.name)
         self.train_utts, self.train_report = load_utterances(cfg.data.train_manifest, self.comps, cfg,
                                                              cfg.data.filter, cfg.data.train_slice)
         self.val_utts, self.val_report = load_utterances(cfg.data.val_manifest, self.comps, cfg,
                                                          cfg.data.val_filter, cfg.data.val_slice)
         pin = self.device.type == "cuda"
-        self.loader, self.sampler, self.dataset = make_loader(self.train_utts, self.comps, cfg, train=True,
-                                                              pin_memory=pin)
-        self.val_loader, _, _ = make_loader(self.val_utts, self.comps, cfg, train=False, pin_memory=pin)
+        self.loader, base, self.dataset = make_loader(
+            self.train_utts, self.comps, cfg, train=True, pin_memory=pin,
+            wrap=lambda b: ShardedBatchSampler(b, self.rank, self.world))
+        self.sampler: ShardedBatchSampler = self.loader.batch_sampler  # type: ignore[assignment]
+        self.val_loader, _, _ = make_loader(self.val_utts, self.comps, cfg, train=False, pin_memory=pin,
+                                            shard=(self.rank, self.world))
+        # Compiled (conv models) and/or DDP-wrapped module for training steps; same parameters.
+        fwd = torch.compile(self.model, dynamic=True) if t.compile else self.model
+        self.forward = self.strategy.wrap(fwd)
         self.optimizer = build_optimizer(self.model, cfg.optim, fused=self.device.type == "cuda")
+        # Linear scaling rule for large global batches (with the configured warm-up), on request.
+        self.lr_scale = float(self.world) if cfg.distributed.scale_lr else 1.0
         self.ctc = torch.nn.CTCLoss(blank=0, reduction="mean", zero_infinity=True)
-        # Shuffled epochs are the typical length (SortaGrad's epoch 0 may pack differently).
-        self.steps_per_epoch = len(self.sampler.batches(1))
-        self.total_steps = t.max_steps or t.max_epochs * self.steps_per_epoch
-        self.step = 0
+        # The schedule counts samples: one "step" of it is one single-rank batch of an average epoch, so
+        # the same run on 1 or N ranks walks the same curve.
+        self.epoch_samples = self.sampler.epoch_samples(1)
+        self.mean_batch = self.epoch_samples / max(1, len(base.batches(1)))
+        self.total_samples = (t.max_steps * self.world * self.mean_batch if t.max_steps
+                              else t.max_epochs * self.epoch_samples)
+        self.steps_per_epoch = max(1, round(self.epoch_samples / self.mean_batch))
+        self.step = 0            # optimizer steps taken (all ranks step together)
         self.epoch = 0
-        # Batches of this epoch consumed by the loop. Not the sampler's own position: DataLoader workers
-        # prefetch, so the sampler runs ahead of what has been trained on.
-        self.consumed = 0
+        self.consumed = 0        # samples of this epoch consumed by all ranks together
+        self.samples_seen = 0    # samples consumed since the start of training
         self.best_wer = math.inf
         self.counters = {"nonfinite_loss": 0, "nonfinite_grad": 0, "bad_audio": 0}
         # Per-step values stay on the device; `sync()` folds them into counters at logging intervals.
         self._pending = torch.zeros(4, device=self.device)  # nonfinite loss, nonfinite grad, loss sum, finite steps
         self._epoch_loss = [0.0, 0]  # synced loss sum and finite-step count since the last validation
         self.history: list[dict[str, float]] = []
+        self.resumed_from: str | None = None
+        self.stopped_by: str | None = None
+        seed_everything(t.seed + 7919 * self.rank)  # dropout and other streams differ per rank
         if t.resume:
             self._resume(t.resume)
 
     # ---- checkpoints -------------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
+    def _state(self, rngs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "config": to_dict(self.cfg), "meta": self.comps.meta(), "epoch": self.epoch, "step": self.step,
-                "sampler": {**self.sampler.state_dict(), "epoch": self.epoch, "position": self.consumed},
-                "best_wer": self.best_wer, "counters": dict(self.counters),
-                "history": list(self.history), "rng": rng_state(), "precision": self.precision.state_dict()}
+                "sampler": {"epoch": self.epoch, "consumed": self.consumed, "seed": self.cfg.trainer.seed},
+                "samples_seen": self.samples_seen, "world_size": self.world,
+                "strategy": self.strategy.state_dict(), "best_wer": self.best_wer, "counters": dict(self.counters),
+                "history": list(self.history), "rng": rngs[0], "rng_per_rank": rngs,
+                "precision": self.precision.state_dict()}
 
     def _resume(self, where: str) -> None:
-        path = self.ckpt_dir / "last.pt" if where == "auto" else Path(where)
-        if where == "auto" and not path.is_file():
-            log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
-            return
-        state = load_checkpoint(path, map_location=str(self.device))
+        if where == "auto":
+            found = newest_checkpoint(self.ckpt_dir)
+            if found is None:
+                if self.rank == 0:
+                    log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
+                return
+            path, state = found
+        else:
+            path, state = Path(where), load_checkpoint(where, map_location=str(self.device))
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.step, self.best_wer = state["epoch"], state["step"], state["best_wer"]
-        self.sampler.load_state_dict(state["sampler"])
-        self.consumed = self.sampler.position
+        self.consumed = int(state["sampler"]["consumed"])
+        self.samples_seen = int(state["samples_seen"])
         self.counters.update(state["counters"])
-        self.precision.load_state_dict(state.get("precision", {}))
         self.history = list(state["history"])
-        set_rng_state(state["rng"])
-        log.info("resumed from %s at epoch %d step %d", path, self.epoch, self.step)
+        self.precision.load_state_dict(state.get("precision", {}))
+        self.strategy.load_state_dict(state.get("strategy", {}))
+        rngs = state["rng_per_rank"]
+        if len(rngs) == self.world:  # same world size: every rank continues its own streams
+            set_rng_state(rngs[self.rank])
+        else:  # new world size: fresh per-rank streams derived from the step (data order is unaffected)
+            seed_everything(self.cfg.trainer.seed + 7919 * self.rank + 104729 * self.step)
+        self.resumed_from = str(path)
+        if self.rank == 0:
+            log.info("resumed from %s at epoch %d step %d (%d samples into the epoch; saved by %d rank(s), "
+                     "now %d)", path, self.epoch, self.step, self.consumed, state["world_size"], self.world)
 
-    def save(self, name: str) -> Path:
-        path = self.ckpt_dir / name
-        save_checkpoint(path, self._state())
+    def save(self, name: str | None = None) -> Path | None:
+        """Write a checkpoint (collective: every rank calls it; rank 0 writes). `name` writes that file;
+        None writes a rotating `step-N.pt` (keeping trainer.keep_checkpoints), `last.pt` and the pointer."""
+        rngs = self.strategy.gather(rng_state())
+        path = None
+        if self.rank == 0:
+            state = self._state(rngs)
+            if name is None:
+                path = save_rotating(self.ckpt_dir, state, self.step, self.cfg.trainer.keep_checkpoints)
+            else:
+                path = self.ckpt_dir / name
+                save_checkpoint(path, state)
+        self.strategy.barrier()
         return path
 
     # ---- one step ----------------------------------------------------------------------------------
@@ -150,30 +220,45 @@ class Trainer:
 
         Returns the detached loss on the device. A non-finite loss or gradient skips the update (fused
         optimizers and the fp16 scaler decide on the device) and is counted at the next `sync()`."""
-        set_lr(self.optimizer, lr_at(self.step, self.total_steps, self.cfg.optim, self.steps_per_epoch))
+        set_lr(self.optimizer, self.lr_scale * lr_at(self.samples_seen / self.mean_batch,
+                                                     self.total_samples / self.mean_batch, self.cfg.optim,
+                                                     self.steps_per_epoch))
+        empty = len(batch) == 0
+        if empty:  # this rank's batch was all unreadable audio: it still joins the gradient allreduce
+            batch = self._dummy_batch()
         batch = batch.to(self.device)
         with self.precision.autocast():
             logits, out_lens = self.forward(batch.feats, batch.feat_lens)  # (B, T, V)
         log_probs = logits.float().log_softmax(-1).transpose(0, 1)  # (T, B, V), fp32 outside autocast
         loss = self.ctc(log_probs, batch.targets, out_lens, batch.target_lens)
+        if empty:
+            loss = loss * 0.0
         self.optimizer.zero_grad(set_to_none=True)
         self.precision.scale(loss).backward()
+        self.strategy.after_backward(self.model)
         self.precision.unscale_(self.optimizer)
         clip = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         bad_loss = ~torch.isfinite(loss)
         bad_grad = ~torch.isfinite(norm) & ~bad_loss
         self.precision.step(self.optimizer, bad_loss | bad_grad)
-        ok = ~(bad_loss | bad_grad)
+        self.strategy.after_step(self.model)
+        ok = ~(bad_loss | bad_grad) & (not empty)
         self._pending += torch.stack([bad_loss.float(), bad_grad.float(),  # (4,)
                                       torch.where(ok, loss.detach().float(), 0.0), ok.float()])
         self.step += 1
         return loss.detach()
 
+    def _dummy_batch(self) -> Batch:
+        """One second of silence labelled "a": a real forward/backward whose loss is then zeroed."""
+        frames = self.comps.features.frames_for_seconds(1.0)
+        return Batch(torch.zeros(1, self.comps.features.num_features, frames), torch.tensor([frames]),
+                     torch.tensor([1]), torch.tensor([1]), [""], [], 0)
+
     def sync(self) -> float | None:
-        """Fold the device-side counters into `counters` (one host sync); returns the mean loss of the
-        finite steps since the last sync, or None when there were none."""
-        nl, ng, loss_sum, n = self._pending.tolist()
+        """Fold the device-side counters of all ranks into `counters` (collective; one host sync);
+        returns the mean loss of the finite steps since the last sync, or None when there were none."""
+        nl, ng, loss_sum, n = self.strategy.all_reduce_sum(self._pending.clone()).tolist()
         self._pending.zero_()
         self.counters["nonfinite_loss"] += int(nl)
         self.counters["nonfinite_grad"] += int(ng)
@@ -182,8 +267,14 @@ class Trainer:
         return loss_sum / n if n else None
 
     def validate(self) -> dict[str, float]:
+        """WER/CER on the validation set; each rank scores its share, the counts are summed."""
         res = evaluate(self.model, self.val_loader, self.comps.tokenizer, self.device, self.precision.autocast)
-        return {"wer": res.wer, "cer": res.cer, "utterances": res.utterances, "skipped": res.skipped}
+        m = res.metric
+        counts = torch.tensor([m.word_errors, m.words, m.char_errors, m.chars, m.utterances, res.skipped],
+                              dtype=torch.float64)
+        we, w, ce, c, n, skipped = self.strategy.all_reduce_sum(counts).tolist()
+        return {"wer": we / w if w else math.nan, "cer": ce / c if c else math.nan, "utterances": int(n),
+                "skipped": int(skipped)}
 
     # ---- the loop ----------------------------------------------------------------------------------
     def _out_of_budget(self, started: float) -> bool:
@@ -192,7 +283,7 @@ class Trainer:
             return True
         return bool(t.max_minutes) and (time.time() - started) / 60 >= t.max_minutes
 
-    def _validate_and_save(self, metrics: MetricsLog) -> dict[str, float]:
+    def _validate_and_save(self, metrics: MetricsLog | None) -> dict[str, float]:
         self.sync()
         val = self.validate()
         total, n = self._epoch_loss
@@ -200,19 +291,22 @@ class Trainer:
         train_loss = total / n if n else math.nan
         row = {"epoch": self.epoch, "step": self.step, "train_loss": train_loss, **val}
         self.history.append(row)
-        metrics.write("val", self.step, {**row, **self.counters})
-        log.info("epoch %d step %d: train loss %.3f, val WER %.2f%% CER %.2f%% (%d utts)", self.epoch, self.step,
-                 train_loss, 100 * val["wer"], 100 * val["cer"], val["utterances"])
+        if metrics is not None:
+            metrics.write("val", self.step, {**row, **self.counters})
+            log.info("epoch %d step %d: train loss %.3f, val WER %.2f%% CER %.2f%% (%d utts)", self.epoch,
+                     self.step, train_loss, 100 * val["wer"], 100 * val["cer"], val["utterances"])
         if val["wer"] < self.best_wer or (val["wer"] == self.best_wer and not (self.ckpt_dir / "best.pt").exists()):
             self.best_wer = val["wer"]
             self.save("best.pt")
-        self.save("last.pt")
+        self.save()
         return row
 
-    def _log_train(self, metrics: MetricsLog, bar: tqdm) -> None:
+    def _log_train(self, metrics: MetricsLog | None, bar: tqdm) -> None:
         """Logging interval: the one host sync of the hot loop, the fp16 watchdog, GPU peak memory."""
         loss = self.sync()
         self.precision.check()
+        if metrics is None:
+            return
         row: dict[str, Any] = {"epoch": self.epoch, "lr": self.optimizer.param_groups[0]["lr"]}
         if loss is not None:
             row["loss"] = loss
@@ -224,57 +318,92 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats(self.device)
         metrics.write("train", self.step, row)
 
+    def _trace(self, batch: Batch) -> None:
+        """trainer.trace_samples: append this rank's sample ids of the step (tests check exactly-once)."""
+        with (self.out_dir / f"samples-rank{self.rank}.jsonl").open("a") as f:
+            f.write(json.dumps({"epoch": self.epoch, "step": self.step, "ids": batch.indices,
+                                "resumed_at": self._resumed_step, "world": self.world}) + "\n")
+
     def fit(self) -> dict[str, Any]:
-        """Train until max_epochs, max_steps or max_minutes; returns the last validation row and counters."""
+        """Train until max_epochs, max_steps, max_minutes or a stop signal; returns the last validation row
+        and the counters."""
         t = self.cfg.trainer
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "config.json").write_text(json.dumps(to_dict(self.cfg), indent=2))
+        main = self.rank == 0
+        if main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / "config.json").write_text(json.dumps(to_dict(self.cfg), indent=2))
+        self.strategy.barrier()
         if t.prescan:
             prescan(self)
-        metrics = MetricsLog(self.out_dir)
+        metrics = MetricsLog(self.out_dir) if main else None
         started = time.time()
+        self._resumed_step = self.step
         self.model.train()
         last: dict[str, Any] = {}
         try:
-            while t.max_epochs <= 0 or self.epoch < t.max_epochs:
-                if self.sampler.epoch != self.epoch:
-                    self.sampler.set_epoch(self.epoch)
-                    self.consumed = 0
-                self.sampler.position = self.consumed
-                self.dataset.set_epoch(self.epoch)
-                bar = tqdm(self.loader, desc=f"epoch {self.epoch}", disable=not t.progress, leave=False,
-                           total=len(self.sampler) - self.consumed, dynamic_ncols=True)
-                for batch in bar:
-                    self.consumed += 1
-                    self.counters["bad_audio"] += batch.bad
-                    if len(batch) == 0:
-                        continue
-                    self.train_step(batch)
-                    if self.step % t.log_every == 0:
-                        self._log_train(metrics, bar)
-                    if t.val_every_steps and self.step % t.val_every_steps == 0:
-                        last = self._validate_and_save(metrics)
-                    if self._out_of_budget(started):
+            with _Signals() as signals:
+                while t.max_epochs <= 0 or self.epoch < t.max_epochs:
+                    self.sampler.resume(self.epoch, self.consumed)
+                    self.dataset.set_epoch(self.epoch)
+                    stop = False
+                    bar = tqdm(self.loader, desc=f"epoch {self.epoch}", disable=not (t.progress and main),
+                               leave=False, total=len(self.sampler), dynamic_ncols=True)
+                    for i, batch in enumerate(bar):
+                        self.consumed += self.sampler.round_samples[i]
+                        self.samples_seen += self.sampler.round_samples[i]
+                        self.counters["bad_audio"] += batch.bad
+                        if len(batch) == 0 and self.world == 1:
+                            continue
+                        self.train_step(batch)
+                        if t.trace_samples:
+                            self._trace(batch)
+                        logging_step = self.step % t.log_every == 0
+                        if logging_step:
+                            self._log_train(metrics, bar)
+                        if t.val_every_steps and self.step % t.val_every_steps == 0:
+                            last = self._validate_and_save(metrics)
+                        elif t.checkpoint_every_steps and self.step % t.checkpoint_every_steps == 0:
+                            self.save()
+                        # max_steps is the same on every rank; the clock and signals are not, so ranks
+                        # agree on those at logging steps (no collective per step)
+                        if t.max_steps and self.step >= t.max_steps:
+                            stop = True
+                        elif self.world == 1 or logging_step:
+                            stop = self.strategy.any(self._out_of_budget(started) or signals.received is not None)
+                        if stop:
+                            break
+                    bar.close()
+                    if self.consumed >= self.epoch_samples - self.sampler.dropped:  # the epoch is complete
+                        self.counters["dropped_tail"] = self.counters.get("dropped_tail", 0) + self.sampler.dropped
+                        self.epoch += 1
+                        self.consumed = 0
+                    self.precision.check()
+                    last = self._validate_and_save(metrics)
+                    if self.strategy.any(signals.received is not None):
+                        self.stopped_by = signal.Signals(signals.received or signal.SIGTERM).name
+                        if main:
+                            log.warning("%s received: checkpoint written at step %d, stopping", self.stopped_by,
+                                        self.step)
                         break
-                bar.close()
-                if self.consumed >= len(self.sampler):  # the epoch is complete
-                    self.epoch += 1
-                    self.sampler.set_epoch(self.epoch)
-                    self.consumed = 0
-                self.precision.check()
-                last = self._validate_and_save(metrics)
-                if self._out_of_budget(started) or last["wer"] <= t.target_wer:
-                    break
+                    if self.strategy.any(self._out_of_budget(started)) or last["wer"] <= t.target_wer:
+                        break
         finally:
-            metrics.close()
+            if metrics is not None:
+                metrics.close()
         skipped = self.train_report.skipped + self.counters["bad_audio"]
         summary = {**last, "best_wer": self.best_wer, "train_utterances": len(self.train_utts),
                    "train_skipped": skipped, "minutes": (time.time() - started) / 60,
-                   "precision": self.precision.mode, "device": str(self.device), **self.counters}
-        log.info("done: %s", json.dumps(summary))
+                   "precision": self.precision.mode, "device": str(self.device), "world_size": self.world,
+                   "stopped_by": self.stopped_by, **self.counters}
+        if main:
+            log.info("done: %s", json.dumps(summary))
         return summary
 
 
 def train(cfg: Config) -> dict[str, Any]:
-    """Build a Trainer from `cfg` and run it."""
-    return Trainer(cfg).fit()
+    """Build a Trainer from `cfg` and run it; leaves the process group when done."""
+    trainer = Trainer(cfg)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.strategy.close()

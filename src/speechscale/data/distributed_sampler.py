@@ -1,0 +1,91 @@
+"""The epoch's batches dealt out to data-parallel ranks; resumable onto any number of ranks.
+
+An epoch's plan is a pure function of (seed, epoch): the BucketBatchSampler's batches, read as one flat
+sequence of sample ids. Training consumes that sequence from the front, one *round* at a time (one batch
+per rank), so its position is a single number: samples consumed globally. To continue, possibly with a
+different number of ranks, the unconsumed rest is cut back into the original batches (the first may be
+a remainder), batches are split in two until every rank gets the same number (no rank waits at the
+epoch's end), and round r gives rank k batch r*W + k. No sample of the epoch is skipped or repeated.
+
+    >>> from speechscale.data.sampler import BucketBatchSampler
+    >>> base = BucketBatchSampler([1.0] * 6, batch_seconds=2.0, shuffle=False)  # [0,1] [2,3] [4,5]
+    >>> s = ShardedBatchSampler(base, rank=1, world_size=2)  # [4,5] splits: [0,1] [2,3] | [4] [5]
+    >>> list(s), s.round_samples
+    ([[2, 3], [5]], [4, 2])
+    >>> s.resume(epoch=0, consumed=1); list(s), s.round_samples  # the rest: [1] [2,3] | [4] [5]
+    ([[2, 3], [5]], [3, 2])
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from .sampler import BucketBatchSampler
+
+
+def deal(batches: list[list[int]], world_size: int) -> tuple[list[list[list[int]]], int]:
+    """Split batches (in place order, each into two contiguous halves, largest first) until their count
+    divides by `world_size`; return rounds of `world_size` batches and the number of samples dropped
+    (only when fewer samples than ranks remain)."""
+    batches = [list(b) for b in batches if b]
+    while len(batches) % world_size:
+        i = max(range(len(batches)), key=lambda j: (len(batches[j]), j))
+        if len(batches[i]) < 2:
+            break
+        b = batches[i]
+        batches[i:i + 1] = [b[: len(b) // 2], b[len(b) // 2:]]
+    dropped = 0
+    if len(batches) % world_size:  # fewer samples left than ranks: the tail cannot be shared out evenly
+        keep = len(batches) - len(batches) % world_size
+        dropped = sum(len(b) for b in batches[keep:])
+        batches = batches[:keep]
+    rounds = [batches[r:r + world_size] for r in range(0, len(batches), world_size)]
+    return rounds, dropped
+
+
+class ShardedBatchSampler:
+    """Yields this rank's batches of the current epoch from the current position; see the module doc.
+
+    `round_samples[i]` is how many samples round i consumes over all ranks: the trainer adds it to its
+    global position after each step, so the position is right even when loader workers run ahead.
+    """
+
+    def __init__(self, base: BucketBatchSampler, rank: int = 0, world_size: int = 1) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world size {world_size}")
+        self.base = base
+        self.rank = rank
+        self.world_size = world_size
+        self.resume(0, 0)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def epoch_samples(self, epoch: int | None = None) -> int:
+        """Samples in the epoch's plan (all ranks together)."""
+        return sum(len(b) for b in self.base.batches(self._epoch if epoch is None else epoch))
+
+    def resume(self, epoch: int, consumed: int) -> None:
+        """Position the sampler at `consumed` samples into `epoch` and plan the rest for this world size."""
+        self._epoch = epoch
+        self.consumed = consumed
+        rest: list[list[int]] = []
+        seen = 0
+        for b in self.base.batches(epoch):
+            if seen + len(b) > consumed:
+                rest.append(b[max(0, consumed - seen):])
+            seen += len(b)
+        self.rounds, self.dropped = deal(rest, self.world_size)
+        self.round_samples = [sum(len(b) for b in r) for r in self.rounds]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its beginning."""
+        self.resume(epoch, 0)
+
+    def __len__(self) -> int:
+        """Rounds (= this rank's batches) left in the planned part of the epoch."""
+        return len(self.rounds)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for r in self.rounds:
+            yield r[self.rank]

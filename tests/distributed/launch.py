@@ -1,0 +1,129 @@
+"""Helpers for multi-process tests: free loopback ports, torchrun as a real process group, clean-up."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from tests.conftest import ROOT, shared
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ldc_manifest(folder: Path, copies: int = 40) -> Path:
+    """`copies` lines of the LDC93S1 recording (one real utterance, many sample ids)."""
+    src = shared("ldc93s1")
+    row = json.loads((src / "manifest.jsonl").read_text().splitlines()[0])
+    row["audio_filepath"] = str(src / row["audio_filepath"])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "m.jsonl"
+    path.write_text((json.dumps(row) + "\n") * copies)
+    return path
+
+
+def train_args(manifest: Path, out: Path, *extra: str) -> list[str]:
+    """A tiny, fast training run: 2-layer 32-unit ds2 at 8 kHz, 2 utterances a batch."""
+    return ["-q", "train", "--config", "configs/ldc93s1.yaml", f"data.train_manifest={manifest}",
+            f"data.val_manifest={manifest}", "data.train_slice=[]", "data.val_slice=[0, 2]", f"trainer.out_dir={out}",
+            "trainer.max_minutes=0", "data.cache_features=false",
+            "features.sample_rate=8000", "data.batch_seconds=6", "data.sortagrad=false", "trainer.target_wer=-1",
+            "model.overrides={rnn_hidden: 32, rnn_layers: 2}", "trainer.max_epochs=50", "trainer.threads=1",
+            "trainer.trace_samples=true", "optim.warmup_steps=2", *extra]
+
+
+def env() -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                            "MASTER_PORT")}
+    e.update(PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    return e
+
+
+def torchrun(nproc: int, args: list[str], max_restarts: int = 0, port: int | None = None) -> list[str]:
+    """The torchrun command line for `speechscale ARGS` on `nproc` local workers, c10d rendezvous."""
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
+            f"--max-restarts={max_restarts}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port or free_port()}", f"--rdzv-id=t{time.time_ns()}",
+            "-m", "speechscale.cli", *args]
+
+
+def start(cmd: list[str], log: Path) -> subprocess.Popen:
+    """Start `cmd` in its own process group (so the whole tree can be killed), output to `log`."""
+    return subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def run(cmd: list[str], log: Path, timeout: float = 300) -> subprocess.Popen:
+    """Run `cmd` to completion (killing its process group on timeout); assert it succeeded."""
+    proc = start(cmd, log)
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 0, log.read_text()[-4000:]
+    return proc
+
+
+def descendants(pid: int) -> list[int]:
+    """All processes below `pid` (torchrun starts its workers in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Send `sig` to the launched process, its group and every descendant (workers included)."""
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def wait_for(predicate, timeout: float = 240, every: float = 0.05) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return
+        time.sleep(every)
+    raise AssertionError("timed out waiting")
+
+
+def trace(out: Path) -> Iterator[dict]:
+    """Every traced step of every rank and attempt."""
+    for path in sorted(out.glob("samples-rank*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            row["rank"] = int(path.stem.split("rank")[1])
+            yield row
+
+
+def latest_step(out: Path) -> int:
+    import torch
+
+    name = (out / "checkpoints" / "latest").read_text().strip()
+    return int(torch.load(out / "checkpoints" / name, weights_only=True)["step"])

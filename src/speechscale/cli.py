@@ -87,14 +87,19 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _default_manifest(given: str | None) -> str | None:
+    """The manifest to cut benchmark batches from: the given one ('' = noise), else LDC93S1 when present."""
+    if given is not None:
+        return given or None
+    default = Path(__file__).resolve().parents[2].parent / "shared/data/ldc93s1/manifest.jsonl"
+    return str(default) if default.is_file() else None
+
+
 def cmd_bench_train(args: argparse.Namespace) -> int:
     from .bench.throughput import bench_train
     from .config import ConfigError
 
-    manifest = args.manifest
-    if manifest is None:
-        default = Path(__file__).resolve().parents[2].parent / "shared/data/ldc93s1/manifest.jsonl"
-        manifest = str(default) if default.is_file() else None
+    manifest = _default_manifest(args.manifest)
     precisions = tuple(args.precision.split(","))
     bad = [p for p in precisions if p not in ("fp32", "bf16", "fp16")]
     if bad:
@@ -106,6 +111,16 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
                                args.threads, precisions=precisions, device=args.device,
                                peak_tflops=args.peak_tflops, compile_model=args.compile):
             print(json.dumps(res), flush=True)
+    return 0
+
+
+def cmd_bench_scaling(args: argparse.Namespace) -> int:
+    from .bench.scaling import bench_scaling
+
+    procs = tuple(int(x) for x in args.procs.split(","))
+    for res in bench_scaling(args.model, procs, args.batch_size, args.seconds, args.steps, args.warmup,
+                             args.threads, _default_manifest(args.manifest), args.device):
+        print(json.dumps(res), flush=True)
     return 0
 
 
@@ -164,6 +179,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="device peak for MFU (default: a matmul measured in each mode's dtype)")
     bt.add_argument("--compile", action="store_true", help="torch.compile the model")
     bt.set_defaults(func=cmd_bench_train)
+    bs = bsub.add_parser("scaling", help="data-parallel throughput with 1..N processes, comm time and bytes, as JSON")
+    bs.add_argument("--model", default="ds2-tiny")
+    bs.add_argument("--procs", default="1,2", help="process counts, comma-separated")
+    bs.add_argument("--batch-size", type=int, default=8, help="per process")
+    bs.add_argument("--seconds", type=float, default=2.0, help="seconds per utterance")
+    bs.add_argument("--steps", type=int, default=5)
+    bs.add_argument("--warmup", type=int, default=2)
+    bs.add_argument("--threads", type=int, default=1, help="threads per process")
+    bs.add_argument("--manifest", default=None, help="real audio to cut batches from ('' for noise)")
+    bs.add_argument("--device", default="auto", help="auto | cpu (GPUs: one process per GPU)")
+    bs.set_defaults(func=cmd_bench_scaling)
     bf = bsub.add_parser("features", help="cost of decoding + resampling + features per second of audio, as JSON")
     bf.add_argument("--manifest", required=True)
     bf.add_argument("--sample-rate", type=int, default=16000)

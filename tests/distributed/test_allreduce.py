@@ -55,3 +55,22 @@ def test_kill_9_and_resume_matches_training_straight_through(tmp_path, nproc):
             assert torch.equal(v, b["model"][k]), k
         else:
             torch.testing.assert_close(b["model"][k], v, rtol=0, atol=1e-6)
+
+
+def test_sigterm_to_torchrun_checkpoints_every_rank_at_the_same_step(tmp_path):
+    """What SLURM and Kubernetes do before preemption: torchrun passes SIGTERM on to its workers, which
+    agree at the next logging step, write one checkpoint and exit inside torchrun's 30 s grace period."""
+    m = ldc_manifest(tmp_path / "data", copies=12)
+    out = tmp_path / "run"
+    proc = start(torchrun(2, train_args(m, out, "trainer.max_steps=100000", "trainer.log_every=1")),
+                 tmp_path / "log")
+    try:
+        wait_for(lambda: sum(1 for _ in trace(out)) >= 6)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        kill_group(proc)
+    rows = list(trace(out))
+    last = {r: max(x["step"] for x in rows if x["rank"] == r) for r in (0, 1)}
+    assert last[0] == last[1] == latest_step(out)  # both ranks stopped together; nothing lost
+    assert "stopping" in (tmp_path / "log").read_text()

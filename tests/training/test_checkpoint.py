@@ -71,3 +71,30 @@ def test_torn_or_foreign_checkpoints_are_clear_errors(tmp_path):
         load_checkpoint(tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint(tmp_path / "none.pt")
+
+
+def test_rotation_keeps_the_last_k_a_pointer_and_last(tmp_path):
+    trainer = _trainer(tmp_path, 5, "trainer.checkpoint_every_steps=1", "trainer.keep_checkpoints=2",
+                       "data.batch_seconds=3", "data.sortagrad=false")
+    trainer.fit()
+    ckpts = tmp_path / "checkpoints"
+    steps = sorted(p.name for p in ckpts.glob("step-*.pt"))
+    assert steps == ["step-000000004.pt", "step-000000005.pt"]
+    assert (ckpts / "latest").read_text().strip() == "step-000000005.pt"
+    assert load_checkpoint(ckpts / "last.pt")["step"] == 5
+
+
+def test_auto_resume_passes_over_a_torn_newest_checkpoint(tmp_path):
+    from speechscale.training.checkpoint import newest_checkpoint
+
+    _trainer(tmp_path, 4, "trainer.checkpoint_every_steps=1", "data.batch_seconds=3", "data.sortagrad=false").fit()
+    ckpts = tmp_path / "checkpoints"
+    for name in ("step-000000004.pt", "last.pt"):  # a crash mid-write of the newest (no atomic rename)
+        data = (ckpts / name).read_bytes()
+        (ckpts / name).unlink()
+        (ckpts / name).write_bytes(data[: len(data) // 3])
+    path, state = newest_checkpoint(ckpts)
+    assert path.name == "step-000000003.pt" and state["step"] == 3
+    resumed = _trainer(tmp_path, 6, "trainer.checkpoint_every_steps=1", "data.batch_seconds=3",
+                       "data.sortagrad=false", "trainer.resume=auto")
+    assert resumed.step == 3

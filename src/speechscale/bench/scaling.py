@@ -1,0 +1,137 @@
+"""Data-parallel scaling: throughput with 1..N processes (DDP, gloo on CPU / nccl on GPU), with the time
+spent in gradient allreduce and the bytes it moves per step.
+
+    speechscale bench scaling --model ds2-tiny --procs 1,2 --batch-size 8 --seconds 2
+
+Each process trains on its own batch of the same size (weak scaling: the global batch grows with the
+process count), one thread each unless --threads says otherwise. Real processes, real collectives on
+loopback. Communication is timed by a DDP communication hook from the moment a gradient bucket is
+handed to allreduce until its result is ready. That time overlaps backward, so it is an upper bound on
+what communication costs the step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _CommMeter:
+    """State of the timing allreduce hook: seconds and bytes of bucket allreduces."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.bytes = 0
+        self.calls = 0
+
+
+def _timed_allreduce(state, bucket):  # no annotations: DDP checks them, and they are strings here
+    """Allreduce one gradient bucket (averaged), recording its bytes and time to completion."""
+    buf = bucket.buffer()
+    started = time.perf_counter()
+    state.bytes += buf.numel() * buf.element_size()
+    state.calls += 1
+    world = dist.get_world_size()
+    fut = dist.all_reduce(buf, async_op=True).get_future()
+
+    def done(f: torch.futures.Future) -> torch.Tensor:
+        state.seconds += time.perf_counter() - started
+        return f.value()[0].div_(world)
+
+    return fut.then(done)
+
+
+def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str) -> None:
+    from ..components import build_components
+    from ..config import Config, from_dict
+    from ..models.registry import RECOMMENDED_FEATURES
+    from ..training.optim import build_optimizer
+    from .throughput import TEXT, _clips
+
+    torch.set_num_threads(opts["threads"])
+    cuda = torch.cuda.is_available() and opts["device"] != "cpu"
+    dev = torch.device(f"cuda:{rank}" if cuda else "cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    torch.manual_seed(0)
+    cfg = from_dict(Config, {"model": {"name": opts["model"]}, "features": RECOMMENDED_FEATURES.get(opts["model"], {})})
+    comps = build_components(cfg)
+    model = comps.model.to(dev).train()
+    meter = _CommMeter()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None)
+    if world > 1:
+        ddp.register_comm_hook(meter, _timed_allreduce)
+    opt = build_optimizer(model, cfg.optim, fused=cuda)
+    ctc = torch.nn.CTCLoss(blank=0, zero_infinity=True)
+    b, secs = opts["batch_size"], opts["seconds"]
+    clips = _clips(opts["manifest"], comps.features.cfg.sample_rate, secs, b, seed=rank)
+    feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)
+    lens = torch.full((b,), feats.shape[-1], dtype=torch.long)
+    n = max(1, comps.output_frames([secs])[0] // 3)
+    text = (TEXT * (1 + n // len(TEXT)))[:n]
+    tgt = torch.tensor(comps.tokenizer.encode(text) * b, device=dev)
+    tgt_lens = torch.full((b,), len(text), dtype=torch.long)
+    times = []
+    for i in range(opts["warmup"] + opts["steps"]):
+        if i == opts["warmup"]:
+            meter.seconds, meter.bytes, meter.calls = 0.0, 0, 0
+        dist.barrier()
+        t0 = time.perf_counter()
+        logits, out_lens = ddp(feats, lens)
+        loss = ctc(logits.float().log_softmax(-1).transpose(0, 1), tgt, out_lens, tgt_lens)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if cuda:
+            torch.cuda.synchronize(dev)
+        if i >= opts["warmup"]:
+            times.append(time.perf_counter() - t0)
+    steps = opts["steps"]
+    row = {"rank": rank, "ms_per_step": 1000 * sum(times) / steps, "comm_ms_per_step": 1000 * meter.seconds / steps,
+           "comm_bytes_per_step": meter.bytes // steps, "allreduce_calls_per_step": meter.calls / steps,
+           "params": sum(p.numel() for p in model.parameters())}
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(row))
+    dist.destroy_process_group()
+
+
+def bench_scaling(model: str = "ds2-tiny", procs: tuple[int, ...] = (1, 2), batch_size: int = 8,
+                  seconds: float = 2.0, steps: int = 5, warmup: int = 2, threads: int = 1,
+                  manifest: str | None = None, device: str = "auto") -> list[dict[str, Any]]:
+    """One result per process count: throughput, scaling efficiency against 1 process, comm time/bytes."""
+    import torch.multiprocessing as mp
+
+    opts = {"model": model, "batch_size": batch_size, "seconds": seconds, "steps": steps, "warmup": warmup,
+            "threads": threads, "manifest": manifest, "device": device}
+    results: list[dict[str, Any]] = []
+    base = None
+    for world in procs:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+            mp.spawn(_worker, args=(world, _free_port(), opts, tmp), nprocs=world, join=True)
+            rows = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
+        step_ms = max(r["ms_per_step"] for r in rows)  # the step ends when the slowest rank does
+        thr = world * batch_size * seconds / (step_ms / 1000)
+        res = {"model": model, "processes": world, "threads_per_process": threads, "cpu_cores": os.cpu_count(),
+               "batch_per_process": batch_size, "utterance_seconds": seconds, "params": rows[0]["params"],
+               "ms_per_step": round(step_ms, 1), "audio_seconds_per_second": round(thr, 2),
+               "comm_ms_per_step": round(max(r["comm_ms_per_step"] for r in rows), 1),
+               "comm_mb_per_step": round(rows[0]["comm_bytes_per_step"] / 2 ** 20, 2),
+               "allreduce_calls_per_step": rows[0]["allreduce_calls_per_step"]}
+        base = base or res
+        res["speedup"] = round(thr / base["audio_seconds_per_second"], 3)
+        res["efficiency"] = round(res["speedup"] / (world / base["processes"]), 3)
+        results.append(res)
+    return results

@@ -92,7 +92,8 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    out_dir: str = "runs/default"      # checkpoints/, metrics.jsonl, tensorboard/
+    out_dir: str = "runs/default"      # checkpoints/, metrics.jsonl, tensorboard/; or an fsspec URL (s3://bucket/run)
+    log_dir: str = ""                  # local folder for logs when out_dir is a URL ("" = runs/<its last part>)
     max_epochs: int = 10
     max_steps: int = 0                 # stop after this many optimizer steps (0 = no limit)
     max_minutes: float = 0.0           # stop after this much wall time (0 = no limit); validates and saves first

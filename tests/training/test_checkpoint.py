@@ -94,7 +94,7 @@ def test_auto_resume_passes_over_a_torn_newest_checkpoint(tmp_path):
         (ckpts / name).unlink()
         (ckpts / name).write_bytes(data[: len(data) // 3])
     path, state = newest_checkpoint(ckpts)
-    assert path.name == "step-000000003.pt" and state["step"] == 3
+    assert path.endswith("step-000000003.pt") and state["step"] == 3
     resumed = _trainer(tmp_path, 6, "trainer.checkpoint_every_steps=1", "data.batch_seconds=3",
                        "data.sortagrad=false", "trainer.resume=auto")
     assert resumed.step == 3

@@ -7,14 +7,16 @@ files, `last.pt` and a `latest` pointer; resuming picks the newest one that load
 """
 from __future__ import annotations
 
+import io
 import logging
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from . import storage
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +44,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
+def _serialize(state: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    torch.save({"format_version": FORMAT_VERSION, **state}, buf)
+    return buf.getvalue()
+
+
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Write `state` atomically: temp file in the same folder, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save({"format_version": FORMAT_VERSION, **state}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write `state` atomically to a local path or fsspec URL (storage.write_bytes)."""
+    storage.write_bytes(path, _serialize(state))
 
 
 class CheckpointError(RuntimeError):
@@ -59,12 +60,17 @@ class CheckpointError(RuntimeError):
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
-    """Load a checkpoint with `weights_only=True` (never unpickles code)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+    """Load a checkpoint (local path or fsspec URL) with `weights_only=True` (never unpickles code)."""
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        if not storage.exists(path):
+            raise CheckpointError(f"checkpoint not found: {path}")
+        data = storage.read_bytes(path)
+    except CheckpointError:
+        raise
+    except Exception as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e}") from e
+    try:
+        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as e:
         raise CheckpointError(f"cannot load checkpoint {path}: {e}") from e
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
@@ -81,50 +87,36 @@ def _step_name(step: int) -> str:
     return f"step-{step:09d}.pt"
 
 
-def write_pointer(ckpt_dir: Path, name: str) -> None:
+def write_pointer(ckpt_dir: str | Path, name: str) -> None:
     """Atomically point `ckpt_dir/latest` at checkpoint file `name` (written after the file itself)."""
-    tmp = ckpt_dir / f".{POINTER}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(name + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, ckpt_dir / POINTER)
+    storage.write_bytes(storage.join(ckpt_dir, POINTER), (name + "\n").encode())
 
 
-def save_rotating(ckpt_dir: str | Path, state: dict[str, Any], step: int, keep: int) -> Path:
-    """Write `step-N.pt` atomically, then `last.pt` (a hard link to it where the file system allows),
-    then the `latest` pointer; delete all but the newest `keep` step files. A crash at any point leaves
-    the previous checkpoint and pointer intact."""
-    ckpt_dir = Path(ckpt_dir)
-    path = ckpt_dir / _step_name(step)
-    save_checkpoint(path, state)
-    last_tmp = ckpt_dir / f".last.pt.tmp.{os.getpid()}"
-    try:
-        os.link(path, last_tmp)
-    except OSError:  # no hard links here: a second full write
-        save_checkpoint(last_tmp, state)
-    os.replace(last_tmp, ckpt_dir / "last.pt")
-    write_pointer(ckpt_dir, path.name)
-    steps = sorted(ckpt_dir.glob("step-*.pt"))
+def save_rotating(ckpt_dir: str | Path, state: dict[str, Any], step: int, keep: int) -> str:
+    """Write `step-N.pt`, then `last.pt`, then the `latest` pointer, each atomically; delete all but the
+    newest `keep` step files. A crash at any point leaves the previous checkpoint and pointer intact."""
+    name = _step_name(step)
+    data = _serialize(state)
+    path = storage.join(ckpt_dir, name)
+    storage.write_bytes(path, data)
+    storage.write_bytes(storage.join(ckpt_dir, "last.pt"), data)
+    write_pointer(ckpt_dir, name)
+    steps = storage.list_names(ckpt_dir, "step-*.pt")
     for old in steps[: max(0, len(steps) - max(1, keep))]:
-        old.unlink(missing_ok=True)
+        storage.remove(storage.join(ckpt_dir, old))
     return path
 
 
-def newest_checkpoint(ckpt_dir: str | Path) -> tuple[Path, dict[str, Any]] | None:
+def newest_checkpoint(ckpt_dir: str | Path) -> tuple[str, dict[str, Any]] | None:
     """The newest checkpoint in `ckpt_dir` that loads: the pointer's target first, then step files from
     the newest down, then `last.pt`. A torn or unreadable file is logged and passed over."""
-    ckpt_dir = Path(ckpt_dir)
-    candidates: list[Path] = []
-    pointer = ckpt_dir / POINTER
-    if pointer.is_file():
-        candidates.append(ckpt_dir / pointer.read_text().strip())
-    candidates += sorted(ckpt_dir.glob("step-*.pt"), reverse=True) + [ckpt_dir / "last.pt"]
-    seen: set[Path] = set()
-    for path in candidates:
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
+    names: list[str] = []
+    pointer = storage.join(ckpt_dir, POINTER)
+    if storage.exists(pointer):
+        names.append(storage.read_bytes(pointer).decode().strip())
+    names += list(reversed(storage.list_names(ckpt_dir, "step-*.pt"))) + ["last.pt"]
+    for name in dict.fromkeys(names):  # in order, without repeats
+        path = storage.join(ckpt_dir, name)
         try:
             return path, load_checkpoint(path)
         except CheckpointError as e:

@@ -28,6 +28,7 @@ from ..config import Config, to_dict
 from ..data.dataset import Batch
 from ..data.distributed_sampler import ShardedBatchSampler
 from ..distributed import build_strategy
+from . import storage
 from .checkpoint import load_checkpoint, newest_checkpoint, rng_state, save_checkpoint, save_rotating, set_rng_state
 from .data_setup import load_utterances, make_loader
 from .evaluate import evaluate
@@ -107,8 +108,11 @@ class Trainer:
         seed_everything(t.seed)  # the same initial weights on every rank
         if t.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
-        self.out_dir = Path(t.out_dir)
-        self.ckpt_dir = self.out_dir / "checkpoints"
+        # Checkpoints go to out_dir, a folder or any fsspec URL (s3://...). Logs (metrics.jsonl,
+        # TensorBoard, sample traces) need a local folder: out_dir itself, or trainer.log_dir when remote.
+        self.ckpt_dir = storage.join(t.out_dir, "checkpoints")
+        self.out_dir = Path(t.log_dir or (f"runs/{t.out_dir.rstrip('/').rsplit('/', 1)[-1]}"
+                                          if storage.is_remote(t.out_dir) else t.out_dir))
         self.device = resolve_device(self.strategy.device(t.device))
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(self.device)
@@ -199,7 +203,7 @@ class Trainer:
             log.info("resumed from %s at epoch %d step %d (%d samples into the epoch; saved by %d rank(s), "
                      "now %d)", path, self.epoch, self.step, self.consumed, state["world_size"], self.world)
 
-    def save(self, name: str | None = None) -> Path | None:
+    def save(self, name: str | None = None) -> str | None:
         """Write a checkpoint (collective: every rank calls it; rank 0 writes). `name` writes that file;
         None writes a rotating `step-N.pt` (keeping trainer.keep_checkpoints), `last.pt` and the pointer."""
         rngs = self.strategy.gather(rng_state())
@@ -209,7 +213,7 @@ class Trainer:
             if name is None:
                 path = save_rotating(self.ckpt_dir, state, self.step, self.cfg.trainer.keep_checkpoints)
             else:
-                path = self.ckpt_dir / name
+                path = storage.join(self.ckpt_dir, name)
                 save_checkpoint(path, state)
         self.strategy.barrier()
         return path
@@ -295,7 +299,7 @@ class Trainer:
             metrics.write("val", self.step, {**row, **self.counters})
             log.info("epoch %d step %d: train loss %.3f, val WER %.2f%% CER %.2f%% (%d utts)", self.epoch,
                      self.step, train_loss, 100 * val["wer"], 100 * val["cer"], val["utterances"])
-        if val["wer"] < self.best_wer or (val["wer"] == self.best_wer and not (self.ckpt_dir / "best.pt").exists()):
+        if val["wer"] < self.best_wer or (val["wer"] == self.best_wer and not storage.exists(storage.join(self.ckpt_dir, "best.pt"))):
             self.best_wer = val["wer"]
             self.save("best.pt")
         self.save()
@@ -331,7 +335,10 @@ class Trainer:
         main = self.rank == 0
         if main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "config.json").write_text(json.dumps(to_dict(self.cfg), indent=2))
+            config = json.dumps(to_dict(self.cfg), indent=2)
+            (self.out_dir / "config.json").write_text(config)
+            if storage.is_remote(t.out_dir):
+                storage.write_bytes(storage.join(t.out_dir, "config.json"), config.encode())
         self.strategy.barrier()
         if t.prescan:
             prescan(self)

@@ -1,0 +1,69 @@
+"""Where checkpoints live: a local folder or any fsspec URL (s3://, gs://, memory://, file://).
+
+Local writes are atomic by temp file + fsync + rename. An object store's PUT is atomic by itself
+(the object appears whole or not at all), so remote writes go straight to their final name. Readers
+never see a torn file from us; a torn file left by a crashed foreign writer fails to load and is passed
+over by `checkpoint.newest_checkpoint`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+
+def is_remote(url: str | Path) -> bool:
+    """True for URLs with a protocol other than the local file system."""
+    s = str(url)
+    return "://" in s and not s.startswith("file://")
+
+
+def join(base: str | Path, *names: str) -> str:
+    """`base/names...` for local paths and URLs alike."""
+    if is_remote(base):
+        return "/".join([str(base).rstrip("/"), *names])
+    return str(Path(base, *names))
+
+
+def _fs(url: str | Path) -> tuple[Any, str]:
+    return fsspec.core.url_to_fs(str(url))
+
+
+def write_bytes(url: str | Path, data: bytes) -> None:
+    """Write `data` to `url` atomically (see the module doc)."""
+    if not is_remote(url):
+        path = Path(str(url).removeprefix("file://"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return
+    fs, path = _fs(url)
+    fs.pipe_file(path, data)
+
+
+def read_bytes(url: str | Path) -> bytes:
+    fs, path = _fs(url)
+    return fs.cat_file(path)
+
+
+def exists(url: str | Path) -> bool:
+    fs, path = _fs(url)
+    return fs.isfile(path)
+
+
+def list_names(folder: str | Path, pattern: str) -> list[str]:
+    """File names (not paths) in `folder` matching the glob `pattern`, sorted."""
+    fs, path = _fs(folder)
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.glob(path.rstrip("/") + "/" + pattern))
+
+
+def remove(url: str | Path) -> None:
+    fs, path = _fs(url)
+    if fs.isfile(path):
+        fs.rm_file(path)

@@ -117,10 +117,18 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
     from .bench.scaling import bench_scaling
 
+    from .config import ConfigError
+    from .models.registry import MODELS
+
     procs = tuple(int(x) for x in args.procs.split(","))
-    for res in bench_scaling(args.model, procs, args.batch_size, args.seconds, args.steps, args.warmup,
-                             args.threads, _default_manifest(args.manifest), args.device):
-        print(json.dumps(res), flush=True)
+    models = args.model.split(",")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:  # before any process is spawned
+        raise ConfigError(f"--model {','.join(unknown)} is unknown; choose from {', '.join(sorted(MODELS))}")
+    for model in models:
+        for res in bench_scaling(model, procs, args.batch_size, args.seconds, args.steps, args.warmup,
+                                 args.threads, _default_manifest(args.manifest), args.device):
+            print(json.dumps(res), flush=True)
     return 0
 
 
@@ -180,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--compile", action="store_true", help="torch.compile the model")
     bt.set_defaults(func=cmd_bench_train)
     bs = bsub.add_parser("scaling", help="data-parallel throughput with 1..N processes, comm time and bytes, as JSON")
-    bs.add_argument("--model", default="ds2-tiny")
+    bs.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")
     bs.add_argument("--procs", default="1,2", help="process counts, comma-separated")
     bs.add_argument("--batch-size", type=int, default=8, help="per process")
     bs.add_argument("--seconds", type=float, default=2.0, help="seconds per utterance")

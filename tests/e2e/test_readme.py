@@ -31,6 +31,15 @@ def test_every_speechscale_command_in_the_readme_parses():
         build_parser().parse_args(shlex.split(c)[1:])  # exits (fails the test) on an unknown flag
 
 
+def test_torchrun_commands_in_the_readme_launch_a_valid_speechscale_command():
+    """tests/distributed runs such launches for real; here the README's own lines must parse."""
+    cmds = _commands("torchrun ")
+    assert cmds
+    for c in cmds:
+        argv = shlex.split(c)
+        build_parser().parse_args(argv[argv.index("speechscale.cli") + 1:])
+
+
 def test_make_demo_runs_end_to_end_on_a_small_budget(tmp_path):
     """`make demo` itself, with the corpus and training cut down so that it fits in the test budget."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}

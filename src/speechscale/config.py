@@ -112,6 +112,7 @@ class TrainerConfig:
     prescan: bool = False              # before training, run forward+backward on the worst-case batch, report memory
     memory_budget_mb: float = 0.0      # pre-scan: fail when its peak exceeds this (0 = only a real OOM fails)
     compile: bool = False              # torch.compile the model's forward (meant for the conv models)
+    grad_accum: int = 1                # batches (micro-batches) per optimizer step; DDP syncs on the last only
     checkpoint_every_steps: int = 0    # also write a checkpoint every N steps, without validating (0 = off)
     keep_checkpoints: int = 3          # step-N.pt files kept (last.pt and the `latest` pointer always)
     trace_samples: bool = False        # log each step's sample ids per rank to OUT/samples-rankR.jsonl (tests)
@@ -280,6 +281,7 @@ def validate(cfg: Config) -> None:
          "trainer.loss_scale_init and trainer.min_loss_scale must be positive"),
         (cfg.distributed.strategy in ("allreduce",), "distributed.strategy must be allreduce"),
         (cfg.trainer.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
+        (cfg.trainer.grad_accum >= 1, "trainer.grad_accum must be at least 1"),
         (0.0 <= cfg.augment.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),
         (len(cfg.augment.speed) in (0, 2), "augment.speed must be [] or [low, high]"),
         (len(cfg.augment.noise_snr_db) in (0, 2), "augment.noise_snr_db must be [] or [low, high]"),

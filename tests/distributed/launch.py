@@ -48,10 +48,12 @@ def env() -> dict[str, str]:
     return e
 
 
-def torchrun(nproc: int, args: list[str], max_restarts: int = 0, port: int | None = None) -> list[str]:
-    """The torchrun command line for `speechscale ARGS` on `nproc` local workers, c10d rendezvous."""
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-            f"--max-restarts={max_restarts}", "--rdzv-backend=c10d",
+def torchrun(nproc: int, args: list[str], max_restarts: int = 0, port: int | None = None,
+             nnodes: str = "1") -> list[str]:
+    """The torchrun command line for `speechscale ARGS` on `nproc` local workers, c10d rendezvous.
+    With an elastic `nnodes` (MIN:MAX) the rendezvous closes 1 s after MIN nodes have joined."""
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
+            f"--max-restarts={max_restarts}", "--rdzv-backend=c10d", "--rdzv-conf=last_call_timeout=1",
             f"--rdzv-endpoint=127.0.0.1:{port or free_port()}", f"--rdzv-id=t{time.time_ns()}",
             "-m", "speechscale.cli", *args]
 

@@ -13,10 +13,12 @@ def _weights(out):
     return torch.load(out / "checkpoints" / "last.pt", weights_only=True)
 
 
-def test_two_ranks_share_each_epoch_and_agree(tmp_path):
+@pytest.mark.parametrize("accum", [1, 2])
+def test_two_ranks_share_each_epoch_and_agree(tmp_path, accum):
+    """With trainer.grad_accum=2 DDP skips the allreduce of the first micro-batch (no_sync)."""
     m = ldc_manifest(tmp_path / "data", copies=12)
     out = tmp_path / "run"
-    run(torchrun(2, train_args(m, out, "trainer.max_epochs=2")), tmp_path / "log")
+    run(torchrun(2, train_args(m, out, "trainer.max_epochs=2", f"trainer.grad_accum={accum}")), tmp_path / "log")
     rows = list(trace(out))
     for epoch in (0, 1):
         ids = [i for r in rows if r["epoch"] == epoch for i in r["ids"]]

@@ -40,11 +40,13 @@ def _workers(proc):
 
 
 def test_a_killed_worker_is_restarted_and_training_resumes_exactly_once_per_sample(tmp_path):
+    """torchrun --nnodes=1:2 --max-restarts=2 (elastic, c10d), with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+    as the launch recipes set it; one of the two workers is SIGKILLed after the first checkpoint."""
     m = ldc_manifest(tmp_path / "data", copies=40)  # 20 batches: 10 rounds an epoch on 2 ranks
     out = tmp_path / "run"
     proc = start(torchrun(2, train_args(m, out, "trainer.max_epochs=2", "trainer.checkpoint_every_steps=3",
                                         "trainer.resume=auto"),
-                          max_restarts=2), tmp_path / "log")
+                          max_restarts=2, nnodes="1:2"), tmp_path / "log")
     try:
         wait_for(lambda: (out / "checkpoints" / "latest").is_file() and latest_step(out) >= 3)
         victims = _workers(proc)

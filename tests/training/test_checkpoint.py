@@ -98,3 +98,40 @@ def test_auto_resume_passes_over_a_torn_newest_checkpoint(tmp_path):
     resumed = _trainer(tmp_path, 6, "trainer.checkpoint_every_steps=1", "data.batch_seconds=3",
                        "data.sortagrad=false", "trainer.resume=auto")
     assert resumed.step == 3
+
+
+def test_a_kill_during_checkpoint_writes_leaves_the_last_good_checkpoint_intact(tmp_path):
+    """A process writes big checkpoints in a loop and is SIGKILLed while a temp file is being written:
+    the pointer and resume find a complete checkpoint, and every file under a checkpoint name is whole."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from speechscale.training.checkpoint import newest_checkpoint
+
+    code = (
+        "import sys, torch\n"
+        "from speechscale.training.checkpoint import save_rotating\n"
+        "big = torch.arange(12_000_000, dtype=torch.float32)\n"  # 48 MB: writes take a while
+        "step = 0\n"
+        "while True:\n"
+        "    step += 1\n"
+        "    save_rotating(sys.argv[1], {'model': {'w': big + step}, 'config': {}, 'step': step}, step, 2)\n"
+        "    print(step, flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "1"  # one complete checkpoint exists
+        deadline = time.time() + 60
+        while not list(tmp_path.glob(".*.tmp.*")) and time.time() < deadline:
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGKILL)  # inside a write: its temp file exists
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert list(tmp_path.glob(".*.tmp.*"))  # the interrupted write
+    path, state = newest_checkpoint(tmp_path)
+    w = state["model"]["w"]
+    assert state["step"] >= 1 and w[0] == state["step"] and w[-1] == 11_999_999 + state["step"]
+    for f in [p for p in tmp_path.iterdir() if p.name.startswith("step-") or p.name == "last.pt"]:
+        load_checkpoint(f)  # every file under a checkpoint name is complete

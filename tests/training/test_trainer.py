@@ -97,3 +97,24 @@ def test_bad_config_is_one_clear_line_before_any_work(override, message, tmp_pat
 def test_missing_config_file(tmp_path):
     proc = run_cli("train", "--config", str(tmp_path / "none.yaml"), check=False)
     assert proc.returncode == 2 and "config file not found" in proc.stderr
+
+
+def test_gradient_accumulation_equals_one_batch_of_the_same_samples(tmp_path):
+    """2 micro-batches of 1 utterance per step == 1 batch of 2 (CTC mean per batch; identical clips keep
+    the batch-norm statistics equal), also in the learning-rate schedule, which counts samples."""
+    m = tmp_path / "m.jsonl"
+    src = shared("ldc93s1")
+    row = json.loads((src / "manifest.jsonl").read_text().splitlines()[0])
+    row["audio_filepath"] = str(src / row["audio_filepath"])
+    m.write_text((json.dumps(row) + "\n") * 4)
+    common = [f"data.train_manifest={m}", f"data.val_manifest={m}", "trainer.progress=false", "trainer.max_steps=2",
+              "data.sortagrad=false", "data.num_buckets=1", "model.overrides={rnn_hidden: 32, rnn_layers: 1}",
+              "optim.warmup_steps=1", "optim.name=sgd"]  # Adam's first step is sign(g): float noise flips it
+    whole = Trainer(load_config(None, [*common, f"trainer.out_dir={tmp_path}/a", "data.batch_seconds=6"]))
+    whole.fit()
+    accum = Trainer(load_config(None, [*common, f"trainer.out_dir={tmp_path}/b", "data.batch_seconds=3",
+                                       "trainer.grad_accum=2"]))
+    accum.fit()
+    assert whole.step == accum.step == 2 and whole.samples_seen == accum.samples_seen == 4
+    for (name, a), b in zip(whole.model.named_parameters(), accum.model.parameters()):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=name)

@@ -10,6 +10,7 @@ Under torchrun every rank runs this loop on its share of each round of batches; 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -144,10 +145,11 @@ class Trainer:
         # The schedule counts samples: one "step" of it is one single-rank batch of an average epoch, so
         # the same run on 1 or N ranks walks the same curve.
         self.epoch_samples = self.sampler.epoch_samples(1)
-        self.mean_batch = self.epoch_samples / max(1, len(base.batches(1)))
+        self.accum = cfg.trainer.grad_accum
+        self.mean_batch = self.epoch_samples / max(1, len(base.batches(1))) * self.accum
         self.total_samples = (t.max_steps * self.world * self.mean_batch if t.max_steps
                               else t.max_epochs * self.epoch_samples)
-        self.steps_per_epoch = max(1, round(self.epoch_samples / self.mean_batch))
+        self.steps_per_epoch = max(1, round(self.epoch_samples / self.mean_batch))  # optimizer steps
         self.step = 0            # optimizer steps taken (all ranks step together)
         self.epoch = 0
         self.consumed = 0        # samples of this epoch consumed by all ranks together
@@ -219,26 +221,26 @@ class Trainer:
         return path
 
     # ---- one step ----------------------------------------------------------------------------------
-    def train_step(self, batch: Batch) -> torch.Tensor:
-        """Forward (autocast), CTC (fp32), backward (scaled in fp16), clip, step; no host sync on GPUs.
+    def train_step(self, batch: Batch | list[Batch]) -> torch.Tensor:
+        """One optimizer step over one batch or a list of micro-batches (gradient accumulation; DDP
+        communicates on the last only): forward (autocast), CTC (fp32), backward (scaled in fp16), clip,
+        step. No host sync on GPUs.
 
-        Returns the detached loss on the device. A non-finite loss or gradient skips the update (fused
+        Returns the detached mean loss on the device. A non-finite loss or gradient skips the update (fused
         optimizers and the fp16 scaler decide on the device) and is counted at the next `sync()`."""
+        micro = batch if isinstance(batch, list) else [batch]
         set_lr(self.optimizer, self.lr_scale * lr_at(self.samples_seen / self.mean_batch,
                                                      self.total_samples / self.mean_batch, self.cfg.optim,
                                                      self.steps_per_epoch))
-        empty = len(batch) == 0
-        if empty:  # this rank's batch was all unreadable audio: it still joins the gradient allreduce
-            batch = self._dummy_batch()
-        batch = batch.to(self.device)
-        with self.precision.autocast():
-            logits, out_lens = self.forward(batch.feats, batch.feat_lens)  # (B, T, V)
-        log_probs = logits.float().log_softmax(-1).transpose(0, 1)  # (T, B, V), fp32 outside autocast
-        loss = self.ctc(log_probs, batch.targets, out_lens, batch.target_lens)
-        if empty:
-            loss = loss * 0.0
         self.optimizer.zero_grad(set_to_none=True)
-        self.precision.scale(loss).backward()
+        losses = []
+        empty = all(len(b) == 0 for b in micro)
+        for j, b in enumerate(micro):
+            last = j == len(micro) - 1
+            skip_sync = getattr(self.forward, "no_sync", None) if not last else None
+            with skip_sync() if skip_sync else contextlib.nullcontext():
+                losses.append(self._forward_backward(b, len(micro)))
+        loss = torch.stack(losses).sum()  # the mean over micro-batches (each was divided by their count)
         self.strategy.after_backward(self.model)
         self.precision.unscale_(self.optimizer)
         clip = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip > 0 else math.inf
@@ -249,8 +251,23 @@ class Trainer:
         self.strategy.after_step(self.model)
         ok = ~(bad_loss | bad_grad) & (not empty)
         self._pending += torch.stack([bad_loss.float(), bad_grad.float(),  # (4,)
-                                      torch.where(ok, loss.detach().float(), 0.0), ok.float()])
+                                      torch.where(ok, loss.float(), 0.0), ok.float()])
         self.step += 1
+        return loss
+
+    def _forward_backward(self, batch: Batch, parts: int) -> torch.Tensor:
+        """Loss of one (micro-)batch, divided by `parts`, back-propagated; returns it detached."""
+        empty = len(batch) == 0
+        if empty:  # this rank's batch was all unreadable audio: it still joins the gradient allreduce
+            batch = self._dummy_batch()
+        batch = batch.to(self.device)
+        with self.precision.autocast():
+            logits, out_lens = self.forward(batch.feats, batch.feat_lens)  # (B, T, V)
+        log_probs = logits.float().log_softmax(-1).transpose(0, 1)  # (T, B, V), fp32 outside autocast
+        loss = self.ctc(log_probs, batch.targets, out_lens, batch.target_lens) / parts
+        if empty:
+            loss = loss * 0.0
+        self.precision.scale(loss).backward()
         return loss.detach()
 
     def _dummy_batch(self) -> Batch:
@@ -299,7 +316,8 @@ class Trainer:
             metrics.write("val", self.step, {**row, **self.counters})
             log.info("epoch %d step %d: train loss %.3f, val WER %.2f%% CER %.2f%% (%d utts)", self.epoch,
                      self.step, train_loss, 100 * val["wer"], 100 * val["cer"], val["utterances"])
-        if val["wer"] < self.best_wer or (val["wer"] == self.best_wer and not storage.exists(storage.join(self.ckpt_dir, "best.pt"))):
+        best_missing = not storage.exists(storage.join(self.ckpt_dir, "best.pt"))
+        if val["wer"] < self.best_wer or (val["wer"] == self.best_wer and best_missing):
             self.best_wer = val["wer"]
             self.save("best.pt")
         self.save()
@@ -322,10 +340,10 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats(self.device)
         metrics.write("train", self.step, row)
 
-    def _trace(self, batch: Batch) -> None:
+    def _trace(self, micro: list[Batch]) -> None:
         """trainer.trace_samples: append this rank's sample ids of the step (tests check exactly-once)."""
         with (self.out_dir / f"samples-rank{self.rank}.jsonl").open("a") as f:
-            f.write(json.dumps({"epoch": self.epoch, "step": self.step, "ids": batch.indices,
+            f.write(json.dumps({"epoch": self.epoch, "step": self.step, "ids": [i for b in micro for i in b.indices],
                                 "resumed_at": self._resumed_step, "world": self.world}) + "\n")
 
     def fit(self) -> dict[str, Any]:
@@ -355,15 +373,20 @@ class Trainer:
                     stop = False
                     bar = tqdm(self.loader, desc=f"epoch {self.epoch}", disable=not (t.progress and main),
                                leave=False, total=len(self.sampler), dynamic_ncols=True)
+                    micro: list[Batch] = []
                     for i, batch in enumerate(bar):
                         self.consumed += self.sampler.round_samples[i]
                         self.samples_seen += self.sampler.round_samples[i]
                         self.counters["bad_audio"] += batch.bad
-                        if len(batch) == 0 and self.world == 1:
+                        if len(batch) > 0 or self.world > 1:
+                            micro.append(batch)
+                        # a step every grad_accum batches, and with what is left at the epoch's end
+                        if not micro or (len(micro) < self.accum and i < len(self.sampler) - 1):
                             continue
-                        self.train_step(batch)
+                        self.train_step(micro)
                         if t.trace_samples:
-                            self._trace(batch)
+                            self._trace(micro)
+                        micro = []
                         logging_step = self.step % t.log_every == 0
                         if logging_step:
                             self._log_train(metrics, bar)

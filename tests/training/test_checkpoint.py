@@ -135,3 +135,14 @@ def test_a_kill_during_checkpoint_writes_leaves_the_last_good_checkpoint_intact(
     assert state["step"] >= 1 and w[0] == state["step"] and w[-1] == 11_999_999 + state["step"]
     for f in [p for p in tmp_path.iterdir() if p.name.startswith("step-") or p.name == "last.pt"]:
         load_checkpoint(f)  # every file under a checkpoint name is complete
+
+
+def test_a_format_1_checkpoint_is_refused_for_resume_with_one_clear_line(tmp_path):
+    trainer = _trainer(tmp_path / "a", 1)
+    trainer.fit()
+    state = load_checkpoint(tmp_path / "a" / "checkpoints" / "last.pt")
+    state["format_version"] = 1
+    torch.save(state, tmp_path / "old.pt")
+    with pytest.raises(CheckpointError, match="format 1 predates resumable"):
+        _trainer(tmp_path / "b", 2, f"trainer.resume={tmp_path / 'old.pt'}")
+    components_from_checkpoint(load_checkpoint(tmp_path / "old.pt"))  # still usable for inference

@@ -23,13 +23,19 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, fused: bool = False) -> 
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=fused or None)
 
 
-def lr_at(step: int, total_steps: int, cfg: OptimConfig, steps_per_epoch: int = 1) -> float:
-    """Learning rate for optimizer step `step` (0-based) of a run of `total_steps`."""
-    if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
+def lr_at(step: float, total_steps: float, cfg: OptimConfig, steps_per_epoch: float = 1,
+          optimizer_step: int | None = None) -> float:
+    """Learning rate at schedule position `step` (0-based) of a run of `total_steps`.
+
+    The trainer passes positions measured in samples (samples seen / samples per single-rank step), so a
+    run on 1 or N ranks follows one curve. Warm-up counts `optimizer_step` when given: it exists to let
+    the optimizer's running statistics settle, and those advance once per optimizer step."""
+    warm = step if optimizer_step is None else optimizer_step
+    if cfg.warmup_steps > 0 and warm < cfg.warmup_steps:
+        return cfg.lr * (warm + 1) / cfg.warmup_steps
     if cfg.schedule == "constant":
         return cfg.lr
-    after = step - cfg.warmup_steps
+    after = max(0.0, step - cfg.warmup_steps)
     span = max(1, total_steps - cfg.warmup_steps)
     frac = min(1.0, after / span)
     floor = cfg.lr * cfg.min_lr_ratio

@@ -30,7 +30,7 @@ from ..data.dataset import Batch
 from ..data.distributed_sampler import ShardedBatchSampler
 from ..distributed import build_strategy
 from . import storage
-from .checkpoint import load_checkpoint, newest_checkpoint, rng_state, save_checkpoint, save_rotating, set_rng_state
+from .checkpoint import CheckpointError, load_checkpoint, newest_checkpoint, rng_state, save_checkpoint, save_rotating, set_rng_state
 from .data_setup import load_utterances, make_loader
 from .evaluate import evaluate
 from .optim import build_optimizer, lr_at, set_lr
@@ -186,6 +186,9 @@ class Trainer:
             path, state = found
         else:
             path, state = Path(where), load_checkpoint(where, map_location=str(self.device))
+        if state.get("format_version", 1) < 2:
+            raise CheckpointError(f"{path}: checkpoint format {state.get('format_version', 1)} predates resumable "
+                                  f"data positions; it still works for eval and transcribe, not for resume")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.step, self.best_wer = state["epoch"], state["step"], state["best_wer"]
@@ -229,9 +232,10 @@ class Trainer:
         Returns the detached mean loss on the device. A non-finite loss or gradient skips the update (fused
         optimizers and the fp16 scaler decide on the device) and is counted at the next `sync()`."""
         micro = batch if isinstance(batch, list) else [batch]
-        set_lr(self.optimizer, self.lr_scale * lr_at(self.samples_seen / self.mean_batch,
-                                                     self.total_samples / self.mean_batch, self.cfg.optim,
-                                                     self.steps_per_epoch))
+        # position in samples: the samples of the batches about to be trained on are already counted
+        position = (self.samples_seen - sum(len(b) for b in micro) * self.world) / self.mean_batch
+        set_lr(self.optimizer, self.lr_scale * lr_at(max(0.0, position), self.total_samples / self.mean_batch,
+                                                     self.cfg.optim, self.steps_per_epoch, self.step))
         self.optimizer.zero_grad(set_to_none=True)
         losses = []
         empty = all(len(b) == 0 for b in micro)

@@ -30,7 +30,8 @@ from ..data.dataset import Batch
 from ..data.distributed_sampler import ShardedBatchSampler
 from ..distributed import build_strategy
 from . import storage
-from .checkpoint import CheckpointError, load_checkpoint, newest_checkpoint, rng_state, save_checkpoint, save_rotating, set_rng_state
+from .checkpoint import (CheckpointError, load_checkpoint, newest_checkpoint, rng_state, save_checkpoint,
+                         save_rotating, set_rng_state)
 from .data_setup import load_utterances, make_loader
 from .evaluate import evaluate
 from .optim import build_optimizer, lr_at, set_lr

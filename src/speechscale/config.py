@@ -72,7 +72,8 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "ds2-tiny"             # a registry preset: ds2-tiny|-small|-large|-streaming, wav2letter+[-tiny], lstm-ctc[-tiny]
+    name: str = "ds2-tiny"             # a registry preset: ds2-tiny|-small|-large|-streaming,
+                                       # wav2letter+[-tiny], lstm-ctc[-tiny]
     overrides: dict[str, Any] = field(default_factory=dict)  # preset fields to change, e.g. {rnn_hidden: 256}
 
 
@@ -274,7 +275,8 @@ def validate(cfg: Config) -> None:
         (cfg.trainer.max_epochs > 0 or cfg.trainer.max_steps > 0, "set trainer.max_epochs or trainer.max_steps"),
         (len(cfg.data.train_slice) <= 2 and len(cfg.data.val_slice) <= 2,
          "data.train_slice/val_slice must be [], [start] or [start, stop]"),
-        (cfg.trainer.precision in ("auto", "fp32", "bf16", "fp16"), "trainer.precision must be auto, fp32, bf16 or fp16"),
+        (cfg.trainer.precision in ("auto", "fp32", "bf16", "fp16"),
+         "trainer.precision must be auto, fp32, bf16 or fp16"),
         (cfg.trainer.device == "auto" or cfg.trainer.device.split(":")[0] in ("cpu", "cuda"),
          "trainer.device must be auto, cpu, cuda or cuda:N"),
         (cfg.trainer.loss_scale_init > 0 and cfg.trainer.min_loss_scale > 0,

@@ -122,8 +122,12 @@ class AllReduceStrategy(Strategy):
         dist.barrier()
 
     def close(self) -> None:
+        """Leave the group together: a rank tearing down gloo while its peer still talks to it can abort."""
         if dist.is_initialized():
-            dist.destroy_process_group()
+            try:
+                dist.barrier()
+            finally:
+                dist.destroy_process_group()
 
 
 def launched_distributed() -> bool:

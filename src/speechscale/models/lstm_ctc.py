@@ -82,7 +82,8 @@ class LSTMCTC(nn.Module):
             dev_lengths = lengths.to(x.device, non_blocking=True)
             d = deltas(x, dev_lengths)
             x = torch.cat([x, d, deltas(d, dev_lengths)], dim=1)  # (B, 3F, T)
-            x = x * length_mask(lengths, x.shape[-1], x.device)[:, None, :].to(x.dtype)  # stacks read zeros past the end
+            # stacks read zeros past the end
+            x = x * length_mask(lengths, x.shape[-1], x.device)[:, None, :].to(x.dtype)
         b, f, t = x.shape
         k, s = self.cfg.stack, self.cfg.stride
         x = nn.functional.pad(x, (0, k - 1))  # (B, F, T + k - 1): the last stacks read zeros

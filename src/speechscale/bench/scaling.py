@@ -59,7 +59,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
     from ..config import Config, from_dict
     from ..models.registry import RECOMMENDED_FEATURES
     from ..training.optim import build_optimizer
-    from .throughput import TEXT, _clips
+    from .throughput import _clips, targets
 
     torch.set_num_threads(opts["threads"])
     cuda = torch.cuda.is_available() and opts["device"] != "cpu"
@@ -80,10 +80,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
     clips = _clips(opts["manifest"], comps.features.cfg.sample_rate, secs, b, seed=rank)
     feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)
     lens = torch.full((b,), feats.shape[-1], dtype=torch.long)
-    n = max(1, comps.output_frames([secs])[0] // 3)
-    text = (TEXT * (1 + n // len(TEXT)))[:n]
-    tgt = torch.tensor(comps.tokenizer.encode(text) * b, device=dev)
-    tgt_lens = torch.full((b,), len(text), dtype=torch.long)
+    tgt, tgt_lens = targets(comps, secs, b, dev)
     times = []
     for i in range(opts["warmup"] + opts["steps"]):
         if i == opts["warmup"]:

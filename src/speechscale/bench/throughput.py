@@ -43,6 +43,15 @@ def _clips(manifest: str | None, sample_rate: int, seconds: float, n: int, seed:
     return [rng.standard_normal(need).astype(np.float32) * 0.1 for _ in range(n)]
 
 
+def targets(comps: Any, seconds: float, batch_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A label CTC can align to `seconds` of audio (a third of the model's output frames), for every
+    utterance of the batch: (targets on `device`, target lengths on the CPU)."""
+    out_frames = comps.output_frames([seconds])[0]
+    text = (TEXT * (1 + out_frames // len(TEXT)))[: max(1, out_frames // 3)]
+    tgt = torch.tensor(comps.tokenizer.encode(text) * batch_size, device=device)
+    return tgt, torch.full((batch_size,), len(text), dtype=torch.long)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -93,10 +102,7 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
     comps = next(iter(modes.values())).comps
     ctc = torch.nn.CTCLoss(blank=0, zero_infinity=True)
     clips = _clips(manifest, comps.features.cfg.sample_rate, seconds, batch_size, seed=0)
-    out_frames = comps.output_frames([seconds])[0]
-    text = (TEXT * (1 + out_frames // len(TEXT)))[: max(1, out_frames // 3)]  # a label CTC can align
-    tgt = torch.tensor(comps.tokenizer.encode(text) * batch_size, device=dev)
-    tgt_lens = torch.full((batch_size,), len(text), dtype=torch.long)
+    tgt, tgt_lens = targets(comps, seconds, batch_size, dev)
     frames = 0
     for i in range(warmup + steps):
         for m in modes.values():

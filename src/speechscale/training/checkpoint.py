@@ -93,13 +93,13 @@ def write_pointer(ckpt_dir: str | Path, name: str) -> None:
 
 
 def save_rotating(ckpt_dir: str | Path, state: dict[str, Any], step: int, keep: int) -> str:
-    """Write `step-N.pt`, then `last.pt`, then the `latest` pointer, each atomically; delete all but the
+    """Write `step-N.pt`, then `last.pt` (a copy of it), then the `latest` pointer, each atomically; delete all but the
     newest `keep` step files. A crash at any point leaves the previous checkpoint and pointer intact."""
     name = _step_name(step)
     data = _serialize(state)
     path = storage.join(ckpt_dir, name)
     storage.write_bytes(path, data)
-    storage.write_bytes(storage.join(ckpt_dir, "last.pt"), data)
+    storage.copy(path, storage.join(ckpt_dir, "last.pt"))  # a link or server-side copy: written once
     write_pointer(ckpt_dir, name)
     steps = storage.list_names(ckpt_dir, "step-*.pt")
     for old in steps[: max(0, len(steps) - max(1, keep))]:

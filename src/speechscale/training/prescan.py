@@ -99,11 +99,7 @@ def prescan(trainer: "Trainer") -> dict[str, Any]:
     _reset_peak(device)
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            b = batch.to(device)
-            with trainer.precision.autocast():
-                logits, out_lens = model(b.feats, b.feat_lens)
-            loss = trainer.ctc(logits.float().log_softmax(-1).transpose(0, 1), b.targets, out_lens, b.target_lens)
-            trainer.precision.scale(loss).backward()
+            trainer._forward_backward(batch, parts=1)  # exactly what a training step runs
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         peak = _peak_mb(device)

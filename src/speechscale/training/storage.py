@@ -47,6 +47,24 @@ def write_bytes(url: str | Path, data: bytes) -> None:
     fs.pipe_file(path, data)
 
 
+def copy(src: str | Path, dst: str | Path) -> None:
+    """Make `dst` a complete copy of `src` without sending the bytes again where possible: a hard link
+    (then rename) on local disks, a server-side copy on object stores."""
+    if not is_remote(dst):
+        s_path, d_path = Path(str(src).removeprefix("file://")), Path(str(dst).removeprefix("file://"))
+        tmp = d_path.with_name(f".{d_path.name}.tmp.{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(s_path, tmp)
+        except OSError:  # no hard links on this file system
+            write_bytes(dst, s_path.read_bytes())
+            return
+        os.replace(tmp, d_path)
+        return
+    fs, s_path = _fs(src)
+    fs.copy(s_path, _fs(dst)[1])
+
+
 def read_bytes(url: str | Path) -> bytes:
     fs, path = _fs(url)
     return fs.cat_file(path)

@@ -28,6 +28,8 @@ class FeatureConfig:
     hop_ms: float = 10.0               # frame shift
     n_mels: int = 80                   # only for kind=logmel
     normalize: str = "utterance"       # per utterance: utterance (one mean/std, DS2) | feature (per bin, CMVN) | none
+    remove_dc: bool = False            # subtract the waveform's mean first (some recorders add a DC offset)
+    preemphasis: float = 0.0           # x[t] - a * x[t-1] before the STFT (0 = off; Kaldi uses 0.97)
 
 
 @dataclass
@@ -44,8 +46,13 @@ class AugmentConfig:
                                        # for connected-word corpora (yesno, digit strings)
     word_crop_floor_db: float = -18.0  # a 20 ms frame is speech when within this many dB of the loudest
     word_crop_min_pause: float = 0.1   # silences shorter than this (s) do not separate words
+    trim_silence: float = 0.0          # probability of cutting leading and trailing silence to a random part of
+                                       # itself (speakers whose clips are cut tight; for isolated-word corpora)
+    trim_floor_db: float = -20.0       # a 10 ms frame is sound when within this many dB of the loudest
     gain_db: float = 0.0               # random gain in [-gain_db, +gain_db]
     noise_snr_db: list[float] = field(default_factory=list)  # e.g. [20, 40]: white noise at this SNR range
+    freq_warp: float = 0.0             # VTLP-style: stretch the frequency axis by a factor in [1 - w, 1 + w]
+                                       # (formants move, duration does not; 0 = off)
     freq_masks: int = 0                # SpecAugment frequency masks per utterance
     freq_mask_width: int = 10          # max width in feature bins
     time_masks: int = 0                # SpecAugment time masks per utterance
@@ -262,6 +269,7 @@ def validate(cfg: Config) -> None:
         (0 < cfg.features.hop_ms <= cfg.features.window_ms, "features.hop_ms must be in (0, window_ms]"),
         (cfg.features.normalize in ("utterance", "feature", "none"),
          "features.normalize must be utterance, feature or none"),
+        (0.0 <= cfg.features.preemphasis < 1.0, "features.preemphasis must be in [0, 1)"),
         (cfg.text.digits in ("spell", "drop", "keep"), "text.digits must be spell, drop or keep"),
         (len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet,
          "text.alphabet must be non-empty without repeated characters"),
@@ -285,6 +293,8 @@ def validate(cfg: Config) -> None:
         (cfg.trainer.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
         (cfg.trainer.grad_accum >= 1, "trainer.grad_accum must be at least 1"),
         (0.0 <= cfg.augment.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),
+        (0.0 <= cfg.augment.trim_silence <= 1.0, "augment.trim_silence is a probability in [0, 1]"),
+        (0.0 <= cfg.augment.freq_warp < 0.5, "augment.freq_warp must be in [0, 0.5)"),
         (len(cfg.augment.speed) in (0, 2), "augment.speed must be [] or [low, high]"),
         (len(cfg.augment.noise_snr_db) in (0, 2), "augment.noise_snr_db must be [] or [low, high]"),
     ]

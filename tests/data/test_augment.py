@@ -67,3 +67,43 @@ def test_pause_segments_and_word_crop_on_real_yesno_audio():
     assert seen == {"no", "yes"}  # crops start on either word: the first-word prior is gone
     same = word_crop(wav, "three words only", cfg, 8000, torch.Generator().manual_seed(0))
     assert same[1] == "three words only" and same[0] is wav  # segment count != word count: unchanged
+
+
+def test_trim_silence_keeps_the_word_and_cuts_only_silence_on_real_fsdd_audio():
+    from speechscale.data.audio import load_audio
+    from speechscale.data.augment import sound_span, trim_silence
+    from tests.conftest import shared
+
+    wav = load_audio(shared("fsdd", "recordings", "5_lucas_7.wav"), 8000)  # lucas: long margins
+    start, end = sound_span(wav, 8000, -20.0)
+    assert 0 < start < end < len(wav)
+    cfg = AugmentConfig(trim_silence=1.0)
+    lengths = set()
+    for seed in range(20):
+        out = trim_silence(wav, cfg, 8000, torch.Generator().manual_seed(seed))
+        offset = next(i for i in range(len(wav) - len(out) + 1) if np.array_equal(wav[i:i + len(out)], out))
+        assert offset <= start and offset + len(out) >= end  # a contiguous cut that contains the word
+        lengths.add(len(out))
+    assert len(lengths) > 10 and min(lengths) < (end - start) + 0.3 * (len(wav) - (end - start))
+    assert trim_silence(wav, AugmentConfig(), 8000, torch.Generator()) is wav
+
+
+def test_freq_warp_moves_a_harmonic_by_the_factor():
+    from speechscale.config import FeatureConfig
+    from speechscale.data.augment import freq_warp
+    from speechscale.data.features import FeatureExtractor
+
+    feats = FeatureExtractor(FeatureConfig(sample_rate=8000, normalize="none"))(torch.from_numpy(_tone(1.0, 8000, 1000.0)))
+    peak = int(feats.mean(dim=1).argmax())  # 1000 Hz at 50 Hz per bin: bin 20
+    cfg = AugmentConfig(freq_warp=0.2)
+    moved = set()
+    for seed in range(8):
+        gen = torch.Generator().manual_seed(seed)
+        factor = 0.8 + 0.4 * float(torch.rand((), generator=torch.Generator().manual_seed(seed)))
+        out = freq_warp(feats, cfg, gen)
+        assert out.shape == feats.shape
+        new_peak = int(out.mean(dim=1).argmax())
+        assert abs(new_peak - peak * factor) <= 1
+        moved.add(new_peak)
+    assert len(moved) > 3
+    assert freq_warp(feats, AugmentConfig(), torch.Generator()) is feats

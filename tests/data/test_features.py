@@ -30,3 +30,15 @@ def test_logmel_and_rates():
     f = fx(torch.randn(8000))
     assert f.shape == (40, 101) and fx.num_features == 40 and torch.isfinite(f).all()
     assert FeatureExtractor(FeatureConfig(sample_rate=8000)).num_features == 81
+
+
+def test_dc_offset_removed_and_preemphasis_matches_a_numpy_reference():
+    wav = np.random.default_rng(1).standard_normal(8000).astype(np.float32)
+    plain = FeatureExtractor(FeatureConfig(normalize="none"))
+    no_dc = FeatureExtractor(FeatureConfig(normalize="none", remove_dc=True))
+    assert not torch.allclose(plain(torch.from_numpy(wav + 0.5)), plain(torch.from_numpy(wav)), atol=1e-3)
+    np.testing.assert_allclose(no_dc(torch.from_numpy(wav + 0.5)), no_dc(torch.from_numpy(wav - wav.mean())),
+                               atol=1e-4)  # an offset no longer changes the features
+    emph = FeatureExtractor(FeatureConfig(normalize="none", preemphasis=0.97))
+    ref = np.concatenate([wav[:1], wav[1:] - 0.97 * wav[:-1]]).astype(np.float32)
+    np.testing.assert_allclose(emph(torch.from_numpy(wav)), plain(torch.from_numpy(ref)), atol=1e-5)

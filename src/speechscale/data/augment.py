@@ -88,6 +88,46 @@ def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, 
     return wav[start:end], " ".join(words[i:j + 1])
 
 
+def sound_span(wav: np.ndarray, sample_rate: int, floor_db: float) -> tuple[int, int]:
+    """(start, end) samples from the first to the last 10 ms frame within `floor_db` of the loudest."""
+    frame = max(1, int(0.01 * sample_rate))
+    k = wav.shape[0] // frame
+    if k == 0:
+        return 0, wav.shape[0]
+    x = wav[: k * frame].reshape(k, frame).astype(np.float64)
+    energy = 10 * np.log10(((x - x.mean(axis=1, keepdims=True)) ** 2).mean(axis=1) + 1e-10)  # (k,)
+    sound = np.flatnonzero(energy > energy.max() + floor_db)
+    return int(sound[0]) * frame, min(wav.shape[0], (int(sound[-1]) + 1) * frame)
+
+
+def trim_silence(wav: np.ndarray, cfg: AugmentConfig, sample_rate: int, gen: torch.Generator) -> np.ndarray:
+    """With probability cfg.trim_silence, keep a random part of the leading and of the trailing silence.
+
+    Speakers differ in how tightly their clips are cut; a model that only heard generous margins learns
+    to expect them (FSDD's nicolas has a third of the others' trailing silence)."""
+    if cfg.trim_silence <= 0 or float(torch.rand((), generator=gen)) >= cfg.trim_silence:
+        return wav
+    start, end = sound_span(wav, sample_rate, cfg.trim_floor_db)
+    new_start = int(float(torch.rand((), generator=gen)) * start)
+    new_end = end + int(float(torch.rand((), generator=gen)) * (wav.shape[0] - end))
+    return wav[new_start:new_end]
+
+
+def freq_warp(feats: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator) -> torch.Tensor:
+    """Stretch the frequency axis of (F, T) features by a random factor (vocal tract length perturbation).
+
+    Output bin f reads input bin f / factor, linearly interpolated; bins beyond the top repeat the top."""
+    if cfg.freq_warp <= 0:
+        return feats
+    factor = _uniform(gen, 1.0 - cfg.freq_warp, 1.0 + cfg.freq_warp)
+    n_freq = feats.shape[0]
+    src = torch.clamp(torch.arange(n_freq, dtype=torch.float32) / factor, max=n_freq - 1)  # (F,)
+    lo = src.floor().long()
+    hi = torch.clamp(lo + 1, max=n_freq - 1)
+    w = (src - lo)[:, None]  # (F, 1)
+    return feats[lo] * (1 - w) + feats[hi] * w  # (F, T)
+
+
 def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator) -> torch.Tensor:
     """Mask random frequency bands and time spans of (F, T) features with their mean (0 after normalisation)."""
     if cfg.freq_masks == 0 and cfg.time_masks == 0:

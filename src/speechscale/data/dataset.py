@@ -11,7 +11,7 @@ import torch
 
 from ..config import AugmentConfig
 from .audio import AudioError, load_audio
-from .augment import WaveAugment, spec_augment, word_crop
+from .augment import WaveAugment, freq_warp, spec_augment, trim_silence, word_crop
 from .features import FeatureExtractor
 from .manifest import Utterance
 from .text import CharTokenizer
@@ -88,9 +88,11 @@ class SpeechDataset(torch.utils.data.Dataset):
             # Per-(seed, epoch, utterance) generator: reproducible whatever the worker layout.
             gen = torch.Generator().manual_seed((self.seed * 7919 + self.epoch) * 1_000_003 + i)
             wav, text = word_crop(wav, text, self.augment_cfg, self.features.cfg.sample_rate, gen)
+            wav = trim_silence(wav, self.augment_cfg, self.features.cfg.sample_rate, gen)
             if self.wave_aug is not None and self.wave_aug.active:
                 wav = self.wave_aug(wav, gen)
-            feats = spec_augment(self.features(torch.from_numpy(wav)), self.augment_cfg, gen)
+            feats = freq_warp(self.features(torch.from_numpy(wav)), self.augment_cfg, gen)  # (F, T)
+            feats = spec_augment(feats, self.augment_cfg, gen)
         else:
             feats = self.features(torch.from_numpy(wav))
         return {"feats": feats, "target": self.tokenizer.encode(text), "text": text, "index": i}

@@ -52,6 +52,10 @@ class FeatureExtractor:
 
     def __call__(self, wav: torch.Tensor) -> torch.Tensor:
         """(T,) float32 -> (F, frames) float32."""
+        if self.cfg.remove_dc:
+            wav = wav - wav.mean()
+        if self.cfg.preemphasis > 0 and wav.shape[0] > 1:
+            wav = torch.cat([wav[:1], wav[1:] - self.cfg.preemphasis * wav[:-1]])  # (T,)
         spec = torch.stft(wav, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
                           window=self.window, center=True, return_complex=True)  # (F, frames)
         mag = spec.abs()

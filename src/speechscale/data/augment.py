@@ -47,16 +47,24 @@ class WaveAugment:
         return np.asarray(wav, dtype=np.float32)
 
 
+def _frame_energy_db(wav: np.ndarray, frame: int, remove_mean: bool = False) -> np.ndarray:
+    """(k,) energy in dB of the whole `frame`-sample frames of `wav`, optionally of each frame less its mean."""
+    k = wav.shape[0] // frame
+    x = wav[: k * frame].reshape(k, frame).astype(np.float64)
+    if remove_mean:
+        x = x - x.mean(axis=1, keepdims=True)
+    return 10 * np.log10((x ** 2).mean(axis=1) + 1e-10)
+
+
 def pause_segments(wav: np.ndarray, sample_rate: int, floor_db: float = -18.0, min_pause: float = 0.1,
                    min_segment: float = 0.1) -> list[tuple[int, int]]:
     """(start, end) sample spans of sound separated by pauses of at least `min_pause` seconds.
 
     Energy VAD on 20 ms frames: a frame is sound when within `floor_db` of the loudest frame."""
     frame = max(1, int(0.02 * sample_rate))
-    k = wav.shape[0] // frame
-    if k == 0:
+    energy = _frame_energy_db(wav, frame)  # (k,)
+    if energy.size == 0:
         return []
-    energy = 10 * np.log10((wav[: k * frame].reshape(k, frame).astype(np.float64) ** 2).mean(axis=1) + 1e-10)  # (k,)
     sound = (energy > energy.max() + floor_db).astype(np.int8)
     edges = np.flatnonzero(np.diff(np.concatenate([[0], sound, [0]])))  # run starts and ends, alternating
     runs: list[list[int]] = []
@@ -91,11 +99,9 @@ def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, 
 def sound_span(wav: np.ndarray, sample_rate: int, floor_db: float) -> tuple[int, int]:
     """(start, end) samples from the first to the last 10 ms frame within `floor_db` of the loudest."""
     frame = max(1, int(0.01 * sample_rate))
-    k = wav.shape[0] // frame
-    if k == 0:
+    energy = _frame_energy_db(wav, frame, remove_mean=True)  # (k,)
+    if energy.size == 0:
         return 0, wav.shape[0]
-    x = wav[: k * frame].reshape(k, frame).astype(np.float64)
-    energy = 10 * np.log10(((x - x.mean(axis=1, keepdims=True)) ** 2).mean(axis=1) + 1e-10)  # (k,)
     sound = np.flatnonzero(energy > energy.max() + floor_db)
     return int(sound[0]) * frame, min(wav.shape[0], (int(sound[-1]) + 1) * frame)
 

@@ -57,18 +57,12 @@ class ShardedBatchSampler:
         self.world_size = world_size
         self.resume(0, 0)
 
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    def epoch_samples(self, epoch: int | None = None) -> int:
+    def epoch_samples(self, epoch: int) -> int:
         """Samples in the epoch's plan (all ranks together)."""
-        return sum(len(b) for b in self.base.batches(self._epoch if epoch is None else epoch))
+        return sum(len(b) for b in self.base.batches(epoch))
 
     def resume(self, epoch: int, consumed: int) -> None:
         """Position the sampler at `consumed` samples into `epoch` and plan the rest for this world size."""
-        self._epoch = epoch
-        self.consumed = consumed
         rest: list[list[int]] = []
         seen = 0
         for b in self.base.batches(epoch):
@@ -77,10 +71,6 @@ class ShardedBatchSampler:
             seen += len(b)
         self.rounds, self.dropped = deal(rest, self.world_size)
         self.round_samples = [sum(len(b) for b in r) for r in self.rounds]
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start `epoch` from its beginning."""
-        self.resume(epoch, 0)
 
     def __len__(self) -> int:
         """Rounds (= this rank's batches) left in the planned part of the epoch."""

@@ -27,10 +27,6 @@ class Strategy:
     world_size = 1
     local_rank = 0
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
     def device(self, requested: str) -> str:
         """The device this rank trains on, given `trainer.device`."""
         return requested

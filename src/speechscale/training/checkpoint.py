@@ -62,11 +62,9 @@ class CheckpointError(RuntimeError):
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
     """Load a checkpoint (local path or fsspec URL) with `weights_only=True` (never unpickles code)."""
     try:
-        if not storage.exists(path):
-            raise CheckpointError(f"checkpoint not found: {path}")
         data = storage.read_bytes(path)
-    except CheckpointError:
-        raise
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint not found: {path}") from None
     except Exception as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e}") from e
     try:

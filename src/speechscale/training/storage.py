@@ -31,12 +31,21 @@ def _fs(url: str | Path) -> tuple[Any, str]:
     return fsspec.core.url_to_fs(str(url))
 
 
+def _local(url: str | Path) -> Path:
+    return Path(str(url).removeprefix("file://"))
+
+
+def _tmp(path: Path) -> Path:
+    """The hidden temp name a local write goes through before its rename."""
+    return path.with_name(f".{path.name}.tmp.{os.getpid()}")
+
+
 def write_bytes(url: str | Path, data: bytes) -> None:
     """Write `data` to `url` atomically (see the module doc)."""
     if not is_remote(url):
-        path = Path(str(url).removeprefix("file://"))
+        path = _local(url)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+        tmp = _tmp(path)
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
@@ -51,8 +60,8 @@ def copy(src: str | Path, dst: str | Path) -> None:
     """Make `dst` a complete copy of `src` without sending the bytes again where possible: a hard link
     (then rename) on local disks, a server-side copy on object stores."""
     if not is_remote(dst):
-        s_path, d_path = Path(str(src).removeprefix("file://")), Path(str(dst).removeprefix("file://"))
-        tmp = d_path.with_name(f".{d_path.name}.tmp.{os.getpid()}")
+        s_path, d_path = _local(src), _local(dst)
+        tmp = _tmp(d_path)
         tmp.unlink(missing_ok=True)
         try:
             os.link(s_path, tmp)

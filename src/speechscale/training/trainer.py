@@ -321,8 +321,8 @@ class Trainer:
             metrics.write("val", self.step, {**row, **self.counters})
             log.info("epoch %d step %d: train loss %.3f, val WER %.2f%% CER %.2f%% (%d utts)", self.epoch,
                      self.step, train_loss, 100 * val["wer"], 100 * val["cer"], val["utterances"])
-        best_missing = not storage.exists(storage.join(self.ckpt_dir, "best.pt"))
-        if val["wer"] < self.best_wer or (val["wer"] == self.best_wer and best_missing):
+        if val["wer"] < self.best_wer or (val["wer"] == self.best_wer
+                                          and not storage.exists(storage.join(self.ckpt_dir, "best.pt"))):
             self.best_wer = val["wer"]
             self.save("best.pt")
         self.save()

@@ -117,14 +117,12 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
     from .bench.scaling import bench_scaling
 
-    from .config import ConfigError
-    from .models.registry import MODELS
+    from .models.registry import check_model_name
 
     procs = tuple(int(x) for x in args.procs.split(","))
     models = args.model.split(",")
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:  # before any process is spawned
-        raise ConfigError(f"--model {','.join(unknown)} is unknown; choose from {', '.join(sorted(MODELS))}")
+    for model in models:  # before any process is spawned
+        check_model_name(model, where="--model")
     for model in models:
         for res in bench_scaling(model, procs, args.batch_size, args.seconds, args.steps, args.warmup,
                                  args.threads, _default_manifest(args.manifest), args.device):

@@ -301,7 +301,6 @@ def validate(cfg: Config) -> None:
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
-    from .models.registry import MODELS  # late import: models import config
+    from .models.registry import check_model_name  # late import: models import config
 
-    if cfg.model.name not in MODELS:
-        raise ConfigError(f"model.name {cfg.model.name!r} is unknown; choose one of {', '.join(sorted(MODELS))}")
+    check_model_name(cfg.model.name)

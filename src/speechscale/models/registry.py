@@ -51,10 +51,15 @@ RECOMMENDED_FEATURES: dict[str, dict[str, Any]] = {
 }
 
 
+def check_model_name(name: str, where: str = "model.name") -> None:
+    """One-line ConfigError when `name` is not a registered preset."""
+    if name not in MODELS:
+        raise ConfigError(f"{where} {name!r} is unknown; choose one of {', '.join(sorted(MODELS))}")
+
+
 def model_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
     """The typed architecture config of preset `name` with `overrides` applied."""
-    if name not in MODELS:
-        raise ConfigError(f"model.name {name!r} is unknown; choose one of {', '.join(sorted(MODELS))}")
+    check_model_name(name)
     cfg_cls, _, preset = MODELS[name]
     return from_dict(cfg_cls, {**preset, **(overrides or {})}, where="model.overrides")
 

@@ -187,8 +187,9 @@ class Trainer:
             path, state = found
         else:
             path, state = Path(where), load_checkpoint(where, map_location=str(self.device))
-        if state.get("format_version", 1) < 2:
-            raise CheckpointError(f"{path}: checkpoint format {state.get('format_version', 1)} predates resumable "
+        version = state.get("format_version", 1)
+        if version < 2:
+            raise CheckpointError(f"{path}: checkpoint format {version} predates resumable "
                                   f"data positions; it still works for eval and transcribe, not for resume")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])

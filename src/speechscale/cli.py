@@ -15,6 +15,9 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any, Callable
+
+from .data.features import FEATURE_KINDS
 
 log = logging.getLogger("speechscale")
 
@@ -35,9 +38,15 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .config import ConfigError, dump_config, load_config
     from .training.trainer import train
 
+    if args.print_config:
+        print(dump_config(load_config(args.config, args.overrides)), end="")
+        return 0
+    if args.config is None:
+        raise ConfigError("--config is required to train, e.g. --config configs/demo.yaml "
+                          "(--print-config shows every key)")
     cfg = load_config(args.config, args.overrides)
     summary = train(cfg)
     if int(os.environ.get("RANK", 0)) == 0:
@@ -58,8 +67,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     utts, report = load_utterances(args.manifest, comps, cfg)
     loader, _, _ = make_loader(utts, comps, cfg, train=False)
     res = evaluate(comps.model, loader, comps.tokenizer)
+    reasons = dict(report.reasons)
+    for reason, n in res.skipped_reasons.items():
+        reasons[reason] = reasons.get(reason, 0) + n
     out = {"wer": res.wer, "cer": res.cer, "utterances": res.utterances, "skipped": report.skipped + res.skipped,
-           "manifest": str(args.manifest), "checkpoint": str(args.checkpoint)}
+           "skipped_reasons": reasons, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint)}
     if args.json:
         print(json.dumps(out))
     else:
@@ -68,10 +80,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _references(manifest: str | None) -> dict[str, str]:
+    """Resolved audio path -> reference text, from a manifest (empty without one)."""
+    if manifest is None:
+        return {}
+    from .data.manifest import read_manifest
+
+    utts, _ = read_manifest(manifest, check_files=False)
+    return {str(Path(u.audio_path).resolve()): u.raw_text for u in utts}
+
+
 def cmd_transcribe(args: argparse.Namespace) -> int:
     from .data.audio import AudioError
-    from .serving.transcribe import Transcriber
+    from .decoding.metrics import ErrorRate
+    from .serving.transcribe import Transcriber, check_chunk_seconds
 
+    check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
+    refs = _references(args.manifest)
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds)
     failed = 0
     for f in args.files:
@@ -80,10 +105,20 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         except AudioError as e:
             failed += 1
             res = {"file": str(f), "error": str(e)}
+        ref = refs.get(str(Path(f).resolve()))
+        if ref is not None and "text" in res:
+            score = ErrorRate()
+            score.update([asr.comps.normalizer(ref)], [res["text"]])
+            res.update(reference=ref, wer=round(score.wer, 4))
         if args.json:
             print(json.dumps(res), flush=True)
+        elif "error" in res:
+            print(f"{f}\tERROR: {res['error']}", flush=True)
+        elif ref is not None:
+            print(f"{f}\n  hypothesis: {res['text']}\n  reference:  {ref}\n  WER:        {100 * res['wer']:.1f} %",
+                  flush=True)
         else:
-            print(f"{f}\t{res.get('text', 'ERROR: ' + str(res.get('error')))}", flush=True)
+            print(f"{f}\t{res['text']}", flush=True)
     return 1 if failed else 0
 
 
@@ -97,21 +132,43 @@ def _default_manifest(given: str | None) -> str | None:
 
 def cmd_bench_train(args: argparse.Namespace) -> int:
     from .bench.throughput import bench_train
-    from .config import ConfigError
+    from .config import check_choice
+    from .models.registry import model_config
+    from .training.precision import PRECISIONS
 
     manifest = _default_manifest(args.manifest)
     precisions = tuple(args.precision.split(","))
-    bad = [p for p in precisions if p not in ("fp32", "bf16", "fp16")]
-    if bad:
-        raise ConfigError(f"--precision {','.join(bad)}: use fp32, bf16 and/or fp16, comma-separated")
+    for p in precisions:
+        check_choice("--precision", p, PRECISIONS)
     if "fp32" in precisions:  # the reference runs first so every other mode reports its ratio
         precisions = ("fp32",) + tuple(p for p in precisions if p != "fp32")
-    for model in args.model.split(","):
+    overrides = _yaml_mapping(args.model_overrides, "--model-overrides")
+    models = args.model.split(",")
+    for model in models:  # every name and override checked before any work
+        model_config(model, overrides)
+    for model in models:
         for res in bench_train(model, args.batch_size, args.seconds, args.steps, args.warmup, manifest or None,
-                               args.threads, precisions=precisions, device=args.device,
+                               args.threads, overrides=overrides, precisions=precisions, device=args.device,
                                peak_tflops=args.peak_tflops, compile_model=args.compile):
             print(json.dumps(res), flush=True)
     return 0
+
+
+def _yaml_mapping(text: str | None, flag: str) -> dict[str, Any]:
+    """A YAML mapping given on the command line, or {}; ConfigError in one line otherwise."""
+    import yaml
+
+    from .config import ConfigError
+
+    if not text:
+        return {}
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{flag}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: expected a mapping such as '{{rnn_layers: 4}}', got {text!r}")
+    return value
 
 
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
@@ -137,77 +194,131 @@ def cmd_bench_features(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="speechscale", description="Train and use end-to-end speech recognition models.")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
-    p.add_argument("-q", "--quiet", action="store_true", help="warnings only, no progress bars")
-    sub = p.add_subparsers(dest="command", required=True)
+def _positive(kind: type) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` that must be > 0 (one line from argparse otherwise)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    return parse
 
-    s = sub.add_parser("synth", help="synthesize the demo corpus with espeak-ng")
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("speechscale")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        from . import __version__
+
+        return __version__
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: what was wrong, and where to look, without the usage block."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # -v/-q work before and after the subcommand: every parser knows them, and SUPPRESS keeps a value
+    # given before the subcommand from being reset by the subparser's default.
+    common = _Parser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="more logging (-vv for debug)")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="warnings only, no progress bars")
+    p = _Parser(prog="speechscale", parents=[common],
+                                description="Train and use end-to-end speech recognition models.")
+    p.add_argument("--version", action="version", version=f"speechscale {_version()}",
+                   help="print the version and exit")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    def command(parent: Any, name: str, help: str) -> argparse.ArgumentParser:
+        return parent.add_parser(name, help=help, description=help, parents=[common])
+
+    s = command(sub, "synth", "synthesize the demo corpus with espeak-ng")
     s.add_argument("--out", required=True, type=Path, help="output folder (train.jsonl, test.jsonl, audio/)")
-    s.add_argument("--minutes", type=float, default=30.0, help="minutes of training audio")
-    s.add_argument("--test-minutes", type=float, default=None, help="minutes of test audio (default 10%%)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--minutes", type=_positive(float), default=30.0, help="minutes of training audio")
+    s.add_argument("--test-minutes", type=_positive(float), default=None,
+                   help="minutes of test audio (default 10%% of --minutes)")
+    s.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same corpus")
     s.set_defaults(func=cmd_synth)
 
-    t = sub.add_parser("train", help="train a model from a YAML config")
-    t.add_argument("--config", required=True, help="YAML recipe, e.g. configs/demo.yaml")
-    t.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.max_steps=100")
+    t = command(sub, "train", "train a model from a YAML config")
+    t.add_argument("--config", default=None, help="YAML recipe, e.g. configs/demo.yaml (required to train)")
+    t.add_argument("--print-config", action="store_true",
+                   help="print the resolved config (every key, with its comment) as YAML and exit")
+    t.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="config overrides, values in YAML, e.g. trainer.max_steps=100 augment.speed=[0.9,1.1]")
     t.set_defaults(func=cmd_train)
 
-    e = sub.add_parser("eval", help="WER/CER of a checkpoint on a manifest")
-    e.add_argument("--checkpoint", required=True)
-    e.add_argument("--manifest", required=True)
+    e = command(sub, "eval", "WER/CER of a checkpoint on a manifest")
+    e.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
+    e.add_argument("--manifest", required=True, help="JSONL manifest with audio_filepath, duration, text")
     e.add_argument("--json", action="store_true", help="one JSON object instead of a table")
-    e.add_argument("--batch-seconds", type=float, default=120.0)
+    e.add_argument("--batch-seconds", type=_positive(float), default=120.0,
+                   help="audio seconds per evaluation batch (lower it if memory runs out)")
     e.set_defaults(func=cmd_eval)
 
-    r = sub.add_parser("transcribe", help="transcribe audio files (any format, rate, channels, length)")
-    r.add_argument("--checkpoint", required=True)
-    r.add_argument("files", nargs="+")
+    r = command(sub, "transcribe", "transcribe audio files (any format, rate, channels, length)")
+    r.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
+    r.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, ...) to transcribe")
     r.add_argument("--json", action="store_true", help="one JSON object per file")
-    r.add_argument("--chunk-seconds", type=float, default=20.0, help="long audio is cut into chunks of this length")
+    r.add_argument("--chunk-seconds", type=float, default=20.0,
+                   help="long audio is cut at quiet points into chunks of at most this length (>= 1)")
+    r.add_argument("--manifest", default=None,
+                   help="a manifest holding these files: print each one's reference text and WER beside it")
     r.set_defaults(func=cmd_transcribe)
 
-    b = sub.add_parser("bench", help="benchmarks")
-    bsub = b.add_subparsers(dest="bench", required=True)
-    bt = bsub.add_parser("train", help="steady-state training throughput, as JSON")
+    b = command(sub, "bench", "benchmarks")
+    bsub = b.add_subparsers(dest="bench", required=True, metavar="BENCHMARK", parser_class=_Parser)
+    bt = command(bsub, "train", "steady-state training throughput, as JSON")
     bt.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")
-    bt.add_argument("--batch-size", type=int, default=8)
-    bt.add_argument("--seconds", type=float, default=2.0, help="seconds per utterance")
-    bt.add_argument("--steps", type=int, default=5)
-    bt.add_argument("--warmup", type=int, default=2)
-    bt.add_argument("--threads", type=int, default=0)
+    bt.add_argument("--model-overrides", default=None,
+                    help="YAML mapping of preset fields to change, e.g. '{rnn_layers: 4, rnn_hidden: 1024}'")
+    bt.add_argument("--batch-size", type=_positive(int), default=8, help="utterances per batch")
+    bt.add_argument("--seconds", type=_positive(float), default=2.0, help="seconds per utterance")
+    bt.add_argument("--steps", type=_positive(int), default=5, help="timed steps per precision")
+    bt.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    bt.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     bt.add_argument("--manifest", default=None, help="real audio to cut batches from ('' for noise)")
     bt.add_argument("--precision", default="fp32", help="fp32,bf16,fp16: modes run side by side, ratios vs fp32")
     bt.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    bt.add_argument("--peak-tflops", type=float, default=None,
+    bt.add_argument("--peak-tflops", type=_positive(float), default=None,
                     help="device peak for MFU (default: a matmul measured in each mode's dtype)")
     bt.add_argument("--compile", action="store_true", help="torch.compile the model")
     bt.set_defaults(func=cmd_bench_train)
-    bs = bsub.add_parser("scaling", help="data-parallel throughput with 1..N processes, comm time and bytes, as JSON")
+    bs = command(bsub, "scaling", "data-parallel throughput with 1..N processes, comm time and bytes, as JSON")
     bs.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")
     bs.add_argument("--procs", default="1,2", help="process counts, comma-separated")
-    bs.add_argument("--batch-size", type=int, default=8, help="per process")
-    bs.add_argument("--seconds", type=float, default=2.0, help="seconds per utterance")
-    bs.add_argument("--steps", type=int, default=5)
-    bs.add_argument("--warmup", type=int, default=2)
-    bs.add_argument("--threads", type=int, default=1, help="threads per process")
+    bs.add_argument("--batch-size", type=_positive(int), default=8, help="utterances per batch, per process")
+    bs.add_argument("--seconds", type=_positive(float), default=2.0, help="seconds per utterance")
+    bs.add_argument("--steps", type=_positive(int), default=5, help="timed steps")
+    bs.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    bs.add_argument("--threads", type=_positive(int), default=1, help="threads per process")
     bs.add_argument("--manifest", default=None, help="real audio to cut batches from ('' for noise)")
     bs.add_argument("--device", default="auto", help="auto | cpu (GPUs: one process per GPU)")
     bs.set_defaults(func=cmd_bench_scaling)
-    bf = bsub.add_parser("features", help="cost of decoding + resampling + features per second of audio, as JSON")
-    bf.add_argument("--manifest", required=True)
-    bf.add_argument("--sample-rate", type=int, default=16000)
-    bf.add_argument("--kind", default="spectrogram", choices=["spectrogram", "logmel"])
-    bf.add_argument("--limit", type=int, default=300, help="utterances to read")
-    bf.add_argument("--repeats", type=int, default=2)
+    bf = command(bsub, "features", "cost of decoding + resampling + features per second of audio, as JSON")
+    bf.add_argument("--manifest", required=True, help="the audio to read (JSONL manifest)")
+    bf.add_argument("--sample-rate", type=_positive(int), default=16000, help="rate the audio is resampled to")
+    bf.add_argument("--kind", default="spectrogram", choices=FEATURE_KINDS, help="feature kind")
+    bf.add_argument("--limit", type=_positive(int), default=300, help="utterances to read")
+    bf.add_argument("--repeats", type=_positive(int), default=2, help="passes over them (the best counts)")
     bf.set_defaults(func=cmd_bench_features)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.verbose = getattr(args, "verbose", 0)
+    args.quiet = getattr(args, "quiet", False)
     _setup_logging(-1 if args.quiet else args.verbose)
     if args.quiet and hasattr(args, "overrides"):
         args.overrides = list(args.overrides) + ["trainer.progress=false"]
@@ -223,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ManifestError, CheckpointError, EspeakNotFound) as e:
         print(f"speechscale {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a second Ctrl-C during training, or one outside the training loop
+        print(f"speechscale {args.command}: interrupted", file=sys.stderr)
+        return 130
     except (PrescanError, LossScaleCollapsed) as e:  # the run stopped for a reason it explains
         print(f"speechscale {args.command}: stopped: {e}", file=sys.stderr)
         return 3

@@ -87,8 +87,8 @@ class ModelConfig:
 @dataclass
 class OptimConfig:
     name: str = "adamw"                # adamw | sgd (Nesterov momentum)
-    lr: float = 1e-3
-    weight_decay: float = 1e-2
+    lr: float = 1e-3                   # peak learning rate (after warm-up)
+    weight_decay: float = 1e-2         # decoupled weight decay (not on norms and biases)
     momentum: float = 0.9              # sgd only
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # adamw only
     warmup_steps: int = 100            # linear warm-up from 0
@@ -102,10 +102,10 @@ class OptimConfig:
 class TrainerConfig:
     out_dir: str = "runs/default"      # checkpoints/, metrics.jsonl, tensorboard/; or an fsspec URL (s3://bucket/run)
     log_dir: str = ""                  # local folder for logs when out_dir is a URL ("" = runs/<its last part>)
-    max_epochs: int = 10
+    max_epochs: int = 10               # passes over the training data (0 = no limit: set max_steps)
     max_steps: int = 0                 # stop after this many optimizer steps (0 = no limit)
     max_minutes: float = 0.0           # stop after this much wall time (0 = no limit); validates and saves first
-    seed: int = 1234
+    seed: int = 1234                   # initial weights, data order and augmentation follow from it
     log_every: int = 10                # steps between log lines / TensorBoard points
     val_every_steps: int = 0           # validate also every N steps (0 = only at epoch ends)
     threads: int = 0                   # torch intra-op threads (0 = torch's default)
@@ -212,7 +212,10 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(names))}")
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where != "config" else k) for k, v in data.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # a required field is missing
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -261,46 +264,143 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     return cfg
 
 
+def _choices() -> dict[str, tuple[str, ...]]:
+    """Each config choice's allowed values, from the one place that implements them (late imports: those
+    modules import this one)."""
+    from .data.features import FEATURE_KINDS, NORMALIZATIONS
+    from .data.text import DIGIT_MODES
+    from .distributed.strategy import STRATEGIES
+    from .training.optim import OPTIMIZERS, SCHEDULES
+    from .training.precision import PRECISIONS
+
+    return {"features.kind": FEATURE_KINDS, "features.normalize": NORMALIZATIONS, "text.digits": DIGIT_MODES,
+            "optim.name": tuple(OPTIMIZERS), "optim.schedule": SCHEDULES,
+            "trainer.precision": ("auto", *PRECISIONS), "distributed.strategy": tuple(STRATEGIES)}
+
+
+def check_choice(key: str, value: str, allowed: tuple[str, ...] | None = None) -> None:
+    """One-line ConfigError when `value` is not an allowed value of config choice `key`."""
+    allowed = allowed if allowed is not None else _choices()[key]
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is unknown; choose one of {', '.join(allowed)}")
+
+
+def _pair(values: list[float]) -> bool:
+    return len(values) == 0 or (len(values) == 2 and values[0] <= values[1])
+
+
 def validate(cfg: Config) -> None:
-    """Check values that types alone do not catch."""
+    """Check values that types alone do not catch, and build the model once (on the meta device, no memory)
+    so that bad `model.overrides` fail here, not after the process group exists."""
+    for key, allowed in _choices().items():
+        section, name = key.split(".")
+        check_choice(key, getattr(getattr(cfg, section), name), allowed)
+    f, d, o, t, a = cfg.features, cfg.data, cfg.optim, cfg.trainer, cfg.augment
     checks = [
-        (cfg.features.kind in ("spectrogram", "logmel"), "features.kind must be spectrogram or logmel"),
-        (cfg.features.sample_rate >= 4000, "features.sample_rate must be at least 4000"),
-        (0 < cfg.features.hop_ms <= cfg.features.window_ms, "features.hop_ms must be in (0, window_ms]"),
-        (cfg.features.normalize in ("utterance", "feature", "none"),
-         "features.normalize must be utterance, feature or none"),
-        (0.0 <= cfg.features.preemphasis < 1.0, "features.preemphasis must be in [0, 1)"),
-        (cfg.text.digits in ("spell", "drop", "keep"), "text.digits must be spell, drop or keep"),
+        (f.sample_rate >= 4000, "features.sample_rate must be at least 4000"),
+        (0 < f.window_ms <= 1000, f"features.window_ms={f.window_ms} must be in (0, 1000] milliseconds"),
+        (0 < f.hop_ms <= f.window_ms, "features.hop_ms must be in (0, window_ms]"),
+        (f.sample_rate * f.window_ms / 1000 >= 2, "features.window_ms is shorter than two samples"),
+        (f.n_mels >= 1, "features.n_mels must be at least 1"),
+        (0.0 <= f.preemphasis < 1.0, "features.preemphasis must be in [0, 1)"),
         (len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet,
          "text.alphabet must be non-empty without repeated characters"),
-        (cfg.data.batch_seconds > 0, "data.batch_seconds must be positive"),
-        (cfg.data.max_batch_size > 0, "data.max_batch_size must be positive"),
-        (cfg.data.num_buckets > 0, "data.num_buckets must be positive"),
-        (cfg.optim.name in ("adamw", "sgd"), "optim.name must be adamw or sgd"),
-        (cfg.optim.lr > 0, "optim.lr must be positive"),
-        (cfg.optim.schedule in ("cosine", "linear", "constant", "exponential"),
-         "optim.schedule must be cosine, linear, constant or exponential"),
-        (cfg.trainer.max_epochs > 0 or cfg.trainer.max_steps > 0, "set trainer.max_epochs or trainer.max_steps"),
-        (len(cfg.data.train_slice) <= 2 and len(cfg.data.val_slice) <= 2,
+        (d.batch_seconds > 0, "data.batch_seconds must be positive"),
+        (d.max_batch_size > 0, "data.max_batch_size must be positive"),
+        (d.num_buckets > 0, "data.num_buckets must be positive"),
+        (d.num_workers >= 0, f"data.num_workers={d.num_workers} must be 0 (load in the main process) or more"),
+        (0 <= d.min_duration < d.max_duration, "data.min_duration must be >= 0 and below data.max_duration"),
+        (len(d.train_slice) <= 2 and len(d.val_slice) <= 2,
          "data.train_slice/val_slice must be [], [start] or [start, stop]"),
-        (cfg.trainer.precision in ("auto", "fp32", "bf16", "fp16"),
-         "trainer.precision must be auto, fp32, bf16 or fp16"),
-        (cfg.trainer.device == "auto" or cfg.trainer.device.split(":")[0] in ("cpu", "cuda"),
+        (o.lr > 0, "optim.lr must be positive"),
+        (o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps} must be 0 (no warm-up) or more"),
+        (o.weight_decay >= 0, "optim.weight_decay must be >= 0"),
+        (o.grad_clip >= 0, "optim.grad_clip must be >= 0 (0 = off)"),
+        (0 <= o.min_lr_ratio <= 1, "optim.min_lr_ratio must be in [0, 1]"),
+        (0 < o.decay_rate <= 1, "optim.decay_rate must be in (0, 1]"),
+        (0 <= o.momentum < 1, "optim.momentum must be in [0, 1)"),
+        (len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas must be two numbers in [0, 1)"),
+        (t.max_epochs > 0 or t.max_steps > 0, "set trainer.max_epochs or trainer.max_steps"),
+        (t.max_epochs >= 0 and t.max_steps >= 0 and t.max_minutes >= 0,
+         "trainer.max_epochs, max_steps and max_minutes must be >= 0 (0 = no limit)"),
+        (t.log_every >= 1, f"trainer.log_every={t.log_every} must be at least 1 (steps between log lines)"),
+        (t.val_every_steps >= 0 and t.checkpoint_every_steps >= 0,
+         "trainer.val_every_steps and trainer.checkpoint_every_steps must be >= 0 (0 = off)"),
+        (t.threads >= 0, "trainer.threads must be >= 0 (0 = torch's default)"),
+        (t.device == "auto" or t.device.split(":")[0] in ("cpu", "cuda"),
          "trainer.device must be auto, cpu, cuda or cuda:N"),
-        (cfg.trainer.loss_scale_init > 0 and cfg.trainer.min_loss_scale > 0,
+        (t.loss_scale_init > 0 and t.min_loss_scale > 0,
          "trainer.loss_scale_init and trainer.min_loss_scale must be positive"),
-        (cfg.distributed.strategy in ("allreduce",), "distributed.strategy must be allreduce"),
-        (cfg.trainer.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
-        (cfg.trainer.grad_accum >= 1, "trainer.grad_accum must be at least 1"),
-        (0.0 <= cfg.augment.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),
-        (0.0 <= cfg.augment.trim_silence <= 1.0, "augment.trim_silence is a probability in [0, 1]"),
-        (0.0 <= cfg.augment.freq_warp < 0.5, "augment.freq_warp must be in [0, 0.5)"),
-        (len(cfg.augment.speed) in (0, 2), "augment.speed must be [] or [low, high]"),
-        (len(cfg.augment.noise_snr_db) in (0, 2), "augment.noise_snr_db must be [] or [low, high]"),
+        (t.memory_budget_mb >= 0, "trainer.memory_budget_mb must be >= 0 (0 = no budget)"),
+        (bool(t.out_dir.strip()), "trainer.out_dir must not be empty"),
+        (t.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
+        (t.grad_accum >= 1, "trainer.grad_accum must be at least 1"),
+        (0.0 <= a.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),
+        (0.0 <= a.trim_silence <= 1.0, "augment.trim_silence is a probability in [0, 1]"),
+        (0.0 <= a.freq_warp < 0.5, "augment.freq_warp must be in [0, 0.5)"),
+        (_pair(a.speed) and all(s > 0 for s in a.speed),
+         f"augment.speed={a.speed} must be [] or [low, high] with 0 < low <= high"),
+        (_pair(a.noise_snr_db), f"augment.noise_snr_db={a.noise_snr_db} must be [] or [low, high] with low <= high"),
+        (a.gain_db >= 0, "augment.gain_db must be >= 0"),
+        (min(a.freq_masks, a.time_masks, a.freq_mask_width, a.time_mask_width) >= 0,
+         "augment.freq_masks, time_masks and their widths must be >= 0"),
     ]
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
-    from .models.registry import check_model_name  # late import: models import config
+    _check_model(cfg)
+
+
+def _check_model(cfg: Config) -> None:
+    """Build the model on the meta device: unknown names, bad overrides and impossible shapes fail now."""
+    import torch
+
+    from .data.features import FeatureExtractor
+    from .models.registry import build_model, check_model_name
 
     check_model_name(cfg.model.name)
+    num_features = FeatureExtractor(cfg.features).num_features
+    try:
+        with torch.device("meta"):
+            build_model(cfg.model.name, cfg.model.overrides, num_features, len(cfg.text.alphabet) + 1)
+    except ConfigError:
+        raise
+    except Exception as e:  # a constructor's own complaint about a shape or value
+        raise ConfigError(f"model {cfg.model.name} with model.overrides={cfg.model.overrides}: {e}") from e
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """Each field's trailing `# comment` in this module's source (continuation comment lines joined)."""
+    import inspect
+
+    comments: dict[str, str] = {}
+    last = None
+    for line in inspect.getsource(cls).splitlines():
+        code, _, comment = line.partition("#")
+        name = code.strip().split(":", 1)[0] if ":" in code and not code.strip().startswith(('"', "'")) else ""
+        if name.isidentifier():
+            last = name
+            comments[name] = comment.strip()
+        elif not code.strip() and comment and last:  # a comment line continuing the field above
+            comments[last] = f"{comments[last]} {comment.strip()}".strip()
+        else:
+            last = None
+    return comments
+
+
+def dump_config(cfg: Config) -> str:
+    """The whole config as YAML, every key with its one-line comment; `load_config` reads it back."""
+    def flow(value: Any) -> str:
+        text = yaml.safe_dump(value, default_flow_style=True, width=10 ** 6, sort_keys=False)
+        return text.removesuffix("\n...\n").strip()
+
+    lines = []
+    for section in dataclasses.fields(cfg):
+        sub = getattr(cfg, section.name)
+        lines.append(f"{section.name}:")
+        comments = _field_comments(type(sub))
+        for f in dataclasses.fields(sub):
+            entry = f"  {f.name}: {flow(to_dict(sub)[f.name])}"
+            note = comments.get(f.name, "")
+            lines.append(f"{entry:<40} # {note}" if note else entry)
+    return "\n".join(lines) + "\n"

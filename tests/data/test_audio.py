@@ -44,3 +44,16 @@ def test_truncated_missing_and_empty_files_raise_audio_error(tmp_path):
     for name in ("cut.wav", "junk.wav", "empty.wav", "missing.wav"):
         with pytest.raises(AudioError):
             load_audio(tmp_path / name, 16000)
+
+
+def test_each_unreadable_file_says_what_is_wrong(tmp_path):
+    (tmp_path / "zero.wav").write_bytes(b"")
+    (tmp_path / "folder.wav").mkdir()
+    (tmp_path / "junk.wav").write_bytes(b"not audio at all" * 10)
+    for name, says in [("missing.wav", "missing.wav: no such file"), ("zero.wav", "zero.wav: empty file (0 bytes)"),
+                       ("folder.wav", "folder.wav: is a directory"),
+                       ("junk.wav", "junk.wav: not audio that soundfile can decode")]:
+        with pytest.raises(AudioError) as info:
+            load_audio(tmp_path / name, 16000)
+        assert str(info.value).endswith(says) or says in str(info.value), str(info.value)
+        assert "System error" not in str(info.value)

@@ -2,7 +2,11 @@
 import json
 
 import numpy as np
+import pytest
 import soundfile as sf
+
+from speechscale.config import ConfigError
+from speechscale.serving.transcribe import Transcriber
 
 from speechscale.decoding.metrics import edit_distance
 from speechscale.serving.transcribe import split_points
@@ -57,3 +61,34 @@ def test_unreadable_file_is_reported_not_fatal(ldc_checkpoint, tmp_path):
                    str(shared("ldc93s1", "LDC93S1.wav")), check=False)
     rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     assert proc.returncode == 1 and "error" in rows[0] and rows[1]["text"] == LDC
+
+
+@pytest.mark.parametrize("chunk", ["0", "-5", "0.001"])
+def test_chunk_lengths_that_would_never_end_are_refused_in_one_line(ldc_checkpoint, chunk):
+    proc = run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), f"--chunk-seconds={chunk}",
+                   str(shared("ldc93s1", "LDC93S1.wav")), check=False, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip() == (f"speechscale transcribe: error: --chunk-seconds={float(chunk)}"
+                                                             f": chunks must be at least 1 s long")
+    with pytest.raises(ConfigError):
+        Transcriber(ldc_checkpoint, chunk_seconds=float(chunk))
+
+
+def test_a_manifest_puts_the_reference_and_wer_beside_each_transcript(ldc_checkpoint):
+    m, wav = shared("ldc93s1", "manifest.jsonl"), shared("ldc93s1", "LDC93S1.wav")
+    row = json.loads(run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--manifest", str(m), "--json",
+                             str(wav)).stdout)
+    assert row["reference"].lower().startswith("she had your dark suit") and row["wer"] == 0.0
+    lines = run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--manifest", str(m), str(wav)).stdout.splitlines()
+    assert lines[1].split(":", 1)[1].strip() == LDC and lines[2].startswith("  reference:")
+
+
+def test_a_clip_shorter_than_its_manifest_says_is_skipped_and_counted_in_eval(ldc_checkpoint, tmp_path):
+    """0.01 s of audio listed as 2.0 s: features cannot be computed (the STFT needs half a window)."""
+    sf.write(tmp_path / "tiny.wav", np.zeros(160, np.float32), 16000)
+    src = json.loads(shared("ldc93s1", "manifest.jsonl").read_text().splitlines()[0])
+    rows = [{"audio_filepath": "tiny.wav", "duration": 2.0, "text": "she had"},
+            {**src, "audio_filepath": str(shared("ldc93s1", src["audio_filepath"]))}]
+    (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    res = json.loads(run_cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(tmp_path / "m.jsonl"),
+                             "--json").stdout)
+    assert res["utterances"] == 1 and res["skipped"] == 1 and res["skipped_reasons"] == {"too_short": 1}

@@ -54,23 +54,37 @@ def test_resume_mid_epoch_continues_exactly(tmp_path, workers):
 
 def test_rng_state_round_trip_through_weights_only(tmp_path):
     random.seed(1), np.random.seed(1), torch.manual_seed(1)
-    save_checkpoint(tmp_path / "r.pt", {"model": {}, "config": {}, "rng": rng_state()})
+    save_checkpoint(tmp_path / "r.pt", {"model": {}, "config": {}, "meta": {}, "rng": rng_state()})
     want = (random.random(), np.random.rand(), torch.rand(1))
     set_rng_state(load_checkpoint(tmp_path / "r.pt")["rng"])
     assert (random.random(), np.random.rand(), torch.rand(1)) == want
 
 
 def test_torn_or_foreign_checkpoints_are_clear_errors(tmp_path):
-    save_checkpoint(tmp_path / "ok.pt", {"model": {}, "config": {}})
+    save_checkpoint(tmp_path / "ok.pt", {"model": {}, "config": {}, "meta": {}})
     data = (tmp_path / "ok.pt").read_bytes()
     (tmp_path / "torn.pt").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="cannot load"):
+    with pytest.raises(CheckpointError, match=r"torn.pt is not a speechscale checkpoint \(torch cannot read it: \w+"):
         load_checkpoint(tmp_path / "torn.pt")
     torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not a speechscale checkpoint"):
         load_checkpoint(tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint(tmp_path / "none.pt")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.write_bytes(b""), r"empty.pt: empty file \(0 bytes\), not a checkpoint$"),
+    (lambda p: p.mkdir(), r"empty.pt: is a directory"),
+    (lambda p: torch.save({"model": {}, "config": {}}, p), r"not a speechscale checkpoint \(no meta in it\)$"),
+    (lambda p: torch.save({"model": torch.nn.Linear(2, 2)}, p),
+     r"not a speechscale checkpoint: it holds Python objects other than tensors and plain data"),
+])
+def test_each_unusable_checkpoint_says_what_is_wrong_in_one_line(tmp_path, make, message):
+    make(tmp_path / "empty.pt")
+    with pytest.raises(CheckpointError, match=message) as info:
+        load_checkpoint(tmp_path / "empty.pt")
+    assert "\n" not in str(info.value) and "weights_only" not in str(info.value)
 
 
 def test_rotation_keeps_the_last_k_a_pointer_and_last(tmp_path):
@@ -117,7 +131,7 @@ def test_a_kill_during_checkpoint_writes_leaves_the_last_good_checkpoint_intact(
         "step = 0\n"
         "while True:\n"
         "    step += 1\n"
-        "    save_rotating(sys.argv[1], {'model': {'w': big + step}, 'config': {}, 'step': step}, step, 2)\n"
+        "    save_rotating(sys.argv[1], {'model': {'w': big + step}, 'config': {}, 'meta': {}, 'step': step}, step, 2)\n"
         "    print(step, flush=True)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:

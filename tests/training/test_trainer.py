@@ -53,7 +53,7 @@ def test_nonfinite_loss_and_gradient_skip_the_step(tiny_corpus, tmp_path, precis
     batch = next(iter(trainer.loader))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     bad = type(batch)(batch.feats * float("nan"), batch.feat_lens, batch.targets, batch.target_lens,
-                      batch.texts, batch.indices, 0)
+                      batch.texts, batch.indices, {})
     trainer.train_step(bad)
     assert trainer.sync() is None and trainer.counters["nonfinite_loss"] == 1
     param = next(trainer.model.parameters())
@@ -84,7 +84,11 @@ def test_labels_longer_than_the_output_frames_are_skipped(tmp_path):
     ("trainer.max_steps=lots", "expected an integer"),
     ("model.name=ds9", "model.name 'ds9' is unknown"),
     ("data.train_manifest=/nope/train.jsonl", "manifest not found"),
-    ("optim.schedule=sometimes", "optim.schedule must be"),
+    ("optim.schedule=sometimes", "optim.schedule='sometimes' is unknown; choose one of cosine, linear"),
+    ("trainer.out_dir=/proc/nope", "trainer.out_dir: cannot write to /proc/nope"),
+    ("data.batch_seconds=2", "data.batch_seconds=2 is shorter than the longest training utterance"),
+    ("features.window_ms=100000", "features.window_ms=100000.0 must be in (0, 1000]"),
+    ("model.overrides={rnn_type: foo}", "rnn_type 'foo' is unknown"),
 ])
 def test_bad_config_is_one_clear_line_before_any_work(override, message, tmp_path):
     proc = run_cli("train", "--config", "configs/yesno.yaml", f"trainer.out_dir={tmp_path}/r", override, check=False)

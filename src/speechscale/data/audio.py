@@ -17,6 +17,21 @@ class AudioError(RuntimeError):
     """The file is missing, unreadable, truncated or empty."""
 
 
+def check_file(path: str | Path, error: type[Exception]) -> None:
+    """Raise `error` saying what is wrong when local `path` is missing, a directory or empty."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except OSError as e:
+        raise error(f"{path}: {e.strerror or e}") from None
+    if p.is_dir():
+        raise error(f"{path}: is a directory")
+    if size == 0:
+        raise error(f"{path}: empty file (0 bytes)")
+
+
 def resample(wav: np.ndarray, orig_sr: int, sample_rate: int) -> np.ndarray:
     """Resample mono float32 audio with soxr (high quality)."""
     if orig_sr == sample_rate:
@@ -26,12 +41,13 @@ def resample(wav: np.ndarray, orig_sr: int, sample_rate: int) -> np.ndarray:
 
 def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
     """Read `path`, down-mix to mono, resample to `sample_rate`; (T,) float32. Raises AudioError."""
+    check_file(path, AudioError)
     try:
         data, sr = sf.read(str(path), dtype="float32", always_2d=True)  # (T, C)
-    except Exception as e:  # soundfile raises several types for missing/corrupt files
-        raise AudioError(f"cannot read audio {path}: {e}") from e
+    except Exception as e:  # soundfile raises several types for corrupt or unknown formats
+        raise AudioError(f"{path}: not audio that soundfile can decode ({e})") from e
     if data.shape[0] == 0:
-        raise AudioError(f"empty audio {path}")
+        raise AudioError(f"{path}: no audio samples in it")
     wav = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]  # (T, C) -> (T,)
     wav = np.ascontiguousarray(wav, dtype=np.float32)
     if not np.isfinite(wav).all():

@@ -1,8 +1,15 @@
-"""Dataset and collate: manifest utterance -> (features, target ids); bad audio is counted, not raised."""
+"""Dataset and collate: manifest utterance -> (features, target ids).
+
+An utterance that cannot become features is skipped and counted by reason, never raised mid-run:
+`bad_audio` (missing, unreadable or undecodable file), `too_short` (shorter than the analysis window or
+data.min_duration once decoded, whatever the manifest's `duration` says), `feature_error` (anything else
+that failed while augmenting or computing features).
+"""
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -18,6 +25,8 @@ from .text import CharTokenizer
 
 log = logging.getLogger(__name__)
 
+SKIP_REASONS = ("bad_audio", "too_short", "feature_error")  # why an utterance was dropped during work
+
 
 @dataclass
 class Batch:
@@ -29,10 +38,15 @@ class Batch:
     target_lens: torch.Tensor
     texts: list[str]
     indices: list[int]
-    bad: int  # utterances dropped from this batch because their audio could not be read
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)  # reason -> utterances dropped
 
     def __len__(self) -> int:
         return len(self.texts)
+
+    @property
+    def bad(self) -> int:
+        """Utterances of this batch that were skipped, whatever the reason."""
+        return sum(self.skipped.values())
 
     def pin_memory(self) -> "Batch":
         """Page-locked copies of the tensors (DataLoader calls this with pin_memory=True)."""
@@ -52,7 +66,8 @@ class SpeechDataset(torch.utils.data.Dataset):
     """Loads audio, optionally augments, computes features and encodes text for one utterance."""
 
     def __init__(self, utts: Sequence[Utterance], features: FeatureExtractor, tokenizer: CharTokenizer,
-                 augment: AugmentConfig | None = None, seed: int = 0, cache_audio: bool = False) -> None:
+                 augment: AugmentConfig | None = None, seed: int = 0, cache_audio: bool = False,
+                 min_seconds: float = 0.0) -> None:
         self.utts = list(utts)
         self.features = features
         self.tokenizer = tokenizer
@@ -61,6 +76,8 @@ class SpeechDataset(torch.utils.data.Dataset):
         self.seed = seed
         self.epoch = 0
         self.cache: dict[int, np.ndarray] | None = {} if cache_audio else None
+        # decoded audio shorter than this is skipped: the STFT's centre padding needs half a window
+        self.min_samples = max(features.n_fft // 2 + 1, int(min_seconds * features.cfg.sample_rate))
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -76,14 +93,29 @@ class SpeechDataset(torch.utils.data.Dataset):
             self.cache[i] = wav
         return wav
 
-    def __getitem__(self, i: int) -> dict[str, Any] | None:
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """{"feats" (F, T), "target", "text", "index"}, or {"skip": reason} when it cannot be used."""
         utt = self.utts[i]
         try:
             wav = self._wave(i)
         except AudioError as e:
-            log.warning("skipping %s (manifest line %d): %s", utt.audio_path, utt.line, e)
-            return None
-        text = utt.text
+            return self._skip(utt, "bad_audio", str(e))
+        if wav.shape[0] < self.min_samples:
+            rate = self.features.cfg.sample_rate
+            return self._skip(utt, "too_short", f"{wav.shape[0] / rate:.3f} s once decoded (the manifest "
+                              f"says {utt.duration} s; at least {self.min_samples / rate:.3f} s needed)")
+        try:
+            return self._item(i, wav)
+        except Exception as e:  # one utterance must not end a run: count it and go on
+            return self._skip(utt, "feature_error", f"{type(e).__name__}: {e}")
+
+    @staticmethod
+    def _skip(utt: Utterance, reason: str, detail: str) -> dict[str, Any]:
+        log.warning("skipping %s (manifest line %d, %s): %s", utt.audio_path, utt.line, reason, detail)
+        return {"skip": reason}
+
+    def _item(self, i: int, wav: np.ndarray) -> dict[str, Any]:
+        text = self.utts[i].text
         if self.augment_cfg is not None:
             # Per-(seed, epoch, utterance) generator: reproducible whatever the worker layout.
             gen = torch.Generator().manual_seed((self.seed * 7919 + self.epoch) * 1_000_003 + i)
@@ -98,10 +130,10 @@ class SpeechDataset(torch.utils.data.Dataset):
         return {"feats": feats, "target": self.tokenizer.encode(text), "text": text, "index": i}
 
 
-def collate(items: list[dict[str, Any] | None]) -> Batch:
-    """Pad features to the longest in the batch; drop items whose audio failed (counted in `bad`)."""
-    good = [it for it in items if it is not None]
-    bad = len(items) - len(good)
+def collate(items: list[dict[str, Any]]) -> Batch:
+    """Pad features to the longest in the batch; drop skipped items (counted by reason in `skipped`)."""
+    good = [it for it in items if "skip" not in it]
+    bad = dict(Counter(it["skip"] for it in items if "skip" in it))
     if not good:
         return Batch(torch.zeros(0, 1, 1), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
                      torch.zeros(0, dtype=torch.long), [], [], bad)

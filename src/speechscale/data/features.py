@@ -12,6 +12,9 @@ import torch
 
 from ..config import FeatureConfig
 
+FEATURE_KINDS = ("spectrogram", "logmel")
+NORMALIZATIONS = ("utterance", "feature", "none")  # per utterance: one mean/std | per bin (CMVN) | none
+
 
 def _mel_filterbank(n_freqs: int, n_mels: int, sample_rate: int) -> torch.Tensor:
     """(n_mels, n_freqs) triangular filters on the HTK mel scale."""

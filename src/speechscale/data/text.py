@@ -21,6 +21,9 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 
 
+DIGIT_MODES = ("spell", "drop", "keep")  # 12 -> twelve | removed | kept (add digits to the alphabet)
+
+
 class TextNormalizer:
     """Lower-case, fold accents, spell or drop digits, turn punctuation into spaces, squeeze spaces.
 

@@ -131,12 +131,15 @@ def launched_distributed() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def build_strategy(name: str) -> Strategy:
-    """`allreduce` under a distributed launcher, else the local strategy (a single process)."""
-    if name not in ("allreduce",):
-        from ..config import ConfigError
+# distributed.strategy -> the strategy used under a distributed launcher (one process is always local)
+STRATEGIES: dict[str, type[Strategy]] = {"allreduce": AllReduceStrategy}
 
-        raise ConfigError(f"distributed.strategy {name!r} is unknown; use allreduce")
+
+def build_strategy(name: str) -> Strategy:
+    """Strategy `name` under a distributed launcher, else the local strategy (a single process)."""
+    from ..config import check_choice
+
+    check_choice("distributed.strategy", name, tuple(STRATEGIES))
     if not launched_distributed():
         return LocalStrategy()
-    return AllReduceStrategy()
+    return STRATEGIES[name]()

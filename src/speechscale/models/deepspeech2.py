@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from ..config import ConfigError
 from . import flops as F
 from .layers import MaskedBatchNorm, conv_out_length, length_mask
 from .rnn import RecurrentLayer
@@ -45,7 +47,7 @@ def _activation(name: str) -> nn.Module:
         return nn.Hardtanh(0.0, 20.0)
     if name == "relu":
         return nn.ReLU()
-    raise ValueError(f"unknown activation {name!r}; use hardtanh or relu")
+    raise ConfigError(f"model.overrides: activation {name!r} is unknown; use hardtanh or relu")
 
 
 class Lookahead(nn.Module):
@@ -78,7 +80,10 @@ class DeepSpeech2(nn.Module):
             conv = nn.Conv2d(in_ch, spec.channels, tuple(spec.kernel), tuple(spec.stride), pad, bias=False)
             self.convs.append(conv)
             self.conv_norms.append(MaskedBatchNorm(spec.channels))
-            freq = int(conv_out_length(torch.tensor(freq), conv, dim=0))
+            freq = int(conv_out_length(torch.tensor(freq, device="cpu"), conv, dim=0))  # also under meta
+            if freq < 1:
+                raise ConfigError(f"model.overrides: the conv front end leaves no frequency bins of the "
+                                  f"{num_features} features; use smaller kernels or strides")
             in_ch = spec.channels
         self.act = _activation(cfg.activation)
         self.rnns = nn.ModuleList()

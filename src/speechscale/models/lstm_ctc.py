@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..config import ConfigError
 from . import flops as F
 from .layers import length_mask
 from .rnn import RecurrentLayer
@@ -53,7 +54,7 @@ class LSTMCTC(nn.Module):
     def __init__(self, cfg: LSTMConfig, num_features: int, vocab_size: int) -> None:
         super().__init__()
         if cfg.stack < 1 or cfg.stride < 1:
-            raise ValueError("lstm-ctc: stack and stride must be at least 1")
+            raise ConfigError("model.overrides: lstm-ctc stack and stride must be at least 1")
         self.cfg = cfg
         size = num_features * (3 if cfg.deltas else 1) * cfg.stack
         self.rnns = nn.ModuleList()

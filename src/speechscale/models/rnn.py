@@ -8,8 +8,12 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..config import ConfigError
 from .layers import MaskedBatchNorm
 
+
+RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
+MERGES = ("sum", "concat")  # bidirectional outputs: added, or concatenated
 
 class RecurrentLayer(nn.Module):
     """Masked batch norm (optional) -> GRU/LSTM over valid frames -> merged directions.
@@ -22,7 +26,11 @@ class RecurrentLayer(nn.Module):
     def __init__(self, input_size: int, hidden: int, rnn_type: str, bidirectional: bool, merge: str,
                  norm: bool) -> None:
         super().__init__()
-        rnn_cls = {"gru": nn.GRU, "lstm": nn.LSTM}[rnn_type]
+        if rnn_type not in RNN_TYPES:
+            raise ConfigError(f"model.overrides: rnn_type {rnn_type!r} is unknown; use {' or '.join(RNN_TYPES)}")
+        if merge not in MERGES:
+            raise ConfigError(f"model.overrides: rnn_merge {merge!r} is unknown; use {' or '.join(MERGES)}")
+        rnn_cls = RNN_TYPES[rnn_type]
         self.rnn_type = rnn_type
         self.input_size = input_size
         self.norm = MaskedBatchNorm(input_size) if norm else None

@@ -20,6 +20,8 @@ def split_points(wav: np.ndarray, sample_rate: int, chunk_s: float, search_s: fl
     frame within the last `search_s` seconds before the limit."""
     n = wav.shape[0]
     limit = int(chunk_s * sample_rate)
+    if limit < 1:
+        raise ValueError(f"chunk length {chunk_s} s is shorter than one sample")
     cuts = [0]
     frame = max(1, int(0.02 * sample_rate))
     while n - cuts[-1] > limit:
@@ -36,10 +38,22 @@ def split_points(wav: np.ndarray, sample_rate: int, chunk_s: float, search_s: fl
     return cuts
 
 
+MIN_CHUNK_SECONDS = 1.0
+
+
+def check_chunk_seconds(seconds: float) -> None:
+    """ConfigError unless chunks are at least MIN_CHUNK_SECONDS long (0 or less would never end)."""
+    if not seconds >= MIN_CHUNK_SECONDS:
+        from ..config import ConfigError
+
+        raise ConfigError(f"--chunk-seconds={seconds}: chunks must be at least {MIN_CHUNK_SECONDS:g} s long")
+
+
 class Transcriber:
     """A model loaded from a checkpoint, ready to transcribe waveforms or files."""
 
     def __init__(self, checkpoint: str | Path, chunk_seconds: float = 20.0) -> None:
+        check_chunk_seconds(chunk_seconds)
         self.comps = load_components(checkpoint)
         self.sample_rate = self.comps.features.cfg.sample_rate
         self.chunk_seconds = chunk_seconds

@@ -8,8 +8,10 @@ files, `last.pt` and a `latest` pointer; resuming picks the newest one that load
 from __future__ import annotations
 
 import io
+import pickle
 import logging
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -59,20 +61,40 @@ class CheckpointError(RuntimeError):
     """The checkpoint is missing, torn or not a speechscale checkpoint."""
 
 
+REQUIRED_KEYS = ("model", "config", "meta")  # what every speechscale checkpoint holds
+
+
+def _reason(e: Exception) -> str:
+    """The first line of an exception's message, or its type when the message is blank."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
     """Load a checkpoint (local path or fsspec URL) with `weights_only=True` (never unpickles code)."""
     try:
         data = storage.read_bytes(path)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint not found: {path}") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path}: is a directory, not a checkpoint file") from None
     except Exception as e:
-        raise CheckpointError(f"cannot read checkpoint {path}: {e}") from e
+        raise CheckpointError(f"cannot read checkpoint {path}: {_reason(e)}") from e
+    if not data:
+        raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
     try:
-        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # torch's note on foreign pickle protocols adds nothing here
+            warnings.simplefilter("ignore")
+            state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:  # weights_only refused an object: never unpickle it
+        raise CheckpointError(f"{path} is not a speechscale checkpoint: it holds Python objects other than "
+                              f"tensors and plain data, which speechscale never unpickles") from None
     except Exception as e:
-        raise CheckpointError(f"cannot load checkpoint {path}: {e}") from e
-    if not isinstance(state, dict) or "model" not in state or "config" not in state:
-        raise CheckpointError(f"{path} is not a speechscale checkpoint")
+        raise CheckpointError(f"{path} is not a speechscale checkpoint (torch cannot read it: {_reason(e)}); "
+                              f"a torn write? resume=auto passes over such files") from e
+    missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointError(f"{path} is not a speechscale checkpoint (no {', '.join(missing)} in it)")
     return state
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from typing import Any, Callable
 
 import torch
@@ -35,6 +36,11 @@ def load_utterances(path: str, comps: Components, cfg: Config, filt: dict[str, A
     return kept, report
 
 
+def _ignore_sigint(worker_id: int) -> None:
+    """Loader workers leave Ctrl-C to the main process, which checkpoints and then stops them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bool, pin_memory: bool = False,
                 wrap: Callable[[BucketBatchSampler], Any] | None = None, shard: tuple[int, int] = (0, 1)
                 ) -> tuple[torch.utils.data.DataLoader, BucketBatchSampler, SpeechDataset]:
@@ -46,9 +52,10 @@ def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bo
                                  max_batch_size=d.max_batch_size, num_buckets=d.num_buckets,
                                  seed=cfg.trainer.seed, sortagrad=d.sortagrad and train, shuffle=train)
     dataset = SpeechDataset(utts, comps.features, comps.tokenizer, cfg.augment if train else None,
-                            seed=cfg.trainer.seed, cache_audio=d.cache_features)
+                            seed=cfg.trainer.seed, cache_audio=d.cache_features, min_seconds=d.min_duration)
     # Evaluation iterates a fixed list (every pass sees every utterance); training the resumable sampler.
     batches = (wrap(sampler) if wrap else sampler) if train else sampler.batches(0)[shard[0]::shard[1]]
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
-                                         num_workers=d.num_workers, persistent_workers=False, pin_memory=pin_memory)
+                                         num_workers=d.num_workers, persistent_workers=False, pin_memory=pin_memory,
+                                         worker_init_fn=_ignore_sigint if d.num_workers else None)
     return loader, sampler, dataset

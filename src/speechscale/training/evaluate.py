@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
@@ -19,6 +20,7 @@ class EvalResult:
     cer: float
     utterances: int
     skipped: int
+    skipped_reasons: dict[str, int] = field(default_factory=dict)  # reason -> utterances dropped
     hyps: dict[int, str] = field(default_factory=dict)  # dataset index -> hypothesis
     metric: ErrorRate = field(default_factory=ErrorRate)  # the counts behind wer/cer (summed over ranks)
 
@@ -33,11 +35,11 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
     model.eval()
     metric = ErrorRate()
     hyps: dict[int, str] = {}
-    skipped = 0
+    reasons: Counter = Counter()
     try:
         for batch in loader:
             batch: Batch
-            skipped += batch.bad
+            reasons.update(batch.skipped)
             if len(batch) == 0:
                 continue
             batch = batch.to(device)
@@ -49,4 +51,4 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
             hyps.update(zip(batch.indices, texts))
     finally:
         model.train(was_training)
-    return EvalResult(metric.wer, metric.cer, metric.utterances, skipped, hyps, metric)
+    return EvalResult(metric.wer, metric.cer, metric.utterances, sum(reasons.values()), dict(reasons), hyps, metric)

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import nn
 
-from ..config import OptimConfig
+from ..config import OptimConfig, check_choice
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, fused: bool = False) -> torch.optim.Optimizer:
@@ -18,9 +19,22 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, fused: bool = False) -> 
             continue
         (no_decay if p.ndim <= 1 else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if cfg.name == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=True, fused=fused or None)
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=fused or None)
+    check_choice("optim.name", cfg.name, tuple(OPTIMIZERS))
+    return OPTIMIZERS[cfg.name](groups, cfg, fused or None)
+
+
+def _adamw(groups: list[dict], cfg: OptimConfig, fused: bool | None) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=fused)
+
+
+def _sgd(groups: list[dict], cfg: OptimConfig, fused: bool | None) -> torch.optim.Optimizer:
+    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=True, fused=fused)
+
+
+# optim.name -> builder(param groups, config, fused); optim.schedule's values
+OPTIMIZERS: dict[str, Callable[[list[dict], OptimConfig, bool | None], torch.optim.Optimizer]] = {
+    "adamw": _adamw, "sgd": _sgd}
+SCHEDULES = ("cosine", "linear", "constant", "exponential")
 
 
 def lr_at(step: float, total_steps: float, cfg: OptimConfig, steps_per_epoch: float = 1,
@@ -43,6 +57,7 @@ def lr_at(step: float, total_steps: float, cfg: OptimConfig, steps_per_epoch: fl
         return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * frac))
     if cfg.schedule == "linear":
         return cfg.lr - (cfg.lr - floor) * frac
+    check_choice("optim.schedule", cfg.schedule, SCHEDULES)
     return cfg.lr * cfg.decay_rate ** (after / max(1, steps_per_epoch))  # exponential, per epoch
 
 

@@ -94,3 +94,20 @@ def remove(url: str | Path) -> None:
     fs, path = _fs(url)
     if fs.isfile(path):
         fs.rm_file(path)
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise OSError unless local folder `path` can be created and written; leaves nothing behind."""
+    folder = _local(path)
+    created = []
+    for level in reversed([folder, *folder.parents]):  # create the missing levels, outermost first
+        if not level.exists():
+            level.mkdir()
+            created.append(level)
+    try:
+        probe = _tmp(folder / ".write-probe")
+        probe.write_bytes(b"")
+        probe.unlink()
+    finally:
+        for level in reversed(created):
+            level.rmdir()

@@ -16,6 +16,7 @@ import logging
 import math
 import random
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,8 @@ import torch
 from tqdm import tqdm
 
 from ..components import build_components
-from ..config import Config, to_dict
-from ..data.dataset import Batch
+from ..config import Config, ConfigError, to_dict
+from ..data.dataset import SKIP_REASONS, Batch
 from ..data.distributed_sampler import ShardedBatchSampler
 from ..distributed import build_strategy
 from . import storage
@@ -39,6 +40,26 @@ from .precision import Precision, resolve_device, resolve_precision
 from .prescan import prescan
 
 log = logging.getLogger(__name__)
+
+
+def _check_writable(where: str | Path, key: str) -> None:
+    """ConfigError in one line when a local folder cannot be created or written (remote URLs: the first
+    write tells)."""
+    if storage.is_remote(where):
+        return
+    try:
+        storage.check_writable(where)
+    except OSError as e:
+        raise ConfigError(f"{key}: cannot write to {where} ({e.strerror or e})") from None
+
+
+def _check_batch_bound(utts: list[Any], batch_seconds: float) -> None:
+    """A batch holds at least one utterance: one longer than data.batch_seconds would break the bound."""
+    longest = max(utts, key=lambda u: u.duration)
+    if longest.duration > batch_seconds:
+        raise ConfigError(f"data.batch_seconds={batch_seconds:g} is shorter than the longest training utterance "
+                          f"({longest.duration:g} s, manifest line {longest.line}); raise data.batch_seconds or "
+                          f"set data.max_duration={batch_seconds:g} to skip longer ones")
 
 
 def seed_everything(seed: int) -> None:
@@ -74,15 +95,16 @@ class MetricsLog:
 
 
 class _Signals:
-    """SIGTERM (a preemption notice) and SIGUSR1 (SLURM's --signal) set a flag; the loop finishes the
-    step, writes a checkpoint and returns."""
+    """SIGTERM (a preemption notice), SIGUSR1 (SLURM's --signal) and SIGINT (Ctrl-C) set a flag; the loop
+    finishes the step, writes a checkpoint and returns. A second Ctrl-C stops at once (KeyboardInterrupt)."""
 
-    def __init__(self) -> None:
+    def __init__(self, announce: bool) -> None:
         self.received: int | None = None
+        self.announce = announce
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> "_Signals":
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
+        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             try:
                 self._old[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread: leave signals alone
@@ -91,6 +113,10 @@ class _Signals:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = signum
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # the next Ctrl-C interrupts
+            if self.announce:
+                log.warning("Ctrl-C: finishing this step and writing a checkpoint (Ctrl-C again stops at once)")
 
     def __exit__(self, *exc: Any) -> None:
         for sig, old in self._old.items():
@@ -103,6 +129,13 @@ class Trainer:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         t = cfg.trainer
+        # Checkpoints go to out_dir, a folder or any fsspec URL (s3://...). Logs (metrics.jsonl,
+        # TensorBoard, sample traces) need a local folder: out_dir itself, or trainer.log_dir when remote.
+        self.ckpt_dir = storage.join(t.out_dir, "checkpoints")
+        self.out_dir = Path(t.log_dir or (f"runs/{t.out_dir.rstrip('/').rsplit('/', 1)[-1]}"
+                                          if storage.is_remote(t.out_dir) else t.out_dir))
+        for where, key in ((self.ckpt_dir, "trainer.out_dir"), (self.out_dir, "trainer.log_dir")):
+            _check_writable(where, key if storage.is_remote(t.out_dir) else "trainer.out_dir")
         if t.threads > 0:
             torch.set_num_threads(t.threads)
         self.strategy = build_strategy(cfg.distributed.strategy)
@@ -110,11 +143,6 @@ class Trainer:
         seed_everything(t.seed)  # the same initial weights on every rank
         if t.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
-        # Checkpoints go to out_dir, a folder or any fsspec URL (s3://...). Logs (metrics.jsonl,
-        # TensorBoard, sample traces) need a local folder: out_dir itself, or trainer.log_dir when remote.
-        self.ckpt_dir = storage.join(t.out_dir, "checkpoints")
-        self.out_dir = Path(t.log_dir or (f"runs/{t.out_dir.rstrip('/').rsplit('/', 1)[-1]}"
-                                          if storage.is_remote(t.out_dir) else t.out_dir))
         self.device = resolve_device(self.strategy.device(t.device))
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(self.device)
@@ -127,6 +155,7 @@ class Trainer:
                      self.strategy.name)
         self.train_utts, self.train_report = load_utterances(cfg.data.train_manifest, self.comps, cfg,
                                                              cfg.data.filter, cfg.data.train_slice)
+        _check_batch_bound(self.train_utts, cfg.data.batch_seconds)
         self.val_utts, self.val_report = load_utterances(cfg.data.val_manifest, self.comps, cfg,
                                                          cfg.data.val_filter, cfg.data.val_slice)
         pin = self.device.type == "cuda"
@@ -156,7 +185,7 @@ class Trainer:
         self.consumed = 0        # samples of this epoch consumed by all ranks together
         self.samples_seen = 0    # samples consumed since the start of training
         self.best_wer = math.inf
-        self.counters = {"nonfinite_loss": 0, "nonfinite_grad": 0, "bad_audio": 0}
+        self.counters = {"nonfinite_loss": 0, "nonfinite_grad": 0, **{r: 0 for r in SKIP_REASONS}}
         # Per-step values stay on the device; `sync()` folds them into counters at logging intervals.
         self._pending = torch.zeros(4, device=self.device)  # nonfinite loss, nonfinite grad, loss sum, finite steps
         self._epoch_loss = [0.0, 0]  # synced loss sum and finite-step count since the last validation
@@ -280,7 +309,7 @@ class Trainer:
         """One second of silence labelled "a": a real forward/backward whose loss is then zeroed."""
         frames = self.comps.features.frames_for_seconds(1.0)
         return Batch(torch.zeros(1, self.comps.features.num_features, frames), torch.tensor([frames]),
-                     torch.tensor([1]), torch.tensor([1]), [""], [], 0)
+                     torch.tensor([1]), torch.tensor([1]), [""], [], {})
 
     def sync(self) -> float | None:
         """Fold the device-side counters of all ranks into `counters` (collective; one host sync);
@@ -304,13 +333,29 @@ class Trainer:
                 "skipped": int(skipped)}
 
     # ---- the loop ----------------------------------------------------------------------------------
-    def _out_of_budget(self, started: float) -> bool:
+    def _out_of_time(self, started: float) -> bool:
         t = self.cfg.trainer
-        if t.max_steps and self.step >= t.max_steps:
-            return True
         return bool(t.max_minutes) and (time.time() - started) / 60 >= t.max_minutes
 
-    def _validate_and_save(self, metrics: MetricsLog | None) -> dict[str, float]:
+    def _shown_epoch(self) -> str:
+        """The epoch being trained (or just finished), 1-based as in the progress bar: 'k/N'."""
+        shown = self.epoch if self.consumed == 0 and self.step > 0 else self.epoch + 1
+        return f"{shown}/{self.cfg.trainer.max_epochs}" if self.cfg.trainer.max_epochs else str(shown)
+
+    def _planned_steps(self) -> int:
+        """Optimizer steps this rank takes in the whole run (for the progress bar and the ETA)."""
+        t = self.cfg.trainer
+        by_epochs = math.ceil(t.max_epochs * self.steps_per_epoch / self.world) if t.max_epochs else 0
+        return min(x for x in (t.max_steps, by_epochs) if x) or 1
+
+    def _eta(self, started: float) -> str:
+        done = self.step - self._resumed_step
+        left = self._planned_steps() - self.step
+        if done <= 0 or left <= 0:
+            return ""
+        return f", ETA {(time.time() - started) / done * left / 60:.1f} min"
+
+    def _validate_and_save(self, metrics: MetricsLog | None, started: float) -> dict[str, float]:
         self.sync()
         val = self.validate()
         total, n = self._epoch_loss
@@ -320,8 +365,9 @@ class Trainer:
         self.history.append(row)
         if metrics is not None:
             metrics.write("val", self.step, {**row, **self.counters})
-            log.info("epoch %d step %d: train loss %.3f, val WER %.2f%% CER %.2f%% (%d utts)", self.epoch,
-                     self.step, train_loss, 100 * val["wer"], 100 * val["cer"], val["utterances"])
+            log.info("epoch %s step %d: train loss %.3f, val WER %.2f%% CER %.2f%% (%d utts)%s",
+                     self._shown_epoch(), self.step, train_loss, 100 * val["wer"], 100 * val["cer"],
+                     val["utterances"], self._eta(started))
         if val["wer"] < self.best_wer or (val["wer"] == self.best_wer
                                           and not storage.exists(storage.join(self.ckpt_dir, "best.pt"))):
             self.best_wer = val["wer"]
@@ -338,7 +384,7 @@ class Trainer:
         row: dict[str, Any] = {"epoch": self.epoch, "lr": self.optimizer.param_groups[0]["lr"]}
         if loss is not None:
             row["loss"] = loss
-            bar.set_postfix(loss=f"{loss:.3f}", step=self.step)
+            bar.set_postfix(loss=f"{loss:.3f}")
         if self.precision.scaling:
             row["loss_scale"] = self.precision.loss_scale()
         if self.device.type == "cuda":
@@ -352,9 +398,49 @@ class Trainer:
             f.write(json.dumps({"epoch": self.epoch, "step": self.step, "ids": [i for b in micro for i in b.indices],
                                 "resumed_at": self._resumed_step, "world": self.world}) + "\n")
 
+    def _train_epoch(self, metrics: MetricsLog | None, bar: tqdm, signals: _Signals, started: float) -> bool:
+        """Train on the rest of the current epoch; True when the run must stop before the epoch's end
+        (max_steps, max_minutes or a signal, agreed by all ranks)."""
+        t = self.cfg.trainer
+        self.sampler.resume(self.epoch, self.consumed)
+        self.dataset.set_epoch(self.epoch)
+        total = f"/{t.max_epochs}" if t.max_epochs else ""
+        bar.set_description(f"epoch {self.epoch + 1}{total}")
+        micro: list[Batch] = []
+        for i, batch in enumerate(self.loader):
+            self.consumed += self.sampler.round_samples[i]
+            self.samples_seen += self.sampler.round_samples[i]
+            for reason, n in batch.skipped.items():
+                self.counters[reason] = self.counters.get(reason, 0) + n
+            if len(batch) > 0 or self.world > 1:
+                micro.append(batch)
+            # a step every grad_accum batches, and with what is left at the epoch's end
+            if not micro or (len(micro) < self.accum and i < len(self.sampler) - 1):
+                continue
+            self.train_step(micro)
+            bar.update(1)
+            if t.trace_samples:
+                self._trace(micro)
+            micro = []
+            logging_step = self.step % t.log_every == 0
+            if logging_step:
+                self._log_train(metrics, bar)
+            if t.val_every_steps and self.step % t.val_every_steps == 0:
+                self._validate_and_save(metrics, started)
+            elif t.checkpoint_every_steps and self.step % t.checkpoint_every_steps == 0:
+                self.save()
+            # max_steps is the same on every rank; the clock and signals are not, so ranks agree on
+            # those at logging steps (no collective per step)
+            if t.max_steps and self.step >= t.max_steps:
+                return True
+            if (self.world == 1 or logging_step) and self.strategy.any(
+                    self._out_of_time(started) or signals.received is not None):
+                return True
+        return False
+
     def fit(self) -> dict[str, Any]:
-        """Train until max_epochs, max_steps, max_minutes or a stop signal; returns the last validation row
-        and the counters."""
+        """Train until max_epochs, max_steps, max_minutes, target_wer or a stop signal; returns the summary:
+        the last validation row, counters, and `stopped_by` (null when the planned epochs or steps ran)."""
         t = self.cfg.trainer
         main = self.rank == 0
         if main:
@@ -371,69 +457,50 @@ class Trainer:
         self._resumed_step = self.step
         self.model.train()
         last: dict[str, Any] = {}
+        # One bar for the whole run, and only on a terminal: in a log file bars pile up as carriage returns
+        # (the validation log lines carry an ETA instead).
+        bar = tqdm(total=self._planned_steps(), initial=self.step, unit="step", dynamic_ncols=True,
+                   disable=not (t.progress and main and sys.stderr.isatty()))
         try:
-            with _Signals() as signals:
+            with _Signals(announce=main) as signals:
                 while t.max_epochs <= 0 or self.epoch < t.max_epochs:
-                    self.sampler.resume(self.epoch, self.consumed)
-                    self.dataset.set_epoch(self.epoch)
-                    stop = False
-                    bar = tqdm(self.loader, desc=f"epoch {self.epoch}", disable=not (t.progress and main),
-                               leave=False, total=len(self.sampler), dynamic_ncols=True)
-                    micro: list[Batch] = []
-                    for i, batch in enumerate(bar):
-                        self.consumed += self.sampler.round_samples[i]
-                        self.samples_seen += self.sampler.round_samples[i]
-                        self.counters["bad_audio"] += batch.bad
-                        if len(batch) > 0 or self.world > 1:
-                            micro.append(batch)
-                        # a step every grad_accum batches, and with what is left at the epoch's end
-                        if not micro or (len(micro) < self.accum and i < len(self.sampler) - 1):
-                            continue
-                        self.train_step(micro)
-                        if t.trace_samples:
-                            self._trace(micro)
-                        micro = []
-                        logging_step = self.step % t.log_every == 0
-                        if logging_step:
-                            self._log_train(metrics, bar)
-                        if t.val_every_steps and self.step % t.val_every_steps == 0:
-                            last = self._validate_and_save(metrics)
-                        elif t.checkpoint_every_steps and self.step % t.checkpoint_every_steps == 0:
-                            self.save()
-                        # max_steps is the same on every rank; the clock and signals are not, so ranks
-                        # agree on those at logging steps (no collective per step)
-                        if t.max_steps and self.step >= t.max_steps:
-                            stop = True
-                        elif self.world == 1 or logging_step:
-                            stop = self.strategy.any(self._out_of_budget(started) or signals.received is not None)
-                        if stop:
-                            break
-                    bar.close()
+                    cut_short = self._train_epoch(metrics, bar, signals, started)
                     if self.consumed >= self.epoch_samples - self.sampler.dropped:  # the epoch is complete
                         self.counters["dropped_tail"] = self.counters.get("dropped_tail", 0) + self.sampler.dropped
                         self.epoch += 1
                         self.consumed = 0
                     self.precision.check()
-                    last = self._validate_and_save(metrics)
-                    if self.strategy.any(signals.received is not None):
+                    if self.strategy.any(signals.received is not None):  # save at once, no validation
+                        self.sync()
+                        self.save()
                         self.stopped_by = signal.Signals(signals.received or signal.SIGTERM).name
                         if main:
-                            log.warning("%s received: checkpoint written at step %d, stopping", self.stopped_by,
-                                        self.step)
+                            log.warning("%s: checkpoint written at epoch %s step %d, stopping", self.stopped_by,
+                                        self._shown_epoch(), self.step)
                         break
-                    if self.strategy.any(self._out_of_budget(started)) or last["wer"] <= t.target_wer:
+                    last = self._validate_and_save(metrics, started)
+                    if cut_short and t.max_steps and self.step >= t.max_steps:  # planned end: not a stop
+                        break
+                    if self.strategy.any(self._out_of_time(started)):
+                        self.stopped_by = "max_minutes"
+                        if main:
+                            log.warning("trainer.max_minutes=%g reached in epoch %s (step %d of %d): stopped "
+                                        "before the planned end, the learning-rate schedule did not complete",
+                                        t.max_minutes, self._shown_epoch(), self.step, self._planned_steps())
+                        break
+                    if last["wer"] <= t.target_wer:
+                        self.stopped_by = "target_wer"
                         break
         finally:
+            bar.close()
             if metrics is not None:
                 metrics.close()
-        skipped = self.train_report.skipped + self.counters["bad_audio"]
-        summary = {**last, "best_wer": self.best_wer, "train_utterances": len(self.train_utts),
-                   "train_skipped": skipped, "minutes": (time.time() - started) / 60,
-                   "precision": self.precision.mode, "device": str(self.device), "world_size": self.world,
-                   "stopped_by": self.stopped_by, **self.counters}
-        if main:
-            log.info("done: %s", json.dumps(summary))
-        return summary
+        skipped = self.train_report.skipped + sum(self.counters[r] for r in SKIP_REASONS)
+        return {**last, "epoch": self.epoch, "step": self.step, "best_wer": self.best_wer,
+                "train_utterances": len(self.train_utts), "train_skipped": skipped,
+                "minutes": (time.time() - started) / 60, "precision": self.precision.mode,
+                "device": str(self.device), "world_size": self.world, "stopped_by": self.stopped_by,
+                **self.counters}
 
 
 def train(cfg: Config) -> dict[str, Any]:

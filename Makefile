@@ -26,7 +26,8 @@ demo: setup
 	$(BIN)/speechscale train --config configs/demo.yaml trainer.out_dir=$(DEMO_DIR) \
 		data.train_manifest=$(DEMO_DIR)/data/train.jsonl data.val_manifest=$(DEMO_DIR)/data/test.jsonl $(DEMO_ARGS)
 	$(BIN)/speechscale eval --checkpoint $(DEMO_DIR)/checkpoints/last.pt --manifest $(DEMO_DIR)/data/test.jsonl
-	$(BIN)/speechscale transcribe --checkpoint $(DEMO_DIR)/checkpoints/last.pt $(DEMO_DIR)/data/audio/test/test_000000.wav
+	$(BIN)/speechscale transcribe --checkpoint $(DEMO_DIR)/checkpoints/last.pt --manifest $(DEMO_DIR)/data/test.jsonl \
+		$(DEMO_DIR)/data/audio/test/test_000000.wav
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

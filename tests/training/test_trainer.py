@@ -122,3 +122,27 @@ def test_gradient_accumulation_equals_one_batch_of_the_same_samples(tmp_path):
     assert whole.step == accum.step == 2 and whole.samples_seen == accum.samples_seen == 4
     for (name, a), b in zip(whole.model.named_parameters(), accum.model.parameters()):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=name)
+
+
+def test_a_clip_shorter_than_its_manifest_says_is_skipped_and_counted_not_fatal(tiny_corpus, tmp_path):
+    """0.01 s of audio listed as 2.0 s used to end the run inside the DataLoader (STFT padding error)."""
+    sf.write(tiny_corpus / "tiny.wav", np.zeros(160, np.float32), 16000)
+    with (tiny_corpus / "m.jsonl").open("a") as f:
+        f.write(json.dumps({"audio_filepath": "tiny.wav", "duration": 2.0, "text": "she"}) + "\n")
+    summary = Trainer(_cfg(tiny_corpus, tmp_path / "run", "data.num_workers=1")).fit()
+    assert summary["step"] == 3 and summary["too_short"] >= 1 and summary["bad_audio"] >= 1
+    assert summary["train_skipped"] >= 1 + summary["too_short"] + summary["bad_audio"]  # + the malformed line
+
+
+def test_a_time_cap_is_named_in_the_log_and_summary_and_logs_carry_no_progress_bars(tmp_path):
+    from tests.distributed.launch import ldc_manifest, train_args
+
+    m = ldc_manifest(tmp_path / "data", copies=8)
+    args = [a for a in train_args(m, tmp_path / "run", "trainer.max_minutes=0.01") if a != "-q"]
+    proc = run_cli(*args)  # stderr is a pipe here, as in a log file
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["stopped_by"] == "max_minutes" and summary["epoch"] < 50
+    assert "trainer.max_minutes=0.01 reached in epoch" in proc.stderr
+    assert "\r" not in proc.stderr and "it/s" not in proc.stderr  # no tqdm output off a terminal
+    assert "epoch 1/50 step" in proc.stderr and "ETA" in proc.stderr  # 1-based, like the bar
+    assert proc.stdout.count('"stopped_by"') == 1 and "done:" not in proc.stderr  # the summary once

@@ -1,0 +1,58 @@
+"""The command line: version, flags in any position, help on every option, overrides for bench train."""
+import argparse
+import json
+
+import pytest
+
+from speechscale import __version__
+from speechscale.cli import build_parser
+from tests.conftest import run_cli
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def test_version():
+    proc = run_cli("--version")
+    assert proc.stdout.strip() == f"speechscale {__version__}"
+
+
+def test_every_option_and_argument_has_help():
+    missing = [f"{p.prog} {a.dest}" for p in _parsers(build_parser()) for a in p._actions
+               if not a.help and not isinstance(a, argparse._SubParsersAction)]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("argv", [["-q", "train", "--print-config"], ["train", "-q", "--print-config"],
+                                  ["train", "--print-config", "-v", "-v"], ["-v", "train", "--print-config", "-q"]])
+def test_quiet_and_verbose_work_before_and_after_the_subcommand(argv):
+    args = build_parser().parse_args(argv)
+    assert args.command == "train" and args.print_config
+    assert getattr(args, "quiet", False) == ("-q" in argv) and getattr(args, "verbose", 0) == argv.count("-v")
+
+
+def test_print_config_prints_the_resolved_config_and_exits():
+    proc = run_cli("train", "-q", "--config", "configs/yesno.yaml", "--print-config", "trainer.max_epochs=3")
+    assert "  max_epochs: 3" in proc.stdout and "  name: ds2-tiny" in proc.stdout and proc.stderr == ""
+    bad = run_cli("train", "--print-config", "optim.name=adam", check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "optim.name='adam'" in bad.stderr
+
+
+def test_train_without_a_config_says_how_to_start():
+    proc = run_cli("train", check=False)
+    assert proc.returncode == 2 and "--config is required" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_bench_train_takes_model_overrides():
+    common = ["bench", "train", "--model", "ds2-tiny", "--batch-size", "1", "--seconds", "0.5", "--steps", "1",
+              "--warmup", "0", "--manifest", ""]
+    plain = json.loads(run_cli(*common).stdout)
+    small = json.loads(run_cli(*common, "--model-overrides", "{rnn_layers: 1, rnn_hidden: 64}").stdout)
+    assert small["params"] < plain["params"] / 5
+    bad = run_cli(*common, "--model-overrides", "{rnn_layerz: 1}", check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown key(s) rnn_layerz" in bad.stderr

@@ -10,7 +10,7 @@ DEMO_ARGS   ?=
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test test-fast clean
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,9 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

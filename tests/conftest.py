@@ -30,6 +30,20 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600, check: bool = Tr
     return proc
 
 
+def main_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run `speechscale ARGS` in this process (no interpreter start-up: for argument and config errors);
+    returns (exit code, stdout, stderr)."""
+    from speechscale.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse: --version, --help, usage errors
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.fixture(scope="session")
 def ldc_checkpoint(tmp_path_factory) -> Path:
     """A ds2-tiny model overfit on LDC93S1 by the real CLI (`configs/ldc93s1.yaml`)."""

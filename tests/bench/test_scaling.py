@@ -4,6 +4,8 @@ import pytest
 
 from tests.conftest import run_cli, shared
 
+pytestmark = pytest.mark.slow  # real multi-process benchmark
+
 
 def test_bench_scaling_runs_real_processes_and_counts_allreduce_bytes():
     m = str(shared("ldc93s1", "manifest.jsonl"))

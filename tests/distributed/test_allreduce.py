@@ -8,6 +8,8 @@ import torch
 from tests.distributed.launch import (kill_group, latest_step, ldc_manifest, run, start, torchrun, trace,
                                       train_args, wait_for)
 
+pytestmark = pytest.mark.slow  # real torchrun process groups
+
 
 def _weights(out):
     return torch.load(out / "checkpoints" / "last.pt", weights_only=True)

@@ -11,6 +11,8 @@ import pytest
 from tests.distributed.launch import (descendants, kill_group, latest_step, ldc_manifest, run, start, torchrun,
                                       trace, train_args, wait_for)
 
+pytestmark = pytest.mark.slow  # real torchrun process groups, restarts
+
 
 def accepted(rows):
     """Rows that count: an attempt's steps up to where the next attempt resumed (later ones were redone)."""

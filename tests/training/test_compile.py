@@ -1,9 +1,12 @@
 """trainer.compile: the compiled forward trains and computes what the eager model computes."""
+import pytest
 import torch
 
 from speechscale.config import load_config
 from speechscale.training.trainer import Trainer
 from tests.conftest import shared
+
+pytestmark = pytest.mark.slow  # torch.compile takes about a minute on a CPU
 
 
 def test_compiled_conv_model_trains_and_matches_eager(tmp_path):

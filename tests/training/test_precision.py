@@ -21,6 +21,7 @@ def _ldc(out, *extra):
                               "optim.schedule=constant", "trainer.max_steps=100", *extra])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("model", sorted(FEATURES))
 def test_each_model_trains_in_each_precision_with_finite_falling_loss(model, precision, tmp_path):
@@ -37,6 +38,7 @@ def test_each_model_trains_in_each_precision_with_finite_falling_loss(model, pre
     assert sum(losses[-2:]) < 0.8 * sum(losses[:2]), losses
 
 
+@pytest.mark.slow
 def test_fp16_scaler_state_survives_a_checkpoint_round_trip(tmp_path):
     cfg = ["trainer.precision=fp16", "trainer.loss_scale_init=1024", "trainer.max_steps=3"]
     first = Trainer(_ldc(tmp_path / "a", *cfg))
@@ -51,6 +53,7 @@ def test_fp16_scaler_state_survives_a_checkpoint_round_trip(tmp_path):
     assert second.precision.scaler.state_dict()["_growth_tracker"] == first.precision.scaler.state_dict()["_growth_tracker"]
 
 
+@pytest.mark.slow
 def test_watchdog_stops_the_run_when_the_loss_scale_collapses(tmp_path):
     trainer = Trainer(_ldc(tmp_path, "trainer.precision=fp16", "trainer.loss_scale_init=0.001",
                            "trainer.min_loss_scale=1e-5", "trainer.log_every=1", "trainer.max_steps=50"))
@@ -66,6 +69,7 @@ def test_watchdog_stops_the_run_when_the_loss_scale_collapses(tmp_path):
     assert all(torch.equal(saved["model"][k], v) for k, v in initial.items())  # no overflowed update applied
 
 
+@pytest.mark.slow
 def test_cli_reports_a_collapsed_scale_in_one_line(tmp_path):
     m = shared("ldc93s1", "manifest.jsonl")
     # a learning rate of 1e30 blows the weights up after the first steps; fp16 then overflows for good

@@ -1,7 +1,10 @@
 """Recipe smoke tests: the shipped configs train real models on real recordings to their goals."""
 import json
+import pytest
 
 from tests.conftest import run_cli, shared
+
+pytestmark = pytest.mark.slow  # trains a recipe to its figure (minutes)
 
 
 def test_yesno_recipe_reaches_zero_wer_on_kaldis_held_out_files(tmp_path):

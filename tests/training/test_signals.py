@@ -10,6 +10,8 @@ import pytest
 
 from tests.distributed.launch import kill_group, latest_step, ldc_manifest, run, start, trace, train_args, wait_for
 
+pytestmark = pytest.mark.slow  # real training processes, signalled
+
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT])
 def test_a_stop_signal_writes_a_checkpoint_at_the_last_step_and_exits_zero(tmp_path, sig):

@@ -69,5 +69,5 @@ def test_memory_urls_and_clear_errors():
     assert storage.exists("memory://ss/a.bin") and storage.read_bytes("memory://ss/a.bin") == b"x"
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint("memory://ss/none.pt")
-    with pytest.raises(CheckpointError, match="cannot load"):
+    with pytest.raises(CheckpointError, match="not a speechscale checkpoint"):
         load_checkpoint("memory://ss/a.bin")

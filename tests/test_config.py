@@ -52,6 +52,7 @@ def test_values_that_used_to_crash_later_fail_when_the_config_loads(override, me
 def test_each_choice_has_one_list_used_by_validation_and_by_the_code_that_implements_it():
     from speechscale.data.features import FEATURE_KINDS, NORMALIZATIONS
     from speechscale.distributed import STRATEGIES
+    from speechscale.distributed.adpsgd import VARIANTS
     from speechscale.training.optim import OPTIMIZERS, SCHEDULES, build_optimizer
     from speechscale.training.precision import PRECISIONS, Precision
 
@@ -60,7 +61,7 @@ def test_each_choice_has_one_list_used_by_validation_and_by_the_code_that_implem
     assert _choices() == {"features.kind": FEATURE_KINDS, "features.normalize": NORMALIZATIONS,
                           "text.digits": ("spell", "drop", "keep"), "optim.name": tuple(OPTIMIZERS),
                           "optim.schedule": SCHEDULES, "trainer.precision": ("auto", *PRECISIONS),
-                          "distributed.strategy": tuple(STRATEGIES)}
+                          "distributed.strategy": tuple(STRATEGIES), "distributed.adpsgd.variant": VARIANTS}
     for name in OPTIMIZERS:  # every listed optimizer is built as itself, and an unknown one is refused
         opt = build_optimizer(torch.nn.Linear(2, 2), OptimConfig(name=name))
         assert type(opt).__name__.lower() == name

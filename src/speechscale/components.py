@@ -35,12 +35,6 @@ class Components:
         frames = torch.tensor([self.features.frames_for_seconds(s) for s in seconds], dtype=torch.long)
         return self.model.output_lengths(frames).tolist()  # type: ignore[operator]
 
-    def meta(self) -> dict[str, Any]:
-        """Plain-data description stored in checkpoints next to the weights."""
-        return {"tokenizer": self.tokenizer.to_dict(), "normalizer": self.normalizer.to_dict(),
-                "features": vars(self.features.cfg).copy(), "model_name": self.model_name,
-                "model_overrides": dict(self.model_overrides)}
-
 
 def build_components(cfg: Config) -> Components:
     """Fresh components for training from a validated config."""
@@ -52,7 +46,13 @@ def build_components(cfg: Config) -> Components:
 
 
 def components_from_checkpoint(state: dict[str, Any]) -> Components:
-    """Components with weights loaded, in eval mode, from a loaded checkpoint dict."""
+    """Components with weights loaded, in eval mode, from a loaded checkpoint dict: built from its config
+    (format 3), or from the `meta` block that format 2 stored beside it."""
+    if "meta" not in state:
+        comps = build_components(from_dict(Config, state["config"]))
+        comps.model.load_state_dict(state["model"])
+        comps.model.eval()
+        return comps
     meta = state["meta"]
     normalizer = TextNormalizer(**meta["normalizer"])
     tokenizer = CharTokenizer(**meta["tokenizer"])

@@ -127,9 +127,15 @@ class TrainerConfig:
 
 
 @dataclass
+class ADPSGDConfig:
+    variant: str = "delay_by_one"      # delay_by_one: lockstep, each step's exchange hidden behind the next step
+
+
+@dataclass
 class DistributedConfig:
-    strategy: str = "allreduce"        # under torchrun: allreduce (DDP; gloo on CPU, nccl on GPU)
+    strategy: str = "allreduce"        # under torchrun: allreduce (DDP; gloo on CPU, nccl on GPU) | adpsgd (gossip)
     scale_lr: bool = False             # multiply the learning rate by the number of ranks (linear scaling rule)
+    adpsgd: ADPSGDConfig = field(default_factory=ADPSGDConfig)  # distributed.strategy=adpsgd only
 
 
 @dataclass
@@ -269,13 +275,15 @@ def _choices() -> dict[str, tuple[str, ...]]:
     modules import this one)."""
     from .data.features import FEATURE_KINDS, NORMALIZATIONS
     from .data.text import DIGIT_MODES
-    from .distributed.strategy import STRATEGIES
+    from .distributed import STRATEGIES
+    from .distributed.adpsgd import VARIANTS
     from .training.optim import OPTIMIZERS, SCHEDULES
     from .training.precision import PRECISIONS
 
     return {"features.kind": FEATURE_KINDS, "features.normalize": NORMALIZATIONS, "text.digits": DIGIT_MODES,
             "optim.name": tuple(OPTIMIZERS), "optim.schedule": SCHEDULES,
-            "trainer.precision": ("auto", *PRECISIONS), "distributed.strategy": tuple(STRATEGIES)}
+            "trainer.precision": ("auto", *PRECISIONS), "distributed.strategy": tuple(STRATEGIES),
+            "distributed.adpsgd.variant": VARIANTS}
 
 
 def check_choice(key: str, value: str, allowed: tuple[str, ...] | None = None) -> None:
@@ -293,8 +301,10 @@ def validate(cfg: Config) -> None:
     """Check values that types alone do not catch, and build the model once (on the meta device, no memory)
     so that bad `model.overrides` fail here, not after the process group exists."""
     for key, allowed in _choices().items():
-        section, name = key.split(".")
-        check_choice(key, getattr(getattr(cfg, section), name), allowed)
+        value: Any = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        check_choice(key, value, allowed)
     f, d, o, t, a = cfg.features, cfg.data, cfg.optim, cfg.trainer, cfg.augment
     checks = [
         (f.sample_rate >= 4000, "features.sample_rate must be at least 4000"),

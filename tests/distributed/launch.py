@@ -128,4 +128,4 @@ def latest_step(out: Path) -> int:
     import torch
 
     name = (out / "checkpoints" / "latest").read_text().strip()
-    return int(torch.load(out / "checkpoints" / name, weights_only=True)["step"])
+    return int(torch.load(out / "checkpoints" / name, weights_only=True)["training"]["step"])

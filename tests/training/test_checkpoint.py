@@ -19,13 +19,13 @@ def _trainer(out, steps, *extra):
                                       "model.overrides={rnn_hidden: 48, rnn_layers: 2}", *extra]))
 
 
-def test_round_trip_restores_model_and_meta_with_weights_only(tmp_path):
+def test_round_trip_restores_the_model_from_its_config_with_weights_only(tmp_path):
     trainer = _trainer(tmp_path / "a", 2)
     trainer.fit()
     path = tmp_path / "a" / "checkpoints" / "last.pt"
     state = torch.load(path, weights_only=True)  # plain data and tensors only
-    assert state["step"] == 2 and state["config"]["trainer"]["max_steps"] == 2
-    assert state["meta"]["tokenizer"]["alphabet"] == trainer.comps.tokenizer.alphabet
+    assert state["training"]["step"] == 2 and state["config"]["trainer"]["max_steps"] == 2
+    assert state["format_version"] == 3 and "meta" not in state and len(state["ranks"]) == 1
     comps = components_from_checkpoint(load_checkpoint(path))
     x, n = torch.randn(2, comps.features.num_features, 90), torch.tensor([90, 60])
     trainer.model.eval()
@@ -43,11 +43,11 @@ def test_resume_mid_epoch_continues_exactly(tmp_path, workers):
     straight.fit()
     first = _trainer(tmp_path / "r", 2, *extra)
     first.fit()
-    assert first.epoch == 0 and first.consumed == 2 and len(first.sampler) == 3
+    assert first.state.epoch == 0 and first.state.consumed == 2 and len(first.sampler) == 3
     resumed = _trainer(tmp_path / "r", 4, *extra, "trainer.resume=auto")
-    assert resumed.step == 2 and resumed.consumed == 2
+    assert resumed.state.step == 2 and resumed.state.consumed == 2
     resumed.fit()
-    assert resumed.epoch == 1 and resumed.step == 4
+    assert resumed.state.epoch == 1 and resumed.state.step == 4
     for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
@@ -76,7 +76,7 @@ def test_torn_or_foreign_checkpoints_are_clear_errors(tmp_path):
 @pytest.mark.parametrize("make, message", [
     (lambda p: p.write_bytes(b""), r"empty.pt: empty file \(0 bytes\), not a checkpoint$"),
     (lambda p: p.mkdir(), r"empty.pt: is a directory"),
-    (lambda p: torch.save({"model": {}, "config": {}}, p), r"not a speechscale checkpoint \(no meta in it\)$"),
+    (lambda p: torch.save({"model": {}}, p), r"not a speechscale checkpoint \(no config in it\)$"),
     (lambda p: torch.save({"model": torch.nn.Linear(2, 2)}, p),
      r"not a speechscale checkpoint: it holds Python objects other than tensors and plain data"),
 ])
@@ -95,7 +95,7 @@ def test_rotation_keeps_the_last_k_a_pointer_and_last(tmp_path):
     steps = sorted(p.name for p in ckpts.glob("step-*.pt"))
     assert steps == ["step-000000004.pt", "step-000000005.pt"]
     assert (ckpts / "latest").read_text().strip() == "step-000000005.pt"
-    assert load_checkpoint(ckpts / "last.pt")["step"] == 5
+    assert load_checkpoint(ckpts / "last.pt")["training"]["step"] == 5
 
 
 def test_auto_resume_passes_over_a_torn_newest_checkpoint(tmp_path):
@@ -108,10 +108,10 @@ def test_auto_resume_passes_over_a_torn_newest_checkpoint(tmp_path):
         (ckpts / name).unlink()
         (ckpts / name).write_bytes(data[: len(data) // 3])
     path, state = newest_checkpoint(ckpts)
-    assert path.endswith("step-000000003.pt") and state["step"] == 3
+    assert path.endswith("step-000000003.pt") and state["training"]["step"] == 3
     resumed = _trainer(tmp_path, 6, "trainer.checkpoint_every_steps=1", "data.batch_seconds=3",
                        "data.sortagrad=false", "trainer.resume=auto")
-    assert resumed.step == 3
+    assert resumed.state.step == 3
 
 
 def test_a_kill_during_checkpoint_writes_leaves_the_last_good_checkpoint_intact(tmp_path):

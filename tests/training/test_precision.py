@@ -34,7 +34,7 @@ def test_each_model_trains_in_each_precision_with_finite_falling_loss(model, pre
     assert all(math.isfinite(x) for x in losses), losses
     assert trainer.sync() is not None
     # fp16 may skip a step or two while the dynamic scale backs off from 65536; the others never skip
-    assert trainer.counters["nonfinite_grad"] <= (2 if precision == "fp16" else 0)
+    assert trainer.state.counters["nonfinite_grad"] <= (2 if precision == "fp16" else 0)
     assert sum(losses[-2:]) < 0.8 * sum(losses[:2]), losses
 
 
@@ -62,10 +62,10 @@ def test_watchdog_stops_the_run_when_the_loss_scale_collapses(tmp_path):
         p.register_hook(lambda g: g * float("inf"))
     with pytest.raises(LossScaleCollapsed, match="loss scale collapsed"):
         trainer.fit()
-    assert trainer.step < 15  # 0.001 halves below 1e-5 in 7 steps: stopped soon, not after 50
-    assert trainer.counters["nonfinite_grad"] == trainer.step
+    assert trainer.state.step < 15  # 0.001 halves below 1e-5 in 7 steps: stopped soon, not after 50
+    assert trainer.state.counters["nonfinite_grad"] == trainer.state.step
     saved = load_checkpoint(tmp_path / "checkpoints" / "last.pt")  # written at an epoch end before the collapse
-    assert saved["step"] < trainer.step
+    assert saved["training"]["step"] < trainer.state.step
     assert all(torch.equal(saved["model"][k], v) for k, v in initial.items())  # no overflowed update applied
 
 

@@ -55,9 +55,9 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path):
 
 
 def test_the_handler_flags_the_first_ctrl_c_and_raises_on_the_second():
-    from speechscale.training.trainer import _Signals
+    from speechscale.training.stop import StopSignals
 
-    with _Signals(announce=False) as signals:
+    with StopSignals(announce=False) as signals:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.01)  # the handler runs between bytecodes
         assert signals.received == signal.SIGINT

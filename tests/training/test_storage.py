@@ -49,11 +49,11 @@ def test_training_checkpoints_to_s3_and_resumes_from_it(s3, tmp_path):
     assert "step-000000001.pt" not in names  # rotated away
     assert (tmp_path / "logs" / "metrics.jsonl").is_file()  # logs stay local
     path, state = newest_checkpoint(f"{out}/checkpoints")
-    assert path.endswith("step-000000003.pt") and state["step"] == 3
+    assert path.endswith("step-000000003.pt") and state["training"]["step"] == 3
     resumed = Trainer(_cfg(out, "trainer.max_steps=5", "trainer.resume=auto", f"trainer.log_dir={tmp_path}/logs"))
-    assert resumed.step == 3
+    assert resumed.state.step == 3
     resumed.fit()
-    assert load_checkpoint(f"{out}/checkpoints/last.pt")["step"] == 5
+    assert load_checkpoint(f"{out}/checkpoints/last.pt")["training"]["step"] == 5
 
 
 def test_cli_eval_reads_a_checkpoint_from_s3(s3, tmp_path):

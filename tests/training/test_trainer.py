@@ -55,17 +55,17 @@ def test_nonfinite_loss_and_gradient_skip_the_step(tiny_corpus, tmp_path, precis
     bad = type(batch)(batch.feats * float("nan"), batch.feat_lens, batch.targets, batch.target_lens,
                       batch.texts, batch.indices, {})
     trainer.train_step(bad)
-    assert trainer.sync() is None and trainer.counters["nonfinite_loss"] == 1
+    assert trainer.sync() is None and trainer.state.counters["nonfinite_loss"] == 1
     param = next(trainer.model.parameters())
     handle = param.register_hook(lambda g: g * float("inf"))
     trainer.train_step(batch)
     handle.remove()
-    assert trainer.sync() is None and trainer.counters["nonfinite_grad"] == 1
+    assert trainer.sync() is None and trainer.state.counters["nonfinite_grad"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     loss = float(trainer.train_step(batch))
     assert math.isfinite(loss) and trainer.sync() == pytest.approx(loss)
     assert not all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
-    assert trainer.counters["nonfinite_loss"] == 1 and trainer.counters["nonfinite_grad"] == 1
+    assert trainer.state.counters["nonfinite_loss"] == 1 and trainer.state.counters["nonfinite_grad"] == 1
 
 
 def test_labels_longer_than_the_output_frames_are_skipped(tmp_path):
@@ -120,7 +120,7 @@ def test_gradient_accumulation_equals_one_batch_of_the_same_samples(tmp_path):
     accum = Trainer(load_config(None, [*common, f"trainer.out_dir={tmp_path}/b", "data.batch_seconds=3",
                                        "trainer.grad_accum=2"]))
     accum.fit()
-    assert whole.step == accum.step == 2 and whole.samples_seen == accum.samples_seen == 4
+    assert whole.state.step == accum.state.step == 2 and whole.state.samples_seen == accum.state.samples_seen == 4
     for (name, a), b in zip(whole.model.named_parameters(), accum.model.parameters()):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=name)
 

@@ -56,43 +56,48 @@ def _timed_allreduce(state, bucket):  # no annotations: DDP checks them, and the
 
 def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str) -> None:
     from ..components import build_components
-    from ..config import Config, from_dict
+    from ..config import Config, DistributedConfig, from_dict
+    from ..data.dataset import Batch
+    from ..distributed import build_strategy
     from ..models.registry import RECOMMENDED_FEATURES
     from ..training.optim import build_optimizer
+    from ..training.precision import Precision, resolve_device
+    from ..training.step import ctc_criterion, forward_backward
     from .throughput import _clips, targets
 
     torch.set_num_threads(opts["threads"])
-    cuda = torch.cuda.is_available() and opts["device"] != "cpu"
-    dev = torch.device(f"cuda:{rank}" if cuda else "cpu")
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    strategy = build_strategy(DistributedConfig("allreduce"))  # the trainer's: process group, wrapping, hooks
+    dev = resolve_device(strategy.device(opts["device"]))
     torch.manual_seed(0)
     cfg = from_dict(Config, {"model": {"name": opts["model"]}, "features": RECOMMENDED_FEATURES.get(opts["model"], {})})
     comps = build_components(cfg)
     model = comps.model.to(dev).train()
     meter = _CommMeter()
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None)
-    if world > 1:
-        ddp.register_comm_hook(meter, _timed_allreduce)
-    opt = build_optimizer(model, cfg.optim, fused=cuda)
-    ctc = torch.nn.CTCLoss(blank=0, zero_infinity=True)
+    forward = strategy.wrap(model)
+    if isinstance(forward, torch.nn.parallel.DistributedDataParallel) and world > 1:
+        forward.register_comm_hook(meter, _timed_allreduce)
+    opt = build_optimizer(model, cfg.optim, fused=dev.type == "cuda")
+    precision, ctc = Precision("fp32", dev), ctc_criterion()
     b, secs = opts["batch_size"], opts["seconds"]
     clips = _clips(opts["manifest"], comps.features.cfg.sample_rate, secs, b, seed=rank)
     feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)
-    lens = torch.full((b,), feats.shape[-1], dtype=torch.long)
     tgt, tgt_lens = targets(comps, secs, b, dev)
+    batch = Batch(feats, torch.full((b,), feats.shape[-1], dtype=torch.long), tgt, tgt_lens, [""] * b, [], {})
     times = []
     for i in range(opts["warmup"] + opts["steps"]):
         if i == opts["warmup"]:
             meter.seconds, meter.bytes, meter.calls = 0.0, 0, 0
-        dist.barrier()
+        strategy.barrier()
         t0 = time.perf_counter()
-        logits, out_lens = ddp(feats, lens)
-        loss = ctc(logits.float().log_softmax(-1).transpose(0, 1), tgt, out_lens, tgt_lens)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        forward_backward(forward, batch, precision, ctc)
+        strategy.after_backward(model)
+        strategy.before_step(model, opt)
         opt.step()
-        if cuda:
+        strategy.after_step(model, opt)
+        if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         if i >= opts["warmup"]:
             times.append(time.perf_counter() - t0)
@@ -101,7 +106,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
            "comm_bytes_per_step": meter.bytes // steps, "allreduce_calls_per_step": meter.calls / steps,
            "params": sum(p.numel() for p in model.parameters())}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(row))
-    dist.destroy_process_group()
+    strategy.close()
 
 
 def bench_scaling(model: str = "ds2-tiny", procs: tuple[int, ...] = (1, 2), batch_size: int = 8,

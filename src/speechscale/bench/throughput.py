@@ -23,6 +23,7 @@ from ..data.audio import load_audio
 from ..models.registry import RECOMMENDED_FEATURES
 from ..training.optim import build_optimizer
 from ..training.precision import Precision, resolve_device
+from ..training.step import ctc_criterion, ctc_loss
 
 TEXT = "she had your dark suit in greasy wash water all year"
 
@@ -100,7 +101,7 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
                                      "features": RECOMMENDED_FEATURES.get(model, {})})
     modes = {p: _Mode(p, cfg, dev, compile_model) for p in precisions}
     comps = next(iter(modes.values())).comps
-    ctc = torch.nn.CTCLoss(blank=0, zero_infinity=True)
+    ctc = ctc_criterion()
     clips = _clips(manifest, comps.features.cfg.sample_rate, seconds, batch_size, seed=0)
     tgt, tgt_lens = targets(comps, seconds, batch_size, dev)
     frames = 0
@@ -113,9 +114,7 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             lens = torch.full((batch_size,), frames, dtype=torch.long)  # lengths stay on the CPU
             _sync(dev)
             t1 = time.perf_counter()
-            with m.precision.autocast():
-                logits, out_lens = m.forward(feats, lens)
-            loss = ctc(logits.float().log_softmax(-1).transpose(0, 1), tgt, out_lens, tgt_lens)
+            loss = ctc_loss(m.forward, feats, lens, tgt, tgt_lens, m.precision, ctc)
             _sync(dev)
             t2 = time.perf_counter()
             m.opt.zero_grad(set_to_none=True)

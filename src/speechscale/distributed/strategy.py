@@ -1,22 +1,22 @@
-"""Distribution strategies: the trainer calls these hooks and never touches torch.distributed itself.
+"""The strategy interface: everything the trainer needs to know about distribution, and nothing more.
 
-A strategy wraps the model for the forward pass, acts after backward and after the optimizer step, reduces
-metrics, gathers per-rank state for checkpoints, and has state of its own. `LocalStrategy` is one process;
-`AllReduceStrategy` is DDP (gloo on CPU, nccl on GPU) under torchrun. A decentralized strategy slots in by
-implementing the same methods.
+A strategy sets up its process group, wraps the model for the forward pass, decides what gradient
+accumulation means ("not the last micro-batch"), acts before and after the optimizer step (it sees model
+and optimizer), provides the weights used for evaluation, checkpoints and export (`consensus`), keeps
+per-rank state for checkpoints, reduces metrics on a group of its own, and says whether the data position
+is one global lockstep count or per rank. The trainer never touches torch.distributed itself.
+`LocalStrategy` is one process; `allreduce.AllReduceStrategy` is DDP under torchrun.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
-import logging
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
-
-log = logging.getLogger(__name__)
 
 
 class Strategy:
@@ -26,6 +26,8 @@ class Strategy:
     rank = 0
     world_size = 1
     local_rank = 0
+    lockstep_data = True   # True: one global data position, dealt in rounds of one batch per rank
+    matched_steps = False  # True: every rank runs forward/backward each step (an empty batch runs a placeholder)
 
     def device(self, requested: str) -> str:
         """The device this rank trains on, given `trainer.device`."""
@@ -35,14 +37,37 @@ class Strategy:
         """The module the training forward pass runs through."""
         return model
 
-    def after_backward(self, model: nn.Module) -> None:
-        """Called once gradients exist, before clipping (DDP has already averaged them)."""
+    def accumulating(self, module: nn.Module) -> contextlib.AbstractContextManager:
+        """The context for every micro-batch but the last of an optimizer step (gradient accumulation)."""
+        return contextlib.nullcontext()
 
-    def after_step(self, model: nn.Module) -> None:
-        """Called after the optimizer step."""
+    def lr_scale(self, scale_lr: bool) -> float:
+        """Factor on the learning rate (distributed.scale_lr: the linear scaling rule for larger batches)."""
+        return 1.0
+
+    def after_backward(self, model: nn.Module) -> None:
+        """Gradients exist (averaged, where the strategy averages them); before clipping."""
+
+    def before_step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Just before the optimizer step."""
+
+    def after_step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Just after the optimizer step."""
+
+    @contextlib.contextmanager
+    def consensus(self, model: nn.Module) -> Iterator[nn.Module]:
+        """Inside, `model` holds the weights to evaluate, save and export (collective); restored after."""
+        yield model
+
+    def finish(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """End of training (collective): leave every rank with the weights the run produced."""
+
+    def stats(self) -> dict[str, float]:
+        """The strategy's own figures for the validation log (e.g. consensus distance)."""
+        return {}
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        """Sum of `t` over ranks (in place where distributed); one process: `t`."""
+        """Sum of `t` over ranks, on the strategy's metrics group; one process: `t`."""
         return t
 
     def any(self, flag: bool) -> bool:
@@ -56,54 +81,45 @@ class Strategy:
     def barrier(self) -> None:
         """Wait for every rank."""
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "world_size": self.world_size}
+    def rank_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """This rank's own state for checkpoints (beyond the shared weights and optimizer)."""
+        return {"name": self.name}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Strategies with state of their own restore it here."""
+    def load_rank_state(self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Restore what `rank_state` saved (this rank's entry, or rank 0's on another world size)."""
 
     def close(self) -> None:
-        """Leave the process group."""
+        """Stop background work and leave the process group."""
 
 
 class LocalStrategy(Strategy):
     """One process, no communication."""
 
 
-class AllReduceStrategy(Strategy):
-    """Synchronous data parallelism: DDP averages gradients with allreduce during backward."""
+class ProcessGroupStrategy(Strategy):
+    """A strategy under torchrun: joins the process group, picks this rank's device, and keeps a gloo group
+    of its own for metrics, stop decisions and checkpoint gathers (never shared with model traffic)."""
 
-    name = "allreduce"
-
-    def __init__(self, backend: str | None = None, timeout_s: float = 600.0) -> None:
+    def __init__(self, timeout_s: float = 600.0) -> None:
+        timeout = datetime.timedelta(seconds=timeout_s)
         if not dist.is_initialized():
-            backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timeout)
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.backend = dist.get_backend()
-        self._dev = torch.device("cpu")
-        log.info("rank %d of %d (%s)", self.rank, self.world_size, self.backend)
+        self.timeout = timeout
+        self.group = dist.new_group(backend="gloo", timeout=timeout)
 
     def device(self, requested: str) -> str:
         if requested in ("auto", "cuda") and torch.cuda.is_available():
-            torch.cuda.set_device(self.local_rank)
-            return f"cuda:{self.local_rank}"
+            index = self.local_rank % torch.cuda.device_count()  # several learners may share one GPU
+            torch.cuda.set_device(index)
+            return f"cuda:{index}"
         return "cpu" if requested == "auto" else requested
 
-    def wrap(self, model: nn.Module) -> nn.Module:
-        self._dev = next(model.parameters()).device
-        ids = [self._dev.index] if self._dev.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
-
-    def _comm(self, t: torch.Tensor) -> torch.Tensor:
-        # gloo reduces CPU tensors; nccl needs them on the GPU
-        return t.to(self._dev) if self.backend == "nccl" else t.cpu()
-
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        c = self._comm(t)
-        dist.all_reduce(c, op=dist.ReduceOp.SUM)
+        c = t.detach().cpu().clone()
+        dist.all_reduce(c, op=dist.ReduceOp.SUM, group=self.group)
         return c.to(t.device)
 
     def any(self, flag: bool) -> bool:
@@ -111,17 +127,17 @@ class AllReduceStrategy(Strategy):
 
     def gather(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=self.group)
         return out
 
     def barrier(self) -> None:
-        dist.barrier()
+        dist.barrier(group=self.group)
 
     def close(self) -> None:
         """Leave the group together: a rank tearing down gloo while its peer still talks to it can abort."""
         if dist.is_initialized():
             try:
-                dist.barrier()
+                dist.barrier(group=self.group)
             finally:
                 dist.destroy_process_group()
 
@@ -129,17 +145,3 @@ class AllReduceStrategy(Strategy):
 def launched_distributed() -> bool:
     """True under torchrun (or any launcher that sets WORLD_SIZE and RANK)."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
-
-
-# distributed.strategy -> the strategy used under a distributed launcher (one process is always local)
-STRATEGIES: dict[str, type[Strategy]] = {"allreduce": AllReduceStrategy}
-
-
-def build_strategy(name: str) -> Strategy:
-    """Strategy `name` under a distributed launcher, else the local strategy (a single process)."""
-    from ..config import check_choice
-
-    check_choice("distributed.strategy", name, tuple(STRATEGIES))
-    if not launched_distributed():
-        return LocalStrategy()
-    return STRATEGIES[name]()

@@ -1,8 +1,9 @@
 """Checkpoints: plain data and tensors only, written atomically, loaded with `weights_only=True`.
 
-A checkpoint holds the weights, the config as a dict, tokenizer and feature config, optimizer state, loss
-scaler, epoch, step, samples consumed, world size and every rank's RNG states, so that a model can be used
-or a run continued (on any number of ranks) from it alone. A run's folder keeps the last K `step-N.pt`
+A checkpoint holds the weights, the config as a dict (which describes the model, its features and text),
+the optimizer state, the loss scaler, the training state (epoch, step, data position) and every rank's RNG
+and strategy state, so that a model can be used or a run continued (on any number of ranks) from it alone;
+state.py gives the layout. A run's folder keeps the last K `step-N.pt`
 files, `last.pt` and a `latest` pointer; resuming picks the newest one that loads.
 """
 from __future__ import annotations
@@ -22,7 +23,11 @@ from . import storage
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # 2: sampler position in samples, per-rank RNG states, world size
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def rng_state() -> dict[str, Any]:
@@ -48,7 +53,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def _serialize(state: dict[str, Any]) -> bytes:
     buf = io.BytesIO()
-    torch.save({"format_version": FORMAT_VERSION, **state}, buf)
+    torch.save(state, buf)
     return buf.getvalue()
 
 
@@ -61,7 +66,7 @@ class CheckpointError(RuntimeError):
     """The checkpoint is missing, torn or not a speechscale checkpoint."""
 
 
-REQUIRED_KEYS = ("model", "config", "meta")  # what every speechscale checkpoint holds
+REQUIRED_KEYS = ("model", "config")  # what every speechscale checkpoint holds
 
 
 def _reason(e: Exception) -> str:
@@ -124,6 +129,15 @@ def save_rotating(ckpt_dir: str | Path, state: dict[str, Any], step: int, keep: 
     steps = storage.list_names(ckpt_dir, "step-*.pt")
     for old in steps[: max(0, len(steps) - max(1, keep))]:
         storage.remove(storage.join(ckpt_dir, old))
+    return path
+
+
+def save_checkpoint_in(ckpt_dir: str | Path, state: dict[str, Any], name: str | None, step: int, keep: int) -> str:
+    """`ckpt_dir/name` when a name is given (e.g. best.pt), else the rotating step file (`save_rotating`)."""
+    if name is None:
+        return save_rotating(ckpt_dir, state, step, keep)
+    path = storage.join(ckpt_dir, name)
+    save_checkpoint(path, state)
     return path
 
 

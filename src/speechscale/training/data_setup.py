@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -11,7 +12,9 @@ from ..components import Components
 from ..config import Config
 from ..data.dataset import SpeechDataset, collate
 from ..data.manifest import ManifestError, SkipReport, Utterance, read_manifest
+from ..data.distributed_sampler import ShardedBatchSampler
 from ..data.sampler import BucketBatchSampler
+from .preflight import check_batch_bound
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +62,30 @@ def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bo
                                          num_workers=d.num_workers, persistent_workers=False, pin_memory=pin_memory,
                                          worker_init_fn=_ignore_sigint if d.num_workers else None)
     return loader, sampler, dataset
+
+
+@dataclass
+class TrainingData:
+    """The training and validation data of one rank."""
+
+    train_utts: list[Utterance]
+    train_report: SkipReport
+    val_utts: list[Utterance]
+    loader: torch.utils.data.DataLoader   # this rank's share of each round of training batches
+    sampler: ShardedBatchSampler          # its resumable position
+    dataset: SpeechDataset
+    val_loader: torch.utils.data.DataLoader
+    batches_per_epoch: int                # all ranks together, in a shuffled epoch
+
+
+def training_data(cfg: Config, comps: Components, rank: int, world: int, pin_memory: bool) -> TrainingData:
+    """Validated manifests, the batch bound checked, and both loaders for this rank."""
+    d = cfg.data
+    train_utts, report = load_utterances(d.train_manifest, comps, cfg, d.filter, d.train_slice)
+    check_batch_bound(train_utts, d.batch_seconds)
+    val_utts, _ = load_utterances(d.val_manifest, comps, cfg, d.val_filter, d.val_slice)
+    loader, base, dataset = make_loader(train_utts, comps, cfg, train=True, pin_memory=pin_memory,
+                                        wrap=lambda b: ShardedBatchSampler(b, rank, world))
+    val_loader, _, _ = make_loader(val_utts, comps, cfg, train=False, pin_memory=pin_memory, shard=(rank, world))
+    return TrainingData(train_utts, report, val_utts, loader, loader.batch_sampler, dataset, val_loader,  # type: ignore[arg-type]
+                        len(base.batches(1)))

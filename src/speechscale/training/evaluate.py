@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 import torch
 
@@ -12,6 +13,9 @@ from ..data.dataset import Batch
 from ..data.text import CharTokenizer
 from ..decoding.greedy import greedy_decode
 from ..decoding.metrics import ErrorRate
+
+if TYPE_CHECKING:
+    from ..distributed.strategy import Strategy
 
 
 @dataclass
@@ -52,3 +56,16 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
     finally:
         model.train(was_training)
     return EvalResult(metric.wer, metric.cer, metric.utterances, sum(reasons.values()), dict(reasons), hyps, metric)
+
+
+def validate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, strategy: "Strategy", device: torch.device,
+             autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> dict[str, float]:
+    """Corpus WER/CER of the strategy's consensus weights; each rank scores its share, counts are summed."""
+    with strategy.consensus(model) as consensus:
+        res = evaluate(consensus, loader, tokenizer, device, autocast)
+    m = res.metric
+    counts = torch.tensor([m.word_errors, m.words, m.char_errors, m.chars, m.utterances, res.skipped],
+                          dtype=torch.float64)
+    we, w, ce, c, n, skipped = strategy.all_reduce_sum(counts).tolist()
+    return {"wer": we / w if w else math.nan, "cer": ce / c if c else math.nan, "utterances": int(n),
+            "skipped": int(skipped)}

@@ -64,3 +64,24 @@ def lr_at(step: float, total_steps: float, cfg: OptimConfig, steps_per_epoch: fl
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for g in optimizer.param_groups:
         g["lr"] = lr
+
+
+class SampleSchedule:
+    """The learning rate of a run as a function of samples seen, so that 1 and N ranks walk one curve.
+
+    One schedule "step" is one single-rank optimizer step of an average epoch (`mean_batch` samples);
+    warm-up counts real optimizer steps. `scale` multiplies the result (the linear scaling rule)."""
+
+    def __init__(self, cfg: OptimConfig, epoch_samples: int, batches_per_epoch: int, accum: int, world: int,
+                 max_steps: int, max_epochs: int, scale: float = 1.0) -> None:
+        self.cfg = cfg
+        self.scale = scale
+        self.mean_batch = epoch_samples / max(1, batches_per_epoch) * accum
+        total_samples = max_steps * world * self.mean_batch if max_steps else max_epochs * epoch_samples
+        self.total_steps = total_samples / self.mean_batch
+        self.steps_per_epoch = max(1, round(epoch_samples / self.mean_batch))  # single-rank optimizer steps
+
+    def lr(self, samples_before: float, optimizer_step: int) -> float:
+        """The rate for the step that starts after `samples_before` samples (all ranks together)."""
+        position = max(0.0, samples_before / self.mean_batch)
+        return self.scale * lr_at(position, self.total_steps, self.cfg, self.steps_per_epoch, optimizer_step)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..data.dataset import SpeechDataset, collate
+from .step import forward_backward
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -73,7 +74,7 @@ def worst_case_batch(trainer: "Trainer") -> tuple[Any, float]:
     items = []
     for i in longest[: n * 2]:  # a few spares for unreadable files
         item = plain[i]
-        if item is not None:
+        if "skip" not in item:
             items.append(item)
         if len(items) == n:
             break
@@ -99,7 +100,7 @@ def prescan(trainer: "Trainer") -> dict[str, Any]:
     _reset_peak(device)
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            trainer._forward_backward(batch, parts=1)  # exactly what a training step runs
+            forward_backward(trainer.forward, batch.to(device), trainer.precision, trainer.ctc)  # as a step
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         peak = _peak_mb(device)

@@ -110,4 +110,7 @@ def check_writable(path: str | Path) -> None:
         probe.unlink()
     finally:
         for level in reversed(created):
-            level.rmdir()
+            try:
+                level.rmdir()
+            except OSError:  # another process is using it now: leave it
+                pass

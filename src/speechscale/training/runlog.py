@@ -1,0 +1,69 @@
+"""The run log: OUT/metrics.jsonl (one JSON object a line), mirrored to TensorBoard, and sample traces.
+
+Every line has `kind`, `time` (Unix seconds) and `step` (optimizer steps taken). Reports and plots may rely
+on the keys in SCHEMA; other keys may be added.
+
+- `train`, every trainer.log_every steps: `epoch` (epochs completed), `lr`; `loss` (mean over the finite
+  steps since the last line; absent when there were none), `loss_scale` (fp16), `peak_mem_mb` (GPUs).
+- `val`, at each validation: `epoch`, `train_loss`, `wer`, `cer`, `utterances`, `skipped`, and the run's
+  counters: `nonfinite_loss`, `nonfinite_grad` (steps skipped), `bad_audio`, `too_short`, `feature_error`
+  (utterances skipped), `dropped_tail`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SCHEMA: dict[str, set[str]] = {
+    "train": {"kind", "time", "step", "epoch", "lr"},
+    "val": {"kind", "time", "step", "epoch", "train_loss", "wer", "cer", "utterances", "skipped", "nonfinite_loss",
+            "nonfinite_grad", "bad_audio", "too_short", "feature_error"},
+}
+
+
+class RunLog:
+    """Appends lines to OUT/metrics.jsonl and scalars to OUT/tensorboard when TensorBoard is installed."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = out_dir / "metrics.jsonl"
+        self.tb = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(out_dir / "tensorboard"))
+        except Exception as e:  # tensorboard missing or broken: the JSONL log still works
+            log.warning("TensorBoard logging off: %s", e)
+
+    def write(self, kind: str, step: int, values: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"kind": kind, "time": time.time(), **values, "step": step}) + "\n")
+        if self.tb is not None:
+            for k, v in values.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self.tb.add_scalar(f"{kind}/{k}", v, step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def write_run_config(out_dir: Path, config: dict[str, Any], remote_out: str | None) -> None:
+    """OUT/config.json: the resolved config of the run (also beside remote checkpoints)."""
+    from . import storage
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(config, indent=2)
+    (out_dir / "config.json").write_text(text)
+    if remote_out:
+        storage.write_bytes(storage.join(remote_out, "config.json"), text.encode())
+
+
+def trace_samples(out_dir: Path, rank: int, row: dict[str, Any]) -> None:
+    """trainer.trace_samples: append one step's sample ids of this rank (tests check exactly-once use)."""
+    with (out_dir / f"samples-rank{rank}.jsonl").open("a") as f:
+        f.write(json.dumps(row) + "\n")

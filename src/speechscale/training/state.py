@@ -1,0 +1,99 @@
+"""The training state and the checkpoint layout that holds it.
+
+A checkpoint (format 3) is plain data and tensors, loadable with `weights_only=True`:
+
+    format_version  3
+    config          the run's config as a dict (the model description: features, text, model, overrides)
+    model           the weights used for evaluation and export (the strategy's consensus)
+    optimizer       rank 0's optimizer state (shared under allreduce)
+    precision       the fp16 loss scaler's state
+    training        TrainingState: epoch, step, data position, samples seen, best WER, counters, history
+    world_size      ranks that wrote it
+    ranks           one dict per rank: its RNG states and its strategy's per-rank state
+
+Format 2 (`meta`, `rng_per_rank`, `sampler`) is still read; format 1 only for eval and transcribe.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .checkpoint import CheckpointError, rng_state, seed_everything, set_rng_state
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from ..distributed.strategy import Strategy
+    from .precision import Precision
+
+FORMAT_VERSION = 3
+
+
+@dataclass
+class TrainingState:
+    """Where a run is. `consumed` counts samples of the current epoch read by all ranks together (lockstep
+    strategies); `samples_seen` counts samples since the start."""
+
+    epoch: int = 0
+    step: int = 0
+    consumed: int = 0
+    samples_seen: int = 0
+    best_wer: float = math.inf
+    counters: dict[str, int] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainingState":
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+
+def checkpoint_dict(*, config: dict[str, Any], model: dict[str, Any], optimizer: dict[str, Any],
+                    precision: dict[str, Any], training: TrainingState, ranks: list[dict[str, Any]]
+                    ) -> dict[str, Any]:
+    """The format-3 checkpoint of a run (see the module doc)."""
+    return {"format_version": FORMAT_VERSION, "config": config, "model": model, "optimizer": optimizer,
+            "precision": precision, "training": training.to_dict(), "world_size": len(ranks), "ranks": ranks}
+
+
+def read_training(ckpt: dict[str, Any], path: str) -> tuple[TrainingState, list[dict[str, Any]]]:
+    """(TrainingState, per-rank parts) of a loaded checkpoint, format 3 or 2; CheckpointError otherwise."""
+    version = ckpt.get("format_version", 1)
+    if version >= 3:
+        return TrainingState.from_dict(ckpt["training"]), list(ckpt["ranks"])
+    if version == 2:
+        training = TrainingState(epoch=ckpt["epoch"], step=ckpt["step"], consumed=int(ckpt["sampler"]["consumed"]),
+                                 samples_seen=int(ckpt["samples_seen"]), best_wer=ckpt["best_wer"],
+                                 counters=dict(ckpt["counters"]), history=list(ckpt["history"]))
+        return training, [{"rng": rng, "strategy": ckpt.get("strategy", {})} for rng in ckpt["rng_per_rank"]]
+    raise CheckpointError(f"{path}: checkpoint format {version} predates resumable data positions; it still "
+                          f"works for eval and transcribe, not for resume")
+
+
+def rank_part(strategy: "Strategy", model: "nn.Module", optimizer: "torch.optim.Optimizer") -> dict[str, Any]:
+    """This rank's entry of `ranks`: its RNG states and its strategy's own state."""
+    return {"rng": rng_state(), "strategy": strategy.rank_state(model, optimizer)}
+
+
+def restore(ckpt: dict[str, Any], path: str, model: "nn.Module", optimizer: "torch.optim.Optimizer",
+            precision: "Precision", strategy: "Strategy", seed: int) -> tuple[TrainingState, int]:
+    """Load a checkpoint into this rank's model, optimizer, scaler, strategy and RNG streams; returns the
+    training state and the number of ranks that wrote it. On another number of ranks, each rank starts
+    fresh RNG streams derived from the step (the data order does not depend on them)."""
+    training, ranks = read_training(ckpt, path)
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    precision.load_state_dict(ckpt.get("precision", {}))
+    same = len(ranks) == strategy.world_size
+    mine = ranks[strategy.rank] if same else ranks[0]
+    strategy.load_rank_state(mine.get("strategy", {}) if same else {}, model, optimizer)
+    if same:
+        set_rng_state(mine["rng"])
+    else:
+        seed_everything(seed + 7919 * strategy.rank + 104729 * training.step)
+    return training, len(ranks)

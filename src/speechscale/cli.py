@@ -187,6 +187,20 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_straggler(args: argparse.Namespace) -> int:
+    from .bench.straggler import STRATEGY_RUNS, bench_straggler
+    from .config import check_choice, load_config
+
+    strategies = args.strategies.split(",") if args.strategies else list(STRATEGY_RUNS)
+    for name in strategies:
+        check_choice("--strategies", name, tuple(STRATEGY_RUNS))
+    load_config(args.config, args.overrides)  # a bad recipe or override fails here, before any process starts
+    for res in bench_straggler(args.procs, args.epochs, args.slowdown, args.config, args.out, args.overrides,
+                               strategies):
+        print(json.dumps({k: v for k, v in res.items() if k != "val"}), flush=True)
+    return 0
+
+
 def cmd_bench_features(args: argparse.Namespace) -> int:
     from .bench.features import bench_features
 
@@ -305,6 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--manifest", default=None, help="real audio to cut batches from ('' for noise)")
     bs.add_argument("--device", default="auto", help="auto | cpu (GPUs: one process per GPU)")
     bs.set_defaults(func=cmd_bench_scaling)
+    bst = command(bsub, "straggler", "each strategy with and without one slow learner, real training runs")
+    bst.add_argument("--procs", type=_positive(int), default=4, help="learners (CPU processes, one thread each)")
+    bst.add_argument("--epochs", type=_positive(int), default=4, help="epochs per run")
+    bst.add_argument("--slowdown", type=_positive(float), default=2.0, help="how many times slower the last rank is")
+    bst.add_argument("--config", default="configs/yesno.yaml", help="the recipe every run trains")
+    bst.add_argument("--strategies", default=None, help="comma-separated (default: all)")
+    bst.add_argument("--out", default="runs/bench_straggler", help="folder for results.json and straggler.png")
+    bst.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
+    bst.set_defaults(func=cmd_bench_straggler)
     bf = command(bsub, "features", "cost of decoding + resampling + features per second of audio, as JSON")
     bf.add_argument("--manifest", required=True, help="the audio to read (JSONL manifest)")
     bf.add_argument("--sample-rate", type=_positive(int), default=16000, help="rate the audio is resampled to")

@@ -132,10 +132,17 @@ class ADPSGDConfig:
 
 
 @dataclass
+class StragglerConfig:
+    rank: int = -1                     # this rank is made slow (-1 = none)
+    slowdown: float = 1.0              # ... taking this many times as long per step (sleeps; uses no CPU)
+
+
+@dataclass
 class DistributedConfig:
     strategy: str = "allreduce"        # under torchrun: allreduce (DDP; gloo on CPU, nccl on GPU) | adpsgd (gossip)
     scale_lr: bool = False             # multiply the learning rate by the number of ranks (linear scaling rule)
     adpsgd: ADPSGDConfig = field(default_factory=ADPSGDConfig)  # distributed.strategy=adpsgd only
+    simulate_straggler: StragglerConfig = field(default_factory=StragglerConfig)  # {rank: R, slowdown: F}
 
 
 @dataclass
@@ -345,6 +352,8 @@ def validate(cfg: Config) -> None:
         (bool(t.out_dir.strip()), "trainer.out_dir must not be empty"),
         (t.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
         (t.grad_accum >= 1, "trainer.grad_accum must be at least 1"),
+        (cfg.distributed.simulate_straggler.slowdown >= 1.0,
+         "distributed.simulate_straggler.slowdown must be at least 1 (1 = off)"),
         (0.0 <= a.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),
         (0.0 <= a.trim_silence <= 1.0, "augment.trim_silence is a probability in [0, 1]"),
         (0.0 <= a.freq_warp < 0.5, "augment.freq_warp must be in [0, 0.5)"),

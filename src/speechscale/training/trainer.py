@@ -21,6 +21,7 @@ from ..components import build_components
 from ..config import Config, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
 from ..distributed import build_strategy
+from ..distributed.straggler import Straggler
 from . import storage
 from .checkpoint import load_checkpoint, newest_checkpoint, save_checkpoint_in, seed_everything
 from .data_setup import training_data
@@ -81,6 +82,8 @@ class Trainer:
                                        t.max_steps, t.max_epochs, self.strategy.lr_scale(cfg.distributed.scale_lr))
         self.state = TrainingState(counters={"nonfinite_loss": 0, "nonfinite_grad": 0, **dict.fromkeys(SKIP_REASONS, 0)})
         self.tally = StepTally(self.device)
+        slow = cfg.distributed.simulate_straggler
+        self.straggler = Straggler(self.rank, slow.rank, slow.slowdown, self.device)
         self.placeholder = placeholder_batch(self.comps.features.num_features, self.comps.features.frames_for_seconds(1))
         self.resumed_from: str | None = None
         self.stopped_by: str | None = None
@@ -128,8 +131,9 @@ class Trainer:
         s, micro = self.state, (batch if isinstance(batch, list) else [batch])
         # the samples of the batches about to be trained on are already counted
         set_lr(self.optimizer, self.schedule.lr(s.samples_seen - sum(len(b) for b in micro) * self.world, s.step))
-        loss, flags = optimizer_step(self.model, self.forward, micro, self.optimizer, self.precision, self.ctc,
-                                     self.strategy, self.cfg.optim.grad_clip, self.placeholder, self.device)
+        with self.straggler.step():  # distributed.simulate_straggler: this rank sleeps after its compute
+            loss, flags = optimizer_step(self.model, self.forward, micro, self.optimizer, self.precision, self.ctc,
+                                         self.strategy, self.cfg.optim.grad_clip, self.placeholder, self.device)
         self.tally.add(flags)
         s.step += 1
         return loss

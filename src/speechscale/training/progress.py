@@ -37,10 +37,8 @@ class RunProgress:
     def new_epoch(self) -> None:
         self.bar.set_description(f"epoch {self.epoch_label(training=True)}")
 
-    def stepped(self, loss: float | None = None) -> None:
+    def stepped(self) -> None:
         self.bar.update(1)
-        if loss is not None:
-            self.bar.set_postfix(loss=f"{loss:.3f}")
 
     def close(self) -> None:
         self.bar.close()

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..data.dataset import SKIP_REASONS
 from .checkpoint import CheckpointError, rng_state, seed_everything, set_rng_state
 
 if TYPE_CHECKING:
@@ -32,6 +33,11 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 3
 
 
+def _counters() -> dict[str, int]:
+    """Every counter a run keeps, at zero: skipped steps, skipped utterances by reason, dropped tails."""
+    return {"nonfinite_loss": 0, "nonfinite_grad": 0, **dict.fromkeys(SKIP_REASONS, 0), "dropped_tail": 0}
+
+
 @dataclass
 class TrainingState:
     """Where a run is. `consumed` counts samples of the current epoch read by all ranks together (lockstep
@@ -42,7 +48,7 @@ class TrainingState:
     consumed: int = 0
     samples_seen: int = 0
     best_wer: float = math.inf
-    counters: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=_counters)
     history: list[dict[str, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -50,7 +56,9 @@ class TrainingState:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainingState":
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+        state = cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+        state.counters = {**_counters(), **state.counters}  # older checkpoints lack newer counters
+        return state
 
 
 def checkpoint_dict(*, config: dict[str, Any], model: dict[str, Any], optimizer: dict[str, Any],
@@ -69,7 +77,7 @@ def read_training(ckpt: dict[str, Any], path: str) -> tuple[TrainingState, list[
     if version == 2:
         training = TrainingState(epoch=ckpt["epoch"], step=ckpt["step"], consumed=int(ckpt["sampler"]["consumed"]),
                                  samples_seen=int(ckpt["samples_seen"]), best_wer=ckpt["best_wer"],
-                                 counters=dict(ckpt["counters"]), history=list(ckpt["history"]))
+                                 counters={**_counters(), **ckpt["counters"]}, history=list(ckpt["history"]))
         return training, [{"rng": rng, "strategy": ckpt.get("strategy", {})} for rng in ckpt["rng_per_rank"]]
     raise CheckpointError(f"{path}: checkpoint format {version} predates resumable data positions; it still "
                           f"works for eval and transcribe, not for resume")

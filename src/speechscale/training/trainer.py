@@ -80,7 +80,7 @@ class Trainer:
         self.epoch_samples = self.sampler.epoch_samples(1)
         self.schedule = SampleSchedule(cfg.optim, self.epoch_samples, data.batches_per_epoch, t.grad_accum, self.world,
                                        t.max_steps, t.max_epochs, self.strategy.lr_scale(cfg.distributed.scale_lr))
-        self.state = TrainingState(counters={"nonfinite_loss": 0, "nonfinite_grad": 0, **dict.fromkeys(SKIP_REASONS, 0)})
+        self.state = TrainingState()
         self.tally = StepTally(self.device)
         slow = cfg.distributed.simulate_straggler
         self.straggler = Straggler(self.rank, slow.rank, slow.slowdown, self.device)
@@ -195,7 +195,7 @@ class Trainer:
             s.consumed += self.sampler.round_samples[i]
             s.samples_seen += self.sampler.round_samples[i]
             for reason, n in batch.skipped.items():
-                s.counters[reason] = s.counters.get(reason, 0) + n
+                s.counters[reason] += n
             if len(batch) > 0 or self.strategy.matched_steps:
                 micro.append(batch)
             # a step every grad_accum batches, and with what is left at the epoch's end
@@ -245,7 +245,7 @@ class Trainer:
                 while t.max_epochs <= 0 or s.epoch < t.max_epochs:
                     cut_short = self._train_epoch(runlog, progress, signals)
                     if s.consumed >= self.epoch_samples - self.sampler.dropped:  # the epoch is complete
-                        s.counters["dropped_tail"] = s.counters.get("dropped_tail", 0) + self.sampler.dropped
+                        s.counters["dropped_tail"] += self.sampler.dropped
                         s.epoch += 1
                         s.consumed = 0
                     self.precision.check()

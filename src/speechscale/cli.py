@@ -195,9 +195,8 @@ def cmd_bench_straggler(args: argparse.Namespace) -> int:
     for name in strategies:
         check_choice("--strategies", name, tuple(STRATEGY_RUNS))
     load_config(args.config, args.overrides)  # a bad recipe or override fails here, before any process starts
-    for res in bench_straggler(args.procs, args.epochs, args.slowdown, args.config, args.out, args.overrides,
-                               strategies):
-        print(json.dumps({k: v for k, v in res.items() if k != "val"}), flush=True)
+    bench_straggler(args.procs, args.epochs, args.slowdown, args.config, args.out, args.overrides, strategies,
+                    report=lambda res: print(json.dumps({k: v for k, v in res.items() if k != "val"}), flush=True))
     return 0
 
 

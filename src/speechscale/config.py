@@ -128,7 +128,10 @@ class TrainerConfig:
 
 @dataclass
 class ADPSGDConfig:
-    variant: str = "delay_by_one"      # delay_by_one: lockstep, each step's exchange hidden behind the next step
+    variant: str = "fixed_ring"        # fixed_ring | random_ring: asynchronous, each learner at its own pace, a thread
+                                       # averages with one neighbour per step; delay_by_one: lockstep, each step's
+                                       # exchange hidden behind the next step (fastest when learners are equally fast)
+    skip_after_s: float = 30.0         # rings: a neighbour that has not come to a round after this long is skipped
 
 
 @dataclass
@@ -352,6 +355,7 @@ def validate(cfg: Config) -> None:
         (bool(t.out_dir.strip()), "trainer.out_dir must not be empty"),
         (t.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
         (t.grad_accum >= 1, "trainer.grad_accum must be at least 1"),
+        (cfg.distributed.adpsgd.skip_after_s > 0, "distributed.adpsgd.skip_after_s must be positive (seconds)"),
         (cfg.distributed.simulate_straggler.slowdown >= 1.0,
          "distributed.simulate_straggler.slowdown must be at least 1 (1 = off)"),
         (0.0 <= a.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),

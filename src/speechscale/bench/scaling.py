@@ -68,7 +68,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
     torch.set_num_threads(opts["threads"])
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
-    strategy = build_strategy(DistributedConfig("allreduce"))  # the trainer's: process group, wrapping, hooks
+    strategy = build_strategy(DistributedConfig("allreduce"), device=opts["device"])  # the trainer's
     dev = resolve_device(strategy.device(opts["device"]))
     torch.manual_seed(0)
     cfg = from_dict(Config, {"model": {"name": opts["model"]}, "features": RECOMMENDED_FEATURES.get(opts["model"], {})})

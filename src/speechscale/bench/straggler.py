@@ -7,7 +7,8 @@ the same number of epochs on `procs` CPU processes of one thread each. The slow 
 - 1) x its own compute after every step (`distributed.simulate_straggler`), which uses no CPU, so the
 other learners' speed is what the strategy allows. Reported per run: utterances per second of training,
 its ratio to the same strategy without a straggler, and the validation curve (loss, WER, consensus
-distance) against wall time and epochs. Writes results.json and straggler.png to --out.
+distance) against wall time and epochs, and per epoch each ADPSGD run's validation loss relative to
+allreduce's. Writes results.json and straggler.png to --out.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-# name -> overrides; the asynchronous rings join this list when they exist
+# name -> overrides
 STRATEGY_RUNS: dict[str, list[str]] = {
     "allreduce": ["distributed.strategy=allreduce"],
-    "adpsgd-delay_by_one": ["distributed.strategy=adpsgd", "distributed.adpsgd.variant=delay_by_one"],
+    **{f"adpsgd-{v}": ["distributed.strategy=adpsgd", f"distributed.adpsgd.variant={v}"]
+       for v in ("fixed_ring", "random_ring", "delay_by_one")},
 }
 
 
@@ -43,18 +45,23 @@ def _train(procs: int, config: str, overrides: list[str], out: Path, timeout: fl
     started = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(f"bench straggler: {' '.join(overrides)} failed:\n{proc.stderr[-2000:]}")
+        errors = [x for x in proc.stderr.splitlines() if "Error" in x and "elastic" not in x and "ChildFailed" not in x]
+        detail = "; ".join(errors[-3:]) or proc.stderr[-2000:]
+        raise RuntimeError(f"bench straggler: {' '.join(overrides)} failed: {detail}")
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    val = [{"seconds": round(r["time"] - started, 2), "epoch": r["epoch"], "loss": r["train_loss"], "wer": r["wer"],
-            "consensus_distance": r.get("consensus_distance")} for r in rows if r["kind"] == "val"]
+    val = [{"seconds": round(r["time"] - started, 2), "epoch": r["epoch"], "loss": r["val_loss"], "wer": r["wer"],
+            "train_loss": r["train_loss"], "consensus_distance": r.get("consensus_distance")}
+           for r in rows if r["kind"] == "val"]
     return {"summary": summary, "val": val}
 
 
 def bench_straggler(procs: int = 4, epochs: int = 4, slowdown: float = 2.0, config: str = "configs/yesno.yaml",
                     out: str | Path = "runs/bench_straggler", extra: list[str] | None = None,
-                    strategies: list[str] | None = None, timeout: float = 1800) -> list[dict[str, Any]]:
-    """Each strategy with no straggler and with the last rank `slowdown` times slower; one result per run."""
+                    strategies: list[str] | None = None, timeout: float = 1800,
+                    report: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Each strategy with no straggler and with the last rank `slowdown` times slower; one result per run,
+    passed to `report` as soon as it is measured (results.json is rewritten after every run)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -72,27 +79,47 @@ def bench_straggler(procs: int = 4, epochs: int = 4, slowdown: float = 2.0, conf
                    "throughput_vs_no_straggler": round(rate / base_rate, 3), "final_val_loss": run["val"][-1]["loss"],
                    "final_wer": s.get("wer"), "val": run["val"]}
             results.append(res)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+            compare_to_allreduce(results)
+            (out / "results.json").write_text(json.dumps(results, indent=2))
+            if report:
+                report(res)
     plot(results, out / "straggler.png")
     return results
 
 
+def compare_to_allreduce(results: list[dict[str, Any]]) -> None:
+    """Per epoch, each run's loss over allreduce's (same straggler setting): `loss_vs_allreduce_max`."""
+    ref = {r["straggler"]: r for r in results if r["strategy"] == "allreduce"}
+    for r in results:
+        base = ref.get(r["straggler"])
+        if base is None or r is base:
+            continue
+        ratios = [v["loss"] / b["loss"] for v, b in zip(r["val"], base["val"]) if b["loss"] > 0]
+        r["loss_vs_allreduce_max"] = round(max(ratios), 3) if ratios else None
+
+
 def plot(results: list[dict[str, Any]], path: Path) -> None:
-    """Validation loss against wall time and against epochs, one line per run."""
+    """Loss and WER against wall time and against epochs, and consensus distance; one line per run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (by_time, by_epoch) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    panels = [("seconds", "loss", "wall time (s)"), ("epoch", "loss", "epoch"),
+              ("epoch", "consensus_distance", "epoch"),
+              ("seconds", "wer", "wall time (s)"), ("epoch", "wer", "epoch")]
     for r in results:
         label = f"{r['strategy']}{', ' + r['straggler'] if r['straggler'] else ''}"
         style = "--" if r["straggler"] else "-"
-        by_time.plot([v["seconds"] for v in r["val"]], [v["loss"] for v in r["val"]], style, marker="o", label=label)
-        by_epoch.plot([v["epoch"] for v in r["val"]], [v["loss"] for v in r["val"]], style, marker="o", label=label)
-    by_time.set(xlabel="wall time (s)", ylabel="training loss at validation", title="against time")
-    by_epoch.set(xlabel="epoch", title="against epochs")
-    by_time.legend(fontsize=8)
+        for ax, (x, y, _) in zip(axes.flat, panels):
+            points = [(v[x], v[y]) for v in r["val"] if v.get(y) is not None]
+            if points:
+                ax.plot(*zip(*points), style, marker="o", label=label)
+    for ax, (_, y, xlabel) in zip(axes.flat, panels):
+        ax.set(xlabel=xlabel, ylabel={"loss": "validation loss", "wer": "validation WER"}.get(y, "consensus distance"))
+    axes.flat[-1].axis("off")
+    axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

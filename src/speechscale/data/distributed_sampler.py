@@ -17,7 +17,8 @@ epoch's end), and round r gives rank k batch r*W + k. No sample of the epoch is 
 """
 from __future__ import annotations
 
-from typing import Iterator
+import itertools
+from typing import Any, Iterator, Protocol
 
 from .sampler import BucketBatchSampler
 
@@ -61,8 +62,9 @@ class ShardedBatchSampler:
         """Samples in the epoch's plan (all ranks together)."""
         return sum(len(b) for b in self.base.batches(epoch))
 
-    def resume(self, epoch: int, consumed: int) -> None:
+    def resume(self, epoch: int, consumed: int, part: dict[str, Any] | None = None) -> None:
         """Position the sampler at `consumed` samples into `epoch` and plan the rest for this world size."""
+        self.epoch = epoch
         rest: list[list[int]] = []
         seen = 0
         for b in self.base.batches(epoch):
@@ -79,3 +81,73 @@ class ShardedBatchSampler:
     def __iter__(self) -> Iterator[list[int]]:
         for r in self.rounds:
             yield r[self.rank]
+
+    def advance(self, i: int) -> int:
+        """Samples the epoch's position moves when batch `i` of this pass has been trained (all ranks)."""
+        return self.round_samples[i]
+
+    def complete(self, consumed: int) -> bool:
+        """Whether `consumed` samples finish the epoch's plan (a tail too short to share out is dropped)."""
+        return consumed >= self.epoch_samples(self.epoch) - self.dropped
+
+    def rank_state(self) -> dict[str, Any]:
+        """Nothing per rank: the position is the one global count the trainer keeps."""
+        return {}
+
+
+class Claims(Protocol):
+    """A position shared by asynchronous learners (distributed/gossip.py SharedClaims)."""
+
+    def start(self, epoch: int, claimed: int) -> None: ...
+    def next(self, epoch: int) -> int: ...
+    def count(self, epoch: int) -> int: ...
+
+
+class ClaimedBatchSampler:
+    """Asynchronous learners: each takes the epoch's next unclaimed batch from a counter they share, at its
+    own pace, so a fast learner reads more than a slow one and the epoch ends when every batch of the plan
+    was handed out once. The position per learner is the batches it claimed but has not trained yet (loader
+    workers run ahead); a checkpoint keeps them, so after a resume nothing is read twice or left out."""
+
+    dropped = 0
+
+    def __init__(self, base: BucketBatchSampler, claims: Claims) -> None:
+        self.base, self.claims = base, claims
+        self.epoch, self.trained, self.exhausted = 0, 0, False
+        self.claimed: list[int] = []
+
+    def epoch_samples(self, epoch: int) -> int:
+        return sum(len(b) for b in self.base.batches(epoch))
+
+    def resume(self, epoch: int, consumed: int, part: dict[str, Any] | None = None) -> None:
+        """Collective: start `epoch` where the learners' checkpointed parts left it (`part`: this learner's)."""
+        part = part if part and part.get("epoch") == epoch else {}
+        self.epoch, self.batches = epoch, self.base.batches(epoch)
+        self.cum = [0, *itertools.accumulate(len(b) for b in self.batches)]
+        self.claimed, self.trained, self.exhausted = list(part.get("pending", [])), 0, False
+        self.seen = consumed
+        self.claims.start(epoch, int(part.get("claimed", self.cum.index(consumed) if consumed in self.cum else 0)))
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from (self.batches[k] for k in list(self.claimed))  # claimed before the checkpoint
+        while (k := self.claims.next(self.epoch)) < len(self.batches):
+            self.claimed.append(k)
+            yield self.batches[k]
+        self.exhausted = True
+
+    def advance(self, i: int) -> int:
+        """Samples the epoch's shared position moved, as far as this learner saw it with batch `i`'s claim."""
+        self.trained = i + 1
+        new = max(self.cum[self.claimed[i] + 1] - self.seen, 0)
+        self.seen += new
+        return new
+
+    def complete(self, consumed: int) -> bool:
+        return self.exhausted and self.trained == len(self.claimed)
+
+    def rank_state(self) -> dict[str, Any]:
+        """Collective-safe (called at sync points): the epoch, batches handed out, this learner's pending ones."""
+        return {"epoch": self.epoch, "claimed": self.claims.count(self.epoch), "pending": self.claimed[self.trained:]}

@@ -5,26 +5,32 @@ from typing import TYPE_CHECKING, Callable
 
 from .adpsgd import ADPSGDStrategy
 from .allreduce import AllReduceStrategy
-from .strategy import LocalStrategy, Strategy, launched_distributed
+from .gossip import RING_VARIANTS, GossipStrategy
+from .strategy import LocalStrategy, Strategy, join_process_group, launched_distributed
 
 if TYPE_CHECKING:
     from ..config import DistributedConfig
 
 # distributed.strategy -> how to build it under a distributed launcher (one process is always local)
-STRATEGIES: dict[str, Callable[["DistributedConfig"], Strategy]] = {
-    "allreduce": lambda cfg: AllReduceStrategy(),
-    "adpsgd": lambda cfg: ADPSGDStrategy(cfg.adpsgd.variant),
+STRATEGIES: dict[str, Callable[["DistributedConfig", int], Strategy]] = {
+    "allreduce": lambda cfg, seed: AllReduceStrategy(),
+    "adpsgd": lambda cfg, seed: (GossipStrategy(cfg.adpsgd.variant, skip_after_s=cfg.adpsgd.skip_after_s, seed=seed)
+                                 if cfg.adpsgd.variant in RING_VARIANTS else ADPSGDStrategy(cfg.adpsgd.variant)),
 }
 
 
-def build_strategy(cfg: "DistributedConfig") -> Strategy:
-    """The configured strategy under a distributed launcher, else the local strategy (a single process)."""
+def build_strategy(cfg: "DistributedConfig", seed: int = 0, device: str = "auto") -> Strategy:
+    """The configured strategy under a distributed launcher, else the local strategy (a single process).
+    `seed` (trainer.seed) draws random_ring's pairings; `device` (trainer.device) picks the default group's
+    backend: nccl where ranks train on GPUs, gloo where they train on the CPU (also on a GPU machine)."""
     from ..config import check_choice
 
     check_choice("distributed.strategy", cfg.strategy, tuple(STRATEGIES))
     if not launched_distributed():
         return LocalStrategy()
-    return STRATEGIES[cfg.strategy](cfg)
+    join_process_group(device)
+    return STRATEGIES[cfg.strategy](cfg, seed)
 
 
-__all__ = ["STRATEGIES", "ADPSGDStrategy", "AllReduceStrategy", "LocalStrategy", "Strategy", "build_strategy"]
+__all__ = ["STRATEGIES", "ADPSGDStrategy", "AllReduceStrategy", "GossipStrategy", "LocalStrategy", "Strategy",
+           "build_strategy"]

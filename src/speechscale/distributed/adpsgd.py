@@ -39,7 +39,7 @@ from .strategy import ProcessGroupStrategy
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("delay_by_one",)  # distributed.adpsgd.variant; the asynchronous rings need per-learner data
+VARIANTS = ("fixed_ring", "random_ring", "delay_by_one")  # distributed.adpsgd.variant (rings: gossip.py)
 
 
 def ring_pairs(world: int, round_: int) -> list[tuple[int, int]]:
@@ -81,18 +81,61 @@ def _set_flat(model: nn.Module, flat: torch.Tensor) -> None:
             offset += t.numel()
 
 
-class ADPSGDStrategy(ProcessGroupStrategy):
-    """Gossip averaging between pairs of learners instead of a gradient allreduce (see the module doc)."""
+class AveragingStrategy(ProcessGroupStrategy):
+    """What every gossip variant shares: evaluation, checkpoints and export use the mean of all learners'
+    weights (one allreduce after `settle`), and the end of training gives every learner that mean."""
 
     name = "adpsgd"
-    lockstep_data = True   # delay_by_one: every learner takes step t with the others
+    last_distance = float("nan")
+
+    def settle(self, model: nn.Module) -> None:
+        """Collective, before the mean is taken: finish (or keep aside) the exchanges in flight."""
+
+    @contextlib.contextmanager
+    def consensus(self, model: nn.Module) -> Iterator[nn.Module]:
+        """The mean of all learners' weights (one allreduce), and their mean distance from it."""
+        self.settle(model)
+        own = _flat(model)
+        mean = self.all_reduce_sum(own.cpu().double()) / self.world_size  # (P,)
+        dist2 = self.all_reduce_sum(torch.tensor([float((own.cpu().double() - mean).norm())]))
+        self.last_distance = float(dist2[0]) / self.world_size
+        _set_flat(model, mean.to(own.dtype).to(own.device))
+        try:
+            yield model
+        finally:
+            _set_flat(model, own)
+
+    def finish(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """End of training: every learner takes the consensus weights."""
+        with self.consensus(model):
+            mean = _flat(model)
+        _set_flat(model, mean)
+
+    def own_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """This learner's own weights and optimizer state, for its part of a checkpoint."""
+        return {"name": self.name, "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+                "optimizer": optimizer.state_dict()}
+
+    def load_own_state(self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
+        """Load what `own_state` saved; False on another number of learners (all start from the consensus)."""
+        if not state.get("model"):
+            return False
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        return True
+
+
+class ADPSGDStrategy(AveragingStrategy):
+    """Gossip averaging between pairs of learners instead of a gradient allreduce (see the module doc)."""
+
+    lockstep = True        # delay_by_one: every learner takes step t with the others
     matched_steps = True   # an exchange every step, also for a learner whose batch was all skipped
 
     def __init__(self, variant: str = "delay_by_one", timeout_s: float = 600.0) -> None:
         from ..config import ConfigError
 
-        if variant not in VARIANTS:
-            raise ConfigError(f"distributed.adpsgd.variant={variant!r} is unknown; choose one of {', '.join(VARIANTS)}")
+        if variant != "delay_by_one":
+            raise ConfigError(f"ADPSGDStrategy runs delay_by_one, not {variant!r} (the rings are GossipStrategy)")
         super().__init__(timeout_s)  # joins the group and creates the metrics group first
         if self.world_size < 2:
             raise ConfigError("distributed.strategy=adpsgd needs at least 2 learners (torchrun --nproc-per-node 2)")
@@ -103,7 +146,6 @@ class ADPSGDStrategy(ProcessGroupStrategy):
         self._inflight: Future | None = None   # the exchange of the last step: (sent, received) or None
         self._done: tuple[torch.Tensor, torch.Tensor] | None = None  # its result, waiting to be applied
         self.round = 0
-        self.last_distance = float("nan")
         log.info("rank %d of %d: adpsgd %s", self.rank, self.world_size, variant)
 
     # ---- the exchange --------------------------------------------------------------------------------
@@ -139,27 +181,12 @@ class ADPSGDStrategy(ProcessGroupStrategy):
         self._inflight = self._thread.submit(self._exchange, snapshot, partner(self.pairs(self.round), self.rank))
         self.round += 1
 
-    # ---- consensus, state, reductions ----------------------------------------------------------------
-    @contextlib.contextmanager
-    def consensus(self, model: nn.Module) -> Iterator[nn.Module]:
-        """The mean of all learners' weights (one allreduce), and their mean distance from it."""
-        own = _flat(model)
-        mean = self.all_reduce_sum(own.cpu().double()) / self.world_size  # (P,)
-        dist2 = self.all_reduce_sum(torch.tensor([float((own.cpu().double() - mean).norm())]))
-        self.last_distance = float(dist2[0]) / self.world_size
-        _set_flat(model, mean.to(own.dtype).to(own.device))
-        try:
-            yield model
-        finally:
-            _set_flat(model, own)
-
+    # ---- consensus, state ---------------------------------------------------------------------------
     def finish(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """End of training: every learner takes the consensus weights."""
+        """End of training: the last exchange is dropped, every learner takes the consensus weights."""
         self._drain()
         self._done = None
-        with self.consensus(model):
-            mean = _flat(model)
-        _set_flat(model, mean)
+        super().finish(model, optimizer)
 
     def stats(self) -> dict[str, float]:
         return {"consensus_distance": self.last_distance}
@@ -167,17 +194,13 @@ class ADPSGDStrategy(ProcessGroupStrategy):
     def rank_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """This learner's own weights and optimizer, and the finished exchange not yet applied."""
         self._drain()
-        return {"name": self.name, "variant": self.variant, "round": self.round,
-                "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-                "optimizer": optimizer.state_dict(), "exchange": list(self._done) if self._done else []}
+        return {**self.own_state(model, optimizer), "variant": self.variant, "round": self.round,
+                "exchange": list(self._done) if self._done else []}
 
     def load_rank_state(self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        if not state.get("model"):  # another number of learners: everyone starts from the consensus
-            return
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        self.round = int(state["round"])
-        self._done = (state["exchange"][0], state["exchange"][1]) if state["exchange"] else None
+        if self.load_own_state(state, model, optimizer):
+            self.round = int(state["round"])
+            self._done = (state["exchange"][0], state["exchange"][1]) if state["exchange"] else None
 
     def close(self) -> None:
         self._drain()

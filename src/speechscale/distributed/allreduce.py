@@ -18,7 +18,7 @@ class AllReduceStrategy(ProcessGroupStrategy):
     """DDP: every rank holds the same weights and optimizer state; they step together."""
 
     name = "allreduce"
-    lockstep_data = True
+    lockstep = True
     matched_steps = True  # DDP's allreduce needs every rank's backward, even on an empty batch
 
     def __init__(self, timeout_s: float = 600.0) -> None:

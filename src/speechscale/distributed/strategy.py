@@ -26,8 +26,11 @@ class Strategy:
     rank = 0
     world_size = 1
     local_rank = 0
-    lockstep_data = True   # True: one global data position, dealt in rounds of one batch per rank
+    lockstep = True        # True: ranks take step t together (one global data position dealt in rounds of one
+                           # batch per rank; step-count events and collectives at logging steps); False: each
+                           # learner at its own pace, claiming batches from `claims`
     matched_steps = False  # True: every rank runs forward/backward each step (an empty batch runs a placeholder)
+    claims: Any = None     # lockstep=False: the shared data position (start(epoch, claimed), next(epoch), count(epoch))
 
     def device(self, requested: str) -> str:
         """The device this rank trains on, given `trainer.device`."""
@@ -74,8 +77,14 @@ class Strategy:
         """True on every rank when it is true on any rank (stop decisions must agree)."""
         return flag
 
-    def gather(self, obj: Any) -> list[Any]:
-        """`obj` from every rank, in rank order, on every rank (plain data between our own processes)."""
+    def agree_stop(self, flag: bool, poll: bool) -> bool:
+        """Whether all ranks stop now, given this rank's wish; lockstep strategies decide only when `poll`
+        (a logging step), so the hot loop has no collective."""
+        return flag
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        """`obj` from every rank, in rank order, on rank 0 (None elsewhere); plain data between our own
+        processes (checkpoint parts: rank 0 writes)."""
         return [obj]
 
     def barrier(self) -> None:
@@ -102,8 +111,7 @@ class ProcessGroupStrategy(Strategy):
 
     def __init__(self, timeout_s: float = 600.0) -> None:
         timeout = datetime.timedelta(seconds=timeout_s)
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timeout)
+        join_process_group("auto", timeout_s)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.backend = dist.get_backend()
@@ -125,9 +133,12 @@ class ProcessGroupStrategy(Strategy):
     def any(self, flag: bool) -> bool:
         return bool(self.all_reduce_sum(torch.tensor([1.0 if flag else 0.0])).item() > 0)
 
-    def gather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj, group=self.group)
+    def agree_stop(self, flag: bool, poll: bool) -> bool:
+        return self.any(flag) if poll else False
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        out: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=0, group=self.group)
         return out
 
     def barrier(self) -> None:
@@ -140,6 +151,14 @@ class ProcessGroupStrategy(Strategy):
                 dist.barrier(group=self.group)
             finally:
                 dist.destroy_process_group()
+
+
+def join_process_group(device: str = "auto", timeout_s: float = 600.0) -> None:
+    """Join the default process group (once): nccl when this rank trains on a GPU, gloo otherwise."""
+    if not dist.is_initialized():
+        gpu = device in ("auto", "cuda") or device.startswith("cuda:")
+        dist.init_process_group("nccl" if gpu and torch.cuda.is_available() else "gloo",
+                                timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def launched_distributed() -> bool:

@@ -12,7 +12,7 @@ from ..components import Components
 from ..config import Config
 from ..data.dataset import SpeechDataset, collate
 from ..data.manifest import ManifestError, SkipReport, Utterance, read_manifest
-from ..data.distributed_sampler import ShardedBatchSampler
+from ..data.distributed_sampler import Claims, ClaimedBatchSampler, ShardedBatchSampler
 from ..data.sampler import BucketBatchSampler
 from .preflight import check_batch_bound
 
@@ -39,9 +39,11 @@ def load_utterances(path: str, comps: Components, cfg: Config, filt: dict[str, A
     return kept, report
 
 
-def _ignore_sigint(worker_id: int) -> None:
-    """Loader workers leave Ctrl-C to the main process, which checkpoints and then stops them."""
+def _ignore_stop_signals(worker_id: int) -> None:
+    """Loader workers leave Ctrl-C and SIGTERM (a launcher may signal the whole process group) to the main
+    process, which checkpoints and then stops them; they also exit by themselves when it dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bool, pin_memory: bool = False,
@@ -60,7 +62,7 @@ def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bo
     batches = (wrap(sampler) if wrap else sampler) if train else sampler.batches(0)[shard[0]::shard[1]]
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
                                          num_workers=d.num_workers, persistent_workers=False, pin_memory=pin_memory,
-                                         worker_init_fn=_ignore_sigint if d.num_workers else None)
+                                         worker_init_fn=_ignore_stop_signals if d.num_workers else None)
     return loader, sampler, dataset
 
 
@@ -72,20 +74,23 @@ class TrainingData:
     train_report: SkipReport
     val_utts: list[Utterance]
     loader: torch.utils.data.DataLoader   # this rank's share of each round of training batches
-    sampler: ShardedBatchSampler          # its resumable position
+    sampler: ShardedBatchSampler | ClaimedBatchSampler  # its resumable position
     dataset: SpeechDataset
     val_loader: torch.utils.data.DataLoader
     batches_per_epoch: int                # all ranks together, in a shuffled epoch
 
 
-def training_data(cfg: Config, comps: Components, rank: int, world: int, pin_memory: bool) -> TrainingData:
-    """Validated manifests, the batch bound checked, and both loaders for this rank."""
+def training_data(cfg: Config, comps: Components, rank: int, world: int, pin_memory: bool,
+                  claims: Claims | None = None) -> TrainingData:
+    """Validated manifests, the batch bound checked, and both loaders for this rank. Lockstep ranks are dealt
+    rounds of batches; asynchronous learners (`claims`: their shared position) claim batches at their pace."""
     d = cfg.data
     train_utts, report = load_utterances(d.train_manifest, comps, cfg, d.filter, d.train_slice)
     check_batch_bound(train_utts, d.batch_seconds)
     val_utts, _ = load_utterances(d.val_manifest, comps, cfg, d.val_filter, d.val_slice)
     loader, base, dataset = make_loader(train_utts, comps, cfg, train=True, pin_memory=pin_memory,
-                                        wrap=lambda b: ShardedBatchSampler(b, rank, world))
+                                        wrap=lambda b: ClaimedBatchSampler(b, claims) if claims
+                                        else ShardedBatchSampler(b, rank, world))
     val_loader, _, _ = make_loader(val_utts, comps, cfg, train=False, pin_memory=pin_memory, shard=(rank, world))
     return TrainingData(train_utts, report, val_utts, loader, loader.batch_sampler, dataset, val_loader,  # type: ignore[arg-type]
                         len(base.batches(1)))

@@ -1,4 +1,4 @@
-"""Evaluation: greedy-decode a loader and score corpus WER/CER (a fresh metric every call)."""
+"""Evaluation: greedy-decode a loader and score corpus WER/CER and the CTC loss (a fresh metric every call)."""
 from __future__ import annotations
 
 import contextlib
@@ -27,6 +27,7 @@ class EvalResult:
     skipped_reasons: dict[str, int] = field(default_factory=dict)  # reason -> utterances dropped
     hyps: dict[int, str] = field(default_factory=dict)  # dataset index -> hypothesis
     metric: ErrorRate = field(default_factory=ErrorRate)  # the counts behind wer/cer (summed over ranks)
+    loss_sum: float = 0.0  # CTC loss per target token, summed over utterances (the training loss's measure)
 
 
 @torch.no_grad()
@@ -40,6 +41,7 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
     metric = ErrorRate()
     hyps: dict[int, str] = {}
     reasons: Counter = Counter()
+    loss_sum = 0.0
     try:
         for batch in loader:
             batch: Batch
@@ -50,12 +52,16 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
             with autocast():
                 logits, out_lens = model(batch.feats, batch.feat_lens)
             logits = logits.float()
+            losses = torch.nn.functional.ctc_loss(logits.log_softmax(-1).transpose(0, 1), batch.targets, out_lens,
+                                                  batch.target_lens, reduction="none", zero_infinity=True)  # (B,)
+            loss_sum += float((losses / batch.target_lens.clamp(min=1).to(losses.device)).sum())
             texts = greedy_decode(logits, out_lens, tokenizer)
             metric.update(batch.texts, texts)
             hyps.update(zip(batch.indices, texts))
     finally:
         model.train(was_training)
-    return EvalResult(metric.wer, metric.cer, metric.utterances, sum(reasons.values()), dict(reasons), hyps, metric)
+    return EvalResult(metric.wer, metric.cer, metric.utterances, sum(reasons.values()), dict(reasons), hyps, metric,
+                      loss_sum)
 
 
 def validate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, strategy: "Strategy", device: torch.device,
@@ -64,8 +70,8 @@ def validate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, strategy:
     with strategy.consensus(model) as consensus:
         res = evaluate(consensus, loader, tokenizer, device, autocast)
     m = res.metric
-    counts = torch.tensor([m.word_errors, m.words, m.char_errors, m.chars, m.utterances, res.skipped],
+    counts = torch.tensor([m.word_errors, m.words, m.char_errors, m.chars, m.utterances, res.skipped, res.loss_sum],
                           dtype=torch.float64)
-    we, w, ce, c, n, skipped = strategy.all_reduce_sum(counts).tolist()
-    return {"wer": we / w if w else math.nan, "cer": ce / c if c else math.nan, "utterances": int(n),
-            "skipped": int(skipped)}
+    we, w, ce, c, n, skipped, loss = strategy.all_reduce_sum(counts).tolist()
+    return {"wer": we / w if w else math.nan, "cer": ce / c if c else math.nan, "val_loss": loss / n if n else math.nan,
+            "utterances": int(n), "skipped": int(skipped)}

@@ -40,6 +40,10 @@ class RunProgress:
     def stepped(self) -> None:
         self.bar.update(1)
 
+    def show_loss(self, loss: float | None) -> None:
+        if loss is not None:
+            self.bar.set_postfix(loss=f"{loss:.3f}")
+
     def close(self) -> None:
         self.bar.close()
 

@@ -5,9 +5,11 @@ on the keys in SCHEMA; other keys may be added.
 
 - `train`, every trainer.log_every steps: `epoch` (epochs completed), `lr`; `loss` (mean over the finite
   steps since the last line; absent when there were none), `loss_scale` (fp16), `peak_mem_mb` (GPUs).
-- `val`, at each validation: `epoch`, `train_loss`, `wer`, `cer`, `utterances`, `skipped`, and the run's
-  counters: `nonfinite_loss`, `nonfinite_grad` (steps skipped), `bad_audio`, `too_short`, `feature_error`
-  (utterances skipped), `dropped_tail`.
+- `val`, at each validation: `epoch`, `train_loss`, `val_loss` (CTC per target token, as `train_loss`),
+  `wer`, `cer`, `utterances`, `skipped`, and the run's counters: `nonfinite_loss`, `nonfinite_grad` (steps
+  skipped), `bad_audio`, `too_short`, `feature_error` (utterances skipped), `dropped_tail`. ADPSGD adds
+  `consensus_distance` (mean L2 distance of the learners from their average); its rings add `exchanges`
+  and `skipped_exchanges` (rank 0's rounds).
 """
 from __future__ import annotations
 
@@ -15,13 +17,19 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .precision import Precision
 
 log = logging.getLogger(__name__)
 
 SCHEMA: dict[str, set[str]] = {
     "train": {"kind", "time", "step", "epoch", "lr"},
-    "val": {"kind", "time", "step", "epoch", "train_loss", "wer", "cer", "utterances", "skipped", "nonfinite_loss",
+    "val": {"kind", "time", "step", "epoch", "train_loss", "val_loss", "wer", "cer", "utterances", "skipped",
+            "nonfinite_loss",
             "nonfinite_grad", "bad_audio", "too_short", "feature_error"},
 }
 
@@ -67,3 +75,17 @@ def trace_samples(out_dir: Path, rank: int, row: dict[str, Any]) -> None:
     """trainer.trace_samples: append one step's sample ids of this rank (tests check exactly-once use)."""
     with (out_dir / f"samples-rank{rank}.jsonl").open("a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+def train_row(epoch: int, lr: float, loss: float | None, precision: "Precision", device: torch.device
+              ) -> dict[str, Any]:
+    """One `train` row of metrics.jsonl (see SCHEMA); on a GPU it also starts a new peak-memory window."""
+    row: dict[str, Any] = {"epoch": epoch, "lr": lr}
+    if loss is not None:
+        row["loss"] = loss
+    if precision.scaling:
+        row["loss_scale"] = precision.loss_scale()
+    if device.type == "cuda":
+        row["peak_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2 ** 20
+        torch.cuda.reset_peak_memory_stats(device)
+    return row

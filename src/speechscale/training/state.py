@@ -9,7 +9,8 @@ A checkpoint (format 3) is plain data and tensors, loadable with `weights_only=T
     precision       the fp16 loss scaler's state
     training        TrainingState: epoch, step, data position, samples seen, best WER, counters, history
     world_size      ranks that wrote it
-    ranks           one dict per rank: its RNG states and its strategy's per-rank state
+    ranks           one dict per rank: its RNG states, its strategy's per-rank state, its data position
+                    (asynchronous learners: batches claimed, and its own claimed but untrained ones)
 
 Format 2 (`meta`, `rng_per_rank`, `sampler`) is still read; format 1 only for eval and transcribe.
 """
@@ -83,16 +84,27 @@ def read_training(ckpt: dict[str, Any], path: str) -> tuple[TrainingState, list[
                           f"works for eval and transcribe, not for resume")
 
 
-def rank_part(strategy: "Strategy", model: "nn.Module", optimizer: "torch.optim.Optimizer") -> dict[str, Any]:
-    """This rank's entry of `ranks`: its RNG states and its strategy's own state."""
-    return {"rng": rng_state(), "strategy": strategy.rank_state(model, optimizer)}
+def rank_part(strategy: "Strategy", model: "nn.Module", optimizer: "torch.optim.Optimizer",
+              data: dict[str, Any]) -> dict[str, Any]:
+    """This rank's entry of `ranks`: its RNG states, its strategy's own state and its data position."""
+    return {"rng": rng_state(), "strategy": strategy.rank_state(model, optimizer), "data": data}
+
+
+def data_part(ranks: list[dict[str, Any]], rank: int, world: int) -> dict[str, Any]:
+    """Rank `rank`'s data position: its own entry, or on another number of ranks, every `world`-th of all
+    ranks' pending batches (none is lost or read twice)."""
+    parts = [r.get("data") or {} for r in ranks]
+    if len(parts) == world or not parts[0]:
+        return parts[rank] if len(parts) == world else {}
+    pending = [k for p in parts for k in p.get("pending", [])]
+    return {**parts[0], "claimed": max(p.get("claimed", 0) for p in parts), "pending": pending[rank::world]}
 
 
 def restore(ckpt: dict[str, Any], path: str, model: "nn.Module", optimizer: "torch.optim.Optimizer",
-            precision: "Precision", strategy: "Strategy", seed: int) -> tuple[TrainingState, int]:
+            precision: "Precision", strategy: "Strategy", seed: int) -> tuple[TrainingState, int, dict[str, Any]]:
     """Load a checkpoint into this rank's model, optimizer, scaler, strategy and RNG streams; returns the
-    training state and the number of ranks that wrote it. On another number of ranks, each rank starts
-    fresh RNG streams derived from the step (the data order does not depend on them)."""
+    training state, the number of ranks that wrote it and this rank's data position. On another number of
+    ranks, each rank starts fresh RNG streams derived from the step (the data order does not depend on them)."""
     training, ranks = read_training(ckpt, path)
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
@@ -104,4 +116,4 @@ def restore(ckpt: dict[str, Any], path: str, model: "nn.Module", optimizer: "tor
         set_rng_state(mine["rng"])
     else:
         seed_everything(seed + 7919 * strategy.rank + 104729 * training.step)
-    return training, len(ranks)
+    return training, len(ranks), data_part(ranks, strategy.rank, strategy.world_size)

@@ -88,15 +88,23 @@ class StepTally:
 
     def __init__(self, device: torch.device) -> None:
         self.pending = torch.zeros(4, device=device)  # non-finite loss, non-finite gradient, loss sum, counted steps
+        self.unshared = torch.zeros(4, dtype=torch.float64)  # on the host, not yet summed over ranks
         self.loss_sum, self.steps = 0.0, 0  # synced, since the last `take_mean_loss`
 
     def add(self, flags: torch.Tensor) -> None:
         self.pending += flags
 
-    def sync(self, strategy: "Strategy", counters: dict[str, int]) -> float | None:
-        """Collective, one host sync; returns the mean loss of the counted steps since the last sync."""
-        nl, ng, loss_sum, n = strategy.all_reduce_sum(self.pending.clone()).tolist()
+    def sync(self, strategy: "Strategy", counters: dict[str, int], collective: bool = True) -> float | None:
+        """One host sync; returns the mean loss of the counted steps since the last sync. `collective`: of
+        all ranks, and the counters take their sums; otherwise (asynchronous learners between sync points)
+        of this rank alone, its flags kept for the next collective sync."""
+        local = self.pending.double().cpu()
         self.pending.zero_()
+        self.unshared += local
+        if not collective:
+            return float(local[2] / local[3]) if local[3] else None
+        nl, ng, loss_sum, n = strategy.all_reduce_sum(self.unshared).tolist()
+        self.unshared.zero_()
         counters["nonfinite_loss"] += int(nl)
         counters["nonfinite_grad"] += int(ng)
         self.loss_sum += loss_sum

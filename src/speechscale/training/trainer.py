@@ -31,7 +31,7 @@ from .precision import Precision, resolve_device, resolve_precision
 from .preflight import check_writable
 from .prescan import prescan
 from .progress import RunProgress, planned_steps
-from .runlog import RunLog, trace_samples, write_run_config
+from .runlog import RunLog, trace_samples, train_row, write_run_config
 from .state import TrainingState, checkpoint_dict, rank_part, restore
 from .step import StepTally, ctc_criterion, optimizer_step, placeholder_batch
 from .stop import StopSignals, TimeBudget
@@ -55,7 +55,7 @@ class Trainer:
             check_writable(self.out_dir, "trainer.log_dir" if remote else "trainer.out_dir")
         if t.threads > 0:
             torch.set_num_threads(t.threads)
-        self.strategy = build_strategy(cfg.distributed)
+        self.strategy = build_strategy(cfg.distributed, t.seed, t.device)
         self.rank, self.world = self.strategy.rank, self.strategy.world_size
         seed_everything(t.seed)  # the same initial weights on every rank
         if t.deterministic:
@@ -70,16 +70,17 @@ class Trainer:
             log.info("model %s: %d parameters (%.2fM); device %s, precision %s, %d rank(s), strategy %s",
                      cfg.model.name, n_params, n_params / 1e6, self.device, self.precision.mode, self.world,
                      self.strategy.name)
-        data = training_data(cfg, self.comps, self.rank, self.world, pin_memory=self.device.type == "cuda")
+        data = training_data(cfg, self.comps, self.rank, self.world, pin_memory=self.device.type == "cuda",
+                             claims=self.strategy.claims)
         self.train_utts, self.train_report, self.val_utts = data.train_utts, data.train_report, data.val_utts
         self.loader, self.sampler, self.dataset, self.val_loader = data.loader, data.sampler, data.dataset, data.val_loader
         # Compiled (conv models) and/or strategy-wrapped module for training steps; same parameters.
         self.forward = self.strategy.wrap(torch.compile(self.model, dynamic=True) if t.compile else self.model)
         self.optimizer = build_optimizer(self.model, cfg.optim, fused=self.device.type == "cuda")
         self.ctc = ctc_criterion()
-        self.epoch_samples = self.sampler.epoch_samples(1)
-        self.schedule = SampleSchedule(cfg.optim, self.epoch_samples, data.batches_per_epoch, t.grad_accum, self.world,
-                                       t.max_steps, t.max_epochs, self.strategy.lr_scale(cfg.distributed.scale_lr))
+        self.schedule = SampleSchedule(cfg.optim, self.sampler.epoch_samples(1), data.batches_per_epoch, t.grad_accum,
+                                       self.world, t.max_steps, t.max_epochs,
+                                       self.strategy.lr_scale(cfg.distributed.scale_lr))
         self.state = TrainingState()
         self.tally = StepTally(self.device)
         slow = cfg.distributed.simulate_straggler
@@ -87,6 +88,7 @@ class Trainer:
         self.placeholder = placeholder_batch(self.comps.features.num_features, self.comps.features.frames_for_seconds(1))
         self.resumed_from: str | None = None
         self.stopped_by: str | None = None
+        self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)
         seed_everything(t.seed + 7919 * self.rank)  # dropout and other streams differ per rank
         if t.resume:
             self._resume(t.resume)
@@ -100,23 +102,26 @@ class Trainer:
                 log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
             return
         path, ckpt = found
-        self.state, saved_by = restore(ckpt, str(path), self.model, self.optimizer, self.precision, self.strategy,
-                                       self.cfg.trainer.seed)
+        self.state, saved_by, self.data_part = restore(ckpt, str(path), self.model, self.optimizer, self.precision,
+                                                       self.strategy, self.cfg.trainer.seed)
         self.resumed_from = str(path)
         if self.rank == 0:
             log.info("resumed from %s at epoch %d step %d (%d samples into the epoch; saved by %d rank(s), now %d)",
                      path, self.state.epoch, self.state.step, self.state.consumed, saved_by, self.world)
 
-    def save(self, name: str | None = None) -> str | None:
+    def save(self, name: str | None = None, best: bool = False) -> str | None:
         """Write a checkpoint (collective: every rank calls it; rank 0 writes). `name` writes that file;
-        None writes a rotating `step-N.pt` (keeping trainer.keep_checkpoints), `last.pt` and the pointer."""
-        ranks = self.strategy.gather(rank_part(self.strategy, self.model, self.optimizer))
+        None writes a rotating `step-N.pt` (keeping trainer.keep_checkpoints), `last.pt` and the pointer;
+        `best` also writes the same checkpoint as best.pt."""
+        ranks = self.strategy.gather(rank_part(self.strategy, self.model, self.optimizer, self.sampler.rank_state()))
         path = None
         with self.strategy.consensus(self.model) as model:
             if self.rank == 0:
                 ckpt = checkpoint_dict(config=to_dict(self.cfg), model=model.state_dict(),
                                        optimizer=self.optimizer.state_dict(), precision=self.precision.state_dict(),
                                        training=self.state, ranks=ranks)
+                if best:
+                    save_checkpoint_in(self.ckpt_dir, ckpt, "best.pt", self.state.step, 1)
                 path = save_checkpoint_in(self.ckpt_dir, ckpt, name, self.state.step, self.cfg.trainer.keep_checkpoints)
         self.strategy.barrier()
         return path
@@ -138,9 +143,10 @@ class Trainer:
         s.step += 1
         return loss
 
-    def sync(self) -> float | None:
-        """Fold all ranks' step flags into the counters (collective); the mean loss since the last sync."""
-        return self.tally.sync(self.strategy, self.state.counters)
+    def sync(self, collective: bool = True) -> float | None:
+        """Fold all ranks' step flags into the counters (collective); the mean loss since the last sync
+        (`collective=False`: this rank's, for asynchronous learners between sync points)."""
+        return self.tally.sync(self.strategy, self.state.counters, collective)
 
     def validate(self) -> dict[str, float]:
         """WER/CER of the consensus weights on the validation set."""
@@ -159,70 +165,68 @@ class Trainer:
             runlog.write("val", s.step, {**row, **s.counters})
             log.info("epoch %s step %d: train loss %.3f, val WER %.2f%% CER %.2f%% (%d utts)%s", progress.epoch_label(),
                      s.step, row["train_loss"], 100 * val["wer"], 100 * val["cer"], val["utterances"], progress.eta())
-        if val["wer"] < s.best_wer or (val["wer"] == s.best_wer
-                                       and not storage.exists(storage.join(self.ckpt_dir, "best.pt"))):
-            s.best_wer = val["wer"]
-            self.save("best.pt")
-        self.save()
+        best = val["wer"] < s.best_wer or (val["wer"] == s.best_wer
+                                           and not storage.exists(storage.join(self.ckpt_dir, "best.pt")))
+        s.best_wer = min(s.best_wer, val["wer"])
+        self.save(best=best)
         return row
 
     def _log_train(self, runlog: RunLog | None, progress: RunProgress) -> None:
         """Logging interval: the one host sync of the hot loop, the fp16 watchdog, GPU peak memory."""
-        loss = self.sync()
+        loss = self.sync(collective=self.strategy.lockstep)
         self.precision.check()
-        if runlog is None:
-            return
-        row: dict[str, Any] = {"epoch": self.state.epoch, "lr": self.optimizer.param_groups[0]["lr"]}
-        if loss is not None:
-            row["loss"] = loss
-            progress.bar.set_postfix(loss=f"{loss:.3f}")
-        if self.precision.scaling:
-            row["loss_scale"] = self.precision.loss_scale()
-        if self.device.type == "cuda":
-            row["peak_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2 ** 20
-            torch.cuda.reset_peak_memory_stats(self.device)
-        runlog.write("train", self.state.step, row)
+        if runlog is not None:
+            progress.show_loss(loss)
+            runlog.write("train", self.state.step, train_row(self.state.epoch, self.optimizer.param_groups[0]["lr"],
+                                                             loss, self.precision, self.device))
 
     def _train_epoch(self, runlog: RunLog | None, progress: RunProgress, signals: StopSignals) -> bool:
         """Train on the rest of the current epoch; True when the run must stop before the epoch's end
         (max_steps, max_minutes or a signal, agreed by all ranks)."""
         t, s = self.cfg.trainer, self.state
-        self.sampler.resume(s.epoch, s.consumed)
+        self.sampler.resume(s.epoch, s.consumed, self.data_part)
+        self.data_part = {}
         self.dataset.set_epoch(s.epoch)
         progress.new_epoch()
         micro: list[Batch] = []
         for i, batch in enumerate(self.loader):
-            s.consumed += self.sampler.round_samples[i]
-            s.samples_seen += self.sampler.round_samples[i]
-            for reason, n in batch.skipped.items():
-                s.counters[reason] += n
+            n = self.sampler.advance(i)
+            s.consumed += n
+            s.samples_seen += n
+            for reason, k in batch.skipped.items():
+                s.counters[reason] += k
             if len(batch) > 0 or self.strategy.matched_steps:
                 micro.append(batch)
-            # a step every grad_accum batches, and with what is left at the epoch's end
-            if not micro or (len(micro) < t.grad_accum and i < len(self.sampler) - 1):
-                continue
-            self.train_step(micro)
-            progress.stepped()
-            if t.trace_samples:
-                trace_samples(self.out_dir, self.rank, {"epoch": s.epoch, "step": s.step, "world": self.world,
-                                                        "ids": [i for b in micro for i in b.indices],
-                                                        "resumed_at": self._resumed_step})
-            micro = []
-            logging_step = s.step % t.log_every == 0
-            if logging_step:
-                self._log_train(runlog, progress)
-            if t.val_every_steps and s.step % t.val_every_steps == 0:
-                self._validate_and_save(runlog, progress)
-            elif t.checkpoint_every_steps and s.step % t.checkpoint_every_steps == 0:
-                self.save()
-            # max_steps is the same on every rank; the clock and signals are not, so ranks agree on those
-            # at logging steps (no collective per step)
-            if t.max_steps and s.step >= t.max_steps:
-                return True
-            if (self.world == 1 or logging_step) and self.strategy.any(progress.budget.spent() or
-                                                                      signals.received is not None):
-                return True
-        return False
+            if len(micro) == t.grad_accum:  # a step every grad_accum batches, and with the epoch's rest below
+                if self._step(micro, runlog, progress, signals):
+                    return True
+                micro = []
+        return bool(micro) and self._step(micro, runlog, progress, signals)
+
+    def _step(self, micro: list[Batch], runlog: RunLog | None, progress: RunProgress, signals: StopSignals) -> bool:
+        """One optimizer step and what follows it (log, validation, checkpoint); True to stop."""
+        t, s = self.cfg.trainer, self.state
+        self.train_step(micro)
+        progress.stepped()
+        if t.trace_samples:
+            trace_samples(self.out_dir, self.rank, {"epoch": s.epoch, "step": s.step, "world": self.world,
+                                                    "ids": [i for b in micro for i in b.indices],
+                                                    "resumed_at": self._resumed_step})
+        logging_step = s.step % t.log_every == 0
+        if logging_step:
+            self._log_train(runlog, progress)
+        lockstep = self.strategy.lockstep  # step-count events need ranks that take step N together
+        if lockstep and t.val_every_steps and s.step % t.val_every_steps == 0:
+            self._validate_and_save(runlog, progress)
+        elif lockstep and t.checkpoint_every_steps and s.step % t.checkpoint_every_steps == 0:
+            self.save()
+        # max_steps is the same on every lockstep rank; the clock and signals are not, so ranks agree on those
+        # (lockstep: at logging steps, no collective per step)
+        done = bool(t.max_steps and s.step >= t.max_steps)
+        if done and lockstep:
+            return True
+        return self.strategy.agree_stop(done or progress.budget.spent() or signals.received is not None,
+                                        poll=logging_step)
 
     def fit(self) -> dict[str, Any]:
         """Train until max_epochs, max_steps, max_minutes, target_wer or a stop signal; returns the summary:
@@ -244,7 +248,7 @@ class Trainer:
             with StopSignals(announce=main) as signals:
                 while t.max_epochs <= 0 or s.epoch < t.max_epochs:
                     cut_short = self._train_epoch(runlog, progress, signals)
-                    if s.consumed >= self.epoch_samples - self.sampler.dropped:  # the epoch is complete
+                    if self.sampler.complete(s.consumed):  # the epoch is complete
                         s.counters["dropped_tail"] += self.sampler.dropped
                         s.epoch += 1
                         s.consumed = 0
@@ -258,7 +262,7 @@ class Trainer:
                                         progress.epoch_label(), s.step)
                         break
                     last = self._validate_and_save(runlog, progress)
-                    if cut_short and t.max_steps and s.step >= t.max_steps:  # the planned end: not a stop
+                    if self.strategy.any(cut_short and t.max_steps > 0 and s.step >= t.max_steps):  # planned end
                         break
                     if self.strategy.any(budget.spent()):
                         self.stopped_by = "max_minutes"

@@ -87,6 +87,43 @@ def test_gossip_keeps_the_mean_shrinks_the_spread_and_ends_identical(tmp_path, w
     torch.testing.assert_close(torch.tensor(rows[0]["final"]), first_mean, rtol=0, atol=1e-6)
 
 
+def _drift_worker(rank, world, port, out, variant):
+    """Every learner's gradient is 1 everywhere; the rings' learners take different numbers of steps."""
+    _join(rank, world, port)
+    import time
+
+    from speechscale.distributed.adpsgd import _flat
+
+    strategy = _strategy(variant)
+    torch.manual_seed(rank)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with strategy.consensus(model) as m:
+        start = _flat(m).clone()
+    for _ in range(6 + (3 * rank if variant != "delay_by_one" else 0)):
+        for p in model.parameters():
+            p.grad = torch.ones_like(p)
+        strategy.before_step(model, opt)
+        opt.step()
+        strategy.after_step(model, opt)
+        time.sleep(0.005 * (1 + rank))
+    with strategy.consensus(model) as m:
+        moved = (_flat(m) - start).tolist()
+    with open(os.path.join(out, f"{rank}.json"), "w") as f:
+        json.dump({"moved": moved}, f)
+    strategy.close()
+
+
+@pytest.mark.parametrize("variant", ["fixed_ring", "random_ring", "delay_by_one"])
+def test_the_mean_moves_by_exactly_the_learners_mean_update(tmp_path, variant):
+    """Gossip never adds or loses an update: the learners' average moves by the mean of their steps."""
+    world = 3
+    mp.spawn(_drift_worker, args=(world, free_port(), str(tmp_path), variant), nprocs=world, join=True)
+    steps = [6 + (3 * r if variant != "delay_by_one" else 0) for r in range(world)]
+    moved = torch.tensor(json.loads((tmp_path / "0.json").read_text())["moved"])
+    torch.testing.assert_close(moved, torch.full_like(moved, -0.1 * sum(steps) / world), rtol=0, atol=1e-5)
+
+
 def _async_worker(rank, world, port, out):
     """Rank 1 is late for 1 s: rank 0 skips those rounds instead of waiting, and both agree on it."""
     _join(rank, world, port)

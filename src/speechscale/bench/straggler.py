@@ -109,13 +109,15 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     panels = [("seconds", "loss", "wall time (s)"), ("epoch", "loss", "epoch"),
               ("epoch", "consensus_distance", "epoch"),
               ("seconds", "wer", "wall time (s)"), ("epoch", "wer", "epoch")]
+    names = list(dict.fromkeys(r["strategy"] for r in results))
     for r in results:
         label = f"{r['strategy']}{', ' + r['straggler'] if r['straggler'] else ''}"
         style = "--" if r["straggler"] else "-"
+        color = f"C{names.index(r['strategy'])}"  # one colour per strategy in every panel; dashed: straggler
         for ax, (x, y, _) in zip(axes.flat, panels):
             points = [(v[x], v[y]) for v in r["val"] if v.get(y) is not None]
             if points:
-                ax.plot(*zip(*points), style, marker="o", label=label)
+                ax.plot(*zip(*points), style, color=color, marker="o", label=label)
     for ax, (_, y, xlabel) in zip(axes.flat, panels):
         ax.set(xlabel=xlabel, ylabel={"loss": "validation loss", "wer": "validation WER"}.get(y, "consensus distance"))
     axes.flat[-1].axis("off")

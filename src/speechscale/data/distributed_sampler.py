@@ -62,17 +62,23 @@ class ShardedBatchSampler:
         """Samples in the epoch's plan (all ranks together)."""
         return sum(len(b) for b in self.base.batches(epoch))
 
-    def resume(self, epoch: int, consumed: int, part: dict[str, Any] | None = None) -> None:
-        """Position the sampler at `consumed` samples into `epoch` and plan the rest for this world size."""
+    def resume(self, epoch: int, consumed: int, part: dict[str, Any] | None = None) -> int:
+        """Position the sampler at `consumed` samples into `epoch` and plan the rest for this world size;
+        returns the position (from `part` when asynchronous learners saved it: their pending batches first)."""
         self.epoch = epoch
         rest: list[list[int]] = []
         seen = 0
-        for b in self.base.batches(epoch):
+        batches = self.base.batches(epoch)
+        if part and part.get("epoch") == epoch and "claimed" in part:  # saved by asynchronous learners:
+            rest = [batches[k] for k in part["all_pending"]] + batches[part["claimed"]:]  # their pending first
+            consumed = self.epoch_samples(epoch) - sum(len(b) for b in rest)
+        for b in batches if not rest else []:
             if seen + len(b) > consumed:
                 rest.append(b[max(0, consumed - seen):])
             seen += len(b)
         self.rounds, self.dropped = deal(rest, self.world_size)
         self.round_samples = [sum(len(b) for b in r) for r in self.rounds]
+        return consumed
 
     def __len__(self) -> int:
         """Rounds (= this rank's batches) left in the planned part of the epoch."""
@@ -119,14 +125,16 @@ class ClaimedBatchSampler:
     def epoch_samples(self, epoch: int) -> int:
         return sum(len(b) for b in self.base.batches(epoch))
 
-    def resume(self, epoch: int, consumed: int, part: dict[str, Any] | None = None) -> None:
-        """Collective: start `epoch` where the learners' checkpointed parts left it (`part`: this learner's)."""
+    def resume(self, epoch: int, consumed: int, part: dict[str, Any] | None = None) -> int:
+        """Collective: start `epoch` where the learners' checkpointed parts left it (`part`: this learner's);
+        returns the position."""
         part = part if part and part.get("epoch") == epoch else {}
         self.epoch, self.batches = epoch, self.base.batches(epoch)
         self.cum = [0, *itertools.accumulate(len(b) for b in self.batches)]
         self.claimed, self.trained, self.exhausted = list(part.get("pending", [])), 0, False
         self.seen = consumed
         self.claims.start(epoch, int(part.get("claimed", self.cum.index(consumed) if consumed in self.cum else 0)))
+        return consumed
 
     def __len__(self) -> int:
         return len(self.batches)

@@ -91,13 +91,15 @@ def rank_part(strategy: "Strategy", model: "nn.Module", optimizer: "torch.optim.
 
 
 def data_part(ranks: list[dict[str, Any]], rank: int, world: int) -> dict[str, Any]:
-    """Rank `rank`'s data position: its own entry, or on another number of ranks, every `world`-th of all
-    ranks' pending batches (none is lost or read twice)."""
+    """Rank `rank`'s data position after asynchronous learners: its own pending batches, or on another
+    number of ranks every `world`-th of all learners' pending batches; `all_pending` holds all of them (a
+    lockstep strategy resuming such a checkpoint reads them first). Nothing is lost or read twice."""
     parts = [r.get("data") or {} for r in ranks]
-    if len(parts) == world or not parts[0]:
-        return parts[rank] if len(parts) == world else {}
+    if not parts[0]:
+        return {}
     pending = [k for p in parts for k in p.get("pending", [])]
-    return {**parts[0], "claimed": max(p.get("claimed", 0) for p in parts), "pending": pending[rank::world]}
+    mine = parts[rank].get("pending", []) if len(parts) == world else pending[rank::world]
+    return {**parts[0], "claimed": max(p.get("claimed", 0) for p in parts), "pending": mine, "all_pending": pending}
 
 
 def restore(ckpt: dict[str, Any], path: str, model: "nn.Module", optimizer: "torch.optim.Optimizer",

@@ -57,6 +57,9 @@ class Trainer:
             torch.set_num_threads(t.threads)
         self.strategy = build_strategy(cfg.distributed, t.seed, t.device)
         self.rank, self.world = self.strategy.rank, self.strategy.world_size
+        if not self.strategy.lockstep and (t.val_every_steps or t.checkpoint_every_steps) and self.rank == 0:
+            log.warning("asynchronous learners validate and checkpoint at epoch ends and stops only: "
+                        "trainer.val_every_steps and checkpoint_every_steps are ignored")
         seed_everything(t.seed)  # the same initial weights on every rank
         if t.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -184,7 +187,7 @@ class Trainer:
         """Train on the rest of the current epoch; True when the run must stop before the epoch's end
         (max_steps, max_minutes or a signal, agreed by all ranks)."""
         t, s = self.cfg.trainer, self.state
-        self.sampler.resume(s.epoch, s.consumed, self.data_part)
+        s.consumed = self.sampler.resume(s.epoch, s.consumed, self.data_part)
         self.data_part = {}
         self.dataset.set_epoch(s.epoch)
         progress.new_epoch()

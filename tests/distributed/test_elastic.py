@@ -95,3 +95,26 @@ def test_resume_onto_another_number_of_ranks_uses_each_remaining_sample_once(tmp
     rows = list(trace(cont))
     assert {r["world"] for r in rows if r["resumed_at"] > 0} == {new_world}
     assert sorted(ids_by_epoch(accepted(rows) if not extra else rows)[0]) == list(range(12))
+
+
+def test_a_killed_ring_learner_is_restarted_and_resumes_from_the_epoch_checkpoint(tmp_path):
+    """ADPSGD fixed_ring under torchrun --max-restarts: one learner SIGKILLed after the first epoch's
+    checkpoint; the group restarts, resumes, and every epoch of the last attempt reads each sample once."""
+    m = ldc_manifest(tmp_path / "data", copies=24)  # 12 batches an epoch, claimed by 2 learners
+    out = tmp_path / "run"
+    proc = start(torchrun(2, train_args(m, out, "trainer.max_epochs=3", "trainer.resume=auto", *RING[:2]),
+                          max_restarts=2, nnodes="1:2"), tmp_path / "log")
+    try:
+        wait_for(lambda: (out / "checkpoints" / "latest").is_file() and len(_workers(proc)) == 2)
+        os.kill(_workers(proc)[1], signal.SIGKILL)
+        assert proc.wait(timeout=300) == 0, (tmp_path / "log").read_text()[-4000:]
+    finally:
+        kill_group(proc)
+    rows = list(trace(out))
+    attempts = sorted({r["resumed_at"] for r in rows})
+    assert len(attempts) >= 2  # restarted, and resumed from a checkpoint
+    last = [r for r in rows if r["resumed_at"] == attempts[-1]]
+    for epoch, ids in ids_by_epoch(last).items():
+        assert sorted(ids) == list(range(24)), epoch
+    summary = json.loads((tmp_path / "log").read_text().strip().splitlines()[-1])
+    assert summary["epoch"] == 3 and summary["world_size"] == 2

@@ -51,6 +51,11 @@ class AugmentConfig:
     trim_floor_db: float = -20.0       # a 10 ms frame is sound when within this many dB of the loudest
     gain_db: float = 0.0               # random gain in [-gain_db, +gain_db]
     noise_snr_db: list[float] = field(default_factory=list)  # e.g. [20, 40]: white noise at this SNR range
+    noise_manifest: str = ""           # JSONL of real noise recordings (audio_filepath): mixed in at an SNR drawn
+    noise_manifest_snr_db: list[float] = field(default_factory=lambda: [5.0, 20.0])  # ... from this range (dB)
+    noise_prob: float = 1.0            # ... to this fraction of utterances
+    rir_manifest: str = ""             # JSONL of room impulse responses: speech is convolved with one (length
+    rir_prob: float = 0.5              # and alignment kept) in this fraction of utterances
     freq_warp: float = 0.0             # VTLP-style: stretch the frequency axis by a factor in [1 - w, 1 + w]
                                        # (formants move, duration does not; 0 = off)
     freq_masks: int = 0                # SpecAugment frequency masks per utterance
@@ -364,6 +369,10 @@ def validate(cfg: Config) -> None:
         (_pair(a.speed) and all(s > 0 for s in a.speed),
          f"augment.speed={a.speed} must be [] or [low, high] with 0 < low <= high"),
         (_pair(a.noise_snr_db), f"augment.noise_snr_db={a.noise_snr_db} must be [] or [low, high] with low <= high"),
+        (len(a.noise_manifest_snr_db) == 2 and _pair(a.noise_manifest_snr_db),
+         f"augment.noise_manifest_snr_db={a.noise_manifest_snr_db} must be [low, high] with low <= high"),
+        (0.0 <= a.noise_prob <= 1.0 and 0.0 <= a.rir_prob <= 1.0,
+         "augment.noise_prob and augment.rir_prob are probabilities in [0, 1]"),
         (a.gain_db >= 0, "augment.gain_db must be >= 0"),
         (min(a.freq_masks, a.time_masks, a.freq_mask_width, a.time_mask_width) >= 0,
          "augment.freq_masks, time_masks and their widths must be >= 0"),

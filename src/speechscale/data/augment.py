@@ -1,4 +1,5 @@
-"""Augmentation: speed perturbation, gain and white noise on the waveform; SpecAugment on features.
+"""Augmentation: speed perturbation, gain, reverberation and noise from recordings (recorded.py) and white
+noise on the waveform; SpecAugment on features.
 
 All randomness comes from a `torch.Generator` the caller seeds, so a run is reproducible.
 """
@@ -11,6 +12,7 @@ import soxr
 import torch
 
 from ..config import AugmentConfig
+from .recorded import RecordedAugment
 
 
 def _uniform(gen: torch.Generator, low: float, high: float) -> float:
@@ -18,16 +20,19 @@ def _uniform(gen: torch.Generator, low: float, high: float) -> float:
 
 
 class WaveAugment:
-    """Speed (resampling, like sox `speed`), gain and additive white noise at a random SNR."""
+    """Speed (resampling, like sox `speed`), gain, a room's reverberation and recorded noise (when their
+    manifests are set), and additive white noise at a random SNR."""
 
     def __init__(self, cfg: AugmentConfig, sample_rate: int) -> None:
         self.cfg = cfg
         self.sample_rate = sample_rate
+        self.recorded = RecordedAugment(cfg.noise_manifest, cfg.noise_manifest_snr_db, cfg.noise_prob,
+                                        cfg.rir_manifest, cfg.rir_prob, sample_rate)
 
     @property
     def active(self) -> bool:
         c = self.cfg
-        return bool(c.speed) or c.gain_db > 0 or bool(c.noise_snr_db)
+        return bool(c.speed) or c.gain_db > 0 or bool(c.noise_snr_db) or self.recorded.active
 
     def __call__(self, wav: np.ndarray, gen: torch.Generator) -> np.ndarray:
         """(T,) float32 -> (T',) float32."""
@@ -39,6 +44,8 @@ class WaveAugment:
                 wav = soxr.resample(wav, self.sample_rate * factor, self.sample_rate, quality="MQ")
         if c.gain_db > 0:
             wav = wav * (10 ** (_uniform(gen, -c.gain_db, c.gain_db) / 20))
+        if self.recorded.active:
+            wav = self.recorded(np.asarray(wav, dtype=np.float32), gen)
         if c.noise_snr_db:
             snr = _uniform(gen, c.noise_snr_db[0], c.noise_snr_db[1])
             power = float(np.mean(wav.astype(np.float64) ** 2)) + 1e-10

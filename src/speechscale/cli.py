@@ -37,6 +37,16 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_import(args: argparse.Namespace) -> int:
+    from .data.importers import import_corpus
+
+    report = import_corpus(args.corpus, args.src, args.out, args.split, args.min_duration, args.max_duration)
+    print(report.summary(), file=sys.stderr)
+    print(json.dumps({"manifest": str(Path(args.out) / "manifest.jsonl"), "kept": report.kept,
+                      "skipped": dict(report.reasons)}))
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .config import ConfigError, dump_config, load_config
     from .training.trainer import train
@@ -262,6 +272,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="minutes of test audio (default 10%% of --minutes)")
     s.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same corpus")
     s.set_defaults(func=cmd_synth)
+
+    d = command(sub, "data", "corpora: import a downloaded corpus into a manifest")
+    dsub = d.add_subparsers(dest="data", required=True, metavar="ACTION", parser_class=_Parser)
+    di = command(dsub, "import", "an already-downloaded corpus in its official layout -> OUT/manifest.jsonl")
+    from .data.importers import IMPORTERS
+
+    di.add_argument("corpus", choices=list(IMPORTERS), help="the corpus layout")
+    di.add_argument("src", type=Path, help="the corpus folder (a CSV file for csv)")
+    di.add_argument("--out", required=True, type=Path, help="output folder (manifest.jsonl; tedlium: audio/)")
+    di.add_argument("--split", default="", help="commonvoice: the .tsv name (default validated); mls, tedlium: "
+                                                "a split folder under SRC")
+    di.add_argument("--min-duration", type=float, default=0.0, help="skip shorter utterances (seconds)")
+    di.add_argument("--max-duration", type=float, default=0.0, help="skip longer utterances (seconds; 0 = no bound)")
+    di.set_defaults(func=cmd_data_import)
 
     t = command(sub, "train", "train a model from a YAML config")
     t.add_argument("--config", default=None, help="YAML recipe, e.g. configs/demo.yaml (required to train)")

@@ -1,0 +1,149 @@
+"""Importers: an already-downloaded public corpus, in its official layout, becomes a JSONL manifest.
+
+    speechscale data import librispeech LibriSpeech/dev-clean --out data/dev-clean
+    speechscale data import commonvoice cv-corpus/en --split validated --out data/cv
+
+Every importer yields (audio path, raw transcript, extra fields); `import_corpus` reads each duration from
+the file's header (no decoding), normalizes the text with the one normalizer, applies duration bounds and
+counts what it skipped and why. Nothing is downloaded here.
+
+Layouts (as the corpora ship them):
+- librispeech: SPLIT/SPEAKER/CHAPTER/SPEAKER-CHAPTER.trans.txt ("ID TEXT" lines) beside ID.flac
+- commonvoice: SPLIT.tsv (columns path, sentence, client_id) and clips/
+- mls: transcripts.txt ("ID<TAB>TEXT", ID = SPEAKER_BOOK_SEGMENT) and audio/SPEAKER/BOOK/ID.flac (or .opus)
+- tedlium: stm/TALK.stm ("TALK 1 SPEAKER START END <LABEL> TEXT") and sph/TALK.sph; segments are cut into
+  OUT/audio/ as wav (the manifest has no offsets); "ignore_time_segment_in_scoring" lines are skipped
+- fsdd: recordings/DIGIT_SPEAKER_INDEX.wav (the digit spelled out is the transcript)
+- csv: a CSV file with a header naming an audio column (audio_filepath, path, file, wav_filename) and a
+  text column (text, transcript, sentence); paths relative to the file
+"""
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import soundfile as sf
+from num2words import num2words
+
+from .manifest import ManifestError, SkipReport, write_manifest
+from .text import TextNormalizer
+
+Row = tuple[Path, str, dict[str, Any]]  # audio file, raw transcript, extra manifest fields
+
+
+class CorpusLayoutError(ManifestError):
+    """A source that is not the corpus's layout (one line)."""
+
+
+def librispeech(src: Path, out: Path, split: str) -> Iterator[Row]:
+    for trans in sorted(src.rglob("*.trans.txt")):
+        for line in trans.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                uid, _, text = line.partition(" ")
+                yield trans.parent / f"{uid}.flac", text, {"speaker": uid.split("-")[0], "id": uid}
+
+
+def commonvoice(src: Path, out: Path, split: str) -> Iterator[Row]:
+    tsv = src / f"{split or 'validated'}.tsv"
+    if not tsv.is_file():
+        raise CorpusLayoutError(f"{tsv}: no such file (Common Voice ships train/dev/test/validated.tsv)")
+    with tsv.open(encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            yield src / "clips" / row["path"], row.get("sentence", ""), {"speaker": row.get("client_id", "")}
+
+
+def mls(src: Path, out: Path, split: str) -> Iterator[Row]:
+    root = src / split if split else src
+    if not (root / "transcripts.txt").is_file():
+        raise CorpusLayoutError(f"{root}: no transcripts.txt (an MLS split folder holds it; --split train?)")
+    for line in (root / "transcripts.txt").read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        uid, _, text = line.partition("\t")
+        speaker, book, _ = uid.split("_")
+        folder = root / "audio" / speaker / book
+        found = [folder / f"{uid}{ext}" for ext in (".flac", ".opus", ".wav") if (folder / f"{uid}{ext}").is_file()]
+        audio = found[0] if found else folder / f"{uid}.flac"
+        yield audio, text, {"speaker": speaker, "id": uid}
+
+
+def tedlium(src: Path, out: Path, split: str) -> Iterator[Row]:
+    root = src / split if split else src
+    cut = out / "audio"
+    cut.mkdir(parents=True, exist_ok=True)
+    for stm in sorted((root / "stm").glob("*.stm")):
+        talk = root / "sph" / f"{stm.stem}.sph"
+        for n, line in enumerate(stm.read_text(encoding="utf-8").splitlines()):
+            fields = line.split(maxsplit=6)
+            if len(fields) < 7 or fields[6].strip() == "ignore_time_segment_in_scoring":
+                continue
+            start, end, text = float(fields[3]), float(fields[4]), fields[6]
+            text = " ".join(w for w in text.split() if not w.startswith("<") and w != "{NOISE}")
+            segment = cut / f"{stm.stem}-{n:05d}.wav"
+            if talk.is_file() and not segment.is_file():
+                info = sf.info(str(talk))
+                data, sr = sf.read(str(talk), start=int(start * info.samplerate), stop=int(end * info.samplerate))
+                sf.write(str(segment), data, sr)
+            yield segment if talk.is_file() else talk, text, {"speaker": fields[2], "talk": stm.stem}
+
+
+def fsdd(src: Path, out: Path, split: str) -> Iterator[Row]:
+    for wav in sorted((src / "recordings").glob("*.wav")):
+        digit, speaker, index = wav.stem.split("_")
+        yield wav, num2words(int(digit)), {"speaker": speaker, "split": "test" if int(index) < 5 else "train"}
+
+
+def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
+    with src.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        names = reader.fieldnames or []
+        audio = next((c for c in ("audio_filepath", "path", "file", "wav_filename") if c in names), None)
+        text = next((c for c in ("text", "transcript", "sentence") if c in names), None)
+        if audio is None or text is None:
+            raise CorpusLayoutError(f"{src}: the header needs an audio column (audio_filepath, path, file, "
+                                    f"wav_filename) and a text column (text, transcript, sentence); it has "
+                                    f"{', '.join(names)}")
+        for row in reader:
+            yield src.parent / row[audio], row[text], {}
+
+
+# speechscale data import KIND -> the importer
+IMPORTERS: dict[str, Callable[[Path, Path, str], Iterator[Row]]] = {
+    "librispeech": librispeech, "commonvoice": commonvoice, "mls": mls, "tedlium": tedlium, "fsdd": fsdd,
+    "csv": csv_file}
+
+
+def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", min_duration: float = 0.0,
+                  max_duration: float = 0.0, normalize: Callable[[str], str] | None = None) -> SkipReport:
+    """Write OUT/manifest.jsonl from corpus `kind` at `src`; returns what was kept and skipped, and why."""
+    src, out = Path(src), Path(out)
+    if kind not in IMPORTERS:
+        raise CorpusLayoutError(f"unknown corpus {kind!r}; choose one of {', '.join(IMPORTERS)}")
+    if not src.exists():
+        raise CorpusLayoutError(f"{src}: no such file or folder")
+    normalize = normalize or TextNormalizer()
+    out.mkdir(parents=True, exist_ok=True)
+    report, records = SkipReport(str(src)), []
+    for n, (audio, raw, extra) in enumerate(IMPORTERS[kind](src, out, split), 1):
+        if not audio.is_file():
+            report.skip(n, "audio file missing", str(audio))
+            continue
+        try:
+            info = sf.info(str(audio))
+        except Exception as e:  # soundfile raises several types for unknown or corrupt headers
+            report.skip(n, "unreadable audio", f"{audio} ({e})")
+            continue
+        duration = info.frames / info.samplerate
+        text = normalize(raw)
+        if not text:
+            report.skip(n, "empty transcript", str(audio))
+        elif duration < min_duration or (max_duration and duration > max_duration):
+            report.skip(n, "duration out of bounds", f"{duration:.2f} s")
+        else:
+            records.append({"audio_filepath": os.path.relpath(audio, out), "duration": round(duration, 3),
+                            "text": text, **extra})
+    report.kept = len(records)
+    write_manifest(out / "manifest.jsonl", records)
+    return report

@@ -1,0 +1,115 @@
+"""Corpus importers on tiny trees in each corpus's real layout, built from real recordings."""
+import csv
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from speechscale.data.importers import CorpusLayoutError, import_corpus
+from speechscale.data.manifest import read_manifest
+from tests.conftest import main_cli, shared
+
+
+def _digit(n, speaker="jackson", index=7):
+    """A real FSDD recording: (samples, 8000)."""
+    return sf.read(shared("fsdd") / "recordings" / f"{n}_{speaker}_{index}.wav", dtype="float32")
+
+
+def _rows(out):
+    return [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+
+
+def _check_readable(out):
+    """The manifest loads with the trainer's reader, and every duration is the file's."""
+    utts, report = read_manifest(out / "manifest.jsonl")
+    for u in utts:
+        assert u.duration == pytest.approx(sf.info(u.audio_path).duration, abs=1e-3)
+    return utts
+
+
+def test_fsdd_import_matches_the_shared_manifest(tmp_path):
+    report = import_corpus("fsdd", shared("fsdd"), tmp_path / "out")
+    rows = _rows(tmp_path / "out")
+    ref = {json.loads(x)["audio_filepath"].split("/")[-1]: json.loads(x)
+           for x in (shared("fsdd") / "manifest.jsonl").read_text().splitlines()}
+    assert report.kept == len(rows) == len(ref) and report.skipped == 0
+    for r in rows[:50]:
+        want = ref[r["audio_filepath"].split("/")[-1]]
+        assert (r["text"], r["speaker"], r["split"]) == (want["text"], want["speaker"], want["split"])
+        assert r["duration"] == pytest.approx(want["duration"], abs=1e-3)
+
+
+def test_librispeech_layout_with_flac_a_missing_file_and_duration_bounds(tmp_path):
+    chapter = tmp_path / "LibriSpeech" / "dev-clean" / "84" / "121123"
+    chapter.mkdir(parents=True)
+    lines = []
+    for i, n in enumerate([3, 5, 8]):
+        wav, sr = _digit(n)
+        if i < 2:  # the third is listed but missing
+            sf.write(chapter / f"84-121123-{i:04d}.flac", wav, sr)
+        lines.append(f"84-121123-{i:04d} {['THREE', 'FIVE', 'EIGHT'][i]}")
+    (chapter / "84-121123.trans.txt").write_text("\n".join(lines) + "\n")
+    report = import_corpus("librispeech", tmp_path / "LibriSpeech" / "dev-clean", tmp_path / "out")
+    rows = _rows(tmp_path / "out")
+    assert [r["text"] for r in rows] == ["three", "five"] and rows[0]["speaker"] == "84"
+    assert report.reasons["audio file missing"] == 1
+    _check_readable(tmp_path / "out")
+    bounded = import_corpus("librispeech", tmp_path / "LibriSpeech" / "dev-clean", tmp_path / "b", max_duration=0.01)
+    assert bounded.kept == 0 and bounded.reasons["duration out of bounds"] == 2
+
+
+def test_commonvoice_tsv_and_mls_layouts(tmp_path):
+    cv = tmp_path / "cv" / "en"
+    (cv / "clips").mkdir(parents=True)
+    wav, sr = _digit(1)
+    sf.write(cv / "clips" / "common_voice_en_1.ogg", wav, sr, format="OGG", subtype="VORBIS")
+    with (cv / "validated.tsv").open("w", newline="") as f:
+        w = csv.writer(f, delimiter="\t")
+        w.writerow(["client_id", "path", "sentence", "up_votes"])
+        w.writerow(["abc", "common_voice_en_1.ogg", "One, said Ann!", "2"])
+    import_corpus("commonvoice", cv, tmp_path / "cvout")
+    assert [(r["text"], r["speaker"]) for r in _rows(tmp_path / "cvout")] == [("one said ann", "abc")]
+    _check_readable(tmp_path / "cvout")
+
+    mls = tmp_path / "mls" / "train"
+    (mls / "audio" / "10" / "20").mkdir(parents=True)
+    wav, sr = _digit(2)
+    sf.write(mls / "audio" / "10" / "20" / "10_20_000001.flac", wav, sr)
+    (mls / "transcripts.txt").write_text("10_20_000001\ttwo\n")
+    import_corpus("mls", tmp_path / "mls", tmp_path / "mlsout", split="train")
+    assert [(r["text"], r["speaker"]) for r in _rows(tmp_path / "mlsout")] == [("two", "10")]
+    with pytest.raises(CorpusLayoutError, match="transcripts.txt"):
+        import_corpus("mls", tmp_path / "mls", tmp_path / "x")
+
+
+def test_tedlium_segments_are_cut_from_the_talk(tmp_path):
+    root = tmp_path / "TEDLIUM" / "test"
+    (root / "sph").mkdir(parents=True)
+    (root / "stm").mkdir()
+    parts = [_digit(n)[0] for n in (4, 6)]
+    talk = np.concatenate([parts[0], np.zeros(4000, np.float32), parts[1]])  # 8 kHz: 0.5 s of silence between
+    sf.write(root / "sph" / "Talk_2010.sph", talk, 8000, format="NIST", subtype="PCM_16")
+    a, b = len(parts[0]) / 8000, (len(parts[0]) + 4000) / 8000
+    (root / "stm" / "Talk_2010.stm").write_text(
+        f"Talk_2010 1 Talk_2010 0.00 {a:.2f} <o,f0,male> four\n"
+        f"Talk_2010 1 inter_segment_gap {a:.2f} {b:.2f} <o,,unknown> ignore_time_segment_in_scoring\n"
+        f"Talk_2010 1 Talk_2010 {b:.2f} {b + len(parts[1]) / 8000:.2f} <o,f0,male> six {{NOISE}}\n")
+    import_corpus("tedlium", tmp_path / "TEDLIUM", tmp_path / "out", split="test")
+    rows = _rows(tmp_path / "out")
+    assert [r["text"] for r in rows] == ["four", "six"]
+    utts = _check_readable(tmp_path / "out")
+    assert utts[1].duration == pytest.approx(len(parts[1]) / 8000, abs=0.01)
+
+
+def test_csv_import_and_the_cli(tmp_path, capsys):
+    wav, sr = _digit(9)
+    sf.write(tmp_path / "a.wav", wav, sr)
+    (tmp_path / "list.csv").write_text("wav_filename,transcript\na.wav,Nine\nmissing.wav,ten\n")
+    code, out, err = main_cli(capsys, "data", "import", "csv", str(tmp_path / "list.csv"), "--out",
+                              str(tmp_path / "out"))
+    assert code == 0 and json.loads(out)["kept"] == 1 and json.loads(out)["skipped"] == {"audio file missing": 1}
+    assert "1 utterances kept, 1 skipped" in err
+    (tmp_path / "bad.csv").write_text("name,words\na.wav,nine\n")
+    code, out, err = main_cli(capsys, "data", "import", "csv", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "o"))
+    assert code != 0 and "needs an audio column" in err and len(err.strip().splitlines()) == 1

@@ -217,6 +217,29 @@ def cmd_bench_features(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_loader(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from .bench.loader import bench_loader, flac_corpus
+
+    try:
+        workers = [int(w) for w in args.workers.split(",")]
+    except ValueError:
+        workers = [-1]
+    if min(workers) < 0:
+        raise SystemExit(f"speechscale bench loader: --workers={args.workers} must be counts >= 0, e.g. 0,1,2")
+    augment = {"off": [False], "on": [True], "both": [False, True]}[args.augment]
+    fsdd = Path("../shared/data/fsdd/manifest.jsonl")  # relative to the project, as the recipes' data
+    source = Path(args.manifest) if args.manifest else fsdd
+    if not source.is_file():
+        raise SystemExit(f"speechscale bench loader: {source}: no such manifest")
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest = args.manifest or flac_corpus(fsdd, tmp, args.sample_rate, args.limit)
+        for res in bench_loader(manifest, workers, augment, args.sample_rate):
+            print(json.dumps(res), flush=True)
+    return 0
+
+
 def _positive(kind: type) -> Callable[[str], Any]:
     """An argparse type: a number of `kind` that must be > 0 (one line from argparse otherwise)."""
     def parse(text: str) -> Any:
@@ -358,6 +381,14 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--limit", type=_positive(int), default=300, help="utterances to read")
     bf.add_argument("--repeats", type=_positive(int), default=2, help="passes over them (the best counts)")
     bf.set_defaults(func=cmd_bench_features)
+    bl = command(bsub, "loader", "training DataLoader throughput (x real time) by worker count, as JSON lines")
+    bl.add_argument("--manifest", default=None,
+                    help="the audio to load (default: ../shared/data/fsdd written as 16 kHz flac first)")
+    bl.add_argument("--workers", default="0,1,2", help="comma-separated worker counts (0 = the main process)")
+    bl.add_argument("--augment", default="both", choices=["off", "on", "both"], help="with augmentation or not")
+    bl.add_argument("--sample-rate", type=_positive(int), default=16000, help="rate the audio is resampled to")
+    bl.add_argument("--limit", type=_positive(int), default=400, help="utterances of the default corpus")
+    bl.set_defaults(func=cmd_bench_loader)
     return p
 
 

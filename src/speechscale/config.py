@@ -80,6 +80,9 @@ class DataConfig:
     val_filter: dict[str, Any] = field(default_factory=dict)  # the same for the validation manifest
     train_slice: list[int] = field(default_factory=list)  # [start] or [start, stop] over manifest lines; [] = all
     val_slice: list[int] = field(default_factory=list)    # the same for validation (e.g. yesno: [0, 31] / [31])
+    mix: list[str] = field(default_factory=list)  # several training manifests (domains) instead of train_manifest
+    mix_weights: list[float] = field(default_factory=list)  # one per domain; [] = in proportion to utterances
+    mix_temperature: float = 1.0       # domain d is drawn with p ~ weight_d ** (1 / T); T > 1 flattens the shares
 
 
 @dataclass
@@ -335,6 +338,11 @@ def validate(cfg: Config) -> None:
         (d.num_buckets > 0, "data.num_buckets must be positive"),
         (d.num_workers >= 0, f"data.num_workers={d.num_workers} must be 0 (load in the main process) or more"),
         (0 <= d.min_duration < d.max_duration, "data.min_duration must be >= 0 and below data.max_duration"),
+        (not (d.mix and (d.train_manifest or d.train_slice)),
+         "data.mix lists the training manifests: leave data.train_manifest and data.train_slice empty"),
+        (not d.mix_weights or (len(d.mix_weights) == len(d.mix) and min(d.mix_weights) > 0),
+         f"data.mix_weights={d.mix_weights} must be [] or one positive weight per data.mix manifest"),
+        (d.mix_temperature > 0, "data.mix_temperature must be positive"),
         (len(d.train_slice) <= 2 and len(d.val_slice) <= 2,
          "data.train_slice/val_slice must be [], [start] or [start, stop]"),
         (o.lr > 0, "optim.lr must be positive"),

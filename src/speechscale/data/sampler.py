@@ -8,7 +8,7 @@ The batch order of an epoch is a pure function of (seed, epoch): the sampler can
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -40,7 +40,8 @@ class BucketBatchSampler:
     """
 
     def __init__(self, durations: Sequence[float], batch_seconds: float, max_batch_size: int = 64,
-                 num_buckets: int = 10, seed: int = 0, sortagrad: bool = False, shuffle: bool = True) -> None:
+                 num_buckets: int = 10, seed: int = 0, sortagrad: bool = False, shuffle: bool = True,
+                 plan: Callable[[int], list[int]] | None = None) -> None:
         self.durations = list(durations)
         self.batch_seconds = batch_seconds
         self.max_batch_size = max_batch_size
@@ -51,6 +52,7 @@ class BucketBatchSampler:
         self.epoch = 0
         self.position = 0  # batches already consumed in the current epoch
         self._order = sorted(range(len(self.durations)), key=lambda i: (self.durations[i], i))
+        self.plan = plan  # the indices of each epoch when not every utterance once (multi-domain mixing)
         self._cache: tuple[int, list[list[int]]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -65,13 +67,14 @@ class BucketBatchSampler:
         return self._cache[1]
 
     def _make_batches(self, epoch: int) -> list[list[int]]:
+        order = self._order if self.plan is None else sorted(self.plan(epoch), key=lambda i: (self.durations[i], i))
         if not self.shuffle or (self.sortagrad and epoch == 0):
-            return pack_batches(self._order, self.durations, self.batch_seconds, self.max_batch_size)
+            return pack_batches(order, self.durations, self.batch_seconds, self.max_batch_size)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        n = len(self._order)
+        n = len(order)
         out: list[list[int]] = []
         for b in range(self.num_buckets):
-            bucket = self._order[b * n // self.num_buckets:(b + 1) * n // self.num_buckets]
+            bucket = order[b * n // self.num_buckets:(b + 1) * n // self.num_buckets]
             perm = torch.randperm(len(bucket), generator=gen).tolist()
             out.extend(pack_batches([bucket[p] for p in perm], self.durations, self.batch_seconds,
                                     self.max_batch_size))

@@ -12,6 +12,7 @@ from ..components import Components
 from ..config import Config
 from ..data.dataset import SpeechDataset, collate
 from ..data.manifest import ManifestError, SkipReport, Utterance, read_manifest
+from ..data.mixing import MixPlan, domain_names, domain_probabilities
 from ..data.distributed_sampler import Claims, ClaimedBatchSampler, ShardedBatchSampler
 from ..data.sampler import BucketBatchSampler
 from .preflight import check_batch_bound
@@ -47,15 +48,15 @@ def _ignore_stop_signals(worker_id: int) -> None:
 
 
 def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bool, pin_memory: bool = False,
-                wrap: Callable[[BucketBatchSampler], Any] | None = None, shard: tuple[int, int] = (0, 1)
-                ) -> tuple[torch.utils.data.DataLoader, BucketBatchSampler, SpeechDataset]:
+                wrap: Callable[[BucketBatchSampler], Any] | None = None, shard: tuple[int, int] = (0, 1),
+                plan: MixPlan | None = None) -> tuple[torch.utils.data.DataLoader, BucketBatchSampler, SpeechDataset]:
     """A DataLoader over duration-bucketed batches; augmentation only when `train`; `pin_memory` for GPUs.
     Training iterates `wrap(sampler)` (the per-rank sharded view) when given; evaluation iterates the
     fixed batch list, every `shard[1]`-th batch from `shard[0]` (each rank scores its share)."""
     d = cfg.data
     sampler = BucketBatchSampler([u.duration for u in utts], batch_seconds=d.batch_seconds,
                                  max_batch_size=d.max_batch_size, num_buckets=d.num_buckets,
-                                 seed=cfg.trainer.seed, sortagrad=d.sortagrad and train, shuffle=train)
+                                 seed=cfg.trainer.seed, sortagrad=d.sortagrad and train, shuffle=train, plan=plan)
     dataset = SpeechDataset(utts, comps.features, comps.tokenizer, cfg.augment if train else None,
                             seed=cfg.trainer.seed, cache_audio=d.cache_features, min_seconds=d.min_duration)
     # Evaluation iterates a fixed list (every pass sees every utterance); training the resumable sampler.
@@ -78,6 +79,7 @@ class TrainingData:
     dataset: SpeechDataset
     val_loader: torch.utils.data.DataLoader
     batches_per_epoch: int                # all ranks together, in a shuffled epoch
+    domains: dict[str, int]               # data.mix: samples per epoch of each domain ({} for one manifest)
 
 
 def training_data(cfg: Config, comps: Components, rank: int, world: int, pin_memory: bool,
@@ -85,12 +87,31 @@ def training_data(cfg: Config, comps: Components, rank: int, world: int, pin_mem
     """Validated manifests, the batch bound checked, and both loaders for this rank. Lockstep ranks are dealt
     rounds of batches; asynchronous learners (`claims`: their shared position) claim batches at their pace."""
     d = cfg.data
-    train_utts, report = load_utterances(d.train_manifest, comps, cfg, d.filter, d.train_slice)
+    train_utts, report, plan, domains = _training_utterances(cfg, comps)
     check_batch_bound(train_utts, d.batch_seconds)
     val_utts, _ = load_utterances(d.val_manifest, comps, cfg, d.val_filter, d.val_slice)
     loader, base, dataset = make_loader(train_utts, comps, cfg, train=True, pin_memory=pin_memory,
                                         wrap=lambda b: ClaimedBatchSampler(b, claims) if claims
-                                        else ShardedBatchSampler(b, rank, world))
+                                        else ShardedBatchSampler(b, rank, world), plan=plan)
     val_loader, _, _ = make_loader(val_utts, comps, cfg, train=False, pin_memory=pin_memory, shard=(rank, world))
     return TrainingData(train_utts, report, val_utts, loader, loader.batch_sampler, dataset, val_loader,  # type: ignore[arg-type]
-                        len(base.batches(1)))
+                        len(base.batches(1)), domains)
+
+
+def _training_utterances(cfg: Config, comps: Components
+                         ) -> tuple[list[Utterance], SkipReport, MixPlan | None, dict[str, int]]:
+    """The training utterances; with data.mix, every domain's one after another and the plan that mixes them."""
+    d = cfg.data
+    if not d.mix:
+        utts, report = load_utterances(d.train_manifest, comps, cfg, d.filter, d.train_slice)
+        return utts, report, None, {}
+    loaded = [load_utterances(m, comps, cfg, d.filter) for m in d.mix]
+    sizes = [len(u) for u, _ in loaded]
+    plan = MixPlan(sizes, domain_probabilities(sizes, d.mix_weights, d.mix_temperature), cfg.trainer.seed)
+    domains = dict(zip(domain_names(d.mix), plan.quotas))
+    report = SkipReport(", ".join(d.mix), kept=sum(sizes))
+    for _, r in loaded:
+        report.reasons.update(r.reasons)
+    log.info("mixing %d domains, samples per epoch: %s", len(sizes),
+             ", ".join(f"{k} {v} (of {n})" for (k, v), n in zip(domains.items(), sizes)))
+    return [u for utts, _ in loaded for u in utts], report, plan, domains

@@ -9,7 +9,8 @@ on the keys in SCHEMA; other keys may be added.
   `wer`, `cer`, `utterances`, `skipped`, and the run's counters: `nonfinite_loss`, `nonfinite_grad` (steps
   skipped), `bad_audio`, `too_short`, `feature_error` (utterances skipped), `dropped_tail`. ADPSGD adds
   `consensus_distance` (mean L2 distance of the learners from their average); its rings add `exchanges`
-  and `skipped_exchanges` (rank 0's rounds).
+  and `skipped_exchanges` (rank 0's rounds). With `data.mix`, `samples_<domain>` is each domain's samples in
+  the epoch.
 """
 from __future__ import annotations
 

@@ -58,8 +58,8 @@ class Trainer:
         self.strategy = build_strategy(cfg.distributed, t.seed, t.device)
         self.rank, self.world = self.strategy.rank, self.strategy.world_size
         if not self.strategy.lockstep and (t.val_every_steps or t.checkpoint_every_steps) and self.rank == 0:
-            log.warning("asynchronous learners validate and checkpoint at epoch ends and stops only: "
-                        "trainer.val_every_steps and checkpoint_every_steps are ignored")
+            log.warning("asynchronous learners validate and checkpoint at epoch ends and stops: ignoring "
+                        "trainer.val_every_steps and checkpoint_every_steps")
         seed_everything(t.seed)  # the same initial weights on every rank
         if t.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -76,6 +76,7 @@ class Trainer:
         data = training_data(cfg, self.comps, self.rank, self.world, pin_memory=self.device.type == "cuda",
                              claims=self.strategy.claims)
         self.train_utts, self.train_report, self.val_utts = data.train_utts, data.train_report, data.val_utts
+        self.domains = data.domains  # data.mix: samples of each domain per epoch (logged with validation)
         self.loader, self.sampler, self.dataset, self.val_loader = data.loader, data.sampler, data.dataset, data.val_loader
         # Compiled (conv models) and/or strategy-wrapped module for training steps; same parameters.
         self.forward = self.strategy.wrap(torch.compile(self.model, dynamic=True) if t.compile else self.model)
@@ -162,7 +163,7 @@ class Trainer:
         self.sync()
         val = self.validate()
         row = {"epoch": s.epoch, "step": s.step, "train_loss": self.tally.take_mean_loss(), **val,
-               **self.strategy.stats()}
+               **self.strategy.stats(), **{f"samples_{k}": v for k, v in self.domains.items()}}
         s.history.append(row)
         if runlog is not None:
             runlog.write("val", s.step, {**row, **s.counters})

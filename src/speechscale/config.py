@@ -75,7 +75,8 @@ class DataConfig:
     min_duration: float = 0.05         # shorter ones too
     sortagrad: bool = True             # first epoch shortest-first
     num_workers: int = 0               # DataLoader worker processes (0 = in the main process)
-    cache_features: bool = False       # keep un-augmented audio in memory after the first epoch (small corpora)
+    cache_features: bool = False       # keep un-augmented audio in memory after the first epoch (small corpora;
+                                       # with num_workers > 0 the workers persist, each caching what it loaded)
     filter: dict[str, Any] = field(default_factory=dict)      # keep only lines whose key equals (or is in) the value
     val_filter: dict[str, Any] = field(default_factory=dict)  # the same for the validation manifest
     train_slice: list[int] = field(default_factory=list)  # [start] or [start, stop] over manifest lines; [] = all

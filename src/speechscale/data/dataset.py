@@ -93,8 +93,10 @@ class SpeechDataset(torch.utils.data.Dataset):
             self.cache[i] = wav
         return wav
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        """{"feats" (F, T), "target", "text", "index"}, or {"skip": reason} when it cannot be used."""
+    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
+        """{"feats" (F, T), "target", "text", "index"}, or {"skip": reason} when it cannot be used. `key` is
+        an index, or (epoch, index) from training batches (loader workers may outlive an epoch)."""
+        epoch, i = key if isinstance(key, tuple) else (self.epoch, key)
         utt = self.utts[i]
         try:
             wav = self._wave(i)
@@ -105,7 +107,7 @@ class SpeechDataset(torch.utils.data.Dataset):
             return self._skip(utt, "too_short", f"{wav.shape[0] / rate:.3f} s once decoded (the manifest "
                               f"says {utt.duration} s; at least {self.min_samples / rate:.3f} s needed)")
         try:
-            return self._item(i, wav)
+            return self._item(i, wav, epoch)
         except Exception as e:  # one utterance must not end a run: count it and go on
             return self._skip(utt, "feature_error", f"{type(e).__name__}: {e}")
 
@@ -114,11 +116,11 @@ class SpeechDataset(torch.utils.data.Dataset):
         log.warning("skipping %s (manifest line %d, %s): %s", utt.audio_path, utt.line, reason, detail)
         return {"skip": reason}
 
-    def _item(self, i: int, wav: np.ndarray) -> dict[str, Any]:
+    def _item(self, i: int, wav: np.ndarray, epoch: int) -> dict[str, Any]:
         text = self.utts[i].text
         if self.augment_cfg is not None:
             # Per-(seed, epoch, utterance) generator: reproducible whatever the worker layout.
-            gen = torch.Generator().manual_seed((self.seed * 7919 + self.epoch) * 1_000_003 + i)
+            gen = torch.Generator().manual_seed((self.seed * 7919 + epoch) * 1_000_003 + i)
             wav, text = word_crop(wav, text, self.augment_cfg, self.features.cfg.sample_rate, gen)
             wav = trim_silence(wav, self.augment_cfg, self.features.cfg.sample_rate, gen)
             if self.wave_aug is not None and self.wave_aug.active:

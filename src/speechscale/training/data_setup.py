@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import signal
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -40,6 +40,22 @@ def load_utterances(path: str, comps: Components, cfg: Config, filt: dict[str, A
     return kept, report
 
 
+class EpochTagged:
+    """Training batches as (epoch, index) pairs: loader workers that live across epochs (kept for the audio
+    cache) augment with the epoch of the batch, not the one they started in."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        epoch = self.sampler.epoch
+        for batch in self.sampler:
+            yield [(epoch, i) for i in batch]
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
 def _ignore_stop_signals(worker_id: int) -> None:
     """Loader workers leave Ctrl-C and SIGTERM (a launcher may signal the whole process group) to the main
     process, which checkpoints and then stops them; they also exit by themselves when it dies."""
@@ -60,9 +76,11 @@ def make_loader(utts: list[Utterance], comps: Components, cfg: Config, train: bo
     dataset = SpeechDataset(utts, comps.features, comps.tokenizer, cfg.augment if train else None,
                             seed=cfg.trainer.seed, cache_audio=d.cache_features, min_seconds=d.min_duration)
     # Evaluation iterates a fixed list (every pass sees every utterance); training the resumable sampler.
-    batches = (wrap(sampler) if wrap else sampler) if train else sampler.batches(0)[shard[0]::shard[1]]
+    batches = EpochTagged(wrap(sampler) if wrap else sampler) if train else sampler.batches(0)[shard[0]::shard[1]]
+    # data.cache_features keeps decoded audio in the workers: they must outlive the epoch to reuse it
+    keep = bool(train and d.cache_features and d.num_workers)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
-                                         num_workers=d.num_workers, persistent_workers=False, pin_memory=pin_memory,
+                                         num_workers=d.num_workers, persistent_workers=keep, pin_memory=pin_memory,
                                          worker_init_fn=_ignore_stop_signals if d.num_workers else None)
     return loader, sampler, dataset
 
@@ -94,7 +112,7 @@ def training_data(cfg: Config, comps: Components, rank: int, world: int, pin_mem
                                         wrap=lambda b: ClaimedBatchSampler(b, claims) if claims
                                         else ShardedBatchSampler(b, rank, world), plan=plan)
     val_loader, _, _ = make_loader(val_utts, comps, cfg, train=False, pin_memory=pin_memory, shard=(rank, world))
-    return TrainingData(train_utts, report, val_utts, loader, loader.batch_sampler, dataset, val_loader,  # type: ignore[arg-type]
+    return TrainingData(train_utts, report, val_utts, loader, loader.batch_sampler.sampler, dataset, val_loader,  # type: ignore
                         len(base.batches(1)), domains)
 
 

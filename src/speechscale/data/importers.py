@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 import soundfile as sf
 from num2words import num2words
 
+from .audio import audio_info
 from .manifest import ManifestError, SkipReport, write_manifest
 from .text import TextNormalizer
 
@@ -131,11 +132,10 @@ def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", 
             report.skip(n, "audio file missing", str(audio))
             continue
         try:
-            info = sf.info(str(audio))
+            duration = audio_info(audio)[0]
         except Exception as e:  # soundfile raises several types for unknown or corrupt headers
             report.skip(n, "unreadable audio", f"{audio} ({e})")
             continue
-        duration = info.frames / info.samplerate
         text = normalize(raw)
         if not text:
             report.skip(n, "empty transcript", str(audio))

@@ -64,6 +64,15 @@ def partner(pairs: list[tuple[int, int]], rank: int) -> int | None:
     return None
 
 
+def swap(sent: torch.Tensor, peer: int, group: dist.ProcessGroup) -> torch.Tensor:
+    """Send `sent` to `peer` and receive its tensor of the same shape, both posted together (deadlock-free)."""
+    received = torch.empty_like(sent)
+    ops = [dist.P2POp(dist.isend, sent, peer, group=group), dist.P2POp(dist.irecv, received, peer, group=group)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    return received
+
+
 def _averaged(model: nn.Module) -> list[torch.Tensor]:
     """What learners average: the parameters and the floating-point buffers (normalization statistics)."""
     return [*model.parameters(), *(b for b in model.buffers() if b.is_floating_point())]
@@ -87,6 +96,16 @@ class AveragingStrategy(ProcessGroupStrategy):
 
     name = "adpsgd"
     last_distance = float("nan")
+
+    def __init__(self, variant: str, timeout_s: float = 600.0) -> None:
+        from ..config import ConfigError
+
+        super().__init__(timeout_s)  # joins the group and creates the metrics group first
+        if self.world_size < 2:
+            raise ConfigError("distributed.strategy=adpsgd needs at least 2 learners (torchrun --nproc-per-node 2)")
+        self.variant = variant
+        # The communication thread's own group, created on every rank after the metrics group.
+        self.comm_group = dist.new_group(backend="gloo", timeout=self.timeout)
 
     def settle(self, model: nn.Module) -> None:
         """Collective, before the mean is taken: finish (or keep aside) the exchanges in flight."""
@@ -136,12 +155,7 @@ class ADPSGDStrategy(AveragingStrategy):
 
         if variant != "delay_by_one":
             raise ConfigError(f"ADPSGDStrategy runs delay_by_one, not {variant!r} (the rings are GossipStrategy)")
-        super().__init__(timeout_s)  # joins the group and creates the metrics group first
-        if self.world_size < 2:
-            raise ConfigError("distributed.strategy=adpsgd needs at least 2 learners (torchrun --nproc-per-node 2)")
-        self.variant = variant
-        # The communication thread's own group, created on every rank after the metrics group.
-        self.comm_group = dist.new_group(backend="gloo", timeout=self.timeout)
+        super().__init__(variant, timeout_s)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="adpsgd")
         self._inflight: Future | None = None   # the exchange of the last step: (sent, received) or None
         self._done: tuple[torch.Tensor, torch.Tensor] | None = None  # its result, waiting to be applied
@@ -154,14 +168,7 @@ class ADPSGDStrategy(AveragingStrategy):
 
     def _exchange(self, sent: torch.Tensor, peer: int | None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """On the communication thread: swap snapshots with `peer` (send and receive posted together)."""
-        if peer is None:
-            return None
-        received = torch.empty_like(sent)
-        ops = [dist.P2POp(dist.isend, sent, peer, group=self.comm_group),
-               dist.P2POp(dist.irecv, received, peer, group=self.comm_group)]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
-        return sent, received
+        return None if peer is None else (sent, swap(sent, peer, self.comm_group))
 
     def _drain(self) -> None:
         """Wait for the exchange in flight; keep its result for the next step."""

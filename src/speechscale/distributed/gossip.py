@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .strategy import ProcessGroupStrategy
-from .adpsgd import AveragingStrategy, _flat, _set_flat, partner, random_pairs, ring_pairs
+from .adpsgd import AveragingStrategy, _flat, _set_flat, partner, random_pairs, ring_pairs, swap
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +74,8 @@ class GossipStrategy(AveragingStrategy):
 
     def __init__(self, variant: str = "fixed_ring", timeout_s: float = 600.0, skip_after_s: float = 30.0,
                  seed: int = 0) -> None:
-        from ..config import ConfigError
-
-        super().__init__(timeout_s)
-        if self.world_size < 2:
-            raise ConfigError("distributed.strategy=adpsgd needs at least 2 learners (torchrun --nproc-per-node 2)")
-        self.variant, self.skip_after_s = variant, skip_after_s
-        self.comm_group = dist.new_group(backend="gloo", timeout=self.timeout)  # the thread's own group
+        super().__init__(variant, timeout_s)
+        self.skip_after_s = skip_after_s
         token = [uuid.uuid4().hex]  # rank 0's: fresh store keys for every launch
         dist.broadcast_object_list(token, src=0, group=self.group)
         self.store = dist.PrefixStore(f"speechscale/{token[0]}/", dist.distributed_c10d._get_default_store())
@@ -150,12 +145,7 @@ class GossipStrategy(AveragingStrategy):
         if not self._meet(r, peer):
             self.skipped += 1
             return None
-        received = torch.empty_like(sent)
-        ops = [dist.P2POp(dist.isend, sent, peer, group=self.comm_group),
-               dist.P2POp(dist.irecv, received, peer, group=self.comm_group)]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
-        return received
+        return swap(sent, peer, self.comm_group)
 
     # ---- the main thread's side --------------------------------------------------------------------
     def _apply_delta(self, model: nn.Module) -> None:

@@ -13,6 +13,7 @@ from ..data.dataset import Batch
 from ..data.text import CharTokenizer
 from ..decoding.greedy import greedy_decode
 from ..decoding.metrics import ErrorRate
+from .step import ctc_criterion
 
 if TYPE_CHECKING:
     from ..distributed.strategy import Strategy
@@ -42,6 +43,7 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
     hyps: dict[int, str] = {}
     reasons: Counter = Counter()
     loss_sum = 0.0
+    ctc = ctc_criterion()
     try:
         for batch in loader:
             batch: Batch
@@ -52,9 +54,9 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
             with autocast():
                 logits, out_lens = model(batch.feats, batch.feat_lens)
             logits = logits.float()
-            losses = torch.nn.functional.ctc_loss(logits.log_softmax(-1).transpose(0, 1), batch.targets, out_lens,
-                                                  batch.target_lens, reduction="none", zero_infinity=True)  # (B,)
-            loss_sum += float((losses / batch.target_lens.clamp(min=1).to(losses.device)).sum())
+            # the training criterion (mean over the batch of loss per target token), summed back over the batch
+            loss_sum += float(ctc(logits.log_softmax(-1).transpose(0, 1), batch.targets, out_lens,
+                                  batch.target_lens)) * len(batch)
             texts = greedy_decode(logits, out_lens, tokenizer)
             metric.update(batch.texts, texts)
             hyps.update(zip(batch.indices, texts))

@@ -47,6 +47,13 @@ def cmd_data_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_shard(args: argparse.Namespace) -> int:
+    from .data.shards import write_shards
+
+    print(json.dumps(write_shards(args.manifest, args.out, args.shard_size, args.codec)))
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .config import ConfigError, dump_config, load_config
     from .training.trainer import train
@@ -67,15 +74,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .components import load_components
     from .config import Config
-    from .training.data_setup import load_utterances, make_loader
+    from .data.loading import eval_loader
     from .training.evaluate import evaluate
 
     comps = load_components(args.checkpoint)
     cfg = Config()
     cfg.data.batch_seconds = args.batch_seconds
     cfg.data.max_duration = 1e9
-    utts, report = load_utterances(args.manifest, comps, cfg)
-    loader, _, _ = make_loader(utts, comps, cfg, train=False)
+    loader, report, _ = eval_loader(args.manifest, comps, cfg.data)
     res = evaluate(comps.model, loader, comps.tokenizer)
     reasons = dict(report.reasons)
     for reason, n in res.skipped_reasons.items():
@@ -296,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same corpus")
     s.set_defaults(func=cmd_synth)
 
-    d = command(sub, "data", "corpora: import a downloaded corpus into a manifest")
+    d = command(sub, "data", "corpora: import a downloaded corpus into a manifest; shard a manifest")
     dsub = d.add_subparsers(dest="data", required=True, metavar="ACTION", parser_class=_Parser)
     di = command(dsub, "import", "an already-downloaded corpus in its official layout -> OUT/manifest.jsonl")
     from .data.importers import IMPORTERS
@@ -309,6 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
     di.add_argument("--min-duration", type=float, default=0.0, help="skip shorter utterances (seconds)")
     di.add_argument("--max-duration", type=float, default=0.0, help="skip longer utterances (seconds; 0 = no bound)")
     di.set_defaults(func=cmd_data_import)
+    ds = command(dsub, "shard", "a manifest -> tar shards (WebDataset layout) and OUT/index.jsonl, for streaming")
+    ds.add_argument("manifest", help="the manifest to shard (its valid lines)")
+    ds.add_argument("--out", required=True, type=Path, help="output folder (shard-NNNNNN.tar, index.jsonl)")
+    ds.add_argument("--shard-size", type=_positive(int), default=1000, help="utterances per shard")
+    ds.add_argument("--codec", choices=["flac"], default=None,
+                    help="re-encode the audio as 16-bit FLAC (default: keep each file's bytes)")
+    ds.set_defaults(func=cmd_data_shard)
 
     t = command(sub, "train", "train a model from a YAML config")
     t.add_argument("--config", default=None, help="YAML recipe, e.g. configs/demo.yaml (required to train)")

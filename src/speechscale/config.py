@@ -66,8 +66,9 @@ class AugmentConfig:
 
 @dataclass
 class DataConfig:
-    train_manifest: str = ""           # JSONL with audio_filepath, duration, text
-    val_manifest: str = ""             # JSONL used for validation WER/CER and the best checkpoint
+    train_manifest: str = ""           # JSONL with audio_filepath, duration, text; or a shard index (index.jsonl
+                                       # of `speechscale data shard`, a local path or fsspec URL): streamed
+    val_manifest: str = ""             # JSONL (or shard index) used for validation WER/CER and the best checkpoint
     batch_seconds: float = 60.0        # total audio seconds per batch (duration bucketing)
     max_batch_size: int = 64           # cap on utterances per batch
     num_buckets: int = 10              # duration buckets
@@ -84,6 +85,7 @@ class DataConfig:
     mix: list[str] = field(default_factory=list)  # several training manifests (domains) instead of train_manifest
     mix_weights: list[float] = field(default_factory=list)  # one per domain; [] = in proportion to utterances
     mix_temperature: float = 1.0       # domain d is drawn with p ~ weight_d ** (1 / T); T > 1 flattens the shares
+    shuffle_shards: int = 4            # shard streams: shards whose utterances are shuffled and bucketed together
 
 
 @dataclass
@@ -344,6 +346,7 @@ def validate(cfg: Config) -> None:
         (not d.mix_weights or (len(d.mix_weights) == len(d.mix) and min(d.mix_weights) > 0),
          f"data.mix_weights={d.mix_weights} must be [] or one positive weight per data.mix manifest"),
         (d.mix_temperature > 0, "data.mix_temperature must be positive"),
+        (d.shuffle_shards >= 1, f"data.shuffle_shards={d.shuffle_shards} must be at least 1"),
         (len(d.train_slice) <= 2 and len(d.val_slice) <= 2,
          "data.train_slice/val_slice must be [], [start] or [start, stop]"),
         (o.lr > 0, "optim.lr must be positive"),

@@ -43,7 +43,7 @@ def test_resume_mid_epoch_continues_exactly(tmp_path, workers):
     straight.fit()
     first = _trainer(tmp_path / "r", 2, *extra)
     first.fit()
-    assert first.state.epoch == 0 and first.state.consumed == 2 and len(first.sampler) == 3
+    assert first.state.epoch == 0 and first.state.consumed == 2 and len(first.plan) == 3
     resumed = _trainer(tmp_path / "r", 4, *extra, "trainer.resume=auto")
     assert resumed.state.step == 2 and resumed.state.consumed == 2
     resumed.fit()

@@ -37,7 +37,7 @@ def _cfg(corpus, out, *extra):
 
 def test_bad_lines_and_bad_audio_are_counted_and_the_run_finishes(tiny_corpus, tmp_path):
     trainer = Trainer(_cfg(tiny_corpus, tmp_path / "run"))
-    assert trainer.train_report.reasons["malformed JSON"] == 1
+    assert trainer.data.report.reasons["malformed JSON"] == 1
     summary = trainer.fit()
     assert summary["bad_audio"] >= 1 and summary["step"] == 3
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
@@ -75,8 +75,8 @@ def test_labels_longer_than_the_output_frames_are_skipped(tmp_path):
             {"audio_filepath": "ok.wav", "duration": 1.0, "text": "fine"}]
     (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     trainer = Trainer(_cfg(tmp_path, tmp_path / "run"))
-    assert len(trainer.train_utts) == 1
-    assert trainer.train_report.reasons["label longer than the model's output frames"] == 1
+    assert trainer.data.utterances == 1
+    assert trainer.data.report.reasons["label longer than the model's output frames"] == 1
 
 
 @pytest.mark.parametrize("override, message", [

@@ -43,7 +43,7 @@ def flac_corpus(src_manifest: str | Path, out: str | Path, sample_rate: int = 16
 def bench_loader(manifest: str | Path, workers: list[int], augment: list[bool], sample_rate: int = 16000,
                  batch_seconds: float = 60.0) -> list[dict[str, Any]]:
     """One pass of the training loader over `manifest` for each worker count and augmentation setting."""
-    from ..training.data_setup import load_utterances, make_loader
+    from ..data.loading import load_utterances, make_loader
 
     results = []
     for aug in augment:
@@ -52,8 +52,8 @@ def bench_loader(manifest: str | Path, workers: list[int], augment: list[bool], 
                                          max_batch_size=64),
                          features=FeatureConfig(sample_rate=sample_rate), augment=AUGMENT if aug else AugmentConfig())
             comps = build_components(cfg)
-            utts, _ = load_utterances(str(manifest), comps, cfg)
-            loader, _, _ = make_loader(utts, comps, cfg, train=aug)
+            utts, _ = load_utterances(str(manifest), comps, cfg.data)
+            loader, _, _ = make_loader(utts, comps, cfg.data, cfg.augment if aug else None, cfg.trainer.seed)
             started = time.perf_counter()
             frames = sum(int(b.feat_lens.sum()) for b in loader)
             seconds = time.perf_counter() - started

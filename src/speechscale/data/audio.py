@@ -6,7 +6,9 @@
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile as sf
@@ -42,8 +44,19 @@ def resample(wav: np.ndarray, orig_sr: int, sample_rate: int) -> np.ndarray:
 def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
     """Read `path`, down-mix to mono, resample to `sample_rate`; (T,) float32. Raises AudioError."""
     check_file(path, AudioError)
+    return _decode(str(path), str(path), sample_rate)
+
+
+def decode_audio(data: bytes, name: str, sample_rate: int) -> np.ndarray:
+    """`load_audio` for bytes held in memory (a shard member called `name` in messages)."""
+    if not data:
+        raise AudioError(f"{name}: empty member (0 bytes)")
+    return _decode(io.BytesIO(data), name, sample_rate)
+
+
+def _decode(source: Any, path: str, sample_rate: int) -> np.ndarray:
     try:
-        data, sr = sf.read(str(path), dtype="float32", always_2d=True)  # (T, C)
+        data, sr = sf.read(source, dtype="float32", always_2d=True)  # (T, C)
     except Exception as e:  # soundfile raises several types for corrupt or unknown formats
         raise AudioError(f"{path}: not audio that soundfile can decode ({e})") from e
     if data.shape[0] == 0:

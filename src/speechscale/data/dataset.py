@@ -25,7 +25,11 @@ from .text import CharTokenizer
 
 log = logging.getLogger(__name__)
 
-SKIP_REASONS = ("bad_audio", "too_short", "feature_error")  # why an utterance was dropped during work
+SKIP_REASONS = ("bad_audio", "too_short", "feature_error", "bad_text")  # why an utterance was dropped during work
+
+
+class TextError(ValueError):
+    """A transcript that cannot be learned (empty, outside the vocabulary, longer than the output allows)."""
 
 
 @dataclass
@@ -93,31 +97,37 @@ class SpeechDataset(torch.utils.data.Dataset):
             self.cache[i] = wav
         return wav
 
+    def _load(self, i: int) -> tuple[np.ndarray, str, str, float]:
+        """(audio, normalized text, a name for messages, the duration the source claims) of item `i`;
+        raises AudioError (or TextError: the text cannot be learned)."""
+        utt = self.utts[i]
+        return self._wave(i), utt.text, f"{utt.audio_path} (manifest line {utt.line})", utt.duration
+
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
         """{"feats" (F, T), "target", "text", "index"}, or {"skip": reason} when it cannot be used. `key` is
         an index, or (epoch, index) from training batches (loader workers may outlive an epoch)."""
         epoch, i = key if isinstance(key, tuple) else (self.epoch, key)
-        utt = self.utts[i]
         try:
-            wav = self._wave(i)
+            wav, text, name, duration = self._load(i)
         except AudioError as e:
-            return self._skip(utt, "bad_audio", str(e))
+            return self._skip(str(e), "bad_audio")
+        except TextError as e:
+            return self._skip(str(e), "bad_text")
         if wav.shape[0] < self.min_samples:
             rate = self.features.cfg.sample_rate
-            return self._skip(utt, "too_short", f"{wav.shape[0] / rate:.3f} s once decoded (the manifest "
-                              f"says {utt.duration} s; at least {self.min_samples / rate:.3f} s needed)")
+            return self._skip(name, "too_short", f"{wav.shape[0] / rate:.3f} s once decoded (the source says "
+                              f"{duration} s; at least {self.min_samples / rate:.3f} s needed)")
         try:
-            return self._item(i, wav, epoch)
+            return self._item(i, wav, text, epoch)
         except Exception as e:  # one utterance must not end a run: count it and go on
-            return self._skip(utt, "feature_error", f"{type(e).__name__}: {e}")
+            return self._skip(name, "feature_error", f"{type(e).__name__}: {e}")
 
     @staticmethod
-    def _skip(utt: Utterance, reason: str, detail: str) -> dict[str, Any]:
-        log.warning("skipping %s (manifest line %d, %s): %s", utt.audio_path, utt.line, reason, detail)
+    def _skip(name: str, reason: str, detail: str = "") -> dict[str, Any]:
+        log.warning("skipping %s (%s)%s", name, reason, f": {detail}" if detail else "")
         return {"skip": reason}
 
-    def _item(self, i: int, wav: np.ndarray, epoch: int) -> dict[str, Any]:
-        text = self.utts[i].text
+    def _item(self, i: int, wav: np.ndarray, text: str, epoch: int) -> dict[str, Any]:
         if self.augment_cfg is not None:
             # Per-(seed, epoch, utterance) generator: reproducible whatever the worker layout.
             gen = torch.Generator().manual_seed((self.seed * 7919 + epoch) * 1_000_003 + i)

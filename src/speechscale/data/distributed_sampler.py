@@ -17,9 +17,9 @@ epoch's end), and round r gives rank k batch r*W + k. No sample of the epoch is 
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any, Iterator, Protocol
 
+from .plan import Units, unit_at
 from .sampler import BucketBatchSampler
 
 
@@ -61,6 +61,10 @@ class ShardedBatchSampler:
     def epoch_samples(self, epoch: int) -> int:
         """Samples in the epoch's plan (all ranks together)."""
         return sum(len(b) for b in self.base.batches(epoch))
+
+    def batches_per_epoch(self, epoch: int) -> int:
+        """Batches in the epoch's plan (all ranks together, before splitting for the world size)."""
+        return len(self.base.batches(epoch))
 
     def resume(self, epoch: int, consumed: int, part: dict[str, Any] | None = None) -> int:
         """Position the sampler at `consumed` samples into `epoch` and plan the rest for this world size;
@@ -113,43 +117,47 @@ class ClaimedBatchSampler:
     """Asynchronous learners: each takes the epoch's next unclaimed batch from a counter they share, at its
     own pace, so a fast learner reads more than a slow one and the epoch ends when every batch of the plan
     was handed out once. The position per learner is the batches it claimed but has not trained yet (loader
-    workers run ahead); a checkpoint keeps them, so after a resume nothing is read twice or left out."""
+    workers run ahead); a checkpoint keeps them, so after a resume nothing is read twice or left out.
+    Works over any `Units` (a manifest's batches or a shard stream's)."""
 
     dropped = 0
 
-    def __init__(self, base: BucketBatchSampler, claims: Claims) -> None:
-        self.base, self.claims = base, claims
+    def __init__(self, units: Units, claims: Claims) -> None:
+        self.units, self.claims = units, claims
         self.epoch, self.trained, self.exhausted = 0, 0, False
         self.claimed: list[int] = []
 
     def epoch_samples(self, epoch: int) -> int:
-        return sum(len(b) for b in self.base.batches(epoch))
+        return self.units.epoch_samples(epoch)
+
+    def batches_per_epoch(self, epoch: int) -> int:
+        return self.units.num_units(epoch)
 
     def resume(self, epoch: int, consumed: int, part: dict[str, Any] | None = None) -> int:
         """Collective: start `epoch` where the learners' checkpointed parts left it (`part`: this learner's);
         returns the position."""
         part = part if part and part.get("epoch") == epoch else {}
-        self.epoch, self.batches = epoch, self.base.batches(epoch)
-        self.cum = [0, *itertools.accumulate(len(b) for b in self.batches)]
+        self.epoch, self.n = epoch, self.units.num_units(epoch)
         self.claimed, self.trained, self.exhausted = list(part.get("pending", [])), 0, False
         self.seen = consumed
-        self.claims.start(epoch, int(part.get("claimed", self.cum.index(consumed) if consumed in self.cum else 0)))
+        k = unit_at(self.units, epoch, consumed)
+        self.claims.start(epoch, int(part.get("claimed", k if self.units.offset(epoch, k) == consumed else 0)))
         return consumed
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return self.n
 
     def __iter__(self) -> Iterator[list[int]]:
-        yield from (self.batches[k] for k in list(self.claimed))  # claimed before the checkpoint
-        while (k := self.claims.next(self.epoch)) < len(self.batches):
+        yield from (self.units.unit(self.epoch, k) for k in list(self.claimed))  # claimed before the checkpoint
+        while (k := self.claims.next(self.epoch)) < self.n:
             self.claimed.append(k)
-            yield self.batches[k]
+            yield self.units.unit(self.epoch, k)
         self.exhausted = True
 
     def advance(self, i: int) -> int:
         """Samples the epoch's shared position moved, as far as this learner saw it with batch `i`'s claim."""
         self.trained = i + 1
-        new = max(self.cum[self.claimed[i] + 1] - self.seen, 0)
+        new = max(self.units.offset(self.epoch, self.claimed[i] + 1) - self.seen, 0)
         self.seen += new
         return new
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..data.dataset import SpeechDataset, collate
+from ..data.dataset import collate
 from .step import forward_backward
 
 if TYPE_CHECKING:
@@ -64,13 +64,13 @@ def worst_case_batch(trainer: "Trainer") -> tuple[Any, float]:
     """The longest utterances, as many as a batch can hold, padded to the slowest speed perturbation.
     Returns (batch, padded seconds per utterance)."""
     d = trainer.cfg.data
-    longest = sorted(range(len(trainer.train_utts)), key=lambda i: -trainer.train_utts[i].duration)
+    longest = [i for _, i in trainer.data.longest]
     slow = min(trainer.cfg.augment.speed) if trainer.cfg.augment.speed else 1.0
-    nominal = trainer.train_utts[longest[0]].duration
+    nominal = trainer.data.longest[0][0]
     seconds = nominal / slow
     # as many as the sampler packs (it bounds nominal padded seconds), then slowed down by augmentation
     n = max(1, min(d.max_batch_size, int(d.batch_seconds // nominal), len(longest)))
-    plain = SpeechDataset(trainer.train_utts, trainer.comps.features, trainer.comps.tokenizer)  # no augmentation
+    plain = trainer.data.plain  # no augmentation
     items = []
     for i in longest[: n * 2]:  # a few spares for unreadable files
         item = plain[i]

@@ -3,8 +3,8 @@
     speechscale train --config configs/yesno.yaml trainer.out_dir=runs/yesno
     torchrun --nproc-per-node 2 -m speechscale.cli train --config configs/yesno.yaml   # data parallel
 
-One batch goes: sampler -> dataset (audio, augment, features) -> collate -> model -> CTC (step.py) ->
-strategy -> optimizer. A non-finite loss or gradient skips the step (counted); an utterance that cannot
+One batch goes: data plan (data/plan.py) -> dataset (audio, augment, features) -> collate -> model ->
+CTC (step.py) -> strategy -> optimizer. A non-finite loss or gradient skips the step (counted); an utterance that cannot
 become features is dropped (counted by reason). The strategy (distributed/) owns everything distributed;
 rank 0 logs and writes checkpoints (state.py holds their layout).
 """
@@ -20,11 +20,11 @@ import torch
 from ..components import build_components
 from ..config import Config, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
+from ..data.loading import training_data
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
 from . import storage
 from .checkpoint import load_checkpoint, newest_checkpoint, save_checkpoint_in, seed_everything
-from .data_setup import training_data
 from .evaluate import validate
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
@@ -73,16 +73,15 @@ class Trainer:
             log.info("model %s: %d parameters (%.2fM); device %s, precision %s, %d rank(s), strategy %s",
                      cfg.model.name, n_params, n_params / 1e6, self.device, self.precision.mode, self.world,
                      self.strategy.name)
-        data = training_data(cfg, self.comps, self.rank, self.world, pin_memory=self.device.type == "cuda",
-                             claims=self.strategy.claims)
-        self.train_utts, self.train_report, self.val_utts = data.train_utts, data.train_report, data.val_utts
+        self.data = data = training_data(cfg.data, cfg.augment, t.seed, self.comps, self.rank, self.world,
+                                         pin_memory=self.device.type == "cuda", claims=self.strategy.claims)
         self.domains = data.domains  # data.mix: samples of each domain per epoch (logged with validation)
-        self.loader, self.sampler, self.dataset, self.val_loader = data.loader, data.sampler, data.dataset, data.val_loader
+        self.loader, self.plan, self.dataset, self.val_loader = data.loader, data.plan, data.dataset, data.val_loader
         # Compiled (conv models) and/or strategy-wrapped module for training steps; same parameters.
         self.forward = self.strategy.wrap(torch.compile(self.model, dynamic=True) if t.compile else self.model)
         self.optimizer = build_optimizer(self.model, cfg.optim, fused=self.device.type == "cuda")
         self.ctc = ctc_criterion()
-        self.schedule = SampleSchedule(cfg.optim, self.sampler.epoch_samples(1), data.batches_per_epoch, t.grad_accum,
+        self.schedule = SampleSchedule(cfg.optim, self.plan.epoch_samples(1), data.batches_per_epoch, t.grad_accum,
                                        self.world, t.max_steps, t.max_epochs,
                                        self.strategy.lr_scale(cfg.distributed.scale_lr))
         self.state = TrainingState()
@@ -117,7 +116,7 @@ class Trainer:
         """Write a checkpoint (collective: every rank calls it; rank 0 writes). `name` writes that file;
         None writes a rotating `step-N.pt` (keeping trainer.keep_checkpoints), `last.pt` and the pointer;
         `best` also writes the same checkpoint as best.pt."""
-        ranks = self.strategy.gather(rank_part(self.strategy, self.model, self.optimizer, self.sampler.rank_state()))
+        ranks = self.strategy.gather(rank_part(self.strategy, self.model, self.optimizer, self.plan.rank_state()))
         path = None
         with self.strategy.consensus(self.model) as model:
             if self.rank == 0:
@@ -188,13 +187,13 @@ class Trainer:
         """Train on the rest of the current epoch; True when the run must stop before the epoch's end
         (max_steps, max_minutes or a signal, agreed by all ranks)."""
         t, s = self.cfg.trainer, self.state
-        s.consumed = self.sampler.resume(s.epoch, s.consumed, self.data_part)
+        s.consumed = self.plan.resume(s.epoch, s.consumed, self.data_part)
         self.data_part = {}
         self.dataset.set_epoch(s.epoch)
         progress.new_epoch()
         micro: list[Batch] = []
         for i, batch in enumerate(self.loader):
-            n = self.sampler.advance(i)
+            n = self.plan.advance(i)
             s.consumed += n
             s.samples_seen += n
             for reason, k in batch.skipped.items():
@@ -252,8 +251,8 @@ class Trainer:
             with StopSignals(announce=main) as signals:
                 while t.max_epochs <= 0 or s.epoch < t.max_epochs:
                     cut_short = self._train_epoch(runlog, progress, signals)
-                    if self.sampler.complete(s.consumed):  # the epoch is complete
-                        s.counters["dropped_tail"] += self.sampler.dropped
+                    if self.plan.complete(s.consumed):  # the epoch is complete
+                        s.counters["dropped_tail"] += self.plan.dropped
                         s.epoch += 1
                         s.consumed = 0
                     self.precision.check()
@@ -283,9 +282,9 @@ class Trainer:
             progress.close()
             if runlog is not None:
                 runlog.close()
-        skipped = self.train_report.skipped + sum(s.counters[r] for r in SKIP_REASONS)
+        skipped = self.data.report.skipped + sum(s.counters[r] for r in SKIP_REASONS)
         return {**last, "epoch": s.epoch, "step": s.step, "best_wer": s.best_wer,
-                "train_utterances": len(self.train_utts), "train_skipped": skipped,
+                "train_utterances": self.data.utterances, "train_skipped": skipped,
                 "minutes": budget.elapsed_minutes(), "precision": self.precision.mode, "device": str(self.device),
                 "world_size": self.world, "stopped_by": self.stopped_by, **s.counters}
 

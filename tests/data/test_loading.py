@@ -7,7 +7,7 @@ import torch
 
 from speechscale.components import build_components
 from speechscale.config import load_config
-from speechscale.training.data_setup import load_utterances, make_loader
+from speechscale.data.loading import load_utterances, make_loader
 from tests.conftest import shared
 
 
@@ -28,8 +28,8 @@ def _loader(manifest, workers, cache, *extra):
                              f"data.cache_features={str(cache).lower()}", "data.batch_seconds=4",
                              "features.sample_rate=8000", "augment.speed=[0.8, 1.2]", *extra])
     comps = build_components(cfg)
-    utts, _ = load_utterances(str(manifest), comps, cfg)
-    loader, sampler, dataset = make_loader(utts, comps, cfg, train=True)
+    utts, _ = load_utterances(str(manifest), comps, cfg.data)
+    loader, sampler, dataset = make_loader(utts, comps, cfg.data, cfg.augment, cfg.trainer.seed)
     return loader, sampler, dataset
 
 

@@ -1,0 +1,229 @@
+"""From data config to DataLoaders: manifests (validated, in memory) or shard indexes (streamed), the rank's
+`BatchPlan` (data/plan.py) over them, and the dataset. Training and evaluation both shard here."""
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import torch
+
+from ..config import AugmentConfig, ConfigError, DataConfig
+from .dataset import SpeechDataset, collate
+from .distributed_sampler import Claims, ClaimedBatchSampler, ShardedBatchSampler
+from .manifest import ManifestError, SkipReport, Utterance, read_manifest
+from .mixing import MixPlan, domain_names, domain_probabilities
+from .plan import BatchPlan, ListUnits, RoundRobinPlan
+from .sampler import BucketBatchSampler
+from .shards import ShardIndex, is_shard_index
+from .stream import ShardDataset, ShardUnits
+
+if TYPE_CHECKING:
+    from ..components import Components
+
+log = logging.getLogger(__name__)
+
+
+def load_utterances(path: str, comps: "Components", data: DataConfig, filt: dict[str, Any] | None = None,
+                    lines: list[int] | None = None) -> tuple[list[Utterance], SkipReport]:
+    """Validated utterances of `path` that the model can learn (label fits in its output frames)."""
+    utts, report = read_manifest(path, normalize=comps.normalizer, oov=comps.tokenizer.oov, filt=filt,
+                                 min_duration=data.min_duration, max_duration=data.max_duration, lines=lines)
+    kept = []
+    for u, frames in zip(utts, comps.output_frames([u.duration for u in utts])):
+        need = comps.ctc_min_frames(u.text)
+        if need > frames:
+            report.skip(u.line, "label longer than the model's output frames", f"{need} > {frames}")
+        else:
+            kept.append(u)
+    report.kept = len(kept)
+    log.info(report.summary())
+    if not kept:
+        raise ManifestError(f"no usable utterances in {path}: {report.summary()}")
+    return kept, report
+
+
+def check_batch_bound(longest: float, where: str, batch_seconds: float) -> None:
+    """A batch holds at least one utterance: one longer than data.batch_seconds would break the bound."""
+    if longest > batch_seconds:
+        raise ConfigError(f"data.batch_seconds={batch_seconds:g} is shorter than the longest training utterance "
+                          f"({longest:g} s, {where}); raise data.batch_seconds or set "
+                          f"data.max_duration={batch_seconds:g} to skip longer ones")
+
+
+class LabelCheck:
+    """Why a transcript read from a shard cannot be learned (None when it can): the checks a manifest's
+    lines get when it is loaded."""
+
+    def __init__(self, comps: "Components") -> None:
+        self.comps = comps
+
+    def __call__(self, text: str, duration: float) -> str | None:
+        bad = self.comps.tokenizer.oov(text)
+        if bad:
+            return f"characters outside the vocabulary: {''.join(sorted(bad))}"
+        need, frames = self.comps.ctc_min_frames(text), self.comps.output_frames([duration])[0]
+        return f"label longer than the model's output frames ({need} > {frames})" if need > frames else None
+
+
+class EpochTagged:
+    """Training batches as (epoch, index) pairs: loader workers that live across epochs (kept for the audio
+    cache) augment with the epoch of the batch, not the one they started in."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        epoch = self.plan.epoch
+        for batch in self.plan:
+            yield [(epoch, i) for i in batch]
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+
+class Strided:
+    """Evaluation: every `world`-th batch of a fixed epoch-0 unit list from `rank` (each rank scores its share)."""
+
+    def __init__(self, units: Any, rank: int, world: int) -> None:
+        self.units, self.rank, self.world = units, rank, world
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for k in range(self.rank, self.units.num_units(0), self.world):
+            yield self.units.unit(0, k)
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.units.num_units(0), self.world))
+
+
+def _ignore_stop_signals(worker_id: int) -> None:
+    """Loader workers leave Ctrl-C and SIGTERM (a launcher may signal the whole process group) to the main
+    process, which checkpoints and then stops them; they also exit by themselves when it dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _loader(dataset: torch.utils.data.Dataset, batches: Any, data: DataConfig, pin_memory: bool,
+            persistent: bool = False) -> torch.utils.data.DataLoader:
+    return torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
+                                       num_workers=data.num_workers, persistent_workers=persistent,
+                                       pin_memory=pin_memory,
+                                       worker_init_fn=_ignore_stop_signals if data.num_workers else None)
+
+
+def make_loader(utts: list[Utterance], comps: "Components", data: DataConfig, augment: AugmentConfig | None,
+                seed: int, pin_memory: bool = False, wrap: Callable[[BucketBatchSampler], Any] | None = None,
+                shard: tuple[int, int] = (0, 1), plan: MixPlan | None = None
+                ) -> tuple[torch.utils.data.DataLoader, BucketBatchSampler, SpeechDataset]:
+    """A DataLoader over a manifest's duration-bucketed batches. Training (`augment` given, None for
+    evaluation) iterates `wrap(sampler)` (the rank's plan) when given; evaluation iterates the fixed batch
+    list, every `shard[1]`-th batch from `shard[0]`."""
+    train = augment is not None
+    sampler = BucketBatchSampler([u.duration for u in utts], batch_seconds=data.batch_seconds,
+                                 max_batch_size=data.max_batch_size, num_buckets=data.num_buckets,
+                                 seed=seed, sortagrad=data.sortagrad and train, shuffle=train, plan=plan)
+    dataset = SpeechDataset(utts, comps.features, comps.tokenizer, augment, seed=seed,
+                            cache_audio=data.cache_features, min_seconds=data.min_duration)
+    batches = EpochTagged(wrap(sampler) if wrap else sampler) if train else sampler.batches(0)[shard[0]::shard[1]]
+    # data.cache_features keeps decoded audio in the workers: they must outlive the epoch to reuse it
+    keep = bool(train and data.cache_features and data.num_workers)
+    return _loader(dataset, batches, data, pin_memory, keep), sampler, dataset
+
+
+def shard_source(path: str, comps: "Components", data: DataConfig, augment: AugmentConfig | None, seed: int
+                 ) -> tuple[ShardUnits, ShardDataset, SkipReport]:
+    """A shard index checked against its shards (one clear error before work starts), its units and dataset."""
+    index = ShardIndex(path)
+    index.check()
+    units = ShardUnits(index, data.batch_seconds, data.max_batch_size, seed, shuffle=augment is not None,
+                       shuffle_shards=data.shuffle_shards, min_duration=data.min_duration,
+                       max_duration=data.max_duration)
+    report = SkipReport(path, kept=units.kept)
+    if units.out_of_range:
+        report.reasons["duration out of range"] = units.out_of_range
+    log.info("%s: %d shards, %.2f h; %s", path, len(index.shards), index.header.get("hours", 0), report.summary())
+    if not units.kept:
+        raise ManifestError(f"no usable utterances in {path}: {report.summary()}")
+    dataset = ShardDataset(index, comps.features, comps.tokenizer, comps.normalizer, LabelCheck(comps), augment,
+                           seed=seed, min_seconds=data.min_duration)
+    return units, dataset, report
+
+
+def eval_loader(path: str, comps: "Components", data: DataConfig, rank: int = 0, world: int = 1,
+                filt: dict[str, Any] | None = None, lines: list[int] | None = None, pin_memory: bool = False
+                ) -> tuple[torch.utils.data.DataLoader, SkipReport, int]:
+    """This rank's share of a manifest or shard index for evaluation; (loader, what was skipped, utterances)."""
+    if is_shard_index(path):
+        units, dataset, report = shard_source(path, comps, data, None, 0)
+        return _loader(dataset, Strided(units, rank, world), data, pin_memory), report, units.kept
+    utts, report = load_utterances(path, comps, data, filt, lines)
+    loader, _, _ = make_loader(utts, comps, data, None, 0, pin_memory=pin_memory, shard=(rank, world))
+    return loader, report, len(utts)
+
+
+@dataclass
+class TrainingData:
+    """The training and validation data of one rank."""
+
+    utterances: int                       # training utterances kept
+    report: SkipReport                    # what loading skipped
+    loader: torch.utils.data.DataLoader   # this rank's share of each round of training batches
+    plan: BatchPlan                       # its resumable position
+    dataset: SpeechDataset
+    val_loader: torch.utils.data.DataLoader
+    val_utterances: int
+    batches_per_epoch: int                # all ranks together, in a shuffled epoch
+    domains: dict[str, int]               # data.mix: samples per epoch of each domain ({} for one source)
+    longest: list[tuple[float, int]]      # (duration, id) of the longest training utterances, longest first
+    plain: SpeechDataset                  # the training utterances without augmentation (the pre-scan)
+
+
+def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Components", rank: int, world: int,
+                  pin_memory: bool = False, claims: Claims | None = None) -> TrainingData:
+    """Validated sources, the batch bound checked, and both loaders for this rank. Lockstep ranks are dealt
+    rounds of batches; asynchronous learners (`claims`: their shared position) claim batches at their pace."""
+    val_loader, _, val_n = eval_loader(data.val_manifest, comps, data, rank, world, data.val_filter, data.val_slice,
+                                       pin_memory)
+    if is_shard_index(data.train_manifest):
+        if data.filter or data.train_slice:
+            raise ConfigError("data.filter and data.train_slice select manifest lines; a shard index takes neither")
+        units, dataset, report = shard_source(data.train_manifest, comps, data, augment, seed)
+        check_batch_bound(units.longest[0][0], data.train_manifest, data.batch_seconds)
+        plan: Any = ClaimedBatchSampler(units, claims) if claims else RoundRobinPlan(units, rank, world)
+        loader = _loader(dataset, EpochTagged(plan), data, pin_memory)
+        plain = ShardDataset(dataset.index, comps.features, comps.tokenizer, comps.normalizer, LabelCheck(comps))
+        return TrainingData(units.kept, report, loader, plan, dataset, val_loader, val_n, plan.batches_per_epoch(1),
+                            {}, units.longest, plain)
+    utts, report, mix, domains = _training_utterances(data, seed, comps)
+    longest = max(utts, key=lambda u: u.duration)
+    check_batch_bound(longest.duration, f"{longest.audio_path}, manifest line {longest.line}", data.batch_seconds)
+    loader, _, dataset = make_loader(utts, comps, data, augment, seed, pin_memory=pin_memory, plan=mix,
+                                     wrap=lambda b: ClaimedBatchSampler(ListUnits(b), claims) if claims
+                                     else ShardedBatchSampler(b, rank, world))
+    plan = loader.batch_sampler.plan  # type: ignore[union-attr]
+    longest = sorted(((u.duration, i) for i, u in enumerate(utts)), reverse=True)[:2 * data.max_batch_size]
+    plain = SpeechDataset(utts, comps.features, comps.tokenizer)
+    return TrainingData(len(utts), report, loader, plan, dataset, val_loader, val_n, plan.batches_per_epoch(1),
+                        domains, longest, plain)
+
+
+def _training_utterances(data: DataConfig, seed: int, comps: "Components"
+                         ) -> tuple[list[Utterance], SkipReport, MixPlan | None, dict[str, int]]:
+    """The training utterances; with data.mix, every domain's one after another and the plan that mixes them."""
+    if not data.mix:
+        utts, report = load_utterances(data.train_manifest, comps, data, data.filter, data.train_slice)
+        return utts, report, None, {}
+    if any(is_shard_index(m) for m in data.mix):
+        raise ConfigError("data.mix takes manifests; shard indexes cannot be mixed yet (give one as "
+                          "data.train_manifest, or mix their source manifests)")
+    loaded = [load_utterances(m, comps, data, data.filter) for m in data.mix]
+    sizes = [len(u) for u, _ in loaded]
+    plan = MixPlan(sizes, domain_probabilities(sizes, data.mix_weights, data.mix_temperature), seed)
+    domains = dict(zip(domain_names(data.mix), plan.quotas))
+    report = SkipReport(", ".join(data.mix), kept=sum(sizes))
+    for _, r in loaded:
+        report.reasons.update(r.reasons)
+    log.info("mixing %d domains, samples per epoch: %s", len(sizes),
+             ", ".join(f"{k} {v} (of {n})" for (k, v), n in zip(domains.items(), sizes)))
+    return [u for utts, _ in loaded for u in utts], report, plan, domains

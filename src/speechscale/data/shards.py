@@ -1,0 +1,279 @@
+"""Sharded corpora: tar shards in the WebDataset layout and the index that lets every rank read them.
+
+`write_shards` turns a manifest into `shard-000000.tar`, ... (per utterance a `KEY.json` member with text
+and duration and a `KEY.flac`/`.wav`/... audio member, in that order: WebDataset and `tar` read them) and
+`index.jsonl`: a header line, then one line per shard with its name, bytes, utterances, seconds and its
+members as [key, duration, start, end] (byte span of the two members' headers and data). The index lets a
+reader plan batches from durations without opening a shard, and read one utterance with one ranged read
+(`pread` locally, a range request through fsspec), so ranks and loader workers read only what they train on.
+
+A shard is read at the offsets of its index line; the tar headers found there must name the expected key,
+so a shard that does not match its index is detected, not misread.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import fsspec
+import soundfile as sf
+
+from .audio import AudioError
+from .manifest import ManifestError, read_manifest
+
+INDEX_NAME = "index.jsonl"
+HEADER_KEY = "speechscale_shards"  # the first line of an index: {"speechscale_shards": 1, ...}
+
+
+class ShardError(ManifestError):
+    """A shard index or shard that cannot be used; the message names the file (and member)."""
+
+
+def is_remote(url: str) -> bool:
+    return "://" in url and not url.startswith("file://")
+
+
+def is_shard_index(path: str) -> bool:
+    """Whether `path` (a file, a folder holding index.jsonl, or a URL) is a shard index rather than a manifest."""
+    if not path:
+        return False
+    if not is_remote(path) and Path(path).is_dir():
+        return (Path(path) / INDEX_NAME).is_file()
+    if path.endswith("/" + INDEX_NAME) or path == INDEX_NAME:
+        return True
+    if is_remote(path):
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            first = f.readline()
+        return HEADER_KEY in json.loads(first)
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+# ---- writing --------------------------------------------------------------------------------------------
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), 0o644, 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: str | None = None) -> dict[str, Any]:
+    """Write `manifest`'s valid utterances as tar shards of `shard_size` utterances and index.jsonl in `out`.
+    `codec` "flac" re-encodes the audio as 16-bit FLAC (None keeps each file's bytes and format). Returns
+    the index header (shards, utterances, hours) plus what was skipped."""
+    if shard_size < 1:
+        raise ShardError(f"--shard-size must be at least 1, not {shard_size}")
+    if codec not in (None, "flac"):
+        raise ShardError(f"--codec must be flac (or left out to keep the files as they are), not {codec!r}")
+    utts, report = read_manifest(manifest)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines, total_s, skipped = [], 0.0, dict(report.reasons)
+    for s in range(math.ceil(len(utts) / shard_size)):
+        name = f"shard-{s:06d}.tar"
+        members, seconds = [], 0.0
+        with tarfile.open(out / name, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for i, u in enumerate(utts[s * shard_size:(s + 1) * shard_size]):
+                key = f"{s:06d}{i:06d}"
+                try:
+                    audio, ext, duration = _audio_bytes(u.audio_path, codec, u.duration)
+                except AudioError as e:
+                    skipped["unreadable audio"] = skipped.get("unreadable audio", 0) + 1
+                    print(f"skipping {u.audio_path}: {e}")
+                    continue
+                start = tar.offset
+                meta = {"text": u.raw_text, "duration": duration, "source": os.path.basename(u.audio_path), **u.extra}
+                _add(tar, f"{key}.json", json.dumps(meta, ensure_ascii=False).encode())
+                _add(tar, f"{key}.{ext}", audio)
+                members.append([key, round(duration, 4), start, tar.offset])
+                seconds += duration
+        size = (out / name).stat().st_size
+        lines.append({"shard": name, "bytes": size, "utterances": len(members), "seconds": round(seconds, 3),
+                      "members": members})
+        total_s += seconds
+    header = {HEADER_KEY: 1, "shards": len(lines), "utterances": sum(x["utterances"] for x in lines),
+              "hours": round(total_s / 3600, 4), "source": str(manifest), "codec": codec or "as-is"}
+    with open(out / INDEX_NAME, "w", encoding="utf-8") as f:
+        f.write(json.dumps(header) + "\n")
+        for x in lines:
+            f.write(json.dumps(x) + "\n")
+    return {**header, "skipped": skipped}
+
+
+def _audio_bytes(path: str, codec: str | None, duration: float) -> tuple[bytes, str, float]:
+    """(bytes, extension, duration) of one utterance's audio for a shard."""
+    try:
+        if codec is None:
+            return Path(path).read_bytes(), Path(path).suffix.lstrip(".").lower() or "audio", duration
+        data, rate = sf.read(path, dtype="int16", always_2d=False)
+        buf = io.BytesIO()
+        sf.write(buf, data, rate, format="FLAC", subtype="PCM_16")
+        return buf.getvalue(), "flac", round(len(data) / rate, 4)
+    except (OSError, RuntimeError, sf.LibsndfileError) as e:
+        raise AudioError(f"{path}: {e}") from e
+
+
+# ---- reading --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard of an index: where it is, its size, and where its line (member list) starts in the index."""
+
+    url: str
+    bytes: int
+    utterances: int
+    seconds: float
+    line_offset: int
+
+
+class ShardIndex:
+    """An index.jsonl read line by line: per shard only its entry is kept (memory grows with shards, not
+    utterances); a shard's members are read from its line when needed. A remote index is copied to a local
+    temporary file first (streamed)."""
+
+    def __init__(self, path: str) -> None:
+        path = str(path)
+        if not is_remote(path) and Path(path).is_dir():
+            path = str(Path(path) / INDEX_NAME)
+        self.path = path
+        self.base = path.rsplit("/", 1)[0] if "/" in path else "."
+        self.local = self._local_copy(path)
+        self.shards: list[ShardEntry] = []
+        with open(self.local, "rb") as f:
+            first = f.readline()
+            try:
+                self.header = json.loads(first)
+                assert HEADER_KEY in self.header
+            except (ValueError, AssertionError, TypeError):
+                raise ShardError(f"{path}: not a shard index (its first line lacks {HEADER_KEY!r})") from None
+            while True:
+                offset, line = f.tell(), f.readline()
+                if not line:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    head = json.loads(line)  # members are parsed here once, then dropped
+                    url = head["shard"] if "://" in head["shard"] or head["shard"].startswith("/") else \
+                        f"{self.base}/{head['shard']}"
+                    self.shards.append(ShardEntry(url, int(head["bytes"]), int(head["utterances"]),
+                                                  float(head["seconds"]), offset))
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ShardError(f"{path}: shard line at byte {offset} is malformed ({e})") from None
+        if not self.shards:
+            raise ShardError(f"{path}: the index lists no shards")
+        # global utterance id of each shard's first member
+        self.starts = [0]
+        for s in self.shards:
+            self.starts.append(self.starts[-1] + s.utterances)
+
+    @staticmethod
+    def _local_copy(path: str) -> str:
+        if not is_remote(path):
+            if not Path(path.removeprefix("file://")).is_file():
+                raise ShardError(f"shard index not found: {path}")
+            return path.removeprefix("file://")
+        try:
+            with fsspec.open(path, "rb") as src, tempfile.NamedTemporaryFile("wb", suffix=".jsonl",
+                                                                            delete=False) as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+                return dst.name
+        except Exception as e:  # fsspec raises per-backend types
+            raise ShardError(f"shard index {path} cannot be read: {type(e).__name__}: {e}") from None
+
+    @property
+    def utterances(self) -> int:
+        return self.starts[-1]
+
+    def members(self, shard: int) -> list[list[Any]]:
+        """Shard `shard`'s members as [key, duration, start, end], in tar order."""
+        with open(self.local, "rb") as f:
+            f.seek(self.shards[shard].line_offset)
+            return json.loads(f.readline())["members"]
+
+    def locate(self, uid: int) -> tuple[int, int]:
+        """(shard, member) of global utterance id `uid`."""
+        import bisect
+
+        s = bisect.bisect_right(self.starts, uid) - 1
+        return s, uid - self.starts[s]
+
+    def check(self) -> None:
+        """Before work starts: every shard exists and has the size the index says (one clear error)."""
+        for s in self.shards:
+            try:
+                fs, p = fsspec.core.url_to_fs(s.url)
+                size = fs.size(p)
+            except FileNotFoundError:
+                raise ShardError(f"{self.path}: shard {s.url} is missing") from None
+            except Exception as e:
+                raise ShardError(f"{self.path}: shard {s.url} cannot be read: {type(e).__name__}: {e}") from None
+            if size != s.bytes:
+                raise ShardError(f"{self.path}: shard {s.url} has {size} bytes, the index says {s.bytes}: "
+                                 f"the shard and its index do not match (re-run speechscale data shard)")
+
+
+class ShardReader:
+    """Reads members by byte span; keeps a few shards open per process (loader workers open their own)."""
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self.files: dict[str, Any] = {}
+        self.pid = os.getpid()
+
+    def _file(self, url: str) -> Any:
+        if self.pid != os.getpid():  # forked into a loader worker: never share the parent's file positions
+            self.files, self.pid = {}, os.getpid()
+        f = self.files.pop(url, None)
+        if f is None:
+            f = open(url.removeprefix("file://"), "rb") if not is_remote(url) else fsspec.open(url, "rb").open()
+        self.files[url] = f  # most recently used last
+        while len(self.files) > self.keep:
+            self.files.pop(next(iter(self.files))).close()
+        return f
+
+    def read(self, url: str, key: str, start: int, end: int) -> tuple[dict[str, Any], bytes, str]:
+        """(metadata, audio bytes, audio member name) of utterance `key` at bytes [start, end) of `url`.
+        Raises AudioError naming the shard and member when the bytes are missing or are not that member."""
+        f = self._file(url)
+        try:
+            if hasattr(f, "fileno") and not is_remote(url):
+                chunk = os.pread(f.fileno(), end - start, start)
+            else:
+                f.seek(start)
+                chunk = f.read(end - start)
+        except Exception as e:
+            raise AudioError(f"{url} member {key}: cannot be read ({type(e).__name__}: {e})") from None
+        found = dict(_members(chunk, url, key))
+        meta_raw, audio_name = found.pop(f"{key}.json", None), next(iter(found), None)
+        if meta_raw is None or audio_name is None:
+            raise AudioError(f"{url} member {key}: not in the shard where the index says (truncated or "
+                             f"rewritten shard?)")
+        try:
+            meta = json.loads(meta_raw)
+        except ValueError:
+            raise AudioError(f"{url} member {key}.json: corrupt metadata") from None
+        return meta, found[audio_name], audio_name
+
+
+def _members(chunk: bytes, url: str, key: str) -> Iterator[tuple[str, bytes]]:
+    """The (name, data) tar members in `chunk` whose name starts with `key.`; stops at anything else."""
+    pos = 0
+    while pos + 512 <= len(chunk):
+        try:
+            info = tarfile.TarInfo.frombuf(chunk[pos:pos + 512], "utf-8", "surrogateescape")
+        except tarfile.HeaderError:
+            return
+        data = chunk[pos + 512:pos + 512 + info.size]
+        if not info.name.startswith(key + ".") or len(data) < info.size:
+            return
+        yield info.name, data
+        pos += 512 + -(-info.size // 512) * 512

@@ -1,0 +1,162 @@
+"""Training and evaluation data streamed from tar shards (data/shards.py): the epoch's batches and the dataset.
+
+An epoch walks the shards in an order drawn from (seed, epoch), `shuffle_shards` at a time: such a window
+is the shuffle buffer. Its utterances are bucketed on the fly (sorted by duration with seeded tie-breaks,
+packed under data.batch_seconds, the batches shuffled), so every batch holds similar durations and the
+units of the epoch are a pure function of (seed, epoch). Only the current windows' member lists are held;
+the per-epoch counts are one integer pair per window, so memory grows with shards, not utterances.
+
+Ranks and loader workers get batches, not whole shards: unit j of the rest of the epoch goes to rank
+j % world (RoundRobinPlan or ClaimedBatchSampler for asynchronous learners) and a loader worker reads just
+its batch's members with ranged reads. All ranks walk the same window at the same time, every rank takes
+the same number of steps, and the position (samples consumed) resumes onto any world size in O(1).
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+import logging
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..config import AugmentConfig
+from .audio import decode_audio
+from .dataset import SpeechDataset, TextError
+from .features import FeatureExtractor
+from .sampler import pack_batches
+from .shards import ShardIndex, ShardReader
+from .text import CharTokenizer
+
+log = logging.getLogger(__name__)
+
+
+class ShardUnits:
+    """The `Units` of a shard index: epochs of duration-bucketed batches of global utterance ids."""
+
+    def __init__(self, index: ShardIndex, batch_seconds: float, max_batch_size: int = 64, seed: int = 0,
+                 shuffle: bool = True, shuffle_shards: int = 4, min_duration: float = 0.0,
+                 max_duration: float = float("inf")) -> None:
+        self.index, self.seed, self.shuffle = index, seed, shuffle
+        self.batch_seconds, self.max_batch_size = batch_seconds, max_batch_size
+        self.window, self.bounds = max(1, shuffle_shards), (min_duration, max_duration)
+        self._counts: dict[int, tuple[list[list[int]], list[int], list[int]]] = {}
+        self._units: dict[tuple[int, int], list[list[int]]] = {}
+        # one pass over the index: what the duration bounds leave, and the longest kept utterances
+        self.kept, self.out_of_range = 0, 0
+        top: list[tuple[float, int]] = []  # a min-heap of the 2 x max_batch_size longest (duration, id)
+        for s in range(len(index.shards)):
+            for m, (_, d, _, _) in enumerate(index.members(s)):
+                if not self._keeps(d):
+                    self.out_of_range += 1
+                    continue
+                self.kept += 1
+                (heapq.heappush if len(top) < 2 * max_batch_size else heapq.heappushpop)(top, (d, index.starts[s] + m))
+        self.longest = sorted(top, reverse=True)  # (duration, id), longest first
+
+    def _keeps(self, duration: float) -> bool:
+        return self.bounds[0] <= duration <= self.bounds[1]
+
+    def _windows(self, epoch: int) -> list[list[int]]:
+        n = len(self.index.shards)
+        order = (torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)).tolist()
+                 if self.shuffle else list(range(n)))
+        return [order[i:i + self.window] for i in range(0, n, self.window)]
+
+    def _make(self, epoch: int, w: int, shards: list[int]) -> list[list[int]]:
+        """Window `w`'s batches: its utterances sorted by duration (seeded tie-breaks), packed, shuffled."""
+        ids, durs = [], []
+        for s in shards:
+            for m, (_, d, _, _) in enumerate(self.index.members(s)):
+                if self._keeps(d):
+                    ids.append(self.index.starts[s] + m)
+                    durs.append(d)
+        if self.shuffle:
+            gen = torch.Generator().manual_seed((self.seed * 7919 + epoch) * 1_000_003 + w)
+            tie = torch.randperm(len(ids), generator=gen).tolist()
+            order = sorted(range(len(ids)), key=lambda i: (durs[i], tie[i]))
+        else:
+            order = sorted(range(len(ids)), key=lambda i: (durs[i], ids[i]))
+        batches = [[ids[i] for i in b] for b in pack_batches(order, durs, self.batch_seconds, self.max_batch_size)]
+        if self.shuffle:
+            batches = [batches[p] for p in torch.randperm(len(batches), generator=gen).tolist()]
+        return batches
+
+    def _epoch(self, epoch: int) -> tuple[list[list[int]], list[int], list[int]]:
+        """(windows, units before each window, samples before each window); one pass over the index."""
+        if epoch not in self._counts:
+            windows = self._windows(epoch)
+            units, samples = [0], [0]
+            for w, shards in enumerate(windows):
+                batches = self._make(epoch, w, shards)
+                units.append(units[-1] + len(batches))
+                samples.append(samples[-1] + sum(len(b) for b in batches))
+            self._counts = {e: c for e, c in self._counts.items() if e > epoch - 2}
+            self._counts[epoch] = (windows, units, samples)
+        return self._counts[epoch]
+
+    def _window_units(self, epoch: int, w: int) -> list[list[int]]:
+        if (epoch, w) not in self._units:
+            if len(self._units) >= 4:  # the windows in use (a loader runs ahead of training by a little)
+                self._units.pop(next(iter(self._units)))
+            self._units[(epoch, w)] = self._make(epoch, w, self._epoch(epoch)[0][w])
+        return self._units[(epoch, w)]
+
+    def num_units(self, epoch: int) -> int:
+        return self._epoch(epoch)[1][-1]
+
+    def epoch_samples(self, epoch: int) -> int:
+        return self._epoch(epoch)[2][-1]
+
+    def _where(self, epoch: int, k: int) -> tuple[int, int]:
+        units = self._epoch(epoch)[1]
+        w = bisect.bisect_right(units, k) - 1
+        return w, k - units[w]
+
+    def unit(self, epoch: int, k: int) -> list[int]:
+        w, j = self._where(epoch, k)
+        return self._window_units(epoch, w)[j]
+
+    def offset(self, epoch: int, k: int) -> int:
+        _, units, samples = self._epoch(epoch)
+        if k >= units[-1]:
+            return samples[-1]
+        w, j = self._where(epoch, k)
+        return samples[w] + sum(len(b) for b in self._window_units(epoch, w)[:j])
+
+
+class ShardDataset(SpeechDataset):
+    """Utterances by global id from a shard index: one ranged read per utterance (json + audio members),
+    the transcript normalized and checked as it is read (`check` returns why it cannot be learned, or None)."""
+
+    def __init__(self, index: ShardIndex, features: FeatureExtractor, tokenizer: CharTokenizer,
+                 normalize: Callable[[str], str], check: Callable[[str, float], str | None],
+                 augment: AugmentConfig | None = None, seed: int = 0, min_seconds: float = 0.0) -> None:
+        super().__init__([], features, tokenizer, augment, seed=seed, min_seconds=min_seconds)
+        self.index, self.normalize, self.check = index, normalize, check
+        self.reader = ShardReader()
+        self._members: dict[int, list[list[Any]]] = {}
+
+    def __len__(self) -> int:
+        return self.index.utterances
+
+    def _shard_members(self, s: int) -> list[list[Any]]:
+        if s not in self._members:
+            if len(self._members) >= 4:
+                self._members.pop(next(iter(self._members)))
+            self._members[s] = self.index.members(s)
+        return self._members[s]
+
+    def _load(self, i: int) -> tuple[np.ndarray, str, str, float]:
+        s, m = self.index.locate(i)
+        url = self.index.shards[s].url
+        key, duration, start, end = self._shard_members(s)[m]
+        meta, audio, name = self.reader.read(url, key, start, end)
+        wav = decode_audio(audio, f"{url} member {name}", self.features.cfg.sample_rate)
+        raw = meta.get("text")
+        text = self.normalize(raw) if isinstance(raw, str) else ""
+        why = "empty text" if not text else self.check(text, duration)
+        if why:
+            raise TextError(f"{url} member {key}.json: {why}")
+        return wav, text, f"{url} member {name}", duration

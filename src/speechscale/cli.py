@@ -240,9 +240,30 @@ def cmd_bench_loader(args: argparse.Namespace) -> int:
     if not source.is_file():
         raise SystemExit(f"speechscale bench loader: {source}: no such manifest")
     with tempfile.TemporaryDirectory() as tmp:
-        manifest = args.manifest or flac_corpus(fsdd, tmp, args.sample_rate, args.limit)
-        for res in bench_loader(manifest, workers, augment, args.sample_rate):
-            print(json.dumps(res), flush=True)
+        manifest = args.manifest or flac_corpus(fsdd, tmp, args.sample_rate, args.limit, args.clip_seconds)
+        sources = []
+        if args.source in ("files", "both"):
+            sources.append(str(manifest))
+        if args.source in ("shards", "both"):
+            from .data.shards import write_shards
+
+            write_shards(str(manifest), Path(tmp) / "shards", shard_size=args.shard_size)
+            sources.append(str(Path(tmp) / "shards" / "index.jsonl"))
+        for src in sources:
+            for res in bench_loader(src, workers, augment, args.sample_rate, args.batch_seconds):
+                print(json.dumps(res), flush=True)
+    return 0
+
+
+def cmd_bench_memory(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from .bench.memory import bench_memory
+
+    sources = ["shards", "manifest"] if args.source == "both" else [args.source]
+    with tempfile.TemporaryDirectory() as tmp:
+        for row in bench_memory(args.work_dir or tmp, args.utterances, sources, args.batches):
+            print(json.dumps(row), flush=True)
     return 0
 
 
@@ -401,7 +422,20 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--augment", default="both", choices=["off", "on", "both"], help="with augmentation or not")
     bl.add_argument("--sample-rate", type=_positive(int), default=16000, help="rate the audio is resampled to")
     bl.add_argument("--limit", type=_positive(int), default=400, help="utterances of the default corpus")
+    bl.add_argument("--clip-seconds", type=float, default=0.0,
+                    help="join FSDD clips into utterances at least this long (0 = the 0.5 s clips as they are)")
+    bl.add_argument("--source", default="files", choices=["files", "shards", "both"],
+                    help="loose files, tar shards of the same files, or both")
+    bl.add_argument("--shard-size", type=_positive(int), default=100, help="utterances per shard (--source shards)")
+    bl.add_argument("--batch-seconds", type=_positive(float), default=60.0, help="padded audio seconds per batch")
     bl.set_defaults(func=cmd_bench_loader)
+    bm = command(bsub, "memory", "loader process memory (RSS, measured) against corpus size: shards vs a manifest")
+    bm.add_argument("--utterances", type=lambda x: [int(v) for v in x.split(",")], default=[10000, 100000],
+                    help="comma-separated corpus sizes (a synthetic index over real shards)")
+    bm.add_argument("--source", default="both", choices=["shards", "manifest", "both"], help="what to measure")
+    bm.add_argument("--batches", type=_positive(int), default=50, help="batches to read after planning")
+    bm.add_argument("--work-dir", default=None, help="where the corpus is written (default: a temporary folder)")
+    bm.set_defaults(func=cmd_bench_memory)
     return p
 
 

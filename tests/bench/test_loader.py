@@ -1,6 +1,8 @@
 """The loader benchmark: real flac files through the training DataLoader, with and without workers."""
 import json
 
+import pytest
+
 from speechscale.bench.loader import bench_loader, flac_corpus
 from tests.conftest import run_cli, shared
 
@@ -22,3 +24,30 @@ def test_bench_loader_cli_prints_json_lines(tmp_path):
     proc = run_cli("bench", "loader", "--workers", "0", "--augment", "off", "--limit", "12", timeout=300)
     rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     assert len(rows) == 1 and rows[0]["workers"] == 0 and rows[0]["utterances"] == 12
+
+
+def test_shards_feed_the_loader_the_same_features_as_loose_files(tmp_path):
+    from speechscale.data.shards import write_shards
+
+    manifest = flac_corpus(shared("fsdd", "manifest.jsonl"), tmp_path, limit=6, clip_seconds=2.0)
+    durations = [json.loads(x)["duration"] for x in manifest.read_text().splitlines()]
+    assert len(durations) == 6 and min(durations) >= 2.0  # clips joined into longer utterances
+    write_shards(str(manifest), tmp_path / "sh", shard_size=4)
+    files = bench_loader(manifest, workers=[0], augment=[False])
+    shards = bench_loader(tmp_path / "sh" / "index.jsonl", workers=[0, 1], augment=[False])
+    assert [r["source"] for r in files + shards] == ["files", "shards", "shards"]
+    assert {r["feature_frames"] for r in files + shards} == {files[0]["feature_frames"]}
+    assert {r["utterances"] for r in shards} == {6}
+
+
+@pytest.mark.slow
+def test_loader_memory_stays_flat_with_shards_and_grows_with_a_manifest(tmp_path):
+    """Measured RSS of fresh loader processes: 20x the utterances cost a shard stream almost nothing more."""
+    from speechscale.bench.memory import bench_memory
+
+    shared("fsdd", "manifest.jsonl")
+    rows = bench_memory(tmp_path, [1000, 20000], ["shards", "manifest"], batches=5, per_shard=100)
+    mb = {(r["source"], r["utterances"]): r["data_mb"] for r in rows}
+    assert all(r["utterances_read"] > 0 for r in rows)
+    assert mb[("shards", 20000)] - mb[("shards", 1000)] < 5
+    assert mb[("manifest", 20000)] - mb[("manifest", 1000)] > 5

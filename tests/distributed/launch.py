@@ -31,6 +31,14 @@ def ldc_manifest(folder: Path, copies: int = 40) -> Path:
     return path
 
 
+def ldc_shards(folder: Path, copies: int = 12, shard_size: int = 5) -> Path:
+    """The same utterances as `ldc_manifest`, written as tar shards (uneven: the last is short); the index."""
+    from speechscale.data.shards import write_shards
+
+    write_shards(str(ldc_manifest(folder, copies)), folder / "shards", shard_size=shard_size)
+    return folder / "shards" / "index.jsonl"
+
+
 def train_args(manifest: Path, out: Path, *extra: str) -> list[str]:
     """A tiny, fast training run: 2-layer 32-unit ds2 at 8 kHz, 2 utterances a batch."""
     return ["-q", "train", "--config", "configs/ldc93s1.yaml", f"data.train_manifest={manifest}",

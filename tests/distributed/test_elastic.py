@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed.launch import (descendants, kill_group, latest_step, ldc_manifest, run, start, torchrun,
-                                      trace, train_args, wait_for)
+from tests.distributed.launch import (descendants, kill_group, latest_step, ldc_manifest, ldc_shards, run, start,
+                                      torchrun, trace, train_args, wait_for)
 
 pytestmark = pytest.mark.slow  # real torchrun process groups, restarts
 
@@ -74,14 +74,19 @@ def test_a_killed_worker_is_restarted_and_training_resumes_exactly_once_per_samp
 RING = ["distributed.strategy=adpsgd", "distributed.adpsgd.variant=fixed_ring", "data.num_workers=1"]
 
 
-@pytest.mark.parametrize("strategy, new_world", [("allreduce", 1), ("allreduce", 3), ("fixed_ring", 1),
-                                                 ("fixed_ring", 3)])
-def test_resume_onto_another_number_of_ranks_uses_each_remaining_sample_once(tmp_path, strategy, new_world):
+@pytest.mark.parametrize("strategy, new_world, source", [("allreduce", 1, "manifest"), ("allreduce", 3, "manifest"),
+                                                         ("fixed_ring", 1, "manifest"), ("fixed_ring", 3, "manifest"),
+                                                         ("allreduce", 3, "shards"), ("fixed_ring", 1, "shards")])
+def test_resume_onto_another_number_of_ranks_uses_each_remaining_sample_once(tmp_path, strategy, new_world, source):
     """Lockstep ranks resume at the global position; asynchronous learners' claimed but untrained batches
-    (a loader worker runs ahead) are shared out among the new ranks, or read first by one process."""
+    (a loader worker runs ahead) are shared out among the new ranks, or read first by one process. The same
+    from a shard stream."""
     m = ldc_manifest(tmp_path / "data", copies=12)  # 6 batches of 2
     out = tmp_path / "run"
     extra = RING if strategy == "fixed_ring" else []
+    if source == "shards":
+        m_train = ldc_shards(tmp_path / "sharded")
+        extra = [*extra, f"data.train_manifest={m_train}"]
     run(torchrun(2, train_args(m, out, "trainer.max_steps=2", "trainer.max_epochs=1", *extra)), tmp_path / "log1")
     if extra:  # the first learner at max_steps stopped both
         assert max(r["step"] for r in trace(out)) == 2 and latest_step(out) in (1, 2)
@@ -89,7 +94,8 @@ def test_resume_onto_another_number_of_ranks_uses_each_remaining_sample_once(tmp
         assert latest_step(out) == 2
     cont = tmp_path / f"on{new_world}"
     shutil.copytree(out, cont)
-    args = train_args(m, cont, "trainer.max_epochs=1", "trainer.resume=auto", *(extra if new_world > 1 else []))
+    keep = extra if new_world > 1 else [x for x in extra if x.startswith("data.train_manifest")]
+    args = train_args(m, cont, "trainer.max_epochs=1", "trainer.resume=auto", *keep)
     run(torchrun(new_world, args) if new_world > 1 else [__import__("sys").executable, "-m", "speechscale.cli",
                                                           *args], tmp_path / "log2")
     rows = list(trace(cont))

@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
-from tests.distributed.launch import (kill_group, latest_step, ldc_manifest, run, start, torchrun, trace, train_args,
-                                      wait_for)
+from tests.distributed.launch import (kill_group, latest_step, ldc_manifest, ldc_shards, run, start, torchrun, trace,
+                                      train_args, wait_for)
 
 pytestmark = pytest.mark.slow  # real processes, killed
 
@@ -27,13 +27,19 @@ STRATEGIES = [("local", 1, [], 0.0), ("allreduce", 2, [], 1e-6),
               # the rings are asynchronous: no two runs interleave alike, so resume is consistent, not exact
               ("adpsgd-fixed_ring", 2, ["distributed.strategy=adpsgd", "distributed.adpsgd.variant=fixed_ring"], None),
               ("adpsgd-random_ring-3", 3, ["distributed.strategy=adpsgd", "distributed.adpsgd.variant=random_ring"],
-               None)]
+               None),
+              # the same utterances streamed from uneven tar shards (the val set stays the manifest)
+              ("allreduce-shards", 2, ["SHARDS"], 1e-6),
+              ("adpsgd-fixed_ring-shards", 2, ["SHARDS", "distributed.strategy=adpsgd",
+                                               "distributed.adpsgd.variant=fixed_ring"], None)]
 
 
 @pytest.mark.parametrize("name, nproc, extra, atol", STRATEGIES, ids=[s[0] for s in STRATEGIES])
 def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, nproc, extra, atol):
     """N steps straight == train, SIGKILL the whole run after a checkpoint, resume to the same N."""
     m = ldc_manifest(tmp_path / "data", copies=12)
+    if "SHARDS" in extra:
+        extra = [f"data.train_manifest={ldc_shards(tmp_path / 'sharded')}", *extra[1:]]
     killed = tmp_path / "killed"
     launch = (lambda args: torchrun(nproc, args)) if nproc > 1 else (
         lambda args: [sys.executable, "-m", "speechscale.cli", *args])

@@ -1,12 +1,12 @@
 """Loader throughput: audio seconds per wall second through the training DataLoader (decode, resample,
 augmentation, normalized spectrogram, collate), with 0 (the main process) to N worker processes.
 
-    speechscale bench loader --workers 0,1,2 --augment both
+    speechscale bench loader --workers 0,1,2 --augment both --source both --clip-seconds 12
 
-Without --manifest the input is 16 kHz flac made once from ../shared/data/fsdd (written before timing).
-The clock runs from the loader's start (worker start-up included) to its last batch; each result is one
-pass over the corpus. `x_realtime_per_worker` divides by the processes that decode (the main process when
-there are no workers).
+Without --manifest the input is 16 kHz flac made once from ../shared/data/fsdd (written before timing),
+as loose files and (`--source shards|both`) as tar shards of the same files. The clock runs from the
+loader's start (worker start-up included) to its last batch; each result is one pass over the corpus.
+`x_realtime_per_worker` divides by the processes that decode (the main process when there are no workers).
 """
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import soundfile as sf
+import torch
 
 from ..components import build_components
 from ..config import AugmentConfig, Config, DataConfig, FeatureConfig
@@ -25,41 +27,78 @@ from ..data.audio import load_audio
 AUGMENT = AugmentConfig(speed=[0.9, 1.1], gain_db=6.0, noise_snr_db=[10.0, 30.0], freq_masks=2, time_masks=2)
 
 
-def flac_corpus(src_manifest: str | Path, out: str | Path, sample_rate: int = 16000, limit: int = 400) -> Path:
-    """Up to `limit` utterances of `src_manifest` written as `sample_rate` flac under `out`; its manifest."""
+def flac_corpus(src_manifest: str | Path, out: str | Path, sample_rate: int = 16000, limit: int = 400,
+                clip_seconds: float = 0.0) -> Path:
+    """Up to `limit` utterances written as `sample_rate` flac under `out`; its manifest. With `clip_seconds`,
+    consecutive source clips are joined until each utterance lasts at least that long (LibriSpeech's mean
+    is 12.3 s; FSDD's clips last 0.5 s, where per-file costs dominate)."""
     src_manifest, out = Path(src_manifest), Path(out)
     (out / "audio").mkdir(parents=True, exist_ok=True)
-    rows = []
-    for i, line in enumerate(src_manifest.read_text().splitlines()[:limit]):
-        row = json.loads(line)
-        wav = load_audio(src_manifest.parent / row["audio_filepath"], sample_rate)
+    sources = [json.loads(x) for x in src_manifest.read_text().splitlines() if x.strip()]
+    rows, k = [], 0
+    for i in range(limit):
+        wavs, texts = [], []
+        while not wavs or sum(len(w) for w in wavs) < clip_seconds * sample_rate:
+            if k == len(sources) and not clip_seconds:
+                break
+            row = sources[k % len(sources)]
+            k += 1
+            wavs.append(load_audio(src_manifest.parent / row["audio_filepath"], sample_rate))
+            texts.append(row["text"])
+        if not wavs:
+            break
+        wav = np.concatenate(wavs)
         sf.write(out / "audio" / f"{i:05d}.flac", wav, sample_rate)
         rows.append(json.dumps({"audio_filepath": f"audio/{i:05d}.flac", "duration": len(wav) / sample_rate,
-                                "text": row["text"]}))
+                                "text": " ".join(texts)}))
     (out / "manifest.jsonl").write_text("\n".join(rows) + "\n")
     return out / "manifest.jsonl"
 
 
-def bench_loader(manifest: str | Path, workers: list[int], augment: list[bool], sample_rate: int = 16000,
-                 batch_seconds: float = 60.0) -> list[dict[str, Any]]:
-    """One pass of the training loader over `manifest` for each worker count and augmentation setting."""
-    from ..data.loading import load_utterances, make_loader
+def _loader(source: str, cfg: Config) -> tuple[Any, int, float]:
+    """The training DataLoader over a manifest or shard index (one rank, shuffled, epoch 1, cfg.augment);
+    (loader, utterances, audio seconds)."""
+    from ..data.loading import EpochTagged, build_loader, load_utterances, make_loader, shard_source
+    from ..data.plan import RoundRobinPlan
+    from ..data.shards import is_shard_index
 
+    comps = build_components(cfg)
+    aug = cfg.augment
+    if is_shard_index(source):
+        units, dataset, _ = shard_source(source, comps, cfg.data, aug, cfg.trainer.seed)
+        plan = RoundRobinPlan(units)
+        plan.resume(1, 0)
+        seconds = sum(s.seconds for s in units.index.shards)
+        return build_loader(dataset, EpochTagged(plan), cfg.data, False), units.kept, seconds
+    utts, _ = load_utterances(source, comps, cfg.data)
+    loader, sampler, _ = make_loader(utts, comps, cfg.data, aug, cfg.trainer.seed)
+    sampler.set_epoch(1)
+    return loader, len(utts), sum(u.duration for u in utts)
+
+
+def bench_loader(source: str | Path, workers: list[int], augment: list[bool], sample_rate: int = 16000,
+                 batch_seconds: float = 60.0) -> list[dict[str, Any]]:
+    """One pass of the training loader over `source` (a manifest or shard index) for each worker count and
+    augmentation setting. The main process runs one torch thread, as each worker does."""
     results = []
-    for aug in augment:
-        for w in workers:
-            cfg = Config(data=DataConfig(train_manifest=str(manifest), batch_seconds=batch_seconds, num_workers=w,
-                                         max_batch_size=64),
-                         features=FeatureConfig(sample_rate=sample_rate), augment=AUGMENT if aug else AugmentConfig())
-            comps = build_components(cfg)
-            utts, _ = load_utterances(str(manifest), comps, cfg.data)
-            loader, _, _ = make_loader(utts, comps, cfg.data, cfg.augment if aug else None, cfg.trainer.seed)
-            started = time.perf_counter()
-            frames = sum(int(b.feat_lens.sum()) for b in loader)
-            seconds = time.perf_counter() - started
-            audio = sum(u.duration for u in utts)
-            results.append({"workers": w, "augment": aug, "utterances": len(utts), "audio_seconds": round(audio, 1),
-                            "feature_frames": frames, "seconds": round(seconds, 3),
-                            "x_realtime": round(audio / seconds, 1),
-                            "x_realtime_per_worker": round(audio / seconds / max(1, w), 1)})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for aug in augment:
+            for w in workers:
+                cfg = Config(data=DataConfig(batch_seconds=batch_seconds, num_workers=w, max_batch_size=64,
+                                             max_duration=batch_seconds),
+                             features=FeatureConfig(sample_rate=sample_rate),
+                             augment=AUGMENT if aug else AugmentConfig())
+                loader, n, audio = _loader(str(source), cfg)
+                started = time.perf_counter()
+                frames = sum(int(b.feat_lens.sum()) for b in loader)
+                seconds = time.perf_counter() - started
+                results.append({"source": "shards" if str(source).endswith("index.jsonl") else "files",
+                                "workers": w, "augment": aug, "utterances": n, "audio_seconds": round(audio, 1),
+                                "feature_frames": frames, "seconds": round(seconds, 3),
+                                "x_realtime": round(audio / seconds, 1),
+                                "x_realtime_per_worker": round(audio / seconds / max(1, w), 1)})
+    finally:
+        torch.set_num_threads(threads)
     return results

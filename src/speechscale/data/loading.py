@@ -104,7 +104,7 @@ def _ignore_stop_signals(worker_id: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def _loader(dataset: torch.utils.data.Dataset, batches: Any, data: DataConfig, pin_memory: bool,
+def build_loader(dataset: torch.utils.data.Dataset, batches: Any, data: DataConfig, pin_memory: bool,
             persistent: bool = False) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
                                        num_workers=data.num_workers, persistent_workers=persistent,
@@ -128,7 +128,7 @@ def make_loader(utts: list[Utterance], comps: "Components", data: DataConfig, au
     batches = EpochTagged(wrap(sampler) if wrap else sampler) if train else sampler.batches(0)[shard[0]::shard[1]]
     # data.cache_features keeps decoded audio in the workers: they must outlive the epoch to reuse it
     keep = bool(train and data.cache_features and data.num_workers)
-    return _loader(dataset, batches, data, pin_memory, keep), sampler, dataset
+    return build_loader(dataset, batches, data, pin_memory, keep), sampler, dataset
 
 
 def shard_source(path: str, comps: "Components", data: DataConfig, augment: AugmentConfig | None, seed: int
@@ -155,8 +155,10 @@ def eval_loader(path: str, comps: "Components", data: DataConfig, rank: int = 0,
                 ) -> tuple[torch.utils.data.DataLoader, SkipReport, int]:
     """This rank's share of a manifest or shard index for evaluation; (loader, what was skipped, utterances)."""
     if is_shard_index(path):
+        if filt or lines:
+            raise ConfigError("data.val_filter and data.val_slice select manifest lines; a shard index takes neither")
         units, dataset, report = shard_source(path, comps, data, None, 0)
-        return _loader(dataset, Strided(units, rank, world), data, pin_memory), report, units.kept
+        return build_loader(dataset, Strided(units, rank, world), data, pin_memory), report, units.kept
     utts, report = load_utterances(path, comps, data, filt, lines)
     loader, _, _ = make_loader(utts, comps, data, None, 0, pin_memory=pin_memory, shard=(rank, world))
     return loader, report, len(utts)
@@ -191,7 +193,7 @@ def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "C
         units, dataset, report = shard_source(data.train_manifest, comps, data, augment, seed)
         check_batch_bound(units.longest[0][0], data.train_manifest, data.batch_seconds)
         plan: Any = ClaimedBatchSampler(units, claims) if claims else RoundRobinPlan(units, rank, world)
-        loader = _loader(dataset, EpochTagged(plan), data, pin_memory)
+        loader = build_loader(dataset, EpochTagged(plan), data, pin_memory)
         plain = ShardDataset(dataset.index, comps.features, comps.tokenizer, comps.normalizer, LabelCheck(comps))
         return TrainingData(units.kept, report, loader, plan, dataset, val_loader, val_n, plan.batches_per_epoch(1),
                             {}, units.longest, plain)

@@ -1,0 +1,153 @@
+"""Tar shards: write -> read round trip on real recordings, other tools read them, and bad shards are named."""
+import json
+import shutil
+import tarfile
+
+import fsspec
+import numpy as np
+import pytest
+
+from speechscale.components import build_components
+from speechscale.config import Config, DataConfig, FeatureConfig
+from speechscale.data.audio import load_audio
+from speechscale.data.loading import LabelCheck, shard_source
+from speechscale.data.manifest import read_manifest
+from speechscale.data.shards import ShardError, ShardIndex, is_shard_index, write_shards
+from tests.conftest import main_cli, shared
+
+RATE = 8000
+
+
+def _manifest(tmp_path, n=11):
+    """The first `n` FSDD recordings (real speech, 8 kHz wav) with absolute paths."""
+    fsdd = shared("fsdd")
+    rows = [json.loads(x) for x in (fsdd / "manifest.jsonl").read_text().splitlines()[:n]]
+    for r in rows:
+        r["audio_filepath"] = str(fsdd / r["audio_filepath"])
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _source(index, **data):
+    cfg = Config(data=DataConfig(batch_seconds=4, **data), features=FeatureConfig(sample_rate=RATE))
+    comps = build_components(cfg)
+    return shard_source(str(index), comps, cfg.data, None, 0)
+
+
+def _items(dataset):
+    return {i: dataset[i] for i in range(len(dataset))}
+
+
+@pytest.mark.parametrize("codec", [None, "flac"])
+def test_write_then_read_gives_the_same_samples_and_texts(tmp_path, codec):
+    manifest = _manifest(tmp_path)
+    head = write_shards(str(manifest), tmp_path / "sh", shard_size=4, codec=codec)
+    assert head["shards"] == 3 and head["utterances"] == 11  # uneven: 4 + 4 + 3
+    assert is_shard_index(str(tmp_path / "sh")) and is_shard_index(str(tmp_path / "sh" / "index.jsonl"))
+    assert not is_shard_index(str(manifest))
+    units, dataset, report = _source(tmp_path / "sh")
+    utts, _ = read_manifest(manifest)
+    assert report.kept == 11 and len(dataset) == 11
+    for i, u in enumerate(utts):
+        wav, text, _, duration = dataset._load(i)
+        want = load_audio(u.audio_path, RATE)
+        assert text == u.text and duration == pytest.approx(u.duration, abs=1e-3)
+        if codec is None:
+            np.testing.assert_array_equal(wav, want)  # the file's own bytes
+        else:
+            assert wav.shape == want.shape and np.abs(wav - want).max() <= 1 / 32768  # 16-bit FLAC
+    items = _items(dataset)
+    assert all("feats" in it for it in items.values())
+
+
+def test_webdataset_reads_the_shards(tmp_path):
+    webdataset = pytest.importorskip("webdataset")
+    write_shards(str(_manifest(tmp_path, 6)), tmp_path / "sh", shard_size=4)
+    urls = [str(p) for p in sorted((tmp_path / "sh").glob("shard-*.tar"))]
+    samples = list(webdataset.WebDataset(urls, shardshuffle=False))
+    utts, _ = read_manifest(_manifest(tmp_path, 6))
+    assert [json.loads(s["json"])["text"] for s in samples] == [u.raw_text for u in utts]
+    assert all("wav" in s for s in samples)
+
+
+def test_cli_shards_a_manifest(tmp_path, capsys):
+    code, out, err = main_cli(capsys, "data", "shard", str(_manifest(tmp_path, 5)), "--out", str(tmp_path / "o"),
+                              "--shard-size", "2", "--codec", "flac")
+    assert code == 0, err
+    head = json.loads(out)
+    assert head["shards"] == 3 and head["utterances"] == 5 and head["codec"] == "flac"
+    with tarfile.open(tmp_path / "o" / "shard-000002.tar") as tar:
+        assert [m.name.split(".")[1] for m in tar.getmembers()] == ["json", "flac"]
+
+
+def test_a_missing_or_resized_shard_is_one_clear_error_before_work(tmp_path):
+    write_shards(str(_manifest(tmp_path, 6)), tmp_path / "sh", shard_size=2)
+    shutil.copy(tmp_path / "sh" / "shard-000001.tar", tmp_path / "keep.tar")
+    (tmp_path / "sh" / "shard-000001.tar").unlink()
+    with pytest.raises(ShardError, match="shard-000001.tar is missing"):
+        _source(tmp_path / "sh")
+    data = (tmp_path / "keep.tar").read_bytes()
+    (tmp_path / "sh" / "shard-000001.tar").write_bytes(data[: len(data) // 2])  # truncated
+    with pytest.raises(ShardError, match="shard-000001.tar has .* bytes, the index says"):
+        _source(tmp_path / "sh")
+    with pytest.raises(ShardError, match="not a shard index"):
+        ShardIndex(str(_manifest(tmp_path, 2)))
+    with pytest.raises(ShardError, match="not found"):
+        ShardIndex(str(tmp_path / "nowhere" / "index.jsonl"))
+    with pytest.raises(ShardError, match="cannot be read"):
+        ShardIndex("memory://no/such/index.jsonl")
+
+
+def test_corrupt_truncated_and_misplaced_members_are_skipped_and_named(tmp_path, caplog):
+    write_shards(str(_manifest(tmp_path, 6)), tmp_path / "sh", shard_size=3)
+    index = ShardIndex(str(tmp_path / "sh"))
+    key, _, start, end = index.members(0)[1]
+    path = tmp_path / "sh" / "shard-000000.tar"
+    raw = bytearray(path.read_bytes())
+    audio_at = raw.index(f"{key}.wav".encode()) + 512  # the audio member's data
+    raw[audio_at:audio_at + 64] = b"\x00" * 64  # the RIFF header gone: not audio any more
+    path.write_bytes(bytes(raw))
+    _, dataset, _ = _source(tmp_path / "sh")
+    items = _items(dataset)
+    assert items[1] == {"skip": "bad_audio"} and all("feats" in items[i] for i in (0, 2, 3, 4, 5))
+    assert f"shard-000000.tar member {key}.wav" in caplog.text
+    # shards swapped after the check (same sizes): the members are not where the index says
+    a, b = tmp_path / "sh" / "shard-000000.tar", tmp_path / "sh" / "shard-000001.tar"
+    da, db = a.read_bytes(), b.read_bytes()
+    a.write_bytes(db)
+    b.write_bytes(da)
+    assert _items(dataset)[4] == {"skip": "bad_audio"}
+    assert "not in the shard where the index says" in caplog.text
+    b.write_bytes(db[:2000])  # truncated while a run reads it: skipped, not a crash
+    assert _items(dataset)[5] == {"skip": "bad_audio"}
+
+
+def test_shards_stream_from_an_fsspec_url(tmp_path):
+    write_shards(str(_manifest(tmp_path, 5)), tmp_path / "sh", shard_size=2)
+    fs = fsspec.filesystem("memory")
+    for p in (tmp_path / "sh").iterdir():
+        fs.pipe(f"/corpus/{p.name}", p.read_bytes())
+    try:
+        units, dataset, report = _source("memory://corpus/index.jsonl")
+        assert report.kept == 5 and units.epoch_samples(0) == 5
+        local = _items(_source(tmp_path / "sh")[1])
+        remote = _items(dataset)
+        for i in range(5):
+            assert remote[i]["text"] == local[i]["text"]
+            assert (remote[i]["feats"] == local[i]["feats"]).all()
+    finally:
+        fs.rm("/corpus", recursive=True)
+
+
+def test_transcripts_are_checked_as_they_are_read(tmp_path):
+    manifest = _manifest(tmp_path, 3)
+    rows = [json.loads(x) for x in manifest.read_text().splitlines()]
+    rows[0]["text"] = "zero ж"  # outside the alphabet
+    rows[1]["text"] = "one " * 40  # far longer than 0.5 s of output frames allow
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_shards(str(manifest), tmp_path / "sh")
+    _, dataset, _ = _source(tmp_path / "sh")
+    items = _items(dataset)
+    assert items[0] == items[1] == {"skip": "bad_text"} and "feats" in items[2]
+    assert isinstance(dataset.check, LabelCheck)

@@ -1,0 +1,160 @@
+"""Shard streams: epochs of bucketed batches from an index, dealt evenly to ranks, resumable onto any world
+size, with memory that does not grow with the corpus."""
+import json
+import random
+import tracemalloc
+
+import pytest
+
+from speechscale.data.distributed_sampler import ClaimedBatchSampler
+from speechscale.data.plan import RoundRobinPlan
+from speechscale.data.shards import ShardIndex
+from speechscale.data.stream import ShardUnits
+
+
+def synthetic_index(folder, sizes, seed=0):
+    """An index.jsonl of shards of `sizes` utterances with random durations (0.5-8 s); no audio is needed to
+    plan epochs."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"speechscale_shards": 1, "shards": len(sizes), "utterances": sum(sizes)})]
+    for s, n in enumerate(sizes):
+        members = [[f"{s:06d}{m:06d}", round(rng.uniform(0.5, 8.0), 3), 0, 0] for m in range(n)]
+        lines.append(json.dumps({"shard": f"shard-{s:06d}.tar", "bytes": 0, "utterances": n,
+                                 "seconds": sum(m[1] for m in members), "members": members}))
+    (folder / "index.jsonl").write_text("\n".join(lines) + "\n")
+    return ShardIndex(str(folder / "index.jsonl"))
+
+
+def units_of(index, **kw):
+    return ShardUnits(index, batch_seconds=kw.pop("batch_seconds", 20.0), max_batch_size=8, seed=3, **kw)
+
+
+def test_each_epoch_reads_every_utterance_once_in_batches_of_similar_duration(tmp_path):
+    index = synthetic_index(tmp_path, [50, 37, 50, 3, 50])
+    units = units_of(index, shuffle_shards=2)
+    durations = {index.starts[s] + m: d for s in range(5) for m, (_, d, _, _) in enumerate(index.members(s))}
+    epochs = []
+    for epoch in (0, 1):
+        batches = [units.unit(epoch, k) for k in range(units.num_units(epoch))]
+        ids = sorted(i for b in batches for i in b)
+        assert ids == list(range(190)) and units.epoch_samples(epoch) == 190
+        assert all(max(durations[i] for i in b) * len(b) <= 20.0 for b in batches)  # the padded bound
+        # bucketed within a window of 2 shards: a batch spans a narrow duration range
+        spread = sum(max(durations[i] for i in b) - min(durations[i] for i in b) for b in batches) / len(batches)
+        assert spread < 1.0
+        assert [units.offset(epoch, k) for k in range(3)] == [0, len(batches[0]), len(batches[0]) + len(batches[1])]
+        epochs.append(batches)
+    assert epochs[0] != epochs[1]  # shard order, ties and batch order change with the epoch
+    again = units_of(index, shuffle_shards=2)
+    assert [again.unit(1, k) for k in range(again.num_units(1))] == epochs[1]  # a pure function of (seed, epoch)
+
+
+def test_duration_bounds_and_the_longest_utterances(tmp_path):
+    index = synthetic_index(tmp_path, [40, 40])
+    units = units_of(index, min_duration=1.0, max_duration=6.0)
+    kept = [i for k in range(units.num_units(0)) for i in units.unit(0, k)]
+    assert len(kept) == units.kept == units.epoch_samples(0) and units.kept + units.out_of_range == 80
+    assert max(d for d, _ in units.longest) <= 6.0 and units.longest == sorted(units.longest, reverse=True)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 7])
+def test_every_rank_takes_the_same_number_of_batches_with_uneven_shards(tmp_path, world):
+    index = synthetic_index(tmp_path, [13, 5, 21, 1, 8])
+    units = units_of(index, batch_seconds=12.0)
+    plans = [RoundRobinPlan(units, r, world) for r in range(world)]
+    for p in plans:
+        p.resume(1, 0)
+    per_rank = [list(p) for p in plans]
+    assert len({len(b) for b in per_rank}) == 1  # the same number of steps everywhere (short ones: empty)
+    assert sorted(i for b in per_rank for batch in b for i in batch) == list(range(48))
+    assert sum(plans[0].advance(i) for i in range(len(plans[0]))) == 48
+    assert plans[0].complete(48) and not plans[0].complete(47)
+
+
+@pytest.mark.parametrize("before, after, rounds", [(2, 3, 4), (3, 1, 2), (4, 2, 5), (1, 4, 9)])
+def test_resume_mid_epoch_onto_another_world_size_reads_the_rest_exactly_once(tmp_path, before, after, rounds):
+    index = synthetic_index(tmp_path, [30, 17, 30])
+    units = units_of(index, batch_seconds=12.0)
+    first = [RoundRobinPlan(units, r, before) for r in range(before)]
+    seen, consumed = [], 0
+    for p in first:
+        p.resume(2, 0)
+    for i, batches in enumerate(zip(*first)):
+        if i == rounds:
+            break
+        seen += [x for b in batches for x in b]
+        consumed += first[0].advance(i)
+    assert consumed == len(seen)
+    fresh = units_of(index, batch_seconds=12.0)  # a new process: only the position is carried over
+    second = [RoundRobinPlan(fresh, r, after) for r in range(after)]
+    for p in second:
+        assert p.resume(2, consumed) == consumed
+    rest = [x for p in second for b in p for x in b]
+    assert sorted(seen + rest) == list(range(77))
+
+
+class CountingClaims:
+    """The shared counter of asynchronous learners, in one process (distributed/gossip.py keeps it in the
+    c10d store; the multi-process tests use that one)."""
+
+    def __init__(self):
+        self.counters = {}
+
+    def start(self, epoch, claimed):
+        self.counters[epoch] = claimed
+
+    def next(self, epoch):
+        self.counters[epoch] += 1
+        return self.counters[epoch] - 1
+
+    def count(self, epoch):
+        return self.counters[epoch]
+
+
+def test_asynchronous_learners_claim_stream_batches_and_resume_their_pending_ones(tmp_path):
+    index = synthetic_index(tmp_path, [20, 20, 9])
+    units = units_of(index, batch_seconds=12.0)
+    claims = CountingClaims()
+    learners = [ClaimedBatchSampler(units, claims) for _ in range(2)]
+    for s in learners:
+        s.resume(0, 0)
+    its = [iter(s) for s in learners]
+    got = [[], []]
+    for turn in [0, 0, 1, 0, 1, 0, 0]:  # learner 0 is faster
+        got[turn].append(next(its[turn]))
+    trained = [len(got[0]) - 1, len(got[1])]  # learner 0's loader ran one batch ahead
+    for s, n in zip(learners, trained):
+        for i in range(n):
+            s.advance(i)
+    parts = [s.rank_state() for s in learners]
+    assert parts[0]["pending"] and not parts[1]["pending"]
+    done = [x for g, n in zip(got, trained) for b in g[:n] for x in b]
+    # continue on one lockstep rank: the pending batch first, then everything not yet claimed
+    from speechscale.training.state import data_part
+
+    part = data_part([{"data": p} for p in parts], 0, 1)
+    lockstep = RoundRobinPlan(units_of(index, batch_seconds=12.0), 0, 1)
+    lockstep.resume(0, 0, part)
+    rest = [x for b in lockstep for x in b]
+    assert sorted(done + rest) == list(range(49))
+
+
+def _plan_peak(tmp_path, utterances):
+    index = synthetic_index(tmp_path / str(utterances), [1000] * (utterances // 1000))
+    tracemalloc.start()
+    units = units_of(index)
+    plan = RoundRobinPlan(units, 0, 2)
+    plan.resume(1, 0)
+    n = sum(len(b) for b in plan)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert n > 0
+    return peak
+
+
+def test_planning_memory_does_not_grow_with_the_corpus(tmp_path):
+    """The plan holds a few windows of member lists and two integers per window, whatever the corpus size:
+    10x more utterances may not cost 2x the memory (BENCHMARKS.md has the loader process's RSS)."""
+    small, large = _plan_peak(tmp_path, 10_000), _plan_peak(tmp_path, 100_000)
+    assert large < 2 * small, (small, large)

@@ -46,7 +46,7 @@ def test_write_then_read_gives_the_same_samples_and_texts(tmp_path, codec):
     assert head["shards"] == 3 and head["utterances"] == 11  # uneven: 4 + 4 + 3
     assert is_shard_index(str(tmp_path / "sh")) and is_shard_index(str(tmp_path / "sh" / "index.jsonl"))
     assert not is_shard_index(str(manifest))
-    units, dataset, report = _source(tmp_path / "sh")
+    _, dataset, report = _source(tmp_path / "sh")
     utts, _ = read_manifest(manifest)
     assert report.kept == 11 and len(dataset) == 11
     for i, u in enumerate(utts):
@@ -102,7 +102,7 @@ def test_a_missing_or_resized_shard_is_one_clear_error_before_work(tmp_path):
 def test_corrupt_truncated_and_misplaced_members_are_skipped_and_named(tmp_path, caplog):
     write_shards(str(_manifest(tmp_path, 6)), tmp_path / "sh", shard_size=3)
     index = ShardIndex(str(tmp_path / "sh"))
-    key, _, start, end = index.members(0)[1]
+    key = index.members(0)[1][0]
     path = tmp_path / "sh" / "shard-000000.tar"
     raw = bytearray(path.read_bytes())
     audio_at = raw.index(f"{key}.wav".encode()) + 512  # the audio member's data

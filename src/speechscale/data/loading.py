@@ -13,11 +13,11 @@ from ..config import AugmentConfig, ConfigError, DataConfig
 from .dataset import SpeechDataset, collate
 from .distributed_sampler import Claims, ClaimedBatchSampler, ShardedBatchSampler
 from .manifest import ManifestError, SkipReport, Utterance, read_manifest
-from .mixing import MixPlan, domain_names, domain_probabilities
+from .mixing import MixedUnits, MixPlan, domain_names, domain_probabilities
 from .plan import BatchPlan, ListUnits, RoundRobinPlan
 from .sampler import BucketBatchSampler
 from .shards import ShardIndex, is_shard_index
-from .stream import ShardDataset, ShardUnits
+from .stream import MixedShardDataset, ShardDataset, ShardUnits
 
 if TYPE_CHECKING:
     from ..components import Components
@@ -187,19 +187,11 @@ def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "C
     rounds of batches; asynchronous learners (`claims`: their shared position) claim batches at their pace."""
     val_loader, _, val_n = eval_loader(data.val_manifest, comps, data, rank, world, data.val_filter, data.val_slice,
                                        pin_memory)
-    if is_shard_index(data.train_manifest):
-        if data.filter or data.train_slice:
-            raise ConfigError("data.filter and data.train_slice select manifest lines; a shard index takes neither")
-        units, dataset, report = shard_source(data.train_manifest, comps, data, augment, seed)
-        check_batch_bound(units.longest[0][0], data.train_manifest, data.batch_seconds)
-        plan: Any = ClaimedBatchSampler(units, claims) if claims else RoundRobinPlan(units, rank, world)
-        loader = build_loader(dataset, EpochTagged(plan), data, pin_memory)
-        plain = ShardDataset(dataset.index, comps.features, comps.tokenizer, comps.normalizer, LabelCheck(comps))
-        return TrainingData(units.kept, report, loader, plan, dataset, val_loader, val_n, plan.batches_per_epoch(1),
-                            {}, units.longest, plain)
+    if data.mix and all(is_shard_index(m) for m in data.mix) or is_shard_index(data.train_manifest):
+        return _streamed(data, augment, seed, comps, rank, world, pin_memory, claims, val_loader, val_n)
     utts, report, mix, domains = _training_utterances(data, seed, comps)
-    longest = max(utts, key=lambda u: u.duration)
-    check_batch_bound(longest.duration, f"{longest.audio_path}, manifest line {longest.line}", data.batch_seconds)
+    top = max(utts, key=lambda u: u.duration)
+    check_batch_bound(top.duration, f"{top.audio_path}, manifest line {top.line}", data.batch_seconds)
     loader, _, dataset = make_loader(utts, comps, data, augment, seed, pin_memory=pin_memory, plan=mix,
                                      wrap=lambda b: ClaimedBatchSampler(ListUnits(b), claims) if claims
                                      else ShardedBatchSampler(b, rank, world))
@@ -210,6 +202,46 @@ def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "C
                         domains, longest, plain)
 
 
+def _streamed(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Components", rank: int, world: int,
+              pin_memory: bool, claims: Claims | None, val_loader: torch.utils.data.DataLoader, val_n: int
+              ) -> TrainingData:
+    """Training data streamed from one shard set, or from several mixed batch by batch (data.mix)."""
+    if data.filter or data.train_slice:
+        raise ConfigError("data.filter and data.train_slice select manifest lines; a shard index takes neither")
+    sources = [shard_source(m, comps, data, augment, seed) for m in (data.mix or [data.train_manifest])]
+    units: Any
+    if data.mix:
+        sizes = [u.kept for u, _, _ in sources]
+        parts = [d for _, d, _ in sources]
+        dataset: SpeechDataset = MixedShardDataset(parts, augment, seed, data.min_duration)
+        units = MixedUnits([u for u, _, _ in sources], domain_probabilities(sizes, data.mix_weights,
+                                                                            data.mix_temperature),
+                           dataset.bases, seed)  # type: ignore[attr-defined]
+        domains = dict(zip(domain_names(data.mix), units.domain_samples(1)))
+        log.info("mixing %d shard sets, samples in epoch 2: %s", len(sources),
+                 ", ".join(f"{k} {v} (of {n})" for (k, v), n in zip(domains.items(), sizes)))
+        plain: SpeechDataset = MixedShardDataset([_plain(d, comps) for d in parts])
+    else:
+        units, dataset, _ = sources[0]
+        domains, plain = {}, _plain(dataset, comps)  # type: ignore[arg-type]
+    bases = getattr(dataset, "bases", [0])
+    longest = sorted(((dur, bases[d] + i) for d, (u, _, _) in enumerate(sources) for dur, i in u.longest),
+                     reverse=True)[:2 * data.max_batch_size]
+    check_batch_bound(longest[0][0], ", ".join(data.mix or [data.train_manifest]), data.batch_seconds)
+    report = SkipReport(", ".join(data.mix or [data.train_manifest]), kept=sum(u.kept for u, _, _ in sources))
+    for _, _, r in sources:
+        report.reasons.update(r.reasons)
+    plan: Any = ClaimedBatchSampler(units, claims) if claims else RoundRobinPlan(units, rank, world)
+    loader = build_loader(dataset, EpochTagged(plan), data, pin_memory)
+    return TrainingData(report.kept, report, loader, plan, dataset, val_loader, val_n, plan.batches_per_epoch(1),
+                        domains, longest, plain)
+
+
+def _plain(dataset: ShardDataset, comps: "Components") -> ShardDataset:
+    """The same shard set without augmentation (the pre-scan reads the longest utterances through it)."""
+    return ShardDataset(dataset.index, comps.features, comps.tokenizer, comps.normalizer, LabelCheck(comps))
+
+
 def _training_utterances(data: DataConfig, seed: int, comps: "Components"
                          ) -> tuple[list[Utterance], SkipReport, MixPlan | None, dict[str, int]]:
     """The training utterances; with data.mix, every domain's one after another and the plan that mixes them."""
@@ -217,8 +249,7 @@ def _training_utterances(data: DataConfig, seed: int, comps: "Components"
         utts, report = load_utterances(data.train_manifest, comps, data, data.filter, data.train_slice)
         return utts, report, None, {}
     if any(is_shard_index(m) for m in data.mix):
-        raise ConfigError("data.mix takes manifests; shard indexes cannot be mixed yet (give one as "
-                          "data.train_manifest, or mix their source manifests)")
+        raise ConfigError("data.mix takes manifests or shard indexes, not both in one run")
     loaded = [load_utterances(m, comps, data, data.filter) for m in data.mix]
     sizes = [len(u) for u, _ in loaded]
     plan = MixPlan(sizes, domain_probabilities(sizes, data.mix_weights, data.mix_temperature), seed)

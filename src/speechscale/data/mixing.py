@@ -9,13 +9,23 @@ An epoch keeps its size (all domains' utterances together) and gives domain d ro
 its utterances as often as the quota allows, each the same number of times within one, the remainder a
 seeded random subset. The plan is a pure function of (seed, epoch), so resume stays O(1) and exact; the
 per-domain counts go into the log and, with the run's history, into every checkpoint.
+
+Shard sets (data/stream.py) mix batch by batch instead (`MixedUnits`): an epoch keeps (about) its size in
+samples and gives domain d as many of its own duration-bucketed batches as carry p_d of the samples,
+interleaved in a seeded order; a domain above its share repeats its epoch's batches, one below it takes a
+prefix of its shuffled epoch (a random subset of its shards). With the default weights every utterance of
+every domain is read once per epoch, as from one corpus.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from .plan import Units
 
 
 def domain_probabilities(sizes: Sequence[int], weights: Sequence[float] = (), temperature: float = 1.0
@@ -38,8 +48,9 @@ def quotas(probs: Sequence[float], total: int) -> list[int]:
 
 def domain_names(manifests: Sequence[str]) -> list[str]:
     """Short unique names: the file's stem, with its folder when two stems collide."""
-    stems = [Path(m).stem for m in manifests]
-    return [s if stems.count(s) == 1 else f"{Path(m).parent.name}_{s}" for s, m in zip(stems, manifests)]
+    paths = [Path(m) if Path(m).suffix else Path(m) / "index.jsonl" for m in manifests]
+    stems = [p.parent.name if p.name == "index.jsonl" else p.stem for p in paths]  # a shard index: its folder
+    return [s if stems.count(s) == 1 else f"{p.parent.name}_{s}" for s, p in zip(stems, paths)]
 
 
 class MixPlan:
@@ -57,3 +68,61 @@ class MixPlan:
             rest = torch.randperm(size, generator=gen)[: quota % size].tolist()
             out += [start + i for i in list(range(size)) * (quota // size) + rest]
         return out
+
+
+class MixedUnits:
+    """`Units` of several domains' streams mixed batch by batch (see the module doc). Domain d's utterance
+    ids are offset by `bases[d]`. Per epoch it keeps three arrays of one entry per batch (domain, the
+    domain's batch number, samples before it): a few bytes per batch."""
+
+    def __init__(self, parts: Sequence["Units"], probs: Sequence[float], bases: Sequence[int], seed: int) -> None:
+        self.parts, self.probs, self.bases, self.seed = list(parts), list(probs), list(bases), seed
+        self._epochs: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]] = {}
+
+    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        if epoch not in self._epochs:
+            sizes = [p.num_units(epoch) for p in self.parts]
+            total = sum(p.epoch_samples(epoch) for p in self.parts)
+            q = [self._batches_for(epoch, d, p * total) for d, p in enumerate(self.probs)]
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch + 104_729)
+            labels = np.repeat(np.arange(len(q), dtype=np.int16), q)[torch.randperm(sum(q), generator=gen).numpy()]
+            nth = np.zeros(len(labels), dtype=np.int64)  # the domain's batch number of each batch
+            for d in range(len(q)):
+                nth[labels == d] = np.arange(q[d]) % sizes[d]
+            lens = np.fromiter((len(self.parts[d].unit(epoch, int(j))) for d, j in zip(labels, nth)), np.int64,
+                               len(labels))
+            self._epochs = {e: v for e, v in self._epochs.items() if e > epoch - 2}
+            self._epochs[epoch] = (labels, nth, np.concatenate([[0], np.cumsum(lens)]), q)
+        return self._epochs[epoch]
+
+    def _batches_for(self, epoch: int, d: int, target: float) -> int:
+        """How many of domain d's batches (repeating its epoch's as needed) carry `target` samples, to within
+        half a batch (its batches differ in size)."""
+        part, n = self.parts[d], self.parts[d].num_units(epoch)
+        k, got = 0, 0
+        while target > 0:
+            size = len(part.unit(epoch, k % n))
+            if got + size / 2 > target:
+                break
+            k, got = k + 1, got + size
+        return max(k, 1 if target > 0 else 0)
+
+    def num_units(self, epoch: int) -> int:
+        return len(self._epoch(epoch)[0])
+
+    def unit(self, epoch: int, k: int) -> list[int]:
+        labels, nth, _, _ = self._epoch(epoch)
+        d = int(labels[k])
+        return [self.bases[d] + i for i in self.parts[d].unit(epoch, int(nth[k]))]
+
+    def offset(self, epoch: int, k: int) -> int:
+        return int(self._epoch(epoch)[2][k])
+
+    def epoch_samples(self, epoch: int) -> int:
+        return int(self._epoch(epoch)[2][-1])
+
+    def domain_samples(self, epoch: int) -> list[int]:
+        """Samples each domain contributes to `epoch`."""
+        labels, _, cum, _ = self._epoch(epoch)
+        lens = np.diff(cum)
+        return [int(lens[labels == d].sum()) for d in range(len(self.parts))]

@@ -160,3 +160,23 @@ class ShardDataset(SpeechDataset):
         if why:
             raise TextError(f"{url} member {key}.json: {why}")
         return wav, text, f"{url} member {name}", duration
+
+
+class MixedShardDataset(SpeechDataset):
+    """Several shard sets as one dataset: domain d's utterance ids follow the earlier domains' (`bases`)."""
+
+    def __init__(self, parts: list[ShardDataset], augment: AugmentConfig | None = None, seed: int = 0,
+                 min_seconds: float = 0.0) -> None:
+        first = parts[0]
+        super().__init__([], first.features, first.tokenizer, augment, seed=seed, min_seconds=min_seconds)
+        self.parts = parts
+        self.bases = [0]
+        for p in parts:
+            self.bases.append(self.bases[-1] + len(p))
+
+    def __len__(self) -> int:
+        return self.bases[-1]
+
+    def _load(self, i: int) -> tuple[np.ndarray, str, str, float]:
+        d = bisect.bisect_right(self.bases, i) - 1
+        return self.parts[d]._load(i - self.bases[d])

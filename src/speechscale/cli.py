@@ -352,9 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="config overrides, values in YAML, e.g. trainer.max_steps=100 augment.speed=[0.9,1.1]")
     t.set_defaults(func=cmd_train)
 
-    e = command(sub, "eval", "WER/CER of a checkpoint on a manifest")
+    e = command(sub, "eval", "WER/CER of a checkpoint on a manifest or shard index")
     e.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
-    e.add_argument("--manifest", required=True, help="JSONL manifest with audio_filepath, duration, text")
+    e.add_argument("--manifest", required=True,
+                   help="JSONL manifest with audio_filepath, duration, text; or a shard index (index.jsonl, its "
+                        "folder or an fsspec URL)")
     e.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     e.add_argument("--batch-seconds", type=_positive(float), default=120.0,
                    help="audio seconds per evaluation batch (lower it if memory runs out)")

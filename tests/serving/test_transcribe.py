@@ -29,6 +29,18 @@ def test_eval_json_and_table(ldc_checkpoint):
     assert "WER" in table and "CER" in table
 
 
+def test_eval_reads_a_shard_index_as_it_reads_the_manifest(ldc_checkpoint, tmp_path):
+    from speechscale.data.shards import write_shards
+
+    m = str(shared("ldc93s1", "manifest.jsonl"))
+    write_shards(m, tmp_path / "sh", shard_size=2)
+    plain = json.loads(run_cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json").stdout)
+    sharded = json.loads(run_cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(tmp_path / "sh"),
+                                 "--json").stdout)
+    assert sharded["utterances"] == plain["utterances"] == 3
+    assert sharded["wer"] == pytest.approx(plain["wer"]) and sharded["cer"] == pytest.approx(plain["cer"])
+
+
 def test_transcribe_any_format_rate_and_channels(ldc_checkpoint, tmp_path):
     jfk = shared("jfk", "jfk.flac")  # 44.1 kHz stereo 24-bit flac
     stereo = shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav")

@@ -12,6 +12,7 @@ so a shard that does not match its index is detected, not misread.
 """
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import math
@@ -185,9 +186,11 @@ class ShardIndex:
                                                                             delete=False) as dst:
                 while chunk := src.read(1 << 20):
                     dst.write(chunk)
-                return dst.name
         except Exception as e:  # fsspec raises per-backend types
             raise ShardError(f"shard index {path} cannot be read: {type(e).__name__}: {e}") from None
+        owner = os.getpid()  # loader workers share the copy; the process that made it removes it at exit
+        atexit.register(lambda: os.getpid() == owner and os.path.exists(dst.name) and os.unlink(dst.name))
+        return dst.name
 
     @property
     def utterances(self) -> int:

@@ -52,3 +52,28 @@ def ldc_checkpoint(tmp_path_factory) -> Path:
     proc = run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={out}")
     assert (out / "checkpoints" / "best.pt").is_file(), proc.stderr
     return out / "checkpoints" / "best.pt"
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    """A moto S3 server on a free loopback port with one bucket; s3fs pointed at it."""
+    import boto3
+    import fsspec
+    from moto.server import ThreadedMotoServer
+
+    from tests.distributed.launch import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+                 "AWS_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL_S3": endpoint}.items():
+        monkeypatch.setenv(k, v)
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="ckpts")
+    fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = endpoint
+    try:
+        yield endpoint
+    finally:
+        fsspec.config.conf.pop("s3", None)
+        server.stop()

@@ -54,6 +54,13 @@ def cmd_data_shard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export.exporter import export_model
+
+    print(json.dumps(export_model(args.checkpoint, args.format, args.out)))
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .config import ConfigError, dump_config, load_config
     from .training.trainer import train
@@ -113,7 +120,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 
     check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
     refs = _references(args.manifest)
-    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds)
+    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend)
     failed = 0
     for f in args.files:
         try:
@@ -255,6 +262,14 @@ def cmd_bench_loader(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_export(args: argparse.Namespace) -> int:
+    from .bench.export import bench_export
+
+    for row in bench_export(args.model.split(","), args.seconds, args.repeats, threads=args.threads):
+        print(json.dumps(row), flush=True)
+    return 0
+
+
 def cmd_bench_memory(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -363,7 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_eval)
 
     r = command(sub, "transcribe", "transcribe audio files (any format, rate, channels, length)")
-    r.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
+    r.add_argument("--checkpoint", required=True,
+                   help="a speechscale checkpoint (.pt), local path or URL; with --backend onnx|torchscript the "
+                        "file `speechscale export` wrote")
+    r.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"],
+                   help="run the model in PyTorch, onnxruntime or TorchScript")
     r.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, ...) to transcribe")
     r.add_argument("--json", action="store_true", help="one JSON object per file")
     r.add_argument("--chunk-seconds", type=float, default=20.0,
@@ -371,6 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--manifest", default=None,
                    help="a manifest holding these files: print each one's reference text and WER beside it")
     r.set_defaults(func=cmd_transcribe)
+
+    x = command(sub, "export", "a checkpoint's acoustic model as ONNX or TorchScript (dynamic batch and time)")
+    x.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
+    x.add_argument("--format", required=True, choices=["onnx", "torchscript"], help="the file format")
+    x.add_argument("--out", required=True, type=Path, help="the file to write (e.g. model.onnx, model.ts)")
+    x.set_defaults(func=cmd_export)
 
     b = command(sub, "bench", "benchmarks")
     bsub = b.add_subparsers(dest="bench", required=True, metavar="BENCHMARK", parser_class=_Parser)
@@ -431,6 +456,12 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--shard-size", type=_positive(int), default=100, help="utterances per shard (--source shards)")
     bl.add_argument("--batch-seconds", type=_positive(float), default=60.0, help="padded audio seconds per batch")
     bl.set_defaults(func=cmd_bench_loader)
+    be = command(bsub, "export", "inference latency per clip: PyTorch vs ONNX Runtime vs TorchScript, as JSON")
+    be.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")
+    be.add_argument("--seconds", type=_positive(float), default=5.0, help="clip length")
+    be.add_argument("--repeats", type=_positive(int), default=20, help="timed rounds (after 3 warm-up rounds)")
+    be.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
+    be.set_defaults(func=cmd_bench_export)
     bm = command(bsub, "memory", "loader process memory (RSS, measured) against corpus size: shards vs a manifest")
     bm.add_argument("--utterances", type=lambda x: [int(v) for v in x.split(",")], default=[10000, 100000],
                     help="comma-separated corpus sizes (a synthetic index over real shards)")

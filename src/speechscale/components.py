@@ -45,22 +45,35 @@ def build_components(cfg: Config) -> Components:
     return Components(normalizer, tokenizer, features, model, cfg.model.name, dict(cfg.model.overrides))
 
 
+def describe(state: dict[str, Any]) -> dict[str, Any]:
+    """The model description of a loaded checkpoint, as plain data: everything but the weights that
+    transcription needs (normalizer, tokenizer, features, architecture). Exported models carry it too."""
+    if "meta" in state:  # format 2 stored it beside the weights
+        return {"meta": state["meta"]}
+    return {"config": state["config"]}
+
+
+def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | None = None) -> Components:
+    """Components from a model description (`describe`), with `weights` loaded and in eval mode when given."""
+    if "meta" not in desc:
+        comps = build_components(from_dict(Config, desc["config"]))
+    else:
+        meta = desc["meta"]
+        normalizer = TextNormalizer(**meta["normalizer"])
+        tokenizer = CharTokenizer(**meta["tokenizer"])
+        features = FeatureExtractor(from_dict(FeatureConfig, meta["features"], where="checkpoint.features"))
+        model = build_model(meta["model_name"], meta["model_overrides"], features.num_features, tokenizer.vocab_size)
+        comps = Components(normalizer, tokenizer, features, model, meta["model_name"], meta["model_overrides"])
+    if weights is not None:
+        comps.model.load_state_dict(weights)
+        comps.model.eval()
+    return comps
+
+
 def components_from_checkpoint(state: dict[str, Any]) -> Components:
     """Components with weights loaded, in eval mode, from a loaded checkpoint dict: built from its config
     (format 3), or from the `meta` block that format 2 stored beside it."""
-    if "meta" not in state:
-        comps = build_components(from_dict(Config, state["config"]))
-        comps.model.load_state_dict(state["model"])
-        comps.model.eval()
-        return comps
-    meta = state["meta"]
-    normalizer = TextNormalizer(**meta["normalizer"])
-    tokenizer = CharTokenizer(**meta["tokenizer"])
-    features = FeatureExtractor(from_dict(FeatureConfig, meta["features"], where="checkpoint.features"))
-    model = build_model(meta["model_name"], meta["model_overrides"], features.num_features, tokenizer.vocab_size)
-    model.load_state_dict(state["model"])
-    model.eval()
-    return Components(normalizer, tokenizer, features, model, meta["model_name"], meta["model_overrides"])
+    return components_from_description(describe(state), state["model"])
 
 
 def load_components(path: str | Path) -> Components:

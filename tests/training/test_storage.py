@@ -1,35 +1,11 @@
 """Checkpoints in object storage: a real S3-compatible server (moto) on loopback, and fsspec's memory://."""
 import pytest
-from moto.server import ThreadedMotoServer
 
 from speechscale.config import load_config
 from speechscale.training import storage
 from speechscale.training.checkpoint import CheckpointError, load_checkpoint, newest_checkpoint
 from speechscale.training.trainer import Trainer
-from tests.distributed.launch import free_port
 from tests.conftest import run_cli, shared
-
-
-@pytest.fixture
-def s3(monkeypatch):
-    """A moto S3 server on a free loopback port with one bucket; s3fs pointed at it."""
-    import boto3
-    import fsspec
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-                 "AWS_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL_S3": endpoint}.items():
-        monkeypatch.setenv(k, v)
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="ckpts")
-    fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = endpoint
-    try:
-        yield endpoint
-    finally:
-        fsspec.config.conf.pop("s3", None)
-        server.stop()
 
 
 def _cfg(out, *extra):

@@ -88,7 +88,8 @@ class LSTMCTC(nn.Module):
         b, f, t = x.shape
         k, s = self.cfg.stack, self.cfg.stride
         x = nn.functional.pad(x, (0, k - 1))  # (B, F, T + k - 1): the last stacks read zeros
-        x = x.unfold(2, k, 1)[:, :, ::s]  # (B, F, T', k)
+        # frame j of each stack is the input shifted by j: x.unfold(2, k, 1), written so that it exports
+        x = torch.stack([x[:, :, j:j + t] for j in range(k)], dim=-1)[:, :, ::s]  # (B, F, T', k)
         x = x.permute(0, 2, 3, 1).reshape(b, x.shape[2], k * f)  # (B, T', k*F), frame-major
         lengths = self.output_lengths(lengths)
         mask = length_mask(lengths, x.shape[1], x.device)

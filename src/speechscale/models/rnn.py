@@ -101,12 +101,23 @@ class RecurrentLayer(nn.Module):
         backward direction runs forward over each utterance reversed within its own length. Packed
         sequences on CPU zero-fill a full gradient buffer per time step (quadratic in T); this does not.
         (B, T, H_in) -> (B, T, dirs*H); padded frames hold garbage (the caller masks)."""
-        out, _ = functional_call(self._one_way, self._weights(self._weight_names, dtype), (x,))
+        out = self._one_way_run(x, self._weights(self._weight_names, dtype))
         if not self.bidirectional:
             return out
         t = x.shape[1]
         idx = (lengths.to(x.device)[:, None] - 1 - torch.arange(t, device=x.device)[None]).clamp(min=0)  # (B, T)
         bw = self._weights(self._weight_names, dtype, "_reverse")
-        rev, _ = functional_call(self._one_way, bw, (x.gather(1, idx[..., None].expand(-1, -1, x.shape[2])),))
+        rev = self._one_way_run(x.gather(1, idx[..., None].expand(-1, -1, x.shape[2])), bw)
         rev = rev.gather(1, idx[..., None].expand(-1, -1, rev.shape[2]))  # back to time order
         return torch.cat([out, rev], dim=-1)
+
+    def _one_way_run(self, x: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One direction over (B, T, H_in) with these weights -> (B, T, H). Under tracing (ONNX and
+        TorchScript export, which cannot trace functional_call) the same RNN op is called directly."""
+        if not torch.jit.is_tracing():
+            return functional_call(self._one_way, weights, (x,))[0]
+        h0 = x.new_zeros(1, x.shape[0], self.hidden)
+        params = [weights[n] for n in self._weight_names]  # w_ih, w_hh, b_ih, b_hh: the op's order
+        if self.rnn_type == "gru":
+            return torch.gru(x, h0, params, True, 1, 0.0, False, False, True)[0]
+        return torch.lstm(x, (h0, h0), params, True, 1, 0.0, False, False, True)[0]

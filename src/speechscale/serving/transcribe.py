@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,9 +53,18 @@ def check_chunk_seconds(seconds: float) -> None:
 class Transcriber:
     """A model loaded from a checkpoint, ready to transcribe waveforms or files."""
 
-    def __init__(self, checkpoint: str | Path, chunk_seconds: float = 20.0) -> None:
+    def __init__(self, checkpoint: str | Path, chunk_seconds: float = 20.0, backend: str = "torch") -> None:
+        """`checkpoint`: a speechscale checkpoint (backend torch) or a file of `speechscale export` (backend
+        onnx: onnxruntime; torchscript: torch.jit)."""
         check_chunk_seconds(chunk_seconds)
-        self.comps = load_components(checkpoint)
+        if backend == "torch":
+            self.comps = load_components(checkpoint)
+            self.model: Any = self.comps.model
+        else:
+            from ..export.runtime import ExportedModel
+
+            self.model = ExportedModel(checkpoint, backend)
+            self.comps = self.model.components()
         self.sample_rate = self.comps.features.cfg.sample_rate
         self.chunk_seconds = chunk_seconds
 
@@ -66,7 +76,7 @@ class Transcriber:
         texts = []
         for piece in pieces:
             feats = self.comps.features(torch.from_numpy(np.ascontiguousarray(piece)))  # (F, T)
-            logits, lens = self.comps.model(feats[None], torch.tensor([feats.shape[1]]))
+            logits, lens = self.model(feats[None], torch.tensor([feats.shape[1]]))
             texts.append(greedy_decode(logits, lens, self.comps.tokenizer)[0])
         return " ".join(t for t in texts if t)
 

@@ -1,0 +1,77 @@
+"""`speechscale export`: a checkpoint's acoustic model as ONNX or TorchScript with a dynamic time axis.
+
+    speechscale export --checkpoint runs/demo/checkpoints/best.pt --format onnx --out demo.onnx
+
+The exported graph maps features to log-probabilities: inputs `features` (B, F, T) float32 and `lengths`
+(B,) int64, outputs `log_probs` (B, T', V) and `out_lengths` (B,); batch and time are dynamic. Features
+stay outside the graph (torch.stft does not export to ONNX in torch 2.13): the runtime computes them with
+the same FeatureExtractor from the model description the file carries (`describe()`: the checkpoint's
+config), stored as ONNX metadata (`speechscale`) or a TorchScript extra file (`speechscale.json`).
+
+ONNX uses the TorchScript-based exporter (`dynamo=False`): torch 2.13's default dynamo exporter fixes a
+GRU's time axis to the example's length while the file claims a dynamic one.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..components import components_from_checkpoint, describe
+from ..config import ConfigError
+
+FORMATS = ("onnx", "torchscript")
+META_KEY = "speechscale"  # ONNX metadata key / TorchScript extra file stem holding the model description
+EXAMPLE_FRAMES = 237      # the example input's length: tests check parity at other lengths
+
+
+class LogProbs(nn.Module):
+    """The acoustic model as exported: features (B, F, T), lengths (B,) -> log_probs (B, T', V), lengths (B,)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, out_lengths = self.model(feats, lengths)
+        return logits.float().log_softmax(-1), out_lengths
+
+
+def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str, Any]:
+    """Write the checkpoint's model to `out` in format `fmt` (onnx | torchscript); returns a summary."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    from ..training.checkpoint import load_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    comps = components_from_checkpoint(state)
+    desc = json.dumps(describe(state))
+    wrapper = LogProbs(comps.model).eval()
+    example = (torch.randn(1, comps.features.num_features, EXAMPLE_FRAMES), torch.tensor([EXAMPLE_FRAMES]))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about Python values in shape arithmetic
+        if fmt == "onnx":
+            _onnx(wrapper, example, out, desc)
+        else:
+            traced = torch.jit.trace(wrapper, example, check_trace=False)
+            torch.jit.save(traced, str(out), _extra_files={f"{META_KEY}.json": desc})
+    return {"format": fmt, "out": str(out), "bytes": out.stat().st_size, "model": comps.model_name,
+            "parameters": sum(p.numel() for p in comps.model.parameters())}
+
+
+def _onnx(wrapper: nn.Module, example: tuple[torch.Tensor, torch.Tensor], out: Path, desc: str) -> None:
+    import onnx
+
+    torch.onnx.export(wrapper, example, str(out), dynamo=False, opset_version=17,
+                      input_names=["features", "lengths"], output_names=["log_probs", "out_lengths"],
+                      dynamic_axes={"features": {0: "batch", 2: "frames"}, "lengths": {0: "batch"},
+                                    "log_probs": {0: "batch", 1: "out_frames"}, "out_lengths": {0: "batch"}})
+    model = onnx.load(str(out))
+    model.metadata_props.add(key=META_KEY, value=desc)
+    onnx.save(model, str(out))

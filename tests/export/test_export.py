@@ -1,0 +1,81 @@
+"""Export to ONNX and TorchScript: every registry model keeps a dynamic time axis and matches PyTorch."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from speechscale.components import build_components
+from speechscale.config import load_config, to_dict
+from speechscale.export.exporter import EXAMPLE_FRAMES, LogProbs, export_model
+from speechscale.export.runtime import ExportedModel
+from speechscale.models.registry import MODELS
+from tests.conftest import main_cli, run_cli, shared
+
+SMALL = ["ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny"]
+LARGE = [m for m in MODELS if m not in SMALL]
+
+
+def _checkpoint(tmp_path, model):
+    """A format-3 checkpoint of `model` with its initial weights (seeded), written by torch.save."""
+    torch.manual_seed(0)
+    cfg = load_config(None, [f"model.name={model}"])
+    comps = build_components(cfg)
+    path = tmp_path / f"{model}.pt"
+    torch.save({"format_version": 3, "config": to_dict(cfg), "model": comps.model.state_dict()}, path)
+    return path, LogProbs(comps.model.eval())
+
+
+def _parity(tmp_path, model, fmt):
+    ckpt, reference = _checkpoint(tmp_path, model)
+    out = tmp_path / f"{model}.{fmt}"
+    summary = export_model(ckpt, fmt, out)
+    assert summary["format"] == fmt and out.stat().st_size > 0
+    exported = ExportedModel(out, fmt)
+    torch.manual_seed(1)
+    frames = [EXAMPLE_FRAMES + 164, EXAMPLE_FRAMES - 90]  # neither is the example's length
+    feats = torch.randn(2, exported.components().features.num_features, max(frames))
+    lengths = torch.tensor(frames)
+    with torch.no_grad():
+        want, want_lens = reference(feats, lengths)
+    got, got_lens = exported(feats, lengths)
+    assert got.shape == want.shape and torch.equal(got_lens, want_lens)
+    for b, n in enumerate(want_lens.tolist()):  # padded frames beyond each length are not compared
+        assert float((got[b, :n] - want[b, :n]).abs().max()) < 1e-3, (model, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("model", SMALL)
+def test_small_models_export_with_a_dynamic_time_axis(tmp_path, model, fmt):
+    _parity(tmp_path, model, fmt)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("model", LARGE)
+def test_full_size_models_export_with_a_dynamic_time_axis(tmp_path, model, fmt):
+    _parity(tmp_path, model, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_exported_model_transcribes_as_the_checkpoint_does(ldc_checkpoint, tmp_path, fmt):
+    out = tmp_path / f"ldc.{fmt}"
+    summary = json.loads(run_cli("export", "--checkpoint", str(ldc_checkpoint), "--format", fmt, "--out",
+                                 str(out)).stdout)
+    assert summary["out"] == str(out) and summary["model"] == "ds2-tiny"
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    torch_text = json.loads(run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", wav).stdout)["text"]
+    exported = json.loads(run_cli("transcribe", "--backend", fmt, "--checkpoint", str(out), "--json", wav).stdout)
+    assert exported["text"] == torch_text == "she had your dark suit in greasy wash water all year"
+
+
+def test_a_file_that_is_not_an_export_is_one_clear_error(ldc_checkpoint, capsys, tmp_path):
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    for backend in ("onnx", "torchscript"):
+        code, _, err = main_cli(capsys, "transcribe", "--backend", backend, "--checkpoint", str(ldc_checkpoint), wav)
+        expected = {"onnx": "not an ONNX file", "torchscript": "not a TorchScript file"}[backend]
+        assert code == 2 and expected in err, err
+        assert len(err.strip().splitlines()) == 1
+    code, _, err = main_cli(capsys, "export", "--checkpoint", str(tmp_path / "none.pt"), "--format", "onnx",
+                            "--out", str(tmp_path / "x.onnx"))
+    assert code == 2 and "checkpoint not found" in err

@@ -54,6 +54,30 @@ def cmd_data_shard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _decoder_config(args: argparse.Namespace) -> Any:
+    from .decoding.decoders import DecoderConfig
+
+    return DecoderConfig(name=args.decoder, beam_width=args.beam_width, lm=args.lm or "", alpha=args.alpha,
+                         beta=args.beta, lexicon=args.lexicon or "")
+
+
+def _decoder_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--decoder", default="greedy", choices=["greedy", "beam", "lexicon"],
+                   help="greedy, beam search (with --lm: over the LM's words), or lexicon (only --lexicon's words)")
+    p.add_argument("--beam-width", type=_positive(int), default=50, help="beam search: hypotheses kept")
+    p.add_argument("--lm", default=None, help="a KenLM word model (ARPA or binary), e.g. from `speechscale lm build`")
+    p.add_argument("--alpha", type=float, default=0.5, help="LM weight")
+    p.add_argument("--beta", type=float, default=1.0, help="bonus per word")
+    p.add_argument("--lexicon", default=None, help="a word list, one word a line (the lexicon decoder)")
+
+
+def cmd_lm_build(args: argparse.Namespace) -> int:
+    from .decoding.lm import build_arpa
+
+    print(json.dumps(build_arpa(args.text, args.order, args.out)))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from .export.exporter import export_model
 
@@ -89,12 +113,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg.data.batch_seconds = args.batch_seconds
     cfg.data.max_duration = 1e9
     loader, report, _ = eval_loader(args.manifest, comps, cfg.data)
-    res = evaluate(comps.model, loader, comps.tokenizer)
+    from .decoding.decoders import build_decoder
+
+    decoder = build_decoder(_decoder_config(args), comps.tokenizer, comps.normalizer)
+    res = evaluate(comps.model, loader, comps.tokenizer, decoder=decoder)
     reasons = dict(report.reasons)
     for reason, n in res.skipped_reasons.items():
         reasons[reason] = reasons.get(reason, 0) + n
     out = {"wer": res.wer, "cer": res.cer, "utterances": res.utterances, "skipped": report.skipped + res.skipped,
-           "skipped_reasons": reasons, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint)}
+           "skipped_reasons": reasons, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint),
+           "decoder": args.decoder}
     if args.json:
         print(json.dumps(out))
     else:
@@ -120,7 +148,8 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 
     check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
     refs = _references(args.manifest)
-    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend)
+    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
+                      decoder=_decoder_config(args))
     failed = 0
     for f in args.files:
         try:
@@ -373,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSONL manifest with audio_filepath, duration, text; or a shard index (index.jsonl, its "
                         "folder or an fsspec URL)")
     e.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    _decoder_args(e)
     e.add_argument("--batch-seconds", type=_positive(float), default=120.0,
                    help="audio seconds per evaluation batch (lower it if memory runs out)")
     e.set_defaults(func=cmd_eval)
@@ -383,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "file `speechscale export` wrote")
     r.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"],
                    help="run the model in PyTorch, onnxruntime or TorchScript")
+    _decoder_args(r)
     r.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, ...) to transcribe")
     r.add_argument("--json", action="store_true", help="one JSON object per file")
     r.add_argument("--chunk-seconds", type=float, default=20.0,
@@ -390,6 +421,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--manifest", default=None,
                    help="a manifest holding these files: print each one's reference text and WER beside it")
     r.set_defaults(func=cmd_transcribe)
+
+    lm = command(sub, "lm", "language models: build a Kneser-Ney ARPA model from text")
+    lsub = lm.add_subparsers(dest="lm_action", required=True, metavar="ACTION", parser_class=_Parser)
+    lb = command(lsub, "build", "text (one sentence a line) -> a Kneser-Ney ARPA model with <unk>")
+    lb.add_argument("text", help="a text file, one sentence a line (normalized as training targets are)")
+    lb.add_argument("--order", type=_positive(int), default=3, help="n-gram order")
+    lb.add_argument("--out", required=True, type=Path, help="the ARPA file to write")
+    lb.set_defaults(func=cmd_lm_build)
 
     x = command(sub, "export", "a checkpoint's acoustic model as ONNX or TorchScript (dynamic batch and time)")
     x.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")

@@ -13,7 +13,6 @@ import torch
 
 from ..components import load_components
 from ..data.audio import load_audio
-from ..decoding.greedy import greedy_decode
 
 
 def split_points(wav: np.ndarray, sample_rate: int, chunk_s: float, search_s: float = 2.0) -> list[int]:
@@ -53,9 +52,10 @@ def check_chunk_seconds(seconds: float) -> None:
 class Transcriber:
     """A model loaded from a checkpoint, ready to transcribe waveforms or files."""
 
-    def __init__(self, checkpoint: str | Path, chunk_seconds: float = 20.0, backend: str = "torch") -> None:
+    def __init__(self, checkpoint: str | Path, chunk_seconds: float = 20.0, backend: str = "torch",
+                 decoder: Any = None) -> None:
         """`checkpoint`: a speechscale checkpoint (backend torch) or a file of `speechscale export` (backend
-        onnx: onnxruntime; torchscript: torch.jit)."""
+        onnx: onnxruntime; torchscript: torch.jit). `decoder`: a DecoderConfig (default greedy)."""
         check_chunk_seconds(chunk_seconds)
         if backend == "torch":
             self.comps = load_components(checkpoint)
@@ -65,6 +65,9 @@ class Transcriber:
 
             self.model = ExportedModel(checkpoint, backend)
             self.comps = self.model.components()
+        from ..decoding.decoders import build_decoder
+
+        self.decoder = build_decoder(decoder or "greedy", self.comps.tokenizer, self.comps.normalizer)
         self.sample_rate = self.comps.features.cfg.sample_rate
         self.chunk_seconds = chunk_seconds
 
@@ -77,7 +80,7 @@ class Transcriber:
         for piece in pieces:
             feats = self.comps.features(torch.from_numpy(np.ascontiguousarray(piece)))  # (F, T)
             logits, lens = self.model(feats[None], torch.tensor([feats.shape[1]]))
-            texts.append(greedy_decode(logits, lens, self.comps.tokenizer)[0])
+            texts.append(self.decoder(logits.float().log_softmax(-1), lens)[0])
         return " ".join(t for t in texts if t)
 
     def transcribe_file(self, path: str | Path) -> dict[str, object]:

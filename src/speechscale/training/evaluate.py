@@ -33,9 +33,11 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: torch.device | None = None,
-             autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> EvalResult:
+             autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+             decoder: Callable[[torch.Tensor, torch.Tensor], list[str]] | None = None) -> EvalResult:
     """Run `model` in eval mode over `loader` (yielding Batch) and score; restores the previous mode.
-    Batches move to `device` (default: the model's); `autocast` gives the forward pass's precision region."""
+    Batches move to `device` (default: the model's); `autocast` gives the forward pass's precision region;
+    `decoder` (decoding/decoders.py) turns log-probabilities into texts (default greedy)."""
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -57,7 +59,7 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
             # the training criterion (mean over the batch of loss per target token), summed back over the batch
             loss_sum += float(ctc(logits.log_softmax(-1).transpose(0, 1), batch.targets, out_lens,
                                   batch.target_lens)) * len(batch)
-            texts = greedy_decode(logits, out_lens, tokenizer)
+            texts = decoder(logits.log_softmax(-1), out_lens) if decoder else greedy_decode(logits, out_lens, tokenizer)
             metric.update(batch.texts, texts)
             hyps.update(zip(batch.indices, texts))
     finally:

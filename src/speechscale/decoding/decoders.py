@@ -1,0 +1,167 @@
+"""CTC decoders behind one interface: log-probabilities (B, T, V) and lengths (B,) -> one text each.
+
+    greedy   best class per frame, repeats merged, blanks dropped
+    beam     beam search (flashlight-text); with a KenLM word model (`lm`) its vocabulary is the lexicon,
+             `alpha` weighs the LM and `beta` is a bonus per word; without one, a lexicon-free search
+    lexicon  beam search that may emit only the words of `lexicon` (a closed vocabulary), optionally
+             with the LM
+
+    >>> decoder = build_decoder("greedy", tokenizer)          # doctest: +SKIP
+    >>> decoder(log_probs, lengths)                           # doctest: +SKIP
+
+flashlight-text is the search (a wheel, no build); kenlm-ex provides `import kenlm` for the word
+scores. The LM reaches flashlight's decoder through `_FlashlightLM`, a Python LM over KenLM's state API.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import torch
+
+from ..config import ConfigError
+from ..data.text import BLANK, CharTokenizer
+from .greedy import greedy_decode
+
+DECODERS = ("greedy", "beam", "lexicon")
+
+
+class Decoder(Protocol):
+    def __call__(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]: ...
+
+
+@dataclass
+class DecoderConfig:
+    """How to decode; travels as plain data (CLI flags, tune-lm's result)."""
+
+    name: str = "greedy"
+    beam_width: int = 50
+    lm: str = ""                 # a KenLM model (ARPA or binary)
+    alpha: float = 0.5           # LM weight (natural-log LM score x alpha)
+    beta: float = 1.0            # bonus per emitted word
+    lexicon: str = ""            # a word list, one word a line (lexicon decoder)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def build_decoder(cfg: DecoderConfig | str, tokenizer: CharTokenizer,
+                  normalize: Callable[[str], str] | None = None) -> Decoder:
+    """The decoder `cfg` names (a DecoderConfig or just a name)."""
+    cfg = DecoderConfig(name=cfg) if isinstance(cfg, str) else cfg
+    if cfg.name not in DECODERS:
+        raise ConfigError(f"decoder must be one of {', '.join(DECODERS)}, not {cfg.name!r}")
+    if cfg.name == "greedy":
+        return lambda log_probs, lengths: greedy_decode(log_probs, lengths, tokenizer)
+    if cfg.name == "lexicon" and not cfg.lexicon:
+        raise ConfigError("the lexicon decoder needs --lexicon (a word list, one word a line)")
+    return BeamDecoder(cfg, tokenizer, normalize)
+
+
+class BeamDecoder:
+    """flashlight-text's lexicon-free or lexicon beam search over CTC log-probabilities."""
+
+    def __init__(self, cfg: DecoderConfig, tokenizer: CharTokenizer,
+                 normalize: Callable[[str], str] | None = None) -> None:
+        from flashlight.lib.text import decoder as fl
+
+        self.tokenizer = tokenizer
+        if " " not in tokenizer.alphabet:
+            raise ConfigError("beam search needs the space character in the alphabet (the word separator)")
+        self.space = tokenizer.encode(" ")[0]
+        words = _read_words(cfg.lexicon, normalize) if cfg.lexicon else []
+        scorer = None
+        if cfg.lm:
+            from .lm import KenLMScorer
+
+            scorer = KenLMScorer(cfg.lm)
+            if not words:
+                words = scorer.vocabulary(cfg.lm) if not Path(cfg.lm).suffix == ".bin" else []
+        if scorer is not None and not words:
+            raise ConfigError("a binary LM needs --lexicon: its vocabulary cannot be read back")
+        self.words = words
+        if not words:  # lexicon-free, no LM: a plain beam over characters
+            opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tokenizer.vocab_size,
+                                                beam_threshold=50.0, lm_weight=0.0, sil_score=0.0, log_add=False,
+                                                criterion_type=fl.CriterionType.CTC)
+            self.decoder = fl.LexiconFreeDecoder(opts, fl.ZeroLM(), self.space, BLANK, [])
+            return
+        self.lm = _FlashlightLM(scorer, words) if scorer is not None else fl.ZeroLM()
+        trie = fl.Trie(tokenizer.vocab_size, self.space)
+        start = self.lm.start(False)
+        for i, w in enumerate(words):
+            spelling = tokenizer.encode(w)
+            if len(spelling) != len(w):
+                continue  # characters the model cannot emit
+            _, score = self.lm.score(start, i)
+            trie.insert(spelling + [self.space], i, score)
+        trie.smear(fl.SmearingMode.MAX)
+        opts = fl.LexiconDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tokenizer.vocab_size,
+                                        beam_threshold=50.0, lm_weight=cfg.alpha if scorer else 0.0,
+                                        word_score=cfg.beta, unk_score=float("-inf"), sil_score=0.0,
+                                        log_add=False, criterion_type=fl.CriterionType.CTC)
+        self.decoder = fl.LexiconDecoder(opts, trie, self.lm, self.space, BLANK, len(words), [], False)
+
+    def __call__(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
+        out = []
+        emissions = log_probs.float().cpu().contiguous()  # (B, T, V)
+        for b, n in enumerate(lengths.cpu().tolist()):
+            em = emissions[b, :n].contiguous()  # (T, V)
+            best = self.decoder.decode(em.data_ptr(), n, em.shape[1])[0]
+            if self.words:
+                text = " ".join(self.words[i] for i in best.words if 0 <= i < len(self.words))
+            else:
+                ids = [t for t in torch.tensor(best.tokens).unique_consecutive().tolist() if t != BLANK]
+                text = " ".join(self.tokenizer.decode(ids).split())
+            out.append(text)
+        return out
+
+
+def _read_words(path: str, normalize: Callable[[str], str] | None) -> list[str]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"lexicon not found: {path}")
+    seen: dict[str, None] = {}
+    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+        w = (normalize(line) if normalize else line).strip()
+        if w and " " not in w:
+            seen[w] = None
+    if not seen:
+        raise ConfigError(f"{path}: no words in it")
+    return list(seen)
+
+
+def _flashlight_lm_class() -> type:
+    from flashlight.lib.text.decoder import LM
+
+    class FlashlightLM(LM):
+        """A word LM for flashlight's decoder over KenLM's state API (natural-log scores)."""
+
+        def __init__(self, scorer: Any, words: list[str]) -> None:
+            LM.__init__(self)
+            self.scorer, self.words = scorer, words
+            self.states: dict[Any, Any] = {}
+
+        def start(self, start_with_nothing: bool) -> Any:
+            from flashlight.lib.text.decoder import LMState
+
+            state = LMState()
+            self.states[state] = self.scorer.begin()
+            return state
+
+        def score(self, state: Any, word: int) -> tuple[Any, float]:
+            out = state.child(word)
+            nxt, log10 = self.scorer.score(self.states[state], self.words[word] if word < len(self.words) else "<unk>")
+            self.states.setdefault(out, nxt)
+            return out, log10 * 2.302585092994046
+
+        def finish(self, state: Any) -> tuple[Any, float]:
+            out = state.child(-1)
+            nxt, log10 = self.scorer.score(self.states[state], "</s>")
+            self.states.setdefault(out, nxt)
+            return out, log10 * 2.302585092994046
+
+    return FlashlightLM
+
+
+def _FlashlightLM(scorer: Any, words: list[str]) -> Any:  # noqa: N802 (a class built on first use)
+    return _flashlight_lm_class()(scorer, words)

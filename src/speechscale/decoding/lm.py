@@ -1,0 +1,103 @@
+"""Word n-gram language models: build a Kneser-Ney ARPA file from text, and score words with KenLM.
+
+    speechscale lm build corpus.txt --order 3 --out lm.arpa
+
+`build_arpa` normalizes every line with the model's text normalizer and counts n-grams with kaldingram
+(pure Python, SRILM-compatible unmodified Kneser-Ney; KenLM's lmplz ships in no wheel). kaldingram writes
+no `<unk>`: the corpus gets one extra line holding `<unk>`, so the model gives unknown words the
+probability of a word seen once and every distribution still sums to one (tested). `KenLMScorer` reads
+ARPA or binary KenLM files through the `kenlm` module of the kenlm-ex wheel.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import ConfigError
+
+UNK = "<unk>"
+
+
+def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callable[[str], str] | None = None
+               ) -> dict[str, Any]:
+    """Write a Kneser-Ney ARPA model of `order` from the lines of `text` (normalized by `normalize`, default
+    the default TextNormalizer) to `out`; returns counts."""
+    from kaldingram.train import NgramCounts
+
+    from ..data.text import TextNormalizer
+
+    normalize = normalize or TextNormalizer()
+    if order < 1:
+        raise ConfigError(f"--order must be at least 1, not {order}")
+    text = Path(text)
+    if not text.is_file():
+        raise ConfigError(f"{text}: no such text file")
+    lines = 0
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="latin-1", errors="replace") as corpus, \
+            text.open(encoding="utf-8", errors="replace") as src:
+        for raw in src:
+            line = " ".join(normalize(raw).split())
+            if line:
+                corpus.write(line + "\n")
+                lines += 1
+        if not lines:
+            raise ConfigError(f"{text}: no words in it")
+        corpus.write(UNK + "\n")
+        corpus.flush()
+        with contextlib.redirect_stderr(io.StringIO()):  # kaldingram's progress bars
+            counts = NgramCounts(order)
+            counts.add_raw_counts_from_file(corpus.name)
+            counts.cal_discounting_constants()
+            counts.cal_f()
+            counts.cal_bow()
+            buf = io.StringIO()
+            counts.print_as_arpa(fout=buf)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(buf.getvalue(), encoding="utf-8")
+    ngrams = {n + 1: sum(len(c.word_to_f) for c in counts.counts[n].values()) for n in range(order)}
+    return {"out": str(out), "order": order, "lines": lines, "ngrams": ngrams}
+
+
+class KenLMScorer:
+    """log10 word probabilities from a KenLM model (ARPA or binary), with the state API."""
+
+    def __init__(self, path: str | Path) -> None:
+        import kenlm
+
+        if not Path(path).is_file():
+            raise ConfigError(f"language model not found: {path}")
+        try:
+            self.model = kenlm.Model(str(path))
+        except (OSError, RuntimeError) as e:
+            raise ConfigError(f"{path}: not a KenLM model (ARPA or binary): {e}") from None
+        self.kenlm = kenlm
+        self.order = self.model.order
+
+    def begin(self) -> Any:
+        state = self.kenlm.State()
+        self.model.BeginSentenceWrite(state)
+        return state
+
+    def score(self, state: Any, word: str) -> tuple[Any, float]:
+        """(next state, log10 P(word | state))."""
+        out = self.kenlm.State()
+        return out, self.model.BaseScore(state, word, out)
+
+    def vocabulary(self, arpa: str | Path) -> list[str]:
+        """The unigrams of an ARPA file (the words a lexicon-less beam search may emit)."""
+        words, inside = [], False
+        with open(arpa, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("\\1-grams:"):
+                    inside = True
+                elif line.startswith("\\"):
+                    if inside:
+                        break
+                elif inside and line.strip():
+                    w = line.split("\t")[1].strip()
+                    if w not in ("<s>", "</s>", UNK):
+                        words.append(w)
+        return words

@@ -1,0 +1,93 @@
+"""Decoders on real model output: greedy, beam (with and without a KenLM model), lexicon; the LM builder."""
+import json
+
+import pytest
+import torch
+
+from speechscale.components import load_components
+from speechscale.data.audio import load_audio
+from speechscale.decoding.decoders import DecoderConfig, build_decoder
+from speechscale.decoding.lm import UNK, KenLMScorer, build_arpa
+from speechscale.decoding.metrics import ErrorRate
+from tests.conftest import main_cli, run_cli, shared
+
+LDC = "she had your dark suit in greasy wash water all year"
+
+
+def _wer(ref, hyp):
+    m = ErrorRate()
+    m.update([ref], [hyp])
+    return m.wer
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lm")
+    (d / "text.txt").write_text("She had your dark suit, in greasy wash water all year.\nshe had a dark year\n"
+                                "wash your suit in water\n")
+    build_arpa(d / "text.txt", 3, d / "lm.arpa")
+    (d / "lexicon.txt").write_text("\n".join(sorted(set(LDC.split()) | {"a", "wash"})))
+    return d
+
+
+def test_the_built_lm_has_unk_and_every_distribution_sums_to_one(lm):
+    scorer = KenLMScorer(lm / "lm.arpa")
+    vocab = scorer.vocabulary(lm / "lm.arpa")
+    assert set(vocab) == set(LDC.split()) | {"a"} and UNK in (lm / "lm.arpa").read_text()
+    for history in ([], ["she"], ["she", "had"], ["dark"], ["water", "all"], ["nothing", "seen"]):
+        state = scorer.begin()
+        for w in history:
+            state, _ = scorer.score(state, w)
+        total = sum(10 ** scorer.score(state, w)[1] for w in [*vocab, "</s>", UNK])
+        assert total == pytest.approx(1.0, abs=1e-5), history
+
+
+def _log_probs(checkpoint, noise):
+    comps = load_components(checkpoint)
+    wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), comps.features.cfg.sample_rate)
+    feats = comps.features(torch.from_numpy(wav))
+    gen = torch.Generator().manual_seed(0)
+    feats = feats + noise * torch.randn(feats.shape, generator=gen)
+    with torch.no_grad():
+        logits, lens = comps.model(feats[None], torch.tensor([feats.shape[1]]))
+    return comps, logits.log_softmax(-1), lens
+
+
+def test_beam_without_lm_agrees_with_greedy_on_a_confident_model(ldc_checkpoint):
+    comps, lp, lens = _log_probs(ldc_checkpoint, 0.0)
+    greedy = build_decoder("greedy", comps.tokenizer)(lp, lens)
+    beam = build_decoder(DecoderConfig("beam", beam_width=8), comps.tokenizer)(lp, lens)
+    assert greedy == beam == [LDC]
+
+
+def test_an_lm_and_a_lexicon_repair_noisy_output(ldc_checkpoint, lm):
+    comps, lp, lens = _log_probs(ldc_checkpoint, 1.2)  # features buried in noise: greedy output degrades
+    greedy = build_decoder("greedy", comps.tokenizer)(lp, lens)[0]
+    with_lm = build_decoder(DecoderConfig("beam", lm=str(lm / "lm.arpa"), alpha=1.0, beta=2.0),
+                            comps.tokenizer)(lp, lens)[0]
+    lexicon = build_decoder(DecoderConfig("lexicon", lexicon=str(lm / "lexicon.txt")), comps.tokenizer,
+                            comps.normalizer)(lp, lens)[0]
+    words = set((lm / "lexicon.txt").read_text().split())
+    assert with_lm and lexicon and set(with_lm.split()) <= words and set(lexicon.split()) <= words
+    assert _wer(LDC, with_lm) < _wer(LDC, greedy), (greedy, with_lm)
+    assert _wer(LDC, lexicon) < _wer(LDC, greedy), (greedy, lexicon)
+
+
+def test_cli_builds_an_lm_and_decodes_with_it(ldc_checkpoint, lm, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text(LDC + "\n")
+    out = json.loads(run_cli("lm", "build", str(text), "--order", "2", "--out", str(tmp_path / "x.arpa")).stdout)
+    assert out["ngrams"]["1"] == 11 + 3  # the words, <s>, </s> and <unk>
+    m = str(shared("ldc93s1", "manifest.jsonl"))
+    res = json.loads(run_cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json", "--decoder",
+                             "beam", "--lm", str(tmp_path / "x.arpa")).stdout)
+    assert res["decoder"] == "beam" and res["utterances"] == 3
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    row = json.loads(run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", "--decoder", "lexicon",
+                             "--lexicon", str(lm / "lexicon.txt"), wav).stdout)
+    assert row["text"] == LDC
+    code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--decoder", "lexicon", wav)
+    assert code == 2 and "needs --lexicon" in err and len(err.strip().splitlines()) == 1
+    code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--decoder", "beam", "--lm",
+                            str(tmp_path / "missing.arpa"), wav)
+    assert code == 2 and "language model not found" in err

@@ -10,7 +10,7 @@ DEMO_ARGS   ?=
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-fast clean
+.PHONY: setup demo test test-fast clean browser
 
 setup: $(VENV)/.installed
 
@@ -29,8 +29,17 @@ demo: setup
 	$(BIN)/speechscale transcribe --checkpoint $(DEMO_DIR)/checkpoints/last.pt --manifest $(DEMO_DIR)/data/test.jsonl \
 		$(DEMO_DIR)/data/audio/test/test_000000.wav
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The web page's test drives Debian's chromium through chromium-driver. Installed when missing and apt can
+# (root, or sudo without a password); otherwise that one test is skipped and says why.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	    $$SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; } || \
+	    echo "note: chromium could not be installed; the page test will be skipped"; }
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

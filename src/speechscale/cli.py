@@ -78,6 +78,18 @@ def cmd_lm_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serving.server import Limits, serve
+    from .serving.transcribe import Transcriber
+
+    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
+                      decoder=_decoder_config(args))
+    limits = Limits(max_bytes=int(args.max_mb * 1024 * 1024), max_seconds=args.max_seconds, max_batch=args.max_batch)
+    print(f"speechscale serve: http://{args.host}:{args.port}/ ({asr.comps.model_name})", file=sys.stderr, flush=True)
+    serve(asr, args.host, args.port, limits)
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from .export.exporter import export_model
 
@@ -299,6 +311,15 @@ def cmd_bench_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    from .bench.serve import bench_serve
+
+    levels = [int(x) for x in args.concurrency.split(",")]
+    for row in bench_serve(args.checkpoint, args.seconds, levels, args.requests):
+        print(json.dumps(row), flush=True)
+    return 0
+
+
 def cmd_bench_memory(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -422,6 +443,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a manifest holding these files: print each one's reference text and WER beside it")
     r.set_defaults(func=cmd_transcribe)
 
+    sv = command(sub, "serve", "an HTTP transcription service with a web page (POST /v1/transcribe, GET /healthz)")
+    sv.add_argument("--checkpoint", required=True, help="a checkpoint, or an exported file with --backend")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    sv.add_argument("--port", type=int, default=8000, help="TCP port")
+    sv.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"], help="model runtime")
+    sv.add_argument("--max-mb", type=_positive(float), default=20.0, help="largest request body (MB)")
+    sv.add_argument("--max-seconds", type=_positive(float), default=60.0, help="longest audio per request (s)")
+    sv.add_argument("--max-batch", type=_positive(int), default=16, help="requests transcribed together")
+    sv.add_argument("--chunk-seconds", type=float, default=20.0, help="long audio is cut into chunks this long")
+    _decoder_args(sv)
+    sv.set_defaults(func=cmd_serve)
+
     lm = command(sub, "lm", "language models: build a Kneser-Ney ARPA model from text")
     lsub = lm.add_subparsers(dest="lm_action", required=True, metavar="ACTION", parser_class=_Parser)
     lb = command(lsub, "build", "text (one sentence a line) -> a Kneser-Ney ARPA model with <unk>")
@@ -501,6 +534,12 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--repeats", type=_positive(int), default=20, help="timed rounds (after 3 warm-up rounds)")
     be.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
     be.set_defaults(func=cmd_bench_export)
+    bv = command(bsub, "serve", "transcription service: requests/s and p50/p95 latency by client concurrency")
+    bv.add_argument("--checkpoint", required=True, help="the checkpoint to serve")
+    bv.add_argument("--seconds", type=_positive(float), default=5.0, help="clip length (real speech, JFK)")
+    bv.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
+    bv.add_argument("--requests", type=_positive(int), default=64, help="requests per level")
+    bv.set_defaults(func=cmd_bench_serve)
     bm = command(bsub, "memory", "loader process memory (RSS, measured) against corpus size: shards vs a manifest")
     bm.add_argument("--utterances", type=lambda x: [int(v) for v in x.split(",")], default=[10000, 100000],
                     help="comma-separated corpus sizes (a synthetic index over real shards)")

@@ -13,6 +13,7 @@ import torch
 
 from ..components import load_components
 from ..data.audio import load_audio
+from ..decoding.alignment import word_times
 
 
 def split_points(wav: np.ndarray, sample_rate: int, chunk_s: float, search_s: float = 2.0) -> list[int]:
@@ -68,22 +69,48 @@ class Transcriber:
         from ..decoding.decoders import build_decoder
 
         self.decoder = build_decoder(decoder or "greedy", self.comps.tokenizer, self.comps.normalizer)
+        self.greedy = getattr(decoder, "name", decoder or "greedy") == "greedy"
         self.sample_rate = self.comps.features.cfg.sample_rate
         self.chunk_seconds = chunk_seconds
 
     @torch.no_grad()
+    def transcribe_batch(self, wavs: list[np.ndarray]) -> list[dict[str, Any]]:
+        """Waveforms (T,) float32 at the model's rate -> {"text", "duration", "words"} each. Long audio is
+        cut into chunks; all chunks of all waveforms run as one padded batch. With the greedy decoder each
+        word carries start, end (s) and a confidence from the CTC alignment; other decoders give the words."""
+        pieces: list[tuple[int, float, np.ndarray]] = []  # (waveform, offset s, samples)
+        for w, wav in enumerate(wavs):
+            cuts = split_points(wav, self.sample_rate, self.chunk_seconds)
+            pieces += [(w, a / self.sample_rate, wav[a:b]) for a, b in zip(cuts, cuts[1:])
+                       if b - a > int(0.05 * self.sample_rate)]
+        results: list[dict[str, Any]] = [{"text": "", "duration": round(wav.shape[0] / self.sample_rate, 3),
+                                          "words": []} for wav in wavs]
+        if not pieces:
+            return results
+        feats = [self.comps.features(torch.from_numpy(np.ascontiguousarray(p))) for _, _, p in pieces]  # (F, T)
+        lens = torch.tensor([f.shape[1] for f in feats])
+        batch = torch.zeros(len(feats), feats[0].shape[0], int(lens.max()))  # (B, F, T)
+        for i, f in enumerate(feats):
+            batch[i, :, : f.shape[1]] = f
+        logits, out_lens = self.model(batch, lens)
+        log_probs = logits.float().log_softmax(-1)
+        texts = self.decoder(log_probs, out_lens)
+        hop_s = self.comps.features.hop_length / self.sample_rate
+        for i, ((w, offset, _), text) in enumerate(zip(pieces, texts)):
+            res = results[w]
+            res["text"] = f"{res['text']} {text}".strip() if text else res["text"]
+            if self.greedy:
+                frame_s = hop_s * int(lens[i]) / max(1, int(out_lens[i]))
+                res["words"] += word_times(log_probs[i], int(out_lens[i]), self.comps.tokenizer, frame_s, offset)
+            else:
+                res["words"] += [{"word": x} for x in text.split()]
+        return results
+
     def transcribe(self, wav: np.ndarray) -> str:
         """(T,) float32 at the model's rate -> text."""
-        cuts = split_points(wav, self.sample_rate, self.chunk_seconds)
-        pieces = [wav[a:b] for a, b in zip(cuts, cuts[1:]) if b - a > int(0.05 * self.sample_rate)]
-        texts = []
-        for piece in pieces:
-            feats = self.comps.features(torch.from_numpy(np.ascontiguousarray(piece)))  # (F, T)
-            logits, lens = self.model(feats[None], torch.tensor([feats.shape[1]]))
-            texts.append(self.decoder(logits.float().log_softmax(-1), lens)[0])
-        return " ".join(t for t in texts if t)
+        return self.transcribe_batch([wav])[0]["text"]
 
     def transcribe_file(self, path: str | Path) -> dict[str, object]:
-        """Read any audio file and transcribe it; returns {"file", "text", "duration"}."""
+        """Read any audio file and transcribe it; returns {"file", "text", "duration", "words"}."""
         wav = load_audio(path, self.sample_rate)
-        return {"file": str(path), "text": self.transcribe(wav), "duration": round(wav.shape[0] / self.sample_rate, 3)}
+        return {"file": str(path), **self.transcribe_batch([wav])[0]}

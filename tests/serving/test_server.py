@@ -1,0 +1,133 @@
+"""The transcription service for real: `speechscale serve` on a loopback port, concurrent clients, bad
+uploads, and the web page driven in headless Chromium."""
+import concurrent.futures
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.conftest import ROOT, shared
+from tests.distributed.launch import free_port, kill_group
+
+LDC = "she had your dark suit in greasy wash water all year"
+
+
+@pytest.fixture(scope="module")
+def server(ldc_checkpoint, tmp_path_factory):
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "log"
+    proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "serve", "--checkpoint", str(ldc_checkpoint),
+                             "--port", str(port), "--max-mb", "1.5", "--max-seconds", "10"], cwd=ROOT,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
+                    if json.load(r)["status"] == "ok":
+                        break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError(log.read_text())
+        yield url
+    finally:
+        kill_group(proc)
+
+
+def _post(url, data, content_type="audio/wav"):
+    req = urllib.request.Request(url + "/v1/transcribe", data=data, headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def _declared_only(url, size):
+    """Send only the headers of a POST declaring `size` bytes; the server must answer without the body."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(f"POST /v1/transcribe HTTP/1.1\r\nHost: {host}\r\nContent-Type: audio/wav\r\n"
+                     f"Content-Length: {size}\r\n\r\n".encode())
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def _multipart(data, field="file", filename="clip.wav"):
+    boundary = "speechscaleboundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{filename}\"\r\n"
+            f"Content-Type: audio/wav\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+def test_32_concurrent_requests_are_all_answered_correctly_in_batches(server):
+    audio = shared("ldc93s1", "LDC93S1.wav").read_bytes()
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        futures = [pool.submit(_post, server, *( _multipart(audio) if i % 2 else (audio, "audio/wav")))
+                   for i in range(32)]
+        answers = [f.result() for f in futures]
+    assert all(code == 200 for code, _ in answers), answers[:2]
+    assert {res["text"] for _, res in answers} == {LDC}
+    words = answers[0][1]["words"]
+    assert [w["word"] for w in words] == LDC.split()
+    assert all(0 <= w["start"] < w["end"] <= 2.95 and 0 < w["confidence"] <= 1 for w in words)
+    assert all(a["end"] <= b["start"] for a, b in zip(words, words[1:]))
+    with urllib.request.urlopen(server + "/healthz") as r:
+        assert json.load(r)["batches"] < 32  # requests shared model calls
+
+
+def test_bad_uploads_get_clear_4xx_answers_and_the_server_lives_on(server):
+    assert _post(server, b"")[0] == 422
+    code, res = _post(server, b"RIFF\x00\x00not audio at all" * 10)
+    assert code == 415 and "unsupported or corrupt audio" in res["detail"]
+    code, res = _post(server, str(shared("ldc93s1", "LDC93S1.wav")).encode(), "text/plain")  # a path is just bytes
+    assert code == 415
+    code, res = _declared_only(server, 2 * 1024 * 1024)  # refused on its Content-Length, before the body
+    assert code == 413 and "limit" in res["detail"]
+    code, res = _post(server, shared("jfk", "jfk.flac").read_bytes(), "audio/flac")  # 11 s > --max-seconds 10
+    assert code == 413 and "11.0 s" in res["detail"]
+    code, res = _post(server, *_multipart(b"x", field="other"))
+    assert code == 422 and "file" in res["detail"]
+    assert _post(server, shared("ldc93s1", "LDC93S1.wav").read_bytes())[1]["text"] == LDC
+
+
+def test_the_page_uploads_a_file_and_shows_the_transcript_in_chromium(server, tmp_path):
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1000,700"):
+        opts.add_argument(arg)
+    browser = webdriver.Chrome(service=Service(driver), options=opts)
+    try:
+        browser.get(server + "/")
+        assert browser.title == "speechscale"
+        browser.find_element(By.ID, "file").send_keys(str(shared("ldc93s1", "LDC93S1.wav")))
+        browser.find_element(By.ID, "send").click()
+        WebDriverWait(browser, 60).until(lambda b: b.find_element(By.ID, "transcript").get_attribute("data-text"))
+        assert browser.find_element(By.ID, "transcript").get_attribute("data-text") == LDC
+        assert browser.find_element(By.ID, "transcript").text.split() == LDC.split()
+        assert "2.92 s of audio" in browser.find_element(By.ID, "status").text
+        browser.save_screenshot(str(tmp_path / "page.png"))
+    finally:
+        browser.quit()

@@ -54,11 +54,47 @@ def cmd_data_shard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_details(path: str, res: Any, loader: Any) -> None:
+    """eval --details: one JSON line per utterance with reference, hypothesis, WER and the word alignment."""
+    from .decoding.metrics import ErrorRate, align_words
+
+    utts = getattr(loader.dataset, "utts", None)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in sorted(res.hyps):
+            m = ErrorRate()
+            m.update([res.refs[i]], [res.hyps[i]])
+            row = {"index": i, "audio": utts[i].audio_path if utts else None, "reference": res.refs[i],
+                   "hypothesis": res.hyps[i], "wer": round(m.wer, 4), "alignment": align_words(res.refs[i], res.hyps[i])}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def _decoder_config(args: argparse.Namespace) -> Any:
     from .decoding.decoders import DecoderConfig
+    from .decoding.tune import DEFAULT_ALPHA, DEFAULT_BETA, load_tuned
 
-    return DecoderConfig(name=args.decoder, beam_width=args.beam_width, lm=args.lm or "", alpha=args.alpha,
-                         beta=args.beta, lexicon=args.lexicon or "")
+    tuned = load_tuned(args.lm) if args.lm else None  # written by tune-lm beside the LM
+    alpha = args.alpha if args.alpha is not None else (tuned or {}).get("alpha", DEFAULT_ALPHA)
+    beta = args.beta if args.beta is not None else (tuned or {}).get("beta", DEFAULT_BETA)
+    return DecoderConfig(name=args.decoder, beam_width=args.beam_width, lm=args.lm or "", alpha=alpha, beta=beta,
+                         lexicon=args.lexicon or "")
+
+
+def cmd_tune_lm(args: argparse.Namespace) -> int:
+    from .components import load_components
+    from .config import Config
+    from .data.loading import eval_loader
+    from .decoding.tune import cache_log_probs, tune, tuned_path
+
+    comps = load_components(args.checkpoint)
+    cfg = Config()
+    cfg.data.max_duration = 1e9
+    loader, _, _ = eval_loader(args.manifest, comps, cfg.data)
+    cache = cache_log_probs(comps.model, loader)
+    best = tune(cache, comps.tokenizer, args.lm, args.trials, args.beam_width, args.lexicon or "")
+    tuned_path(args.lm).write_text(json.dumps({"alpha": best["alpha"], "beta": best["beta"], "wer": best["wer"],
+                                               "manifest": str(args.manifest)}) + "\n")
+    print(json.dumps({**best, "written": str(tuned_path(args.lm))}))
+    return 0
 
 
 def _decoder_args(p: argparse.ArgumentParser) -> None:
@@ -66,8 +102,8 @@ def _decoder_args(p: argparse.ArgumentParser) -> None:
                    help="greedy, beam search (with --lm: over the LM's words), or lexicon (only --lexicon's words)")
     p.add_argument("--beam-width", type=_positive(int), default=50, help="beam search: hypotheses kept")
     p.add_argument("--lm", default=None, help="a KenLM word model (ARPA or binary), e.g. from `speechscale lm build`")
-    p.add_argument("--alpha", type=float, default=0.5, help="LM weight")
-    p.add_argument("--beta", type=float, default=1.0, help="bonus per word")
+    p.add_argument("--alpha", type=float, default=None, help="LM weight (default: tune-lm's, else 0.5)")
+    p.add_argument("--beta", type=float, default=None, help="bonus per word (default: tune-lm's, else 1.0)")
     p.add_argument("--lexicon", default=None, help="a word list, one word a line (the lexicon decoder)")
 
 
@@ -127,14 +163,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     loader, report, _ = eval_loader(args.manifest, comps, cfg.data)
     from .decoding.decoders import build_decoder
 
-    decoder = build_decoder(_decoder_config(args), comps.tokenizer, comps.normalizer)
+    dcfg = _decoder_config(args)
+    decoder = build_decoder(dcfg, comps.tokenizer, comps.normalizer)
     res = evaluate(comps.model, loader, comps.tokenizer, decoder=decoder)
+    if args.details:
+        _write_details(args.details, res, loader)
     reasons = dict(report.reasons)
     for reason, n in res.skipped_reasons.items():
         reasons[reason] = reasons.get(reason, 0) + n
     out = {"wer": res.wer, "cer": res.cer, "utterances": res.utterances, "skipped": report.skipped + res.skipped,
            "skipped_reasons": reasons, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint),
-           "decoder": args.decoder}
+           "decoder": args.decoder, **({"alpha": dcfg.alpha, "beta": dcfg.beta} if dcfg.lm else {})}
     if args.json:
         print(json.dumps(out))
     else:
@@ -423,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSONL manifest with audio_filepath, duration, text; or a shard index (index.jsonl, its "
                         "folder or an fsspec URL)")
     e.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    e.add_argument("--details", default=None, help="write per-utterance reference, hypothesis and alignment (JSONL)")
     _decoder_args(e)
     e.add_argument("--batch-seconds", type=_positive(float), default=120.0,
                    help="audio seconds per evaluation batch (lower it if memory runs out)")
@@ -454,6 +494,15 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--chunk-seconds", type=float, default=20.0, help="long audio is cut into chunks this long")
     _decoder_args(sv)
     sv.set_defaults(func=cmd_serve)
+
+    tl = command(sub, "tune-lm", "search the LM weight and word bonus on a dev set (the model runs once)")
+    tl.add_argument("--checkpoint", required=True, help="a speechscale checkpoint")
+    tl.add_argument("--manifest", required=True, help="the dev set (manifest or shard index)")
+    tl.add_argument("--lm", required=True, help="the KenLM model to tune for")
+    tl.add_argument("--lexicon", default=None, help="tune the lexicon decoder with this word list instead")
+    tl.add_argument("--trials", type=_positive(int), default=30, help="decoding passes over the cached output")
+    tl.add_argument("--beam-width", type=_positive(int), default=32, help="beam width during the search")
+    tl.set_defaults(func=cmd_tune_lm)
 
     lm = command(sub, "lm", "language models: build a Kneser-Ney ARPA model from text")
     lsub = lm.add_subparsers(dest="lm_action", required=True, metavar="ACTION", parser_class=_Parser)

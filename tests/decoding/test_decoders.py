@@ -42,11 +42,11 @@ def test_the_built_lm_has_unk_and_every_distribution_sums_to_one(lm):
         assert total == pytest.approx(1.0, abs=1e-5), history
 
 
-def _log_probs(checkpoint, noise):
+def _log_probs(checkpoint, noise, seed=0):
     comps = load_components(checkpoint)
     wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), comps.features.cfg.sample_rate)
     feats = comps.features(torch.from_numpy(wav))
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     feats = feats + noise * torch.randn(feats.shape, generator=gen)
     with torch.no_grad():
         logits, lens = comps.model(feats[None], torch.tensor([feats.shape[1]]))
@@ -91,3 +91,33 @@ def test_cli_builds_an_lm_and_decodes_with_it(ldc_checkpoint, lm, tmp_path, caps
     code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--decoder", "beam", "--lm",
                             str(tmp_path / "missing.arpa"), wav)
     assert code == 2 and "language model not found" in err
+
+
+def test_tune_lm_finds_a_better_pair_than_the_default_on_cached_output(ldc_checkpoint, lm):
+    from speechscale.decoding.tune import tune
+
+    cache = []
+    for seed, noise in enumerate([1.0, 1.2, 1.4]):  # three noisy renditions of the utterance
+        comps, lp, lens = _log_probs(ldc_checkpoint, noise, seed)
+        cache.append((lp[0], int(lens[0]), LDC))
+    best = tune(cache, comps.tokenizer, str(lm / "lm.arpa"), trials=25, beam_width=16)
+    assert best["wer"] < best["default_wer"], best
+    assert best["utterances"] == 3 and 0 <= best["alpha"] <= 3 and -2 <= best["beta"] <= 5
+
+
+def test_cli_tune_lm_writes_the_pair_that_eval_picks_up_and_eval_details(ldc_checkpoint, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text(LDC + "\nshe had a dark year\n")
+    arpa = tmp_path / "lm.arpa"
+    run_cli("lm", "build", str(text), "--out", str(arpa))
+    m = str(shared("ldc93s1", "manifest.jsonl"))
+    best = json.loads(run_cli("tune-lm", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--lm", str(arpa),
+                              "--trials", "4").stdout)
+    assert json.loads((tmp_path / "lm.arpa.tuned.json").read_text())["alpha"] == best["alpha"]
+    res = json.loads(run_cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json", "--decoder",
+                             "beam", "--lm", str(arpa), "--details", str(tmp_path / "d.jsonl")).stdout)
+    assert (res["alpha"], res["beta"]) == (best["alpha"], best["beta"])
+    rows = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(r["reference"] and len(r["alignment"]) == 3 for r in rows)
+    ref, hyp = rows[0]["reference"], rows[0]["hypothesis"]
+    assert rows[0]["audio"].endswith(".wav") and rows[0]["wer"] == pytest.approx(_wer(ref, hyp), abs=1e-4)

@@ -51,3 +51,35 @@ class ErrorRate:
     @property
     def cer(self) -> float:
         return self.char_errors / self.chars if self.chars else float("nan")
+
+
+def align_words(ref: str, hyp: str) -> tuple[str, str, str]:
+    """A word alignment of minimal edit cost as three aligned lines: reference, hypothesis, and the
+    operations (S substitution, I insertion, D deletion, blank for a match).
+
+    >>> print("\\n".join(align_words("the cat sat", "the bat sat down")))
+    the cat sat
+    the bat sat down
+        S       I
+    """
+    r, h = ref.split(), hyp.split()
+    cost = [[i + j if i * j == 0 else 0 for j in range(len(h) + 1)] for i in range(len(r) + 1)]
+    for i in range(1, len(r) + 1):
+        for j in range(1, len(h) + 1):
+            cost[i][j] = min(cost[i - 1][j] + 1, cost[i][j - 1] + 1, cost[i - 1][j - 1] + (r[i - 1] != h[j - 1]))
+    pairs: list[tuple[str, str, str]] = []
+    i, j = len(r), len(h)
+    while i or j:
+        if i and j and cost[i][j] == cost[i - 1][j - 1] + (r[i - 1] != h[j - 1]):
+            pairs.append((r[i - 1], h[j - 1], " " if r[i - 1] == h[j - 1] else "S"))
+            i, j = i - 1, j - 1
+        elif i and cost[i][j] == cost[i - 1][j] + 1:
+            pairs.append((r[i - 1], "*" * len(r[i - 1]), "D"))
+            i -= 1
+        else:
+            pairs.append(("*" * len(h[j - 1]), h[j - 1], "I"))
+            j -= 1
+    pairs.reverse()
+    width = [max(len(a), len(b)) for a, b, _ in pairs]
+    lines = [" ".join(p[k].ljust(w) for p, w in zip(pairs, width)).rstrip() for k in range(3)]
+    return lines[0], lines[1], lines[2]

@@ -27,6 +27,7 @@ class EvalResult:
     skipped: int
     skipped_reasons: dict[str, int] = field(default_factory=dict)  # reason -> utterances dropped
     hyps: dict[int, str] = field(default_factory=dict)  # dataset index -> hypothesis
+    refs: dict[int, str] = field(default_factory=dict)  # dataset index -> reference (normalized)
     metric: ErrorRate = field(default_factory=ErrorRate)  # the counts behind wer/cer (summed over ranks)
     loss_sum: float = 0.0  # CTC loss per target token, summed over utterances (the training loss's measure)
 
@@ -43,6 +44,7 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
     model.eval()
     metric = ErrorRate()
     hyps: dict[int, str] = {}
+    refs: dict[int, str] = {}
     reasons: Counter = Counter()
     loss_sum = 0.0
     ctc = ctc_criterion()
@@ -62,10 +64,11 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
             texts = decoder(logits.log_softmax(-1), out_lens) if decoder else greedy_decode(logits, out_lens, tokenizer)
             metric.update(batch.texts, texts)
             hyps.update(zip(batch.indices, texts))
+            refs.update(zip(batch.indices, batch.texts))
     finally:
         model.train(was_training)
-    return EvalResult(metric.wer, metric.cer, metric.utterances, sum(reasons.values()), dict(reasons), hyps, metric,
-                      loss_sum)
+    return EvalResult(metric.wer, metric.cer, metric.utterances, sum(reasons.values()), dict(reasons), hyps, refs,
+                      metric, loss_sum)
 
 
 def validate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, strategy: "Strategy", device: torch.device,

@@ -76,7 +76,8 @@ def _decoder_config(args: argparse.Namespace) -> Any:
     alpha = args.alpha if args.alpha is not None else (tuned or {}).get("alpha", DEFAULT_ALPHA)
     beta = args.beta if args.beta is not None else (tuned or {}).get("beta", DEFAULT_BETA)
     return DecoderConfig(name=args.decoder, beam_width=args.beam_width, lm=args.lm or "", alpha=alpha, beta=beta,
-                         lexicon=args.lexicon or "")
+                         lexicon=args.lexicon or "", hotwords=[w for w in (args.hotwords or "").split(",") if w],
+                         hotword_weight=args.hotword_weight)
 
 
 def cmd_tune_lm(args: argparse.Namespace) -> int:
@@ -105,6 +106,8 @@ def _decoder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, default=None, help="LM weight (default: tune-lm's, else 0.5)")
     p.add_argument("--beta", type=float, default=None, help="bonus per word (default: tune-lm's, else 1.0)")
     p.add_argument("--lexicon", default=None, help="a word list, one word a line (the lexicon decoder)")
+    p.add_argument("--hotwords", default=None, help="comma-separated words to favour (beam with --lm, or lexicon)")
+    p.add_argument("--hotword-weight", type=float, default=3.0, help="the hotwords' bonus per occurrence")
 
 
 def cmd_lm_build(args: argparse.Namespace) -> int:
@@ -154,7 +157,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .components import load_components
     from .config import Config
     from .data.loading import eval_loader
-    from .training.evaluate import evaluate
+    from .decoding.evaluate import evaluate
 
     comps = load_components(args.checkpoint)
     cfg = Config()

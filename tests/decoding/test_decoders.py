@@ -121,3 +121,13 @@ def test_cli_tune_lm_writes_the_pair_that_eval_picks_up_and_eval_details(ldc_che
     assert len(rows) == 3 and all(r["reference"] and len(r["alignment"]) == 3 for r in rows)
     ref, hyp = rows[0]["reference"], rows[0]["hypothesis"]
     assert rows[0]["audio"].endswith(".wav") and rows[0]["wer"] == pytest.approx(_wer(ref, hyp), abs=1e-4)
+
+
+def test_hotwords_are_favoured_and_join_the_vocabulary(ldc_checkpoint, lm):
+    comps, lp, lens = _log_probs(ldc_checkpoint, 1.2)
+    plain = build_decoder(DecoderConfig("lexicon", lexicon=str(lm / "lexicon.txt")), comps.tokenizer)(lp, lens)[0]
+    hot = build_decoder(DecoderConfig("lexicon", lexicon=str(lm / "lexicon.txt"), hotwords=["greasy", "zebra"],
+                                      hotword_weight=8.0), comps.tokenizer)(lp, lens)[0]
+    assert hot.split().count("greasy") > plain.split().count("greasy"), (plain, hot)
+    with pytest.raises(Exception, match="need a word list"):
+        build_decoder(DecoderConfig("beam", hotwords=["greasy"]), comps.tokenizer)

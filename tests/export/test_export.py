@@ -1,7 +1,6 @@
 """Export to ONNX and TorchScript: every registry model keeps a dynamic time axis and matches PyTorch."""
 import json
 
-import numpy as np
 import pytest
 import torch
 

@@ -131,3 +131,43 @@ def test_the_page_uploads_a_file_and_shows_the_transcript_in_chromium(server, tm
         browser.save_screenshot(str(tmp_path / "page.png"))
     finally:
         browser.quit()
+
+
+def test_the_page_records_from_a_microphone_and_transcribes_it_in_chromium(server, tmp_path):
+    """Chromium's fake capture device plays a real recording into getUserMedia; the page records it as
+    WAV, posts it and shows the transcript."""
+    import soundfile as sf
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="int16")
+    sf.write(tmp_path / "mic.wav", wav, rate, subtype="PCM_16")  # the fake device wants plain 16-bit WAV
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--use-fake-ui-for-media-stream",
+                "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={tmp_path / 'mic.wav'}%noloop",
+                "--autoplay-policy=no-user-gesture-required"):
+        opts.add_argument(arg)
+    browser = webdriver.Chrome(service=Service(driver), options=opts)
+    try:
+        browser.get(server + "/")
+        browser.find_element(By.ID, "record").click()
+        WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "stop").is_enabled())
+        time.sleep(4.0)  # the 2.9 s recording plays into the page
+        browser.find_element(By.ID, "stop").click()
+        WebDriverWait(browser, 60).until(lambda b: "s of audio" in b.find_element(By.ID, "status").text
+                                         or "Error" in b.find_element(By.ID, "status").text)
+        status = browser.find_element(By.ID, "status").text
+        text = browser.find_element(By.ID, "transcript").get_attribute("data-text")
+        assert "s of audio" in status, status
+        seconds = float(status.split()[0])
+        assert 3.0 <= seconds <= 8.0  # what was recorded, at the page's own sample rate
+        assert len(set(text.split()) & set(LDC.split())) >= 6, text  # the recording, heard through the page
+    finally:
+        browser.quit()

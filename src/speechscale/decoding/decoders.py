@@ -4,7 +4,7 @@
     beam     beam search (flashlight-text); with a KenLM word model (`lm`) its vocabulary is the lexicon,
              `alpha` weighs the LM and `beta` is a bonus per word; without one, a lexicon-free search
     lexicon  beam search that may emit only the words of `lexicon` (a closed vocabulary), optionally
-             with the LM
+             with the LM; `hotwords` get a bonus each time they are emitted (either beam mode)
 
     >>> decoder = build_decoder("greedy", tokenizer)          # doctest: +SKIP
     >>> decoder(log_probs, lengths)                           # doctest: +SKIP
@@ -41,6 +41,8 @@ class DecoderConfig:
     alpha: float = 0.5           # LM weight (natural-log LM score x alpha)
     beta: float = 1.0            # bonus per emitted word
     lexicon: str = ""            # a word list, one word a line (lexicon decoder)
+    hotwords: list[str] = field(default_factory=list)  # words to favour (added to the vocabulary if missing)
+    hotword_weight: float = 3.0  # their bonus (natural log) each time one is emitted
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -78,6 +80,10 @@ class BeamDecoder:
                 words = scorer.vocabulary(cfg.lm) if not Path(cfg.lm).suffix == ".bin" else []
         if scorer is not None and not words:
             raise ConfigError("a binary LM needs --lexicon: its vocabulary cannot be read back")
+        hot = {(normalize(w) if normalize else w).strip() for w in cfg.hotwords} - {""}
+        if hot and not words:
+            raise ConfigError("--hotwords need a word list to favour them in: give --lm or --lexicon")
+        words = words + sorted(hot - set(words))
         self.words = words
         if not words:  # lexicon-free, no LM: a plain beam over characters
             opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tokenizer.vocab_size,
@@ -85,7 +91,12 @@ class BeamDecoder:
                                                 criterion_type=fl.CriterionType.CTC)
             self.decoder = fl.LexiconFreeDecoder(opts, fl.ZeroLM(), self.space, BLANK, [])
             return
-        self.lm = _FlashlightLM(scorer, words) if scorer is not None else fl.ZeroLM()
+        if scorer is not None and cfg.alpha <= 0:
+            scorer = None  # alpha 0: the LM has no say
+        lm_weight = cfg.alpha if scorer is not None else 1.0
+        # hotwords: a bonus inside the LM's word score, divided by the LM weight the decoder multiplies it by
+        bonus = {i: cfg.hotword_weight / lm_weight for i, w in enumerate(words) if w in hot}
+        self.lm = _FlashlightLM(scorer, words, bonus) if scorer is not None or bonus else fl.ZeroLM()
         trie = fl.Trie(tokenizer.vocab_size, self.space)
         start = self.lm.start(False)
         for i, w in enumerate(words):
@@ -96,7 +107,7 @@ class BeamDecoder:
             trie.insert(spelling + [self.space], i, score)
         trie.smear(fl.SmearingMode.MAX)
         opts = fl.LexiconDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tokenizer.vocab_size,
-                                        beam_threshold=50.0, lm_weight=cfg.alpha if scorer else 0.0,
+                                        beam_threshold=50.0, lm_weight=lm_weight if (scorer or bonus) else 0.0,
                                         word_score=cfg.beta, unk_score=float("-inf"), sil_score=0.0,
                                         log_add=False, criterion_type=fl.CriterionType.CTC)
         self.decoder = fl.LexiconDecoder(opts, trie, self.lm, self.space, BLANK, len(words), [], False)
@@ -134,34 +145,41 @@ def _flashlight_lm_class() -> type:
     from flashlight.lib.text.decoder import LM
 
     class FlashlightLM(LM):
-        """A word LM for flashlight's decoder over KenLM's state API (natural-log scores)."""
+        """A word LM for flashlight's decoder over KenLM's state API (natural-log scores; without a scorer
+        every word scores 0), plus the hotwords' bonus."""
 
-        def __init__(self, scorer: Any, words: list[str]) -> None:
+        def __init__(self, scorer: Any, words: list[str], bonus: dict[int, float]) -> None:
             LM.__init__(self)
-            self.scorer, self.words = scorer, words
+            self.scorer, self.words, self.bonus = scorer, words, bonus
             self.states: dict[Any, Any] = {}
 
         def start(self, start_with_nothing: bool) -> Any:
             from flashlight.lib.text.decoder import LMState
 
             state = LMState()
-            self.states[state] = self.scorer.begin()
+            self.states[state] = self.scorer.begin() if self.scorer else None
             return state
+
+        def _next(self, state: Any, word: str) -> tuple[Any, float]:
+            if self.scorer is None:
+                return None, 0.0
+            nxt, log10 = self.scorer.score(self.states[state], word)
+            return nxt, log10 * 2.302585092994046
 
         def score(self, state: Any, word: int) -> tuple[Any, float]:
             out = state.child(word)
-            nxt, log10 = self.scorer.score(self.states[state], self.words[word] if word < len(self.words) else "<unk>")
+            nxt, ln = self._next(state, self.words[word] if word < len(self.words) else "<unk>")
             self.states.setdefault(out, nxt)
-            return out, log10 * 2.302585092994046
+            return out, ln + self.bonus.get(word, 0.0)
 
         def finish(self, state: Any) -> tuple[Any, float]:
             out = state.child(-1)
-            nxt, log10 = self.scorer.score(self.states[state], "</s>")
+            nxt, ln = self._next(state, "</s>")
             self.states.setdefault(out, nxt)
-            return out, log10 * 2.302585092994046
+            return out, ln
 
     return FlashlightLM
 
 
-def _FlashlightLM(scorer: Any, words: list[str]) -> Any:  # noqa: N802 (a class built on first use)
-    return _flashlight_lm_class()(scorer, words)
+def _FlashlightLM(scorer: Any, words: list[str], bonus: dict[int, float]) -> Any:  # noqa: N802 (built on first use)
+    return _flashlight_lm_class()(scorer, words, bonus)

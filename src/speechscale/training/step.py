@@ -15,17 +15,13 @@ import torch
 from torch import nn
 
 from ..data.dataset import Batch
+from ..models.ctc import ctc_criterion  # noqa: F401 (the training step's criterion, re-exported)
 from .precision import Precision
 
 if TYPE_CHECKING:
     from ..distributed.strategy import Strategy
 
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-
-
-def ctc_criterion() -> torch.nn.CTCLoss:
-    """CTC with blank 0, mean over the batch, infinite losses (impossible alignments) zeroed."""
-    return torch.nn.CTCLoss(blank=0, reduction="mean", zero_infinity=True)
 
 
 def ctc_loss(forward: Forward, feats: torch.Tensor, feat_lens: torch.Tensor, targets: torch.Tensor,

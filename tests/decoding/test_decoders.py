@@ -32,7 +32,7 @@ def lm(tmp_path_factory):
 
 def test_the_built_lm_has_unk_and_every_distribution_sums_to_one(lm):
     scorer = KenLMScorer(lm / "lm.arpa")
-    vocab = scorer.vocabulary(lm / "lm.arpa")
+    vocab = scorer.vocabulary()
     assert set(vocab) == set(LDC.split()) | {"a"} and UNK in (lm / "lm.arpa").read_text()
     for history in ([], ["she"], ["she", "had"], ["dark"], ["water", "all"], ["nothing", "seen"]):
         state = scorer.begin()

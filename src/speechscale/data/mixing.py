@@ -81,31 +81,21 @@ class MixedUnits:
 
     def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         if epoch not in self._epochs:
-            sizes = [p.num_units(epoch) for p in self.parts]
-            total = sum(p.epoch_samples(epoch) for p in self.parts)
-            q = [self._batches_for(epoch, d, p * total) for d, p in enumerate(self.probs)]
+            # each domain's batch sizes, read once in order (its windows are planned once, not per visit)
+            sizes = [np.fromiter((len(p.unit(epoch, k)) for k in range(p.num_units(epoch))), np.int64)
+                     for p in self.parts]
+            total = sum(int(s.sum()) for s in sizes)
+            q = [_batches_for(s, p * total) for s, p in zip(sizes, self.probs)]
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch + 104_729)
             labels = np.repeat(np.arange(len(q), dtype=np.int16), q)[torch.randperm(sum(q), generator=gen).numpy()]
             nth = np.zeros(len(labels), dtype=np.int64)  # the domain's batch number of each batch
+            lens = np.zeros(len(labels), dtype=np.int64)
             for d in range(len(q)):
-                nth[labels == d] = np.arange(q[d]) % sizes[d]
-            lens = np.fromiter((len(self.parts[d].unit(epoch, int(j))) for d, j in zip(labels, nth)), np.int64,
-                               len(labels))
+                nth[labels == d] = np.arange(q[d]) % len(sizes[d])
+                lens[labels == d] = sizes[d][nth[labels == d]]
             self._epochs = {e: v for e, v in self._epochs.items() if e > epoch - 2}
             self._epochs[epoch] = (labels, nth, np.concatenate([[0], np.cumsum(lens)]), q)
         return self._epochs[epoch]
-
-    def _batches_for(self, epoch: int, d: int, target: float) -> int:
-        """How many of domain d's batches (repeating its epoch's as needed) carry `target` samples, to within
-        half a batch (its batches differ in size)."""
-        part, n = self.parts[d], self.parts[d].num_units(epoch)
-        k, got = 0, 0
-        while target > 0:
-            size = len(part.unit(epoch, k % n))
-            if got + size / 2 > target:
-                break
-            k, got = k + 1, got + size
-        return max(k, 1 if target > 0 else 0)
 
     def num_units(self, epoch: int) -> int:
         return len(self._epoch(epoch)[0])
@@ -126,3 +116,15 @@ class MixedUnits:
         labels, _, cum, _ = self._epoch(epoch)
         lens = np.diff(cum)
         return [int(lens[labels == d].sum()) for d in range(len(self.parts))]
+
+
+def _batches_for(sizes: np.ndarray, target: float) -> int:
+    """How many of a domain's batches (of `sizes`, repeated as needed) carry `target` samples, to within
+    half a batch (its batches differ in size)."""
+    k, got = 0, 0
+    while target > 0:
+        size = int(sizes[k % len(sizes)])
+        if got + size / 2 > target:
+            break
+        k, got = k + 1, got + size
+    return max(k, 1 if target > 0 else 0)

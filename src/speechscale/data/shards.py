@@ -26,6 +26,7 @@ from typing import Any, Iterator
 import fsspec
 import soundfile as sf
 
+from ..training.storage import is_remote
 from .audio import AudioError
 from .manifest import ManifestError, read_manifest
 
@@ -35,10 +36,6 @@ HEADER_KEY = "speechscale_shards"  # the first line of an index: {"speechscale_s
 
 class ShardError(ManifestError):
     """A shard index or shard that cannot be used; the message names the file (and member)."""
-
-
-def is_remote(url: str) -> bool:
-    return "://" in url and not url.startswith("file://")
 
 
 def is_shard_index(path: str) -> bool:

@@ -10,10 +10,11 @@
     >>> decoder(log_probs, lengths)                           # doctest: +SKIP
 
 flashlight-text is the search (a wheel, no build); kenlm-ex provides `import kenlm` for the word
-scores. The LM reaches flashlight's decoder through `_FlashlightLM`, a Python LM over KenLM's state API.
+scores. The LM reaches flashlight's decoder through `FlashlightLM`, a Python LM over KenLM's state API.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -76,8 +77,7 @@ class BeamDecoder:
             from .lm import KenLMScorer
 
             scorer = KenLMScorer(cfg.lm)
-            if not words:
-                words = scorer.vocabulary(cfg.lm) if not Path(cfg.lm).suffix == ".bin" else []
+            words = words or scorer.vocabulary()
         if scorer is not None and not words:
             raise ConfigError("a binary LM needs --lexicon: its vocabulary cannot be read back")
         hot = {(normalize(w) if normalize else w).strip() for w in cfg.hotwords} - {""}
@@ -96,7 +96,7 @@ class BeamDecoder:
         lm_weight = cfg.alpha if scorer is not None else 1.0
         # hotwords: a bonus inside the LM's word score, divided by the LM weight the decoder multiplies it by
         bonus = {i: cfg.hotword_weight / lm_weight for i, w in enumerate(words) if w in hot}
-        self.lm = _FlashlightLM(scorer, words, bonus) if scorer is not None or bonus else fl.ZeroLM()
+        self.lm = _flashlight_lm_class()(scorer, words, bonus) if scorer is not None or bonus else fl.ZeroLM()
         trie = fl.Trie(tokenizer.vocab_size, self.space)
         start = self.lm.start(False)
         for i, w in enumerate(words):
@@ -141,7 +141,9 @@ def _read_words(path: str, normalize: Callable[[str], str] | None) -> list[str]:
     return list(seen)
 
 
+@functools.cache
 def _flashlight_lm_class() -> type:
+    """flashlight's LM base class is imported on first use (flashlight-text is an optional dependency)."""
     from flashlight.lib.text.decoder import LM
 
     class FlashlightLM(LM):
@@ -179,7 +181,3 @@ def _flashlight_lm_class() -> type:
             return out, ln
 
     return FlashlightLM
-
-
-def _FlashlightLM(scorer: Any, words: list[str], bonus: dict[int, float]) -> Any:  # noqa: N802 (built on first use)
-    return _flashlight_lm_class()(scorer, words, bonus)

@@ -73,7 +73,7 @@ class KenLMScorer:
             self.model = kenlm.Model(str(path))
         except (OSError, RuntimeError) as e:
             raise ConfigError(f"{path}: not a KenLM model (ARPA or binary): {e}") from None
-        self.kenlm = kenlm
+        self.kenlm, self.path = kenlm, Path(path)
         self.order = self.model.order
 
     def begin(self) -> Any:
@@ -86,10 +86,13 @@ class KenLMScorer:
         out = self.kenlm.State()
         return out, self.model.BaseScore(state, word, out)
 
-    def vocabulary(self, arpa: str | Path) -> list[str]:
-        """The unigrams of an ARPA file (the words a lexicon-less beam search may emit)."""
+    def vocabulary(self) -> list[str]:
+        """The unigrams of the model's ARPA file (the words a lexicon-less beam search may emit); [] for a
+        binary model, whose vocabulary cannot be read back."""
+        if self.path.suffix == ".bin":
+            return []
         words, inside = [], False
-        with open(arpa, encoding="utf-8", errors="replace") as f:
+        with open(self.path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.startswith("\\1-grams:"):
                     inside = True

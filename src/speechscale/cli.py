@@ -306,6 +306,16 @@ def cmd_bench_straggler(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .planning.command import run
+    from .planning.model import PlanError
+
+    try:
+        return run(args, _yaml_mapping(args.model_overrides, "--model-overrides"))
+    except PlanError as e:
+        raise SystemExit(f"speechscale plan: error: {e}") from None
+
+
 def cmd_bench_features(args: argparse.Namespace) -> int:
     from .bench.features import bench_features
 
@@ -520,6 +530,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--format", required=True, choices=["onnx", "torchscript"], help="the file format")
     x.add_argument("--out", required=True, type=Path, help="the file to write (e.g. model.onnx, model.ts)")
     x.set_defaults(func=cmd_export)
+
+    pl = command(sub, "plan", "predict time-to-train and cost on 1..N GPUs (docs/planner.md)")
+    from .planning.command import add_arguments as plan_arguments
+
+    plan_arguments(pl, _positive)
+    pl.set_defaults(func=cmd_plan)
 
     b = command(sub, "bench", "benchmarks")
     bsub = b.add_subparsers(dest="bench", required=True, metavar="BENCHMARK", parser_class=_Parser)

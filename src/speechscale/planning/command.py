@@ -1,0 +1,145 @@
+"""`speechscale plan`: argument handling and the printed table (the model is in model.py)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .hardware import GPUS, JITTER, LINKS
+from .model import STRATEGIES, Cluster, PlanError, Workload, plan
+
+
+def add_arguments(p: argparse.ArgumentParser, positive: Callable[[type], Any]) -> None:
+    """The flags of `speechscale plan`."""
+    m = p.add_argument_group("model")
+    m.add_argument("--model", default="ds2-large", help="registry model: parameters and FLOPs from its analytic count")
+    m.add_argument("--model-overrides", default=None, help="YAML mapping of architecture fields")
+    m.add_argument("--params", type=positive(int), default=None, help="parameters (instead of --model's count)")
+    m.add_argument("--flops-per-audio-second", type=positive(float), default=None,
+                   help="training FLOPs per audio second (instead of --model's count)")
+    m.add_argument("--throughput", type=positive(float), default=None,
+                   help="measured audio-s/s of one GPU (replaces FLOPs x MFU)")
+    m.add_argument("--throughput-json", default=None,
+                   help="take --throughput from `bench train` / `bench all` output for --model and --precision")
+    d = p.add_argument_group("data and schedule")
+    d.add_argument("--hours", type=positive(float), default=960.0, help="dataset hours")
+    d.add_argument("--epochs", type=positive(float), default=16.0)
+    d.add_argument("--batch-seconds", type=positive(float), default=320.0, help="audio seconds per GPU per step")
+    c = p.add_argument_group("cluster")
+    c.add_argument("--gpu", choices=list(GPUS), default="h100")
+    c.add_argument("--precision", choices=["amp", "fp32"], default="amp",
+                   help="amp: tensor-core peak and 2-byte gradients on the wire; fp32: 4 bytes")
+    c.add_argument("--mfu", type=positive(float), default=0.1,
+                   help="achieved share of the peak without --throughput (ds2-large bf16 measured 6 %% on an H100)")
+    c.add_argument("--gpus-per-node", type=positive(int), default=8)
+    c.add_argument("--max-gpus", type=positive(int), default=64)
+    c.add_argument("--intra", choices=list(LINKS), default="nvlink-h100", help="network inside a node")
+    c.add_argument("--inter", choices=list(LINKS), default="ib-ndr-x8", help="network between nodes")
+    c.add_argument("--jitter", type=float, default=JITTER, help="relative spread of one GPU's step time")
+    c.add_argument("--overlap", type=float, default=1.0, help="share of backward that hides gradient communication")
+    c.add_argument("--strategy", choices=STRATEGIES, default="allreduce")
+    cost = p.add_argument_group("cost and preemption")
+    cost.add_argument("--price-on-demand", type=float, default=0.0, help="$ per GPU-hour")
+    cost.add_argument("--price-preemptible", type=float, default=0.0, help="$ per GPU-hour (0: not considered)")
+    cost.add_argument("--preemptions-per-node-hour", type=float, default=0.05)
+    cost.add_argument("--checkpoint-minutes", type=positive(float), default=10.0)
+    cost.add_argument("--checkpoint-seconds", type=float, default=10.0, help="time one checkpoint write blocks")
+    cost.add_argument("--restart-minutes", type=float, default=5.0)
+    cost.add_argument("--deadline-hours", type=positive(float), default=None,
+                      help="report the cheapest GPU count and pricing that finishes in time")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="print the plan as JSON")
+    o.add_argument("--out", type=Path, default=None, help="write plan.json and plan.png here")
+    o.add_argument("--calibrate", action="store_true", help="print the calibration against published runs and exit")
+    o.add_argument("--validate", action="store_true",
+                   help="measure gloo allreduce here and compare the model with real DDP steps, then exit")
+
+
+def workload_from_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Workload:
+    """The workload the flags describe (registry counts unless --params/--flops-per-audio-second)."""
+    from .workload import measured_throughput, registry_cost
+
+    params, flops = args.params, args.flops_per_audio_second
+    if params is None or flops is None:
+        from ..config import ConfigError
+
+        try:
+            counted = registry_cost(args.model, overrides)
+        except ConfigError as e:
+            raise PlanError(str(e)) from None
+        params, flops = params or counted[0], flops or counted[1]
+    throughput = args.throughput or 0.0
+    if args.throughput_json:
+        throughput = measured_throughput(args.throughput_json, args.model, args.precision)
+    return Workload(args.model, params, flops, throughput, args.hours, args.epochs, args.batch_seconds,
+                    2 if args.precision == "amp" else 4)
+
+
+def cluster_from_args(args: argparse.Namespace) -> Cluster:
+    if not 0 <= args.jitter < 1 or not 0 <= args.overlap <= 1:
+        raise PlanError("--jitter must be in [0, 1) and --overlap in [0, 1]")
+    if args.price_preemptible and not args.price_on_demand:
+        raise PlanError("--price-preemptible needs --price-on-demand too")
+    return Cluster(gpu=args.gpu, precision=args.precision, mfu=args.mfu, gpus_per_node=args.gpus_per_node,
+                   intra=LINKS[args.intra], inter=LINKS[args.inter], jitter=args.jitter, overlap=args.overlap,
+                   price_on_demand=args.price_on_demand, price_preemptible=args.price_preemptible,
+                   preemptions_per_node_hour=args.preemptions_per_node_hour,
+                   checkpoint_minutes=args.checkpoint_minutes, checkpoint_seconds=args.checkpoint_seconds,
+                   restart_minutes=args.restart_minutes)
+
+
+def table(result: dict[str, Any]) -> str:
+    """The plan as a fixed-width table, one row per GPU count, then the cheapest choice."""
+    w = result["workload"]
+    lines = [f"{w['name']}: {w['params'] / 1e6:.1f} M parameters, {w['hours']:g} h x {w['epochs']:g} epochs, "
+             f"{result['per_gpu_throughput']:.0f} audio-s/s per GPU, strategy {result['strategy']}",
+             f"{'GPUs':>5} {'step ms':>8} {'compute':>8} {'comm':>7} {'exposed':>8} {'wait':>6} {'speedup':>8} "
+             f"{'eff':>5} {'hours':>8} {'$ on-dem':>9} {'$ preempt':>10} {'lost h':>7}"]
+    for r in result["rows"]:
+        pre = f"{r['cost_preemptible']:10.0f}" if r["cost_preemptible"] is not None else f"{'-':>10}"
+        lost = f"{r['lost_hours_preemptible']:7.2f}" if r["lost_hours_preemptible"] is not None else f"{'-':>7}"
+        lines.append(f"{r['gpus']:5d} {1000 * r['step_s']:8.1f} {1000 * r['compute_s']:8.1f} {1000 * r['comm_s']:7.1f} "
+                     f"{1000 * r['exposed_comm_s']:8.1f} {1000 * r['straggler_s']:6.1f} {r['speedup']:8.2f} "
+                     f"{r['efficiency']:5.2f} {r['wall_hours_on_demand']:8.2f} {r['cost_on_demand']:9.0f} {pre} {lost}")
+    best = result["cheapest"]
+    if result["deadline_hours"] is not None:
+        lines.append(f"cheapest within {result['deadline_hours']:g} h: " + (
+            f"{best['gpus']} GPUs {best['pricing']}, {best['wall_hours']:.2f} h, ${best['cost']:.0f}" if best
+            else "none of these GPU counts finishes in time"))
+    return "\n".join(lines)
+
+
+def calibration_table() -> tuple[str, bool]:
+    from .calibration import cases
+
+    rows = cases()
+    lines = [f"{'case':<66} {'published':>9} {'predicted':>9} {'error':>7} {'held to':>8}  fitted"]
+    for r in rows:
+        held = "fit" if r["role"] == "fit" else ">=" if r.get("at_least") else f"±{r['tolerance']:.0%}"
+        lines.append(f"{r['case']:<66} {r['published']:9.2f} {r['predicted']:9.2f} {r['error']:+7.1%} {held:>8}  "
+                     f"{r['fitted']}")
+    return "\n".join(lines), all(r.get("ok", True) for r in rows)
+
+
+def run(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    """`speechscale plan`."""
+    if args.calibrate:
+        text, ok = calibration_table()
+        print(text)
+        return 0 if ok else 1
+    if args.validate:
+        from .validate import validate
+
+        print(json.dumps(validate(), indent=2))
+        return 0
+    result = plan(workload_from_args(args, overrides), cluster_from_args(args), args.max_gpus, args.strategy,
+                  args.deadline_hours)
+    if args.out:
+        from .plot import plot_plan
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "plan.json").write_text(json.dumps(result, indent=2))
+        plot_plan(result, args.out / "plan.png")
+    print(json.dumps(result, indent=2) if args.json else table(result))
+    return 0

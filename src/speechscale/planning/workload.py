@@ -1,0 +1,49 @@
+"""Planner workloads from the model registry's analytic counts, or from a bench JSON's measurement."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .model import PlanError, Workload
+
+
+def registry_cost(name: str, overrides: dict[str, Any] | None = None, features: dict[str, Any] | None = None,
+                  seconds: float = 10.0) -> tuple[int, float]:
+    """(parameters, training FLOPs per audio second) of a registry model, counted analytically over
+    `seconds` of audio (models/flops.py)."""
+    from ..config import FeatureConfig, from_dict
+    from ..data.features import FeatureExtractor
+    from ..data.text import CharTokenizer
+    from ..models.registry import RECOMMENDED_FEATURES, build_model
+
+    feats = FeatureExtractor(from_dict(FeatureConfig, features or RECOMMENDED_FEATURES.get(name, {})))
+    model = build_model(name, overrides, feats.num_features, CharTokenizer("abcdefghijklmnopqrstuvwxyz' ").vocab_size)
+    fwd, bwd = model.flops(feats.frames_for_seconds(seconds))  # type: ignore[operator]
+    return sum(p.numel() for p in model.parameters()), (fwd + bwd) / seconds
+
+
+def measured_throughput(path: str | Path, model: str, precision: str) -> float:
+    """Audio-s/s of one device for `model` in `precision` from `bench train` output (a JSON list, JSON lines,
+    or `bench all`'s train.json)."""
+    p = Path(path)
+    if not p.is_file():
+        raise PlanError(f"--throughput-json {p}: no such file")
+    text = p.read_text()
+    try:
+        data = json.loads(text)
+        rows = data["results"] if isinstance(data, dict) else data
+    except json.JSONDecodeError:
+        rows = [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+    want = {"amp": ("bf16", "fp16")}.get(precision, (precision,))
+    for row in rows:
+        if row.get("model") == model and row.get("precision") in want:
+            return float(row["audio_seconds_per_second"])
+    raise PlanError(f"--throughput-json {p}: no row for model {model} in {'/'.join(want)}")
+
+
+def build_workload(name: str, overrides: dict[str, Any] | None, hours: float, epochs: float, batch_seconds: float,
+                   grad_bytes: int, throughput: float = 0.0) -> Workload:
+    """A workload for registry model `name`."""
+    params, flops = registry_cost(name, overrides)
+    return Workload(name, params, flops, throughput, hours, epochs, batch_seconds, grad_bytes)

@@ -77,3 +77,21 @@ def s3(monkeypatch):
     finally:
         fsspec.config.conf.pop("s3", None)
         server.stop()
+
+
+def headless_chromium(*extra_args: str, size: str = "1000,700"):
+    """A selenium driver for Debian's headless chromium (the caller quits it); skips the test when
+    chromium or chromium-driver is missing (.ci/run installs them)."""
+    import shutil
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={size}", *extra_args):
+        opts.add_argument(arg)
+    return webdriver.Chrome(service=Service(driver), options=opts)

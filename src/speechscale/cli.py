@@ -316,6 +316,43 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise SystemExit(f"speechscale plan: error: {e}") from None
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from .reporting.report import write_report
+    from .reporting.runs import RunError
+
+    try:
+        index = write_report(args.run_dir, args.out)
+    except RunError as e:
+        raise SystemExit(f"speechscale report: error: {e}") from None
+    print(index)
+    return 0
+
+
+def cmd_bench_all(args: argparse.Namespace) -> int:
+    from .bench import suite, tables
+
+    only = args.only.split(",") if args.only else None
+    for name in only or []:
+        if name not in suite.BENCHES:
+            raise SystemExit(f"speechscale bench all: --only {name}: unknown; choose from {', '.join(suite.BENCHES)}")
+    out = Path(args.out)
+    if args.tables_only:
+        docs = suite.load_docs(out)
+        if not docs:
+            raise SystemExit(f"speechscale bench all: {out}: no bench JSON files to render")
+        docs = {k: v for k, v in docs.items() if only is None or k in only}
+    else:
+        docs = suite.run_all(out, only, report=lambda name, secs: print(f"bench {name}: {secs:.0f} s -> "
+                                                                         f"{out / (name + '.json')}", flush=True))
+    if args.benchmarks:
+        tables.update(Path(args.benchmarks), docs)
+        print(f"updated {args.benchmarks}: {', '.join(docs)}")
+    failed = [k for k, v in docs.items() if isinstance(v["results"], dict) and "error" in v["results"]]
+    if failed:
+        print(f"failed: {', '.join(failed)} (see their JSON files)", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def cmd_bench_features(args: argparse.Namespace) -> int:
     from .bench.features import bench_features
 
@@ -531,6 +568,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--out", required=True, type=Path, help="the file to write (e.g. model.onnx, model.ts)")
     x.set_defaults(func=cmd_export)
 
+    rp = command(sub, "report", "an HTML page and PNG plots of a training run (while it runs, too)")
+    rp.add_argument("run_dir", help="the run's trainer.out_dir (or trainer.log_dir): metrics.jsonl, config.json")
+    rp.add_argument("--out", default=None, help="folder for index.html and the PNGs (default RUN_DIR/report)")
+    rp.set_defaults(func=cmd_report)
+
     pl = command(sub, "plan", "predict time-to-train and cost on 1..N GPUs (docs/planner.md)")
     from .planning.command import add_arguments as plan_arguments
 
@@ -539,6 +581,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = command(sub, "bench", "benchmarks")
     bsub = b.add_subparsers(dest="bench", required=True, metavar="BENCHMARK", parser_class=_Parser)
+    ba = command(bsub, "all", "every bench (about 10 minutes on 2 cores): JSON + PNG per bench, BENCHMARKS.md tables")
+    ba.add_argument("--out", required=True, help="folder for NAME.json and NAME.png")
+    ba.add_argument("--only", default=None, help="comma-separated subset of train,loader,scaling,straggler,planner")
+    ba.add_argument("--benchmarks", default="BENCHMARKS.md",
+                    help="the file whose generated tables are rewritten ('' = leave it alone)")
+    ba.add_argument("--tables-only", action="store_true",
+                    help="run nothing: re-render the tables from the JSON files already in --out")
+    ba.set_defaults(func=cmd_bench_all)
     bt = command(bsub, "train", "steady-state training throughput, as JSON")
     bt.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")
     bt.add_argument("--model-overrides", default=None,

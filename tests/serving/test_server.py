@@ -2,7 +2,6 @@
 uploads, and the web page driven in headless Chromium."""
 import concurrent.futures
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -11,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT, shared
+from tests.conftest import ROOT, headless_chromium, shared
 from tests.distributed.launch import free_port, kill_group
 
 LDC = "she had your dark suit in greasy wash water all year"
@@ -106,19 +105,10 @@ def test_bad_uploads_get_clear_4xx_answers_and_the_server_lives_on(server):
 
 
 def test_the_page_uploads_a_file_and_shows_the_transcript_in_chromium(server, tmp_path):
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver):
-        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    browser = headless_chromium()
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1000,700"):
-        opts.add_argument(arg)
-    browser = webdriver.Chrome(service=Service(driver), options=opts)
     try:
         browser.get(server + "/")
         assert browser.title == "speechscale"
@@ -138,23 +128,14 @@ def test_the_page_records_from_a_microphone_and_transcribes_it_in_chromium(serve
     WAV, posts it and shows the transcript."""
     import soundfile as sf
 
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver):
-        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="int16")
     sf.write(tmp_path / "mic.wav", wav, rate, subtype="PCM_16")  # the fake device wants plain 16-bit WAV
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--use-fake-ui-for-media-stream",
-                "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={tmp_path / 'mic.wav'}%noloop",
-                "--autoplay-policy=no-user-gesture-required"):
-        opts.add_argument(arg)
-    browser = webdriver.Chrome(service=Service(driver), options=opts)
+    browser = headless_chromium("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                                f"--use-file-for-fake-audio-capture={tmp_path / 'mic.wav'}%noloop",
+                                "--autoplay-policy=no-user-gesture-required")
     try:
         browser.get(server + "/")
         browser.find_element(By.ID, "record").click()

@@ -11,7 +11,6 @@ loader's start (worker start-up included) to its last batch; each result is one 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -80,25 +79,41 @@ def bench_loader(source: str | Path, workers: list[int], augment: list[bool], sa
                  batch_seconds: float = 60.0) -> list[dict[str, Any]]:
     """One pass of the training loader over `source` (a manifest or shard index) for each worker count and
     augmentation setting. The main process runs one torch thread, as each worker does."""
-    results = []
+    return bench_loader_interleaved([str(source)], workers, augment, sample_rate, batch_seconds, repeats=1)
+
+
+def bench_loader_interleaved(sources: list[str], workers: list[int], augment: list[bool], sample_rate: int = 16000,
+                             batch_seconds: float = 60.0, repeats: int = 1) -> list[dict[str, Any]]:
+    """Every (source, augmentation, workers) variant, `repeats` passes each, interleaved in rotating order
+    by the harness; one row per variant with the median pass (and the fastest and slowest)."""
+    from .harness import interleave
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    sizes: dict[str, tuple[int, float]] = {}
+
+    def one_pass(source: str, w: int, aug: bool) -> int:
+        cfg = Config(data=DataConfig(batch_seconds=batch_seconds, num_workers=w, max_batch_size=64,
+                                     max_duration=batch_seconds),
+                     features=FeatureConfig(sample_rate=sample_rate), augment=AUGMENT if aug else AugmentConfig())
+        loader, n, audio = _loader(source, cfg)  # the clock includes worker start-up, as a training epoch's does
+        sizes[source] = (n, audio)
+        return sum(int(b.feat_lens.sum()) for b in loader)
+
+    variants = {(src, aug, w): (lambda src=src, w=w, aug=aug: one_pass(src, w, aug))
+                for src in sources for aug in augment for w in workers}
     try:
-        for aug in augment:
-            for w in workers:
-                cfg = Config(data=DataConfig(batch_seconds=batch_seconds, num_workers=w, max_batch_size=64,
-                                             max_duration=batch_seconds),
-                             features=FeatureConfig(sample_rate=sample_rate),
-                             augment=AUGMENT if aug else AugmentConfig())
-                loader, n, audio = _loader(str(source), cfg)
-                started = time.perf_counter()
-                frames = sum(int(b.feat_lens.sum()) for b in loader)
-                seconds = time.perf_counter() - started
-                results.append({"source": "shards" if str(source).endswith("index.jsonl") else "files",
-                                "workers": w, "augment": aug, "utterances": n, "audio_seconds": round(audio, 1),
-                                "feature_frames": frames, "seconds": round(seconds, 3),
-                                "x_realtime": round(audio / seconds, 1),
-                                "x_realtime_per_worker": round(audio / seconds / max(1, w), 1)})
+        stats = interleave({str(k): v for k, v in variants.items()}, repeats=repeats, warmup=0)
     finally:
         torch.set_num_threads(threads)
+    results = []
+    for (src, aug, w) in variants:
+        st = stats[str((src, aug, w))]
+        n, audio = sizes[src]
+        results.append({"source": "shards" if src.endswith("index.jsonl") else "files", "workers": w, "augment": aug,
+                        "utterances": n, "audio_seconds": round(audio, 1), "feature_frames": st.extra[0],
+                        "seconds": round(st.median, 3), "passes": st.n,
+                        "seconds_min_max": [round(min(st.samples), 3), round(max(st.samples), 3)],
+                        "x_realtime": round(audio / st.median, 1),
+                        "x_realtime_per_worker": round(audio / st.median / max(1, w), 1)})
     return results

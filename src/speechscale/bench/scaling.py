@@ -5,8 +5,9 @@ spent in gradient allreduce and the bytes it moves per step.
 
 Each process trains on its own batch of the same size (weak scaling: the global batch grows with the
 process count), one thread each unless --threads says otherwise. Real processes, real collectives on
-loopback. Communication is timed by a DDP communication hook from the moment a gradient bucket is
-handed to allreduce until its result is ready. That time overlaps backward, so it is an upper bound on
+loopback. Step times are medians over the timed steps (bench/harness.py); process counts run one after
+another (interleaved, they would share the cores). Communication is timed by a DDP communication hook
+from the moment a gradient bucket is handed to allreduce until its result is ready. That time overlaps backward, so it is an upper bound on
 what communication costs the step.
 """
 from __future__ import annotations
@@ -63,6 +64,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
     from ..training.optim import build_optimizer
     from ..training.precision import Precision, resolve_device
     from ..training.step import ctc_criterion, forward_backward
+    from .harness import summarize
     from .throughput import _clips, targets
 
     torch.set_num_threads(opts["threads"])
@@ -102,7 +104,8 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
         if i >= opts["warmup"]:
             times.append(time.perf_counter() - t0)
     steps = opts["steps"]
-    row = {"rank": rank, "ms_per_step": 1000 * sum(times) / steps, "comm_ms_per_step": 1000 * meter.seconds / steps,
+    row = {"rank": rank, "ms_per_step": 1000 * summarize(times).median,
+           "comm_ms_per_step": 1000 * meter.seconds / steps,
            "comm_bytes_per_step": meter.bytes // steps, "allreduce_calls_per_step": meter.calls / steps,
            "params": sum(p.numel() for p in model.parameters())}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(row))

@@ -4,12 +4,14 @@
 
 Batches are real audio cut from a manifest (default: ../shared/data/ldc93s1 when present), else
 synthesized noise; the data phase includes loading, features and the copy to the device. The modes run
-interleaved step by step in one process, so machine noise hits them alike. MFU is the analytic training
+interleaved step by step in one process (bench/harness.py, rotating order), so machine noise hits them
+alike; figures are medians over the timed steps, with the 10th-90th percentile range. MFU is the analytic training
 FLOPs per second (models/flops.py) over the device peak: `--peak-tflops` when given, else a matmul
 measured here in the mode's dtype (stated in the output as peak_source).
 """
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from ..models.registry import RECOMMENDED_FEATURES
 from ..training.optim import build_optimizer
 from ..training.precision import Precision, resolve_device
 from ..training.step import ctc_criterion, ctc_loss
+from .harness import interleave
 
 TEXT = "she had your dark suit in greasy wash water all year"
 
@@ -105,38 +108,40 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
     clips = _clips(manifest, comps.features.cfg.sample_rate, seconds, batch_size, seed=0)
     tgt, tgt_lens = targets(comps, seconds, batch_size, dev)
     frames = 0
-    for i in range(warmup + steps):
-        for m in modes.values():
-            _sync(dev)
-            t0 = time.perf_counter()
-            feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)
-            frames = feats.shape[-1]
-            lens = torch.full((batch_size,), frames, dtype=torch.long)  # lengths stay on the CPU
-            _sync(dev)
-            t1 = time.perf_counter()
-            loss = ctc_loss(m.forward, feats, lens, tgt, tgt_lens, m.precision, ctc)
-            _sync(dev)
-            t2 = time.perf_counter()
-            m.opt.zero_grad(set_to_none=True)
-            m.precision.scale(loss).backward()
-            _sync(dev)
-            t3 = time.perf_counter()
-            m.precision.unscale_(m.opt)
-            norm = torch.nn.utils.clip_grad_norm_(m.model.parameters(), 5.0)
-            m.precision.step(m.opt, ~torch.isfinite(norm))
-            _sync(dev)
-            t4 = time.perf_counter()
-            if i >= warmup:
-                for k, dt in zip(m.phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                    m.phases[k] += dt
-                m.losses.append(float(loss.detach()))
+
+    def one_step(m: _Mode) -> dict[str, float]:
+        """One training step of mode `m`; seconds per phase."""
+        nonlocal frames
+        t0 = time.perf_counter()
+        feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)
+        frames = feats.shape[-1]
+        lens = torch.full((batch_size,), frames, dtype=torch.long)  # lengths stay on the CPU
+        _sync(dev)
+        t1 = time.perf_counter()
+        loss = ctc_loss(m.forward, feats, lens, tgt, tgt_lens, m.precision, ctc)
+        _sync(dev)
+        t2 = time.perf_counter()
+        m.opt.zero_grad(set_to_none=True)
+        m.precision.scale(loss).backward()
+        _sync(dev)
+        t3 = time.perf_counter()
+        m.precision.unscale_(m.opt)
+        norm = torch.nn.utils.clip_grad_norm_(m.model.parameters(), 5.0)
+        m.precision.step(m.opt, ~torch.isfinite(norm))
+        _sync(dev)
+        m.losses.append(float(loss.detach()))
+        return dict(zip(m.phases, (t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3)))
+
+    stats = interleave({p: (lambda m=m: one_step(m)) for p, m in modes.items()}, repeats=steps, warmup=warmup,
+                       sync=lambda: _sync(dev))
     results = []
     base = None
     for p, m in modes.items():
-        total = sum(m.phases.values())
+        st = stats[p]
+        step_s = st.median  # the median step: one slow step (a page fault, a neighbour) does not move it
         fwd, bwd = m.model.flops(frames)  # type: ignore[operator]
         step_flops = batch_size * (fwd + bwd)
-        achieved = step_flops * steps / total / 1e12
+        achieved = step_flops / step_s / 1e12
         if peak_tflops:
             peak, source = peak_tflops, "given"
         else:
@@ -146,10 +151,11 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             "params": sum(q.numel() for q in m.model.parameters()), "batch_size": batch_size,
             "utterance_seconds": seconds, "steps": steps, "threads": torch.get_num_threads(),
             "source": Path(manifest).parent.name if manifest else "noise",
-            "audio_seconds_per_second": round(batch_size * seconds * steps / total, 2),
-            "utterances_per_second": round(batch_size * steps / total, 2),
-            "ms_per_step": round(1000 * total / steps, 1),
-            "ms_per_phase": {k: round(1000 * v / steps, 1) for k, v in m.phases.items()},
+            "audio_seconds_per_second": round(batch_size * seconds / step_s, 2),
+            "utterances_per_second": round(batch_size / step_s, 2),
+            "ms_per_step": round(1000 * step_s, 1), "ms_per_step_p10_p90": [round(1000 * st.p10, 1),
+                                                                             round(1000 * st.p90, 1)],
+            "ms_per_phase": {k: round(1000 * statistics.median(x[k] for x in st.extra), 1) for k in m.phases},
             "gflop_per_audio_second": round((fwd + bwd) / seconds / 1e9, 2),
             "achieved_tflops": round(achieved, 4), "peak_tflops": round(peak, 4), "peak_source": source,
             "mfu": round(achieved / peak, 4), "final_loss": round(m.losses[-1], 3),

@@ -46,5 +46,6 @@ LINKS: dict[str, Link] = {
 }
 
 # Fitted once on NVIDIA's Jasper tables (the 4-GPU and fp32 rows, not the 8/16-GPU mixed-precision rows
-# the calibration predicts): the relative spread (sigma / mean) of one GPU's step time. `speechscale plan --calibrate` refits them and the tests check these constants.
+# the calibration predicts): the relative spread (sigma / mean) of one GPU's step time.
+# `speechscale plan --calibrate` shows the fit; tests/planning checks that it is still this constant.
 JITTER = 0.036

@@ -3,7 +3,11 @@
 Every line has `kind`, `time` (Unix seconds) and `step` (optimizer steps taken). Reports and plots may rely
 on the keys in SCHEMA; other keys may be added.
 
-- `train`, every trainer.log_every steps: `epoch` (epochs completed), `lr`; `loss` (mean over the finite
+- `start`, when a process starts training (a fresh run, a resume or a restart by torchrun): `epoch`,
+  `samples`, `world_size`, `strategy`, `precision`, `resumed_from` (the checkpoint, or null).
+- `stop`, when it ends without crashing: `epoch`, `samples`, `stopped_by` (null: the planned end), `minutes`.
+- `train`, every trainer.log_every steps: `epoch` (epochs completed), `lr`, `samples` (samples trained on
+  since the run began, all ranks of a lockstep strategy); `loss` (mean over the finite
   steps since the last line; absent when there were none), `loss_scale` (fp16), `peak_mem_mb` (GPUs).
 - `val`, at each validation: `epoch`, `train_loss`, `val_loss` (CTC per target token, as `train_loss`),
   `wer`, `cer`, `utterances`, `skipped`, and the run's counters: `nonfinite_loss`, `nonfinite_grad` (steps
@@ -28,7 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCHEMA: dict[str, set[str]] = {
-    "train": {"kind", "time", "step", "epoch", "lr"},
+    "start": {"kind", "time", "step", "epoch", "samples", "world_size", "strategy", "precision", "resumed_from"},
+    "stop": {"kind", "time", "step", "epoch", "samples", "stopped_by", "minutes"},
+    "train": {"kind", "time", "step", "epoch", "lr", "samples"},
     "val": {"kind", "time", "step", "epoch", "train_loss", "val_loss", "wer", "cer", "utterances", "skipped",
             "nonfinite_loss",
             "nonfinite_grad", "bad_audio", "too_short", "feature_error", "bad_text"},
@@ -78,10 +84,10 @@ def trace_samples(out_dir: Path, rank: int, row: dict[str, Any]) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-def train_row(epoch: int, lr: float, loss: float | None, precision: "Precision", device: torch.device
-              ) -> dict[str, Any]:
+def train_row(epoch: int, lr: float, loss: float | None, precision: "Precision", device: torch.device,
+              samples: int = 0) -> dict[str, Any]:
     """One `train` row of metrics.jsonl (see SCHEMA); on a GPU it also starts a new peak-memory window."""
-    row: dict[str, Any] = {"epoch": epoch, "lr": lr}
+    row: dict[str, Any] = {"epoch": epoch, "lr": lr, "samples": samples}
     if loss is not None:
         row["loss"] = loss
     if precision.scaling:

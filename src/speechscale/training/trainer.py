@@ -181,7 +181,7 @@ class Trainer:
         if runlog is not None:
             progress.show_loss(loss)
             runlog.write("train", self.state.step, train_row(self.state.epoch, self.optimizer.param_groups[0]["lr"],
-                                                             loss, self.precision, self.device))
+                                                             loss, self.precision, self.device, self.state.samples_seen))
 
     def _train_epoch(self, runlog: RunLog | None, progress: RunProgress, signals: StopSignals) -> bool:
         """Train on the rest of the current epoch; True when the run must stop before the epoch's end
@@ -241,6 +241,10 @@ class Trainer:
         if t.prescan:
             prescan(self)
         runlog = RunLog(self.out_dir) if main else None
+        if runlog is not None:
+            runlog.write("start", s.step, {"epoch": s.epoch, "samples": s.samples_seen, "world_size": self.world,
+                                           "strategy": self.cfg.distributed.strategy, "precision": self.precision.mode,
+                                           "resumed_from": self.resumed_from})
         budget = TimeBudget(t.max_minutes)
         self._resumed_step = s.step
         self.model.train()
@@ -281,6 +285,8 @@ class Trainer:
         finally:
             progress.close()
             if runlog is not None:
+                runlog.write("stop", s.step, {"epoch": s.epoch, "samples": s.samples_seen,
+                                              "stopped_by": self.stopped_by, "minutes": budget.elapsed_minutes()})
                 runlog.close()
         skipped = self.data.report.skipped + sum(s.counters[r] for r in SKIP_REASONS)
         return {**last, "epoch": s.epoch, "step": s.step, "best_wer": s.best_wer,

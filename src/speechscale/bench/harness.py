@@ -1,0 +1,127 @@
+"""The timing harness every bench uses: warm-up, the compared variants interleaved inside one run (in a
+rotating order, so none always runs first or last), medians with the spread, and provenance (machine,
+date, commit, command) on every result written.
+
+    stats = interleave({"fp32": step_fp32, "bf16": step_bf16}, repeats=5, warmup=2)
+    stats["bf16"].median, stats["bf16"].spread
+
+Variants that cannot share a run (process counts that would share the cores) are timed one after
+another and summarized with `summarize`, which gives them the same statistics.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass
+class Stats:
+    """Seconds per call of one variant: median, the 10th-90th percentile range, and every sample."""
+
+    median: float
+    p10: float
+    p90: float
+    n: int
+    samples: list[float]
+    extra: list[Any]  # what each timed call returned (e.g. phase times)
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median: the relative spread of the samples."""
+        return (self.p90 - self.p10) / self.median if self.median else 0.0
+
+    def brief(self, scale: float = 1000.0, digits: int = 1) -> dict[str, float]:
+        """median/p10/p90 scaled (default: milliseconds), for JSON."""
+        return {"median": round(self.median * scale, digits), "p10": round(self.p10 * scale, digits),
+                "p90": round(self.p90 * scale, digits), "n": self.n}
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    if len(s) == 1:
+        return s[0]
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (pos - lo)
+
+
+def summarize(samples: list[float], extra: list[Any] | None = None) -> Stats:
+    """Statistics of timed samples (seconds)."""
+    if not samples:
+        raise ValueError("no samples to summarize")
+    return Stats(statistics.median(samples), _quantile(samples, 0.1), _quantile(samples, 0.9), len(samples),
+                 list(samples), list(extra or []))
+
+
+def interleave(variants: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1,
+               sync: Callable[[], None] | None = None) -> dict[str, Stats]:
+    """Call every variant `warmup` times untimed, then `repeats` timed rounds; round r starts at variant
+    r mod k, so the order rotates. `sync` runs before each clock read (e.g. cuda.synchronize)."""
+    names = list(variants)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    extra: dict[str, list[Any]] = {n: [] for n in names}
+    for r in range(warmup + repeats):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            if sync:
+                sync()
+            t0 = time.perf_counter()
+            out = variants[name]()
+            if sync:
+                sync()
+            if r >= warmup:
+                times[name].append(time.perf_counter() - t0)
+                extra[name].append(out)
+    return {n: summarize(times[n], extra[n]) for n in names}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _commit() -> str:
+    root = Path(__file__).resolve().parents[3]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head + ("+changes" if dirty else "")) if head else "unknown"
+
+
+def provenance(command: list[str] | None = None) -> dict[str, Any]:
+    """Where and when a figure was measured, from which code, by which command."""
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"machine": f"{os.cpu_count()} cores, {_cpu_model()}" + (f", {gpu}" if gpu else ""),
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": _commit(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "command": shlex.join(command if command is not None else ["speechscale", *sys.argv[1:]])}
+
+
+def write_json(path: Path, results: Any, command: list[str] | None = None, seconds: float | None = None,
+               settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write {provenance, settings, seconds, results} to `path`; returns it."""
+    doc = {"provenance": provenance(command), "settings": settings or {}, "seconds": seconds, "results": results}
+    path.write_text(json.dumps(doc, indent=2, default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__")
+                               else str(o)) + "\n")
+    return doc

@@ -1,0 +1,91 @@
+"""PNG plots of `bench all` results (one per bench; the straggler bench draws its own)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _finish(fig: Any, ax: Any, path: Path, **labels: str) -> None:
+    """Labels, legend, layout, save, close."""
+    ax.set(**labels)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    fig.clf()
+    _plt().close(fig)
+
+
+def plot_train(rows: list[dict[str, Any]], path: Path) -> None:
+    """Audio seconds per second by model and precision, with the 10th-90th percentile step range."""
+    plt = _plt()
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    precisions = list(dict.fromkeys(r["precision"] for r in rows))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(precisions)
+    for j, p in enumerate(precisions):
+        xs, ys, lo, hi = [], [], [], []
+        for i, m in enumerate(models):
+            r = next((r for r in rows if r["model"] == m and r["precision"] == p), None)
+            if r is None:
+                continue
+            audio = r["batch_size"] * r["utterance_seconds"]
+            fast, slow = r.get("ms_per_step_p10_p90", [r["ms_per_step"]] * 2)
+            y = r["audio_seconds_per_second"]
+            xs.append(i + j * width)
+            ys.append(y)
+            lo.append(y - audio / (slow / 1000))
+            hi.append(audio / (fast / 1000) - y)
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=p)
+    ax.set_xticks([i + width * (len(precisions) - 1) / 2 for i in range(len(models))], models)
+    _finish(fig, ax, path, ylabel="audio seconds / second", title="Training throughput (median step, p10-p90)")
+
+
+def plot_loader(rows: list[dict[str, Any]], path: Path) -> None:
+    """Real-time factor against loader workers, one line per source and augmentation setting."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for src in dict.fromkeys(r["source"] for r in rows):
+        for aug in dict.fromkeys(r["augment"] for r in rows):
+            pts = sorted((r["workers"], r["x_realtime"]) for r in rows if r["source"] == src and r["augment"] == aug)
+            ax.plot(*zip(*pts), "o-" if not aug else "s--", label=f"{src}, {'augmented' if aug else 'plain'}")
+    _finish(fig, ax, path, xlabel="loader worker processes (0 = main process)", ylabel="x real time",
+            title="Loader throughput (median pass)")
+
+
+def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
+    """Speedup against processes, one line per model, with linear scaling for reference."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    procs = sorted({r["processes"] for r in rows})
+    ax.plot(procs, procs, "k:", label="linear")
+    for model in dict.fromkeys(r["model"] for r in rows):
+        pts = sorted((r["processes"], r["speedup"]) for r in rows if r["model"] == model)
+        ax.plot(*zip(*pts), "o-", label=model)
+    _finish(fig, ax, path, xlabel="processes (gloo)", ylabel="speedup", title="Data-parallel scaling on this machine")
+
+
+def plot_calibration(rows: list[dict[str, Any]], path: Path) -> None:
+    """Predicted against published for every calibration case; fitted figures drawn hollow."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for r in rows:
+        fit = r["role"] == "fit"
+        ax.plot(r["published"], r["predicted"], "o", mfc="none" if fit else None, color="C0" if r.get("ok", True)
+                else "C3")
+    lo = min(min(r["published"], r["predicted"]) for r in rows) * 0.8
+    hi = max(max(r["published"], r["predicted"]) for r in rows) * 1.2
+    ax.plot([lo, hi], [lo, hi], "k:")
+    ax.set(xscale="log", yscale="log", xlabel="published", ylabel="planner", title="Planner calibration "
+           "(hollow: fitted on it)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

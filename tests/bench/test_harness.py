@@ -1,0 +1,64 @@
+"""The shared bench harness: interleaving in rotating order, medians and spread, provenance; and the
+generated tables of BENCHMARKS.md, which must be what the committed bench-all JSON files render to."""
+import json
+import time
+
+import pytest
+
+from speechscale.bench import tables
+from speechscale.bench.harness import interleave, provenance, summarize, write_json
+from speechscale.bench.suite import BENCHES, load_docs
+from tests.conftest import ROOT, run_cli
+
+
+def test_interleave_rotates_the_order_and_times_each_variant():
+    calls = []
+    stats = interleave({"a": lambda: calls.append("a") or 1, "b": lambda: calls.append("b") or time.sleep(0.01)},
+                       repeats=4, warmup=1)
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]  # round r starts at variant r mod 2
+    assert stats["a"].n == stats["b"].n == 4 and stats["a"].extra == [1] * 4
+    assert stats["b"].median >= 0.01 > stats["a"].median
+
+
+def test_summary_statistics():
+    st = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert st.median == 3.0 and st.p10 == pytest.approx(1.4) and st.p90 == pytest.approx(61.6)
+    assert st.brief(1.0) == {"median": 3.0, "p10": 1.4, "p90": 61.6, "n": 5}
+
+
+def test_results_carry_machine_date_commit_and_command(tmp_path):
+    doc = write_json(tmp_path / "x.json", [{"a": 1}], ["speechscale", "bench", "x"], 1.5, {"k": 2})
+    p = doc["provenance"]
+    assert p["command"] == "speechscale bench x" and "cores" in p["machine"] and p["commit"] != "unknown"
+    assert json.loads((tmp_path / "x.json").read_text())["settings"] == {"k": 2}
+    assert provenance()["date"].endswith("UTC")
+
+
+def test_benchmarks_md_tables_are_exactly_what_the_committed_json_renders():
+    folder = ROOT / "docs" / "figures" / "bench-all"
+    docs = load_docs(folder)
+    assert set(docs) == set(BENCHES)
+    generated = tables.blocks((ROOT / "BENCHMARKS.md").read_text())
+    for name, doc in docs.items():
+        assert generated[name] == tables.render(name, doc), f"BENCHMARKS.md's {name} table drifted from {name}.json"
+        assert (folder / f"{name}.png").stat().st_size > 10_000
+        assert not isinstance(doc["results"], dict) or "error" not in doc["results"]
+
+
+def test_update_replaces_only_the_generated_blocks(tmp_path):
+    doc = json.loads((ROOT / "docs" / "figures" / "bench-all" / "scaling.json").read_text())
+    md = tmp_path / "B.md"
+    md.write_text("# B\n\nhand-written\n\n<!-- bench-all:scaling -->\nold\n<!-- /bench-all:scaling -->\n\nafter\n")
+    tables.update(md, {"scaling": doc})
+    text = md.read_text()
+    assert "old" not in text and "hand-written" in text and text.rstrip().endswith("after")
+    assert tables.blocks(text)["scaling"] == tables.render("scaling", doc)
+
+
+def test_bench_all_tables_only_rerenders_without_running(tmp_path):
+    folder = ROOT / "docs" / "figures" / "bench-all"
+    md = tmp_path / "B.md"
+    proc = run_cli("bench", "all", "--out", str(folder), "--tables-only", "--benchmarks", str(md))
+    assert "updated" in proc.stdout and set(tables.blocks(md.read_text())) == set(BENCHES)
+    bad = run_cli("bench", "all", "--out", str(tmp_path), "--only", "nope", check=False)
+    assert bad.returncode != 0 and "unknown" in bad.stderr

@@ -62,3 +62,15 @@ def test_bench_all_tables_only_rerenders_without_running(tmp_path):
     assert "updated" in proc.stdout and set(tables.blocks(md.read_text())) == set(BENCHES)
     bad = run_cli("bench", "all", "--out", str(tmp_path), "--only", "nope", check=False)
     assert bad.returncode != 0 and "unknown" in bad.stderr
+
+
+@pytest.mark.slow
+def test_bench_all_runs_benches_and_writes_json_png_and_tables(tmp_path):
+    md = tmp_path / "B.md"
+    proc = run_cli("bench", "all", "--out", str(tmp_path / "out"), "--only", "scaling,planner", "--benchmarks", str(md))
+    assert "bench scaling" in proc.stdout and "bench planner" in proc.stdout
+    for name in ("scaling", "planner"):
+        doc = json.loads((tmp_path / "out" / f"{name}.json").read_text())
+        assert doc["provenance"]["command"].startswith("speechscale bench all") and doc["seconds"] > 0
+        assert (tmp_path / "out" / f"{name}.png").stat().st_size > 10_000
+    assert set(tables.blocks(md.read_text())) == {"scaling", "planner"}

@@ -55,3 +55,18 @@ def test_plan_cli_calibration_passes():
 def test_plan_cli_bad_input_is_one_line(args, message):
     proc = run_cli("plan", *args, check=False)
     assert proc.returncode != 0 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_readmes_plan_commands_run(tmp_path):
+    import re
+    import shlex
+
+    from tests.conftest import ROOT
+
+    lines = [line.strip() for line in (ROOT / "README.md").read_text().splitlines()
+             if line.startswith("speechscale plan")]
+    assert len(lines) >= 3
+    for line in lines:
+        argv = [a.replace("runs/plan", str(tmp_path / "plan")) for a in shlex.split(line)[1:]]
+        proc = run_cli(*argv)
+        assert re.search(r"speedup|published", proc.stdout), line

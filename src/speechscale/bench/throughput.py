@@ -62,19 +62,25 @@ def _sync(device: torch.device) -> None:
 
 
 def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, repeats: int = 3) -> float:
-    """Best TFLOP/s of a large square matmul in `dtype` on `device`: the practical ceiling for MFU."""
-    n = 8192 if device.type == "cuda" else 2048
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    (a @ b)
-    _sync(device)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    """Best TFLOP/s of a large square matmul in `dtype` on `device`: the practical ceiling for MFU. The size
+    grows from 256 until one product takes 50 ms (at most 8192 on a GPU, 2048 on a CPU), so a dtype
+    without fast kernels (bf16 on a CPU without AVX512-BF16) costs seconds, not minutes."""
+    limit = 8192 if device.type == "cuda" else 2048
+    n = 256
+    while True:
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
         (a @ b)
         _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 / best / 1e12
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            (a @ b)
+            _sync(device)
+            best = min(best, time.perf_counter() - t0)
+        if best >= 0.05 or n >= limit:
+            return 2 * n ** 3 / best / 1e12
+        n *= 2
 
 
 class _Mode:

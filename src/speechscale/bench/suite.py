@@ -19,12 +19,13 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # bf16 only where it finishes: on a CPU without AVX512-BF16/AMX (this machine's AMD EPYC has AVX2), bf16
     # is emulated; one lstm-ctc-tiny bf16 step did not finish in 4 minutes.
     "train": {"models": {"ds2-tiny": ["fp32", "bf16"], "wav2letter+-tiny": ["fp32", "bf16"], "lstm-ctc-tiny": ["fp32"]},
-              "batch_size": 8, "seconds": 2.0, "steps": 5, "warmup": 2},
+              "batch_size": 8, "seconds": 2.0, "steps": 8, "warmup": 2},
     "loader": {"workers": [0, 1, 2], "augment": [False, True], "limit": 120, "clip_seconds": 12.0,
-               "batch_seconds": 60.0, "repeats": 2},
+               "batch_seconds": 60.0, "repeats": 3},
     "scaling": {"models": ["ds2-tiny", "wav2letter+-tiny"], "procs": [1, 2], "batch_size": 8, "seconds": 2.0,
                 "steps": 5, "warmup": 2},
-    "straggler": {"procs": 4, "epochs": 2, "slowdown": 2.0, "strategies": ["allreduce", "adpsgd-fixed_ring"],
+    "straggler": {"procs": 4, "epochs": 4, "slowdown": 2.0,
+                  "strategies": ["allreduce", "adpsgd-fixed_ring", "adpsgd-delay_by_one"],
                   "config": "configs/yesno.yaml", "overrides": ["data.max_batch_size=2"]},
     "planner": {"validate_models": ["ds2-tiny", "wav2letter+-tiny"], "world": 2},
 }

@@ -46,8 +46,8 @@ def _scaling(res: list[dict[str, Any]]) -> str:
 
 def _straggler(res: list[dict[str, Any]]) -> str:
     rows = [[r["strategy"], r["straggler"] or "none", r["epochs"], r["utterances_per_second"],
-             r["throughput_vs_no_straggler"], r.get("loss_vs_allreduce_max", "-"), r["final_val_loss"],
-             r["final_wer"]] for r in res]
+             r["throughput_vs_no_straggler"], r.get("loss_vs_allreduce_max", "-"), f"{r['final_val_loss']:.3f}",
+             f"{100 * r['final_wer']:.1f} %" if r["final_wer"] is not None else "-"] for r in res]
     return _md(["strategy", "straggler", "epochs", "utt/s", "vs no straggler", "loss vs allreduce (max)",
                 "final val loss", "final WER"], rows)
 

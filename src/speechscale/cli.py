@@ -581,7 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = command(sub, "bench", "benchmarks")
     bsub = b.add_subparsers(dest="bench", required=True, metavar="BENCHMARK", parser_class=_Parser)
-    ba = command(bsub, "all", "every bench (about 10 minutes on 2 cores): JSON + PNG per bench, BENCHMARKS.md tables")
+    ba = command(bsub, "all", "every bench (about 7 minutes on 2 cores): JSON + PNG per bench, BENCHMARKS.md tables")
     ba.add_argument("--out", required=True, help="folder for NAME.json and NAME.png")
     ba.add_argument("--only", default=None, help="comma-separated subset of train,loader,scaling,straggler,planner")
     ba.add_argument("--benchmarks", default="BENCHMARKS.md",

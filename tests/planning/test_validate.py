@@ -70,3 +70,11 @@ def test_the_readmes_plan_commands_run(tmp_path):
         argv = [a.replace("runs/plan", str(tmp_path / "plan")) for a in shlex.split(line)[1:]]
         proc = run_cli(*argv)
         assert re.search(r"speedup|published", proc.stdout), line
+
+
+def test_measured_link_figures_override_the_presets():
+    fast = json.loads(run_cli("plan", "--model", "ds2-tiny", "--max-gpus", "16", "--inter", "eth-25g", "--json").stdout)
+    slow = json.loads(run_cli("plan", "--model", "ds2-tiny", "--max-gpus", "16", "--inter", "eth-25g",
+                              "--inter-gbps", "0.1", "--inter-latency-us", "500", "--json").stdout)
+    assert slow["cluster"]["inter"] == {"bandwidth": 0.1, "latency_us": 500.0}
+    assert slow["rows"][-1]["comm_s"] > 10 * fast["rows"][-1]["comm_s"]

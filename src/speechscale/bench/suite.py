@@ -1,4 +1,4 @@
-"""`speechscale bench all --out DIR`: every bench with settings that finish in about 10 minutes on a
+"""`speechscale bench all --out DIR`: every bench with settings that finish in about 7 minutes on a
 2-core CPU, one JSON per bench (with machine, date, commit and command), PNG plots, and the measured
 tables of BENCHMARKS.md regenerated from those JSON files (bench/tables.py)."""
 from __future__ import annotations

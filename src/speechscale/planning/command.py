@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .hardware import GPUS, JITTER, LINKS
+from .hardware import GPUS, JITTER, LINKS, Link
 from .model import STRATEGIES, Cluster, PlanError, Workload, plan
 
 
@@ -36,6 +36,12 @@ def add_arguments(p: argparse.ArgumentParser, positive: Callable[[type], Any]) -
     c.add_argument("--max-gpus", type=positive(int), default=64, help="largest GPU count to plan")
     c.add_argument("--intra", choices=list(LINKS), default="nvlink-h100", help="network inside a node")
     c.add_argument("--inter", choices=list(LINKS), default="ib-ndr-x8", help="network between nodes")
+    c.add_argument("--intra-gbps", type=positive(float), default=None,
+                   help="measured allreduce bus bandwidth inside a node, GB/s (overrides --intra's)")
+    c.add_argument("--inter-gbps", type=positive(float), default=None,
+                   help="measured bandwidth between nodes, GB/s (overrides --inter's)")
+    c.add_argument("--intra-latency-us", type=float, default=None, help="latency per ring hop inside a node")
+    c.add_argument("--inter-latency-us", type=float, default=None, help="latency per ring hop between nodes")
     c.add_argument("--jitter", type=float, default=JITTER, help="relative spread of one GPU's step time")
     c.add_argument("--overlap", type=float, default=1.0, help="share of backward that hides gradient communication")
     c.add_argument("--strategy", choices=STRATEGIES, default="allreduce", help="how the GPUs combine their work")
@@ -83,8 +89,13 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
         raise PlanError("--jitter must be in [0, 1) and --overlap in [0, 1]")
     if args.price_preemptible and not args.price_on_demand:
         raise PlanError("--price-preemptible needs --price-on-demand too")
+    intra, inter = LINKS[args.intra], LINKS[args.inter]
+    intra = Link(args.intra_gbps or intra.bandwidth,
+                 intra.latency_us if args.intra_latency_us is None else args.intra_latency_us)
+    inter = Link(args.inter_gbps or inter.bandwidth,
+                 inter.latency_us if args.inter_latency_us is None else args.inter_latency_us)
     return Cluster(gpu=args.gpu, precision=args.precision, mfu=args.mfu, gpus_per_node=args.gpus_per_node,
-                   intra=LINKS[args.intra], inter=LINKS[args.inter], jitter=args.jitter, overlap=args.overlap,
+                   intra=intra, inter=inter, jitter=args.jitter, overlap=args.overlap,
                    price_on_demand=args.price_on_demand, price_preemptible=args.price_preemptible,
                    preemptions_per_node_hour=args.preemptions_per_node_hour,
                    checkpoint_minutes=args.checkpoint_minutes, checkpoint_seconds=args.checkpoint_seconds,

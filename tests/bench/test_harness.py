@@ -24,6 +24,8 @@ def test_summary_statistics():
     st = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert st.median == 3.0 and st.p10 == pytest.approx(1.4) and st.p90 == pytest.approx(61.6)
     assert st.brief(1.0) == {"median": 3.0, "p10": 1.4, "p90": 61.6, "n": 5}
+    assert summarize([3.0, 1.0, 2.0], ["c", "a", "b"]).at_median() == ["b"]
+    assert summarize([4.0, 1.0, 3.0, 2.0], "dabc").at_median() == ["b", "c"]  # the two middle calls, in call order
 
 
 def test_results_carry_machine_date_commit_and_command(tmp_path):

@@ -19,7 +19,10 @@ def test_bench_train_reports_throughput_phases_ratios_and_mfu_per_precision():
         phases = res["ms_per_phase"]
         assert set(phases) == {"data", "forward", "backward", "optimizer"} and all(v > 0 for v in phases.values())
         assert abs(sum(phases.values()) - res["ms_per_step"]) < 0.5
-        assert 0 < res["mfu"] < 1 and res["peak_source"] == f"measured {res['precision']} matmul"
+        if res["mfu"] is None:  # bf16 on a CPU without bf16 kernels: the matmul probe is slower than the model
+            assert res["precision"] == "bf16" and "no fast kernel for this dtype" in res["peak_source"]
+        else:
+            assert 0 < res["mfu"] < 1 and res["peak_source"] == f"measured {res['precision']} matmul"
         assert res["final_loss"] > 0  # the label fits the output frames: a real CTC loss
         ratio = res["audio_seconds_per_second"] / next(
             r for r in rows if r["model"] == res["model"] and r["precision"] == "fp32")["audio_seconds_per_second"]

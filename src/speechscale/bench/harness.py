@@ -40,6 +40,13 @@ class Stats:
         """(p90 - p10) / median: the relative spread of the samples."""
         return (self.p90 - self.p10) / self.median if self.median else 0.0
 
+    def at_median(self) -> list[Any]:
+        """What the median call(s) returned: one sample for an odd count, the two middle ones for an even
+        count (the median is their mean), so a breakdown taken from them adds up to the median."""
+        order = sorted(range(self.n), key=self.samples.__getitem__)
+        mid = {order[(self.n - 1) // 2], order[self.n // 2]}
+        return [self.extra[i] for i in sorted(mid)]
+
     def brief(self, scale: float = 1000.0, digits: int = 1) -> dict[str, float]:
         """median/p10/p90 scaled (default: milliseconds), for JSON."""
         return {"median": round(self.median * scale, digits), "p10": round(self.p10 * scale, digits),

@@ -31,9 +31,13 @@ class Stats:
     median: float
     p10: float
     p90: float
-    n: int
     samples: list[float]
     extra: list[Any]  # what each timed call returned (e.g. phase times)
+
+    @property
+    def n(self) -> int:
+        """How many calls were timed."""
+        return len(self.samples)
 
     @property
     def spread(self) -> float:
@@ -66,8 +70,7 @@ def summarize(samples: list[float], extra: list[Any] | None = None) -> Stats:
     """Statistics of timed samples (seconds)."""
     if not samples:
         raise ValueError("no samples to summarize")
-    return Stats(statistics.median(samples), _quantile(samples, 0.1), _quantile(samples, 0.9), len(samples),
-                 list(samples), list(extra or []))
+    return Stats(statistics.median(samples), _quantile(samples, 0.1), _quantile(samples, 0.9), list(samples), list(extra or []))
 
 
 def interleave(variants: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1,

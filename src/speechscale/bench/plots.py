@@ -4,14 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from ..plotting import pyplot as _plt
 
 
 def _finish(fig: Any, ax: Any, path: Path, **labels: str) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -23,11 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .ports import free_port
 
 
 class _CommMeter:
@@ -125,7 +120,7 @@ def bench_scaling(model: str = "ds2-tiny", procs: tuple[int, ...] = (1, 2), batc
     for world in procs:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-            mp.spawn(_worker, args=(world, _free_port(), opts, tmp), nprocs=world, join=True)
+            mp.spawn(_worker, args=(world, free_port(), opts, tmp), nprocs=world, join=True)
             rows = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
         step_ms = max(r["ms_per_step"] for r in rows)  # the step ends when the slowest rank does
         thr = world * batch_size * seconds / (step_ms / 1000)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import numpy as np
 import soundfile as sf
 
 from ..data.audio import load_audio
+from .ports import free_port
 
 
 def _clip(seconds: float) -> bytes:
@@ -46,9 +46,7 @@ def _post(url: str, data: bytes) -> float:
 
 def bench_serve(checkpoint: str, seconds: float = 5.0, levels: list[int] = (1, 8, 32),
                 requests: int = 64, extra: list[str] | None = None) -> list[dict[str, Any]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "serve", "--checkpoint", checkpoint,
                              "--port", str(port), *(extra or [])], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from .ports import free_port
 
 # name -> overrides
 STRATEGY_RUNS: dict[str, list[str]] = {
@@ -29,16 +30,10 @@ STRATEGY_RUNS: dict[str, list[str]] = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _train(procs: int, config: str, overrides: list[str], out: Path, timeout: float) -> dict[str, Any]:
     """One torchrun training run; returns its summary line and its validation rows."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={procs}", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "-m", "speechscale.cli", "-q", "train", "--config", config,
+           f"--rdzv-endpoint=127.0.0.1:{free_port()}", "-m", "speechscale.cli", "-q", "train", "--config", config,
            f"trainer.out_dir={out}", "trainer.threads=1", "trainer.target_wer=-1", "trainer.progress=false",
            *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONWARNINGS": "ignore"}
@@ -100,10 +95,9 @@ def compare_to_allreduce(results: list[dict[str, Any]]) -> None:
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:
     """Loss and WER against wall time and against epochs, and consensus distance; one line per run."""
-    import matplotlib
+    from ..plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     panels = [("seconds", "loss", "wall time (s)"), ("epoch", "loss", "epoch"),

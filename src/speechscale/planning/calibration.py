@@ -15,7 +15,7 @@ fitted on. Sources:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from .hardware import JITTER, LINKS
 from .model import Cluster, Workload, run_plan, step
@@ -85,14 +85,20 @@ def _p9_cluster(mfu: float) -> Cluster:
                    inter=LINKS["ib-edr-x2"])
 
 
-def fit_adpsgd_mfu(hours_64: float = 2.28) -> float:
-    """The MFU at which 64 V100 with delay-by-one ADPSGD take the published 2.28 h (bisection)."""
-    lo, hi = 0.001, 1.0
+def _mfu_for(target: float, figure: Callable[[float], float], lo: float) -> float:
+    """The MFU in [lo, 1] at which `figure` (hours or cost: falling as the MFU rises) equals `target`
+    (bisection)."""
+    hi = 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        h = run_plan(_swb_lstm(), _p9_cluster(mid), 64, "adpsgd-delay_by_one").train_hours
-        lo, hi = (mid, hi) if h > hours_64 else (lo, mid)
+        lo, hi = (mid, hi) if figure(mid) > target else (lo, mid)
     return (lo + hi) / 2
+
+
+def fit_adpsgd_mfu(hours_64: float = 2.28) -> float:
+    """The MFU at which 64 V100 with delay-by-one ADPSGD take the published 2.28 h."""
+    return _mfu_for(hours_64, lambda mfu: run_plan(_swb_lstm(), _p9_cluster(mfu), 64,
+                                                   "adpsgd-delay_by_one").train_hours, lo=0.001)
 
 
 # GCP list prices of 2020 for a V100 (on-demand / preemptible, per GPU-hour).
@@ -109,12 +115,8 @@ def librispeech_cost(preemptions_per_node_hour: float = 0.05) -> tuple[float, fl
     base = Cluster(gpu="v100", precision="amp", gpus_per_node=4, intra=LINKS["nvlink-v100"], inter=LINKS["eth-25g"],
                    price_on_demand=GCP_V100[0], price_preemptible=GCP_V100[1],
                    preemptions_per_node_hour=preemptions_per_node_hour)
-    lo, hi = 1e-4, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        cost = run_plan(w, replace(base, mfu=mid), 8).cost_on_demand
-        lo, hi = (mid, hi) if cost > 510 else (lo, mid)
-    r = run_plan(w, replace(base, mfu=(lo + hi) / 2), 8)
+    mfu = _mfu_for(510.0, lambda m: run_plan(w, replace(base, mfu=m), 8).cost_on_demand, lo=1e-4)
+    r = run_plan(w, replace(base, mfu=mfu), 8)
     return r.cost_on_demand, r.cost_preemptible or 0.0
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any
 
@@ -237,11 +237,3 @@ def plan(w: Workload, c: Cluster, max_gpus: int, strategy: str = "allreduce",
             "per_gpu_throughput": per_gpu_throughput(w, c), "deadline_hours": deadline_hours,
             "rows": [{**asdict(r.step), **{k: v for k, v in asdict(r).items() if k != "step"}} for r in rows],
             "cheapest": cheapest}
-
-
-def with_link(c: Cluster, intra: str | None = None, inter: str | None = None) -> Cluster:
-    """`c` with named LINKS presets for its intra-node and inter-node networks."""
-    for name in (intra, inter):
-        if name is not None and name not in LINKS:
-            raise PlanError(f"link {name!r} is unknown; choose one of {', '.join(LINKS)}")
-    return replace(c, intra=LINKS[intra] if intra else c.intra, inter=LINKS[inter] if inter else c.inter)

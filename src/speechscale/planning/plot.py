@@ -8,10 +8,9 @@ from typing import Any
 def plot_plan(result: dict[str, Any], path: Path) -> None:
     """Three panels: speedup against ideal, the step split (compute / exposed communication / straggler
     wait), wall hours and cost (on-demand and preemptible)."""
-    import matplotlib
+    from ..plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = result["rows"]
     gpus = [r["gpus"] for r in rows]

@@ -48,11 +48,11 @@ def measure_allreduce(world: int = 2, repeats: int = 9) -> dict[float, float]:
     """Median seconds of one fp32 allreduce per message size (MB) with `world` gloo processes."""
     import torch.multiprocessing as mp
 
-    from ..bench.scaling import _free_port
+    from ..bench.ports import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp, "allreduce.json"))
-        mp.spawn(_allreduce_worker, args=(world, _free_port(), repeats, out), nprocs=world, join=True)
+        mp.spawn(_allreduce_worker, args=(world, free_port(), repeats, out), nprocs=world, join=True)
         return {float(k): v for k, v in json.loads(Path(out).read_text()).items()}
 
 

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .model import PlanError, Workload
+from .model import PlanError
 
 
 def registry_cost(name: str, overrides: dict[str, Any] | None = None, features: dict[str, Any] | None = None,
@@ -41,9 +41,3 @@ def measured_throughput(path: str | Path, model: str, precision: str) -> float:
             return float(row["audio_seconds_per_second"])
     raise PlanError(f"--throughput-json {p}: no row for model {model} in {'/'.join(want)}")
 
-
-def build_workload(name: str, overrides: dict[str, Any] | None, hours: float, epochs: float, batch_seconds: float,
-                   grad_bytes: int, throughput: float = 0.0) -> Workload:
-    """A workload for registry model `name`."""
-    params, flops = registry_cost(name, overrides)
-    return Workload(name, params, flops, throughput, hours, epochs, batch_seconds, grad_bytes)

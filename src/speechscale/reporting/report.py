@@ -34,10 +34,9 @@ def _broken(pts: Series, cuts: list[float]) -> Series:
 def _figure(path: Path, title: str, panels: list[tuple[str, dict[str, Series]]], starts: list[tuple[float, float]],
             ylabel: str, log_y: bool = False) -> None:
     """Two panels (over steps, over wall hours); one line per series; restarts as dashed lines."""
-    import matplotlib
+    from ..plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     for ax, (xlabel, lines), restart_x in zip(axes, panels, ([s for s, _ in starts], [h for _, h in starts])):

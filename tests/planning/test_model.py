@@ -109,3 +109,22 @@ def test_a_measured_throughput_is_read_from_bench_output(tmp_path):
     assert measured_throughput(path, "ds2-tiny", "fp32") == 40.0
     with pytest.raises(PlanError, match="no row for model ds2-large"):
         measured_throughput(path, "ds2-large", "fp32")
+
+
+def test_default_rate_is_our_own_measurement_where_one_is_shipped(capsys):
+    from tests.conftest import main_cli
+
+    def plan_json(*args):
+        code, out, _ = main_cli(capsys, "plan", "--json", "--max-gpus", "8", *args)
+        assert code == 0
+        return json.loads(out)
+
+    shipped = plan_json("--model", "ds2-large", "--gpu", "h100")
+    assert shipped["per_gpu_throughput"] == 1098  # bf16, 32 x 10 s, issue #10 (planning/data/measured.json)
+    assert shipped["workload"]["throughput_source"].startswith("measured: 1098 audio-s/s, ds2-large bf16")
+    big = plan_json("--model", "ds2-large", "--gpu", "h100", "--batch-seconds", "1280")
+    assert big["per_gpu_throughput"] == 2958
+    analytic = plan_json("--model", "ds2-large", "--gpu", "a100")
+    assert "FLOPs x MFU" in analytic["workload"]["throughput_source"]
+    given = plan_json("--model", "ds2-large", "--gpu", "h100", "--throughput", "500")
+    assert given["per_gpu_throughput"] == 500 and given["workload"]["throughput_source"] == "--throughput"

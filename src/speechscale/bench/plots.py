@@ -67,18 +67,30 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def plot_calibration(rows: list[dict[str, Any]], path: Path) -> None:
-    """Predicted against published for every calibration case; fitted figures drawn hollow."""
+    """Predicted against published for every calibration case: predictions filled (red when they miss the
+    goal), fitted figures hollow, consistency checks as crosses."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 5))
     for r in rows:
-        fit = r["role"] == "fit"
-        ax.plot(r["published"], r["predicted"], "o", mfc="none" if fit else None, color="C0" if r.get("ok", True)
-                else "C3")
+        marker = "x" if r["role"] == "check" else "o"
+        ax.plot(r["published"], r["predicted"], marker, mfc="none" if r["role"] == "fit" else None,
+                color="C3" if r.get("ok") is False else "C0")
     lo = min(min(r["published"], r["predicted"]) for r in rows) * 0.8
     hi = max(max(r["published"], r["predicted"]) for r in rows) * 1.2
     ax.plot([lo, hi], [lo, hi], "k:")
     ax.set(xscale="log", yscale="log", xlabel="published", ylabel="planner", title="Planner calibration "
-           "(hollow: fitted on it)")
+           "(hollow: fitted on it; x: check; red: missed)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def plot_recipes(rows: list[dict[str, Any]], path: Path) -> None:
+    """Validation WER by step for each recipe trained to its end, with its goal dotted."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, r in enumerate(rows):
+        pts = [(v["step"], 100 * v["wer"]) for v in r["val"]]
+        ax.plot(*zip(*pts), "o-", ms=3, color=f"C{i}", label=f"{r['recipe']} ({r['scored_on'].split(' (')[0]})")
+        ax.axhline(100 * r["goal_wer"], color=f"C{i}", ls=":")
+    _finish(fig, ax, path, xlabel="step", ylabel="validation WER (%)", title="Recipes trained to their end")

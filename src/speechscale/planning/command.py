@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser, positive: Callable[[type], Any]) -
     c.add_argument("--precision", choices=["amp", "fp32"], default="amp",
                    help="amp: tensor-core peak and 2-byte gradients on the wire; fp32: 4 bytes")
     c.add_argument("--mfu", type=positive(float), default=0.1,
-                   help="achieved share of the peak without --throughput (ds2-large bf16 measured 6 %% on an H100)")
+                   help="achieved share of the peak where no throughput is given or shipped (planning/data/measured.json)")
     c.add_argument("--gpus-per-node", type=positive(int), default=8, help="GPUs sharing one node's fast link")
     c.add_argument("--max-gpus", type=positive(int), default=64, help="largest GPU count to plan")
     c.add_argument("--intra", choices=list(LINKS), default="nvlink-h100", help="network inside a node")
@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser, positive: Callable[[type], Any]) -
 
 def workload_from_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Workload:
     """The workload the flags describe (registry counts unless --params/--flops-per-audio-second)."""
-    from .workload import measured_throughput, registry_cost
+    from .workload import measured_throughput, registry_cost, shipped_throughput
 
     params, flops = args.params, args.flops_per_audio_second
     if params is None or flops is None:
@@ -77,11 +77,18 @@ def workload_from_args(args: argparse.Namespace, overrides: dict[str, Any]) -> W
         except ConfigError as e:
             raise PlanError(str(e)) from None
         params, flops = params or counted[0], flops or counted[1]
-    throughput = args.throughput or 0.0
+    throughput, source = args.throughput or 0.0, "--throughput"
     if args.throughput_json:
         throughput = measured_throughput(args.throughput_json, args.model, args.precision)
+        source = f"--throughput-json {args.throughput_json}"
+    elif not throughput and args.model_overrides is None and args.params is None and args.flops_per_audio_second is None:
+        shipped = shipped_throughput(args.gpu, args.model, args.precision, args.batch_seconds)
+        if shipped:
+            throughput, source = shipped
+    if not throughput:
+        source = f"analytic FLOPs x MFU {args.mfu:g} of the {args.gpu} peak (no measurement of this model on it)"
     return Workload(args.model, params, flops, throughput, args.hours, args.epochs, args.batch_seconds,
-                    2 if args.precision == "amp" else 4)
+                    2 if args.precision == "amp" else 4, throughput_source=source)
 
 
 def cluster_from_args(args: argparse.Namespace) -> Cluster:
@@ -107,6 +114,7 @@ def table(result: dict[str, Any]) -> str:
     w = result["workload"]
     lines = [f"{w['name']}: {w['params'] / 1e6:.1f} M parameters, {w['hours']:g} h x {w['epochs']:g} epochs, "
              f"{result['per_gpu_throughput']:.0f} audio-s/s per GPU, strategy {result['strategy']}",
+             f"per-GPU rate: {w['throughput_source'] or 'given'}",
              f"{'GPUs':>5} {'step ms':>8} {'compute':>8} {'comm':>7} {'exposed':>8} {'wait':>6} {'speedup':>8} "
              f"{'eff':>5} {'hours':>8} {'$ on-dem':>9} {'$ preempt':>10} {'lost h':>7}"]
     for r in result["rows"]:
@@ -124,23 +132,28 @@ def table(result: dict[str, Any]) -> str:
 
 
 def calibration_table() -> tuple[str, bool]:
-    from .calibration import cases
+    """The calibration as printed by `plan --calibrate`, and whether every prediction met the goal."""
+    from .calibration import GOAL, ROLES, cases
 
     rows = cases()
-    lines = [f"{'case':<66} {'published':>9} {'predicted':>9} {'error':>7} {'held to':>8}  fitted"]
+    preds = [r for r in rows if r["role"] == "prediction"]
+    met = sum(r["ok"] for r in preds)
+    lines = [f"goal, fixed before computing: every prediction within ±{GOAL:.0%} of the published figure",
+             f"{'case':<66} {'published':>9} {'predicted':>9} {'error':>7}  {'role':<10} {'result':<15} inputs"]
     for r in rows:
-        held = "fit" if r["role"] == "fit" else ">=" if r.get("at_least") else f"±{r['tolerance']:.0%}"
-        lines.append(f"{r['case']:<66} {r['published']:9.2f} {r['predicted']:9.2f} {r['error']:+7.1%} {held:>8}  "
-                     f"{r['fitted']}")
-    return "\n".join(lines), all(r.get("ok", True) for r in rows)
+        lines.append(f"{r['case']:<66} {r['published']:9.2f} {r['predicted']:9.2f} {r['error']:+7.1%}  "
+                     f"{r['role']:<10} {r['status']:<15} {r['fitted']}")
+    lines.append(f"{met} of {len(preds)} predictions within ±{GOAL:.0%}; missed: "
+                 + (", ".join(f"{r['case']} ({r['error']:+.0%})" for r in preds if not r["ok"]) or "none"))
+    lines += [f"{role}: {text}" for role, text in ROLES.items()]
+    return "\n".join(lines), met == len(preds)
 
 
 def run(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     """`speechscale plan`."""
     if args.calibrate:
-        text, ok = calibration_table()
-        print(text)
-        return 0 if ok else 1
+        print(calibration_table()[0])  # a report: misses are printed, not an error
+        return 0
     if args.validate:
         from .validate import validate
 

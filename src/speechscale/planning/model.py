@@ -37,8 +37,10 @@ class Workload:
     throughput_per_gpu: float = 0.0          # measured audio-s/s of one GPU; overrides FLOPs x MFU when > 0
     hours: float = 960.0                     # dataset hours
     epochs: float = 16.0
-    batch_seconds: float = 320.0             # audio seconds per GPU per step
+    batch_seconds: float = 320.0             # audio seconds per GPU per step (the batch the throughput is for)
     grad_bytes: int = 4                      # bytes per gradient element on the wire (4 fp32, 2 bf16/fp16)
+    global_batch_seconds: float = 0.0        # > 0: the global batch stays fixed and each of N GPUs gets 1/N
+    throughput_source: str = ""              # where the per-GPU rate comes from (printed with the plan)
 
 
 @dataclass
@@ -52,6 +54,8 @@ class Cluster:
     intra: Link = field(default_factory=lambda: LINKS["nvlink-h100"])
     inter: Link = field(default_factory=lambda: LINKS["ib-ndr-x8"])
     jitter: float = JITTER                   # relative spread (sigma / mean) of one GPU's step time
+    half_batch_seconds: float = 0.0          # per-GPU batch (audio s) at which a GPU runs at half its
+                                             # large-batch rate; 0: the rate does not depend on the batch
     overlap: float = 1.0                     # share of backward that can hide gradient communication
     bucket_mb: float = 25.0                  # DDP gradient bucket size
     price_on_demand: float = 0.0             # $ per GPU-hour
@@ -85,6 +89,25 @@ def per_gpu_throughput(w: Workload, c: Cluster) -> float:
     if w.flops_per_audio_second <= 0:
         raise PlanError("the workload needs a measured throughput_per_gpu or flops_per_audio_second")
     return c.peak_tflops * 1e12 * c.mfu / w.flops_per_audio_second
+
+
+def batch_efficiency(batch_seconds: float, half_batch_seconds: float) -> float:
+    """Share of a GPU's large-batch rate it reaches at `batch_seconds` per step: b / (b + b_half)
+    (1 when b_half is 0)."""
+    return 1.0 if half_batch_seconds <= 0 else batch_seconds / (batch_seconds + half_batch_seconds)
+
+
+def per_gpu_batch(w: Workload, n: int) -> float:
+    """Audio seconds one of `n` GPUs trains per step: fixed (weak scaling), or the global batch / n."""
+    return w.global_batch_seconds / n if w.global_batch_seconds > 0 else w.batch_seconds
+
+
+def gpu_rate(w: Workload, c: Cluster, batch_seconds: float) -> float:
+    """Audio-s/s of one GPU at a per-GPU batch of `batch_seconds`: the workload's throughput (which is for
+    its own batch_seconds) scaled by the batch efficiency of the two batches."""
+    scale = batch_efficiency(batch_seconds, c.half_batch_seconds) / batch_efficiency(w.batch_seconds,
+                                                                                     c.half_batch_seconds)
+    return per_gpu_throughput(w, c) * scale
 
 
 def ring_allreduce_seconds(nbytes: float, n: int, link: Link, buckets: int = 1) -> float:
@@ -132,8 +155,8 @@ def step(w: Workload, c: Cluster, n: int, strategy: str = "allreduce") -> StepMo
         raise PlanError(f"strategy {strategy!r} is unknown; choose one of {', '.join(STRATEGIES)}")
     if n < 1:
         raise PlanError(f"gpus must be >= 1, got {n}")
-    thr1 = per_gpu_throughput(w, c)
-    t_c = w.batch_seconds / thr1
+    b = per_gpu_batch(w, n)
+    t_c = b / gpu_rate(w, c, b)
     backward = t_c * 2 / 3
     nodes = math.ceil(n / c.gpus_per_node)
     g = min(n, c.gpus_per_node)
@@ -167,8 +190,9 @@ def step(w: Workload, c: Cluster, n: int, strategy: str = "allreduce") -> StepMo
         exposed = max(0.0, comm - t_c) if strategy == "adpsgd-delay_by_one" else comm
         wait = c.jitter * expected_max(2) * t_c
     step_s = t_c + exposed + wait
-    thr = n * w.batch_seconds / step_s
-    return StepModel(n, nodes, n * w.batch_seconds, t_c, comm, exposed, wait, step_s, thr, thr / thr1, thr / thr1 / n)
+    thr = n * b / step_s
+    one = gpu_rate(w, c, per_gpu_batch(w, 1))  # what a single GPU trains per second
+    return StepModel(n, nodes, n * b, t_c, comm, exposed, wait, step_s, thr, thr / one, thr / one / n)
 
 
 @dataclass

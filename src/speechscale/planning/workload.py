@@ -41,3 +41,21 @@ def measured_throughput(path: str | Path, model: str, precision: str) -> float:
             return float(row["audio_seconds_per_second"])
     raise PlanError(f"--throughput-json {p}: no row for model {model} in {'/'.join(want)}")
 
+
+
+SHIPPED = Path(__file__).with_name("data") / "measured.json"
+
+
+def shipped_throughput(gpu: str, model: str, precision: str, batch_seconds: float) -> tuple[float, str] | None:
+    """(audio-s/s, where it comes from) of this project's own measurement of `model` on `gpu` at the
+    measured batch nearest to `batch_seconds`, or None when there is none (planning/data/measured.json)."""
+    doc = json.loads(SHIPPED.read_text())
+    want = {"amp": ("bf16", "fp16")}.get(precision, (precision,))
+    rows = [r for r in doc["rows"] if (r["gpu"], r["model"]) == (gpu, model) and r["precision"] in want]
+    if not rows:
+        return None
+    row = min(rows, key=lambda r: (abs(r["batch_seconds"] - batch_seconds), want.index(r["precision"])))
+    prov = doc["provenance"]
+    return float(row["audio_seconds_per_second"]), (
+        f"measured: {row['audio_seconds_per_second']} audio-s/s, {model} {row['precision']} at "
+        f"{row['batch_seconds']} s per batch on {prov['machine'].split(' (')[0]}, {prov['date']} (issue {prov['issue']})")

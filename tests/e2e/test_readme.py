@@ -80,3 +80,15 @@ def test_make_test_fast_runs_the_unit_tests_and_make_test_everything():
     assert re.search(r'^test-fast: setup\n\t.*pytest -m "not slow"', makefile, flags=re.M)
     assert re.search(r"^test: setup browser\n\t\$\(BIN\)/python -m pytest \$\(PYTEST_ARGS\)\n", makefile, flags=re.M)
     assert "make test-fast" in README
+
+
+def test_every_shipped_recipe_ends_by_its_epochs_and_a_time_cap_is_only_a_guard():
+    """A recipe stopped by a time cap measures the machine, not the recipe (issue #20 §3)."""
+    import yaml
+
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        trainer = yaml.safe_load(path.read_text()).get("trainer", {})
+        assert trainer.get("max_epochs", 0) > 0 or trainer.get("max_steps", 0) > 0, path.name
+        if trainer.get("max_minutes"):
+            line = next(x for x in path.read_text().splitlines() if x.strip().startswith("max_minutes:"))
+            assert "only a guard" in line and re.search(r"20\d\d-\d\d-\d\d", line), (path.name, line)

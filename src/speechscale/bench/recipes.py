@@ -1,0 +1,54 @@
+"""Recipe results as benchmarks: a shipped recipe trained to its end, its figure against the goal fixed in
+advance (`speechscale bench all --only recipes`). The figures live in committed JSON, not in timed tests.
+
+Each recipe runs as `speechscale train --config configs/NAME.yaml` in its own process; the row is its
+summary line (epochs, steps, final validation WER/CER, how it stopped) plus the wall time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# name -> (config, goal WER on its held-out set, what that set is)
+RECIPES: dict[str, dict[str, Any]] = {
+    "yesno": {"config": "configs/yesno.yaml", "goal_wer": 0.0,
+              "scored_on": "the 29 files after Kaldi's first 31 (never trained on)"},
+    "ldc93s1": {"config": "configs/ldc93s1.yaml", "goal_wer": 0.0,
+                "scored_on": "the training utterance itself (overfit smoke test)"},
+}
+
+
+def run_recipe(name: str, spec: dict[str, Any], out: Path, overrides: list[str] | None = None,
+               timeout: float = 3600) -> dict[str, Any]:
+    """Train recipe `name` to its end in a fresh process; returns its result row."""
+    cmd = [sys.executable, "-m", "speechscale.cli", "-q", "train", "--config", spec["config"],
+           f"trainer.out_dir={out}", "trainer.progress=false", *(overrides or [])]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"recipe {name} failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    val = [{"epoch": r["epoch"], "step": r["step"], "wer": r["wer"], "val_loss": r["val_loss"]}
+           for r in rows if r["kind"] == "val"]
+    goal = spec["goal_wer"]
+    return {"recipe": name, "config": spec["config"], "overrides": overrides or [], "epochs": summary["epoch"],
+            "steps": summary["step"], "wer": summary["wer"], "cer": summary["cer"],
+            "utterances": summary["utterances"], "scored_on": spec["scored_on"], "stopped_by": summary["stopped_by"],
+            "train_minutes": round(summary["minutes"], 2), "wall_seconds": round(wall, 1), "goal_wer": goal,
+            "reached": summary["wer"] <= goal, "val": val}
+
+
+def bench_recipes(names: list[str], out: Path, overrides: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
+    """Every named recipe of RECIPES, one after another (they would share the cores)."""
+    unknown = [n for n in names if n not in RECIPES]
+    if unknown:
+        raise ValueError(f"unknown recipe(s) {', '.join(unknown)}; choose from {', '.join(RECIPES)}")
+    return [run_recipe(n, RECIPES[n], out / n, (overrides or {}).get(n)) for n in names]

@@ -38,7 +38,9 @@ def main_cli(capsys, *args: str) -> tuple[int, str, str]:
     capsys.readouterr()
     try:
         code = main(list(args))
-    except SystemExit as e:  # argparse: --version, --help, usage errors
+    except SystemExit as e:  # argparse: --version, --help, usage errors; a message exits 1 as Python does
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
         code = e.code if isinstance(e.code, int) else 1
     out, err = capsys.readouterr()
     return code, out, err
@@ -80,13 +82,18 @@ def s3(monkeypatch):
 
 
 def headless_chromium(*extra_args: str, size: str = "1000,700"):
-    """A selenium driver for Debian's headless chromium (the caller quits it); skips the test when
-    chromium or chromium-driver is missing (.ci/run installs them)."""
+    """A selenium driver for Debian's headless chromium (the caller quits it). When chromium or
+    chromium-driver is missing the test fails in CI (CI=true: `make browser` must have installed them) and
+    is skipped elsewhere, saying how to install them."""
     import shutil
 
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver):
-        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
+        message = ("Debian's chromium and chromium-driver are not installed: run `make browser` "
+                   "(apt-get install chromium chromium-driver, as root or with passwordless sudo)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and the browser tests cannot run: {message}")
+        pytest.skip(message)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -30,6 +30,8 @@ def test_a_stop_signal_writes_a_checkpoint_at_the_last_step_and_exits_zero(tmp_p
     assert summary["stopped_by"] == sig.name
     last_traced = max(r["step"] for r in trace(out))
     assert latest_step(out) == last_traced == summary["step"]  # no step lost
+    if sig != signal.SIGTERM:  # the checkpoint is the same kind for every signal: resume it once
+        return
     run([sys.executable, "-m", "speechscale.cli",
          *train_args(m, out, f"trainer.max_steps={last_traced + 2}", "trainer.resume=auto")], tmp_path / "log2")
     assert latest_step(out) == last_traced + 2

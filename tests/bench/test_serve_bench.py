@@ -1,7 +1,10 @@
 """The service benchmark against a real server process."""
+import pytest
+
 from speechscale.bench.serve import bench_serve
 
 
+@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
 def test_bench_serve_reports_throughput_and_latency_by_concurrency(ldc_checkpoint):
     rows = bench_serve(str(ldc_checkpoint), seconds=2.0, levels=[1, 4], requests=8)
     assert [r["concurrency"] for r in rows] == [1, 4]

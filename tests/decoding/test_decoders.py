@@ -73,6 +73,7 @@ def test_an_lm_and_a_lexicon_repair_noisy_output(ldc_checkpoint, lm):
     assert _wer(LDC, lexicon) < _wer(LDC, greedy), (greedy, lexicon)
 
 
+@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
 def test_cli_builds_an_lm_and_decodes_with_it(ldc_checkpoint, lm, tmp_path, capsys):
     text = tmp_path / "t.txt"
     text.write_text(LDC + "\n")
@@ -105,6 +106,7 @@ def test_tune_lm_finds_a_better_pair_than_the_default_on_cached_output(ldc_check
     assert best["utterances"] == 3 and 0 <= best["alpha"] <= 3 and -2 <= best["beta"] <= 5
 
 
+@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
 def test_cli_tune_lm_writes_the_pair_that_eval_picks_up_and_eval_details(ldc_checkpoint, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text(LDC + "\nshe had a dark year\n")

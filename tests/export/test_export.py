@@ -56,6 +56,7 @@ def test_full_size_models_export_with_a_dynamic_time_axis(tmp_path, model, fmt):
     _parity(tmp_path, model, fmt)
 
 
+@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 def test_exported_model_transcribes_as_the_checkpoint_does(ldc_checkpoint, tmp_path, fmt):
     out = tmp_path / f"ldc.{fmt}"

@@ -20,12 +20,14 @@ def test_the_alpha_beta_fit_recovers_a_known_link():
     assert link.bandwidth == pytest.approx(2.0, rel=1e-6) and link.latency_us == pytest.approx(50, rel=1e-6)
 
 
+@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
 def test_gloo_allreduce_time_grows_with_the_message():
     times = measure_allreduce(2, repeats=5)
     assert times[16.0] > times[0.25] > 0
     assert fit_link(times, 2).bandwidth > 0
 
 
+@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
 def test_the_predicted_ddp_step_is_close_to_the_measured_one():
     """2 gloo processes on this 2-core machine: the planner, given the measured 1-process step and the fitted
     link, predicts the 2-process step time within 35 % (communication itself is noisier: it shares the

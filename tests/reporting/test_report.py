@@ -22,6 +22,7 @@ def resumed_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
 def test_the_run_log_records_each_start_with_where_it_resumed_from(resumed_run):
     run = load_run(resumed_run)
     assert [s.start_step for s in run.segments] == [0, 3, 5]
@@ -32,6 +33,7 @@ def test_the_run_log_records_each_start_with_where_it_resumed_from(resumed_run):
     assert any((resumed_run / "tensorboard").iterdir())  # TensorBoard keeps working beside the report
 
 
+@pytest.mark.slow  # shares the three real training runs of resumed_run
 def test_report_cli_writes_a_self_contained_page_that_chromium_renders(resumed_run, tmp_path):
     proc = run_cli("report", str(resumed_run), "--out", str(tmp_path / "rep"))
     index = tmp_path / "rep" / "index.html"

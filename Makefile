@@ -29,8 +29,9 @@ demo: setup
 	$(BIN)/speechscale transcribe --checkpoint $(DEMO_DIR)/checkpoints/last.pt --manifest $(DEMO_DIR)/data/test.jsonl \
 		$(DEMO_DIR)/data/audio/test/test_000000.wav
 
+# --durations=15: the slowest tests are named in every run (issue #20: none should take over 60 s)
 test: setup browser
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
 
 # The web page's tests drive Debian's chromium through chromium-driver. Installed when missing and apt can
 # (root, or sudo without a password). If it cannot, apt's last lines are shown; under CI=true that is a
@@ -45,7 +46,7 @@ browser:
 	      [ "$$CI" != true ] || exit 1; echo "note: the browser tests will be skipped"; }; }
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" --durations=15 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -61,6 +61,7 @@ def test_report_cli_writes_a_self_contained_page_that_chromium_renders(resumed_r
         browser.quit()
 
 
+@pytest.mark.slow  # shares the three real training runs of resumed_run
 def test_a_run_still_being_written_is_reported(resumed_run, tmp_path):
     live = tmp_path / "live"
     live.mkdir()

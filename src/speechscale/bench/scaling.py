@@ -116,7 +116,7 @@ def bench_scaling(model: str = "ds2-tiny", procs: tuple[int, ...] = (1, 2), batc
     opts = {"model": model, "batch_size": batch_size, "seconds": seconds, "steps": steps, "warmup": warmup,
             "threads": threads, "manifest": manifest, "device": device}
     results: list[dict[str, Any]] = []
-    base = None
+    base: tuple[float, int] | None = None  # (unrounded throughput, processes) of the first count
     for world in procs:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ.setdefault("OMP_NUM_THREADS", str(threads))
@@ -130,8 +130,8 @@ def bench_scaling(model: str = "ds2-tiny", procs: tuple[int, ...] = (1, 2), batc
                "comm_ms_per_step": round(max(r["comm_ms_per_step"] for r in rows), 1),
                "comm_mb_per_step": round(rows[0]["comm_bytes_per_step"] / 2 ** 20, 2),
                "allreduce_calls_per_step": rows[0]["allreduce_calls_per_step"]}
-        base = base or res
-        res["speedup"] = round(thr / base["audio_seconds_per_second"], 3)
-        res["efficiency"] = round(res["speedup"] / (world / base["processes"]), 3)
+        base = base or (thr, world)  # ratios from the unrounded figure: 1 process is exactly 1.0
+        res["speedup"] = round(thr / base[0], 3)
+        res["efficiency"] = round(res["speedup"] / (world / base[1]), 3)
         results.append(res)
     return results

@@ -48,7 +48,10 @@ def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, npr
     target = 9
     steps = ["trainer.checkpoint_every_steps=2", f"trainer.max_steps={target}", *extra]
     ref = start(launch(train_args(m, straight, f"trainer.max_steps={target}", *extra)), tmp_path / "log3")
-    proc = start(launch(train_args(m, killed, *steps)), tmp_path / "log1")
+    # the first leg's rank 0 sleeps 3x its compute after each step (no effect on the numbers), so that on a
+    # fast machine the kill still lands a few steps after the first checkpoint, not near the end
+    slow = "distributed.simulate_straggler={rank: 0, slowdown: 4}"
+    proc = start(launch(train_args(m, killed, *steps, slow)), tmp_path / "log1")
     try:
         wait_for(lambda: (killed / "checkpoints" / "latest").is_file() and proc.poll() is None)
         kill_group(proc, signal.SIGKILL)

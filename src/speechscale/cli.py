@@ -294,15 +294,20 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_straggler(args: argparse.Namespace) -> int:
-    from .bench.straggler import STRATEGY_RUNS, bench_straggler
+    from .bench.straggler import STRATEGY_RUNS, bench_straggler, summarize
     from .config import check_choice, load_config
 
     strategies = args.strategies.split(",") if args.strategies else list(STRATEGY_RUNS)
     for name in strategies:
         check_choice("--strategies", name, tuple(STRATEGY_RUNS))
     load_config(args.config, args.overrides)  # a bad recipe or override fails here, before any process starts
-    bench_straggler(args.procs, args.epochs, args.slowdown, args.config, args.out, args.overrides, strategies,
-                    report=lambda res: print(json.dumps({k: v for k, v in res.items() if k != "val"}), flush=True))
+    runs = bench_straggler(args.procs, args.epochs, args.slowdown, args.config, args.out, args.overrides, strategies,
+                           report=lambda res: print(json.dumps({k: v for k, v in res.items() if k != "val"}),
+                                                    flush=True),
+                           seeds=args.seeds, target_wer=args.target_wer)
+    if len(args.seeds or []) > 1 or args.target_wer is not None:
+        for row in summarize(runs):
+            print(json.dumps({"summary": row}), flush=True)
     return 0
 
 
@@ -419,6 +424,14 @@ def cmd_bench_memory(args: argparse.Namespace) -> int:
         for row in bench_memory(args.work_dir or tmp, args.utterances, sources, args.batches):
             print(json.dumps(row), flush=True)
     return 0
+
+
+def _int_list(text: str) -> list[int]:
+    """An argparse type: comma-separated integers (one line from argparse otherwise)."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def _positive(kind: type) -> Callable[[str], Any]:
@@ -583,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = b.add_subparsers(dest="bench", required=True, metavar="BENCHMARK", parser_class=_Parser)
     ba = command(bsub, "all", "every bench (about 7 minutes on 2 cores): JSON + PNG per bench, BENCHMARKS.md tables")
     ba.add_argument("--out", required=True, help="folder for NAME.json and NAME.png")
-    ba.add_argument("--only", default=None, help="comma-separated subset of train,loader,scaling,straggler,planner")
+    ba.add_argument("--only", default=None, help="comma-separated subset of the benches (default: all; see docs/benchmarks)")
     ba.add_argument("--benchmarks", default="BENCHMARKS.md",
                     help="the file whose generated tables are rewritten ('' = leave it alone)")
     ba.add_argument("--tables-only", action="store_true",
@@ -622,6 +635,9 @@ def build_parser() -> argparse.ArgumentParser:
     bst.add_argument("--slowdown", type=_positive(float), default=2.0, help="how many times slower the last rank is")
     bst.add_argument("--config", default="configs/yesno.yaml", help="the recipe every run trains")
     bst.add_argument("--strategies", default=None, help="comma-separated (default: all)")
+    bst.add_argument("--seeds", type=_int_list, default=None, help="comma-separated trainer.seed values, one run each")
+    bst.add_argument("--target-wer", type=float, default=None,
+                     help="also time each run to its first validation WER at or below this (e.g. 0.05)")
     bst.add_argument("--out", default="runs/bench_straggler", help="folder for results.json and straggler.png")
     bst.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
     bst.set_defaults(func=cmd_bench_straggler)

@@ -22,6 +22,15 @@ from ..export.exporter import LogProbs, export_model
 from ..export.runtime import ExportedModel
 
 
+def initial_checkpoint(model: str, path: Path) -> tuple[Path, Any]:
+    """A checkpoint of `model`'s initial weights with its default config (latency does not depend on the
+    weights); returns the path and the built components."""
+    cfg = load_config(None, [f"model.name={model}"])
+    comps = build_components(cfg)
+    torch.save({"format_version": 3, "config": to_dict(cfg), "model": comps.model.state_dict()}, path)
+    return path, comps
+
+
 def bench_export(models: list[str], seconds: float = 5.0, repeats: int = 20, warmup: int = 3,
                  threads: int = 0) -> list[dict[str, Any]]:
     """One row per model: ms per clip (median, p90) for torch, onnx and torchscript, and the ratios."""
@@ -29,11 +38,8 @@ def bench_export(models: list[str], seconds: float = 5.0, repeats: int = 20, war
         torch.set_num_threads(threads)
     rows = []
     for name in models:
-        cfg = load_config(None, [f"model.name={name}"])
-        comps = build_components(cfg)
         with tempfile.TemporaryDirectory() as tmp:
-            ckpt = Path(tmp) / "m.pt"
-            torch.save({"format_version": 3, "config": to_dict(cfg), "model": comps.model.state_dict()}, ckpt)
+            ckpt, comps = initial_checkpoint(name, Path(tmp) / "m.pt")
             runners = {"torch": LogProbs(comps.model.eval())}
             for fmt in ("onnx", "torchscript"):
                 export_model(ckpt, fmt, Path(tmp) / f"m.{fmt}")

@@ -86,11 +86,47 @@ def plot_calibration(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def plot_recipes(rows: list[dict[str, Any]], path: Path) -> None:
-    """Validation WER by step for each recipe trained to its end, with its goal dotted."""
+    """Validation WER (or CER, where that is the recipe's goal) by step for each recipe trained to its end,
+    with its goal dotted."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, r in enumerate(rows):
-        pts = [(v["step"], 100 * v["wer"]) for v in r["val"]]
-        ax.plot(*zip(*pts), "o-", ms=3, color=f"C{i}", label=f"{r['recipe']} ({r['scored_on'].split(' (')[0]})")
-        ax.axhline(100 * r["goal_wer"], color=f"C{i}", ls=":")
-    _finish(fig, ax, path, xlabel="step", ylabel="validation WER (%)", title="Recipes trained to their end")
+        metric = r.get("goal_metric", "wer")
+        pts = [(v["step"], 100 * v[metric]) for v in r["val"] if v.get(metric) is not None]
+        ax.plot(*zip(*pts), "o-", ms=3, color=f"C{i}", label=f"{r['recipe']} {metric.upper()} "
+                f"({r['scored_on'].split(' (')[0]})")
+        ax.axhline(100 * r.get("goal", r["goal_wer"]), color=f"C{i}", ls=":")
+    ax.set_xscale("symlog", linthresh=10)
+    _finish(fig, ax, path, xlabel="step", ylabel="validation error (%)", title="Recipes trained to their end")
+
+
+def plot_export(rows: list[dict[str, Any]], path: Path) -> None:
+    """Median ms per clip for each model and backend (log scale; whiskers to the 90th percentile)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    backends = ("torch", "onnx", "torchscript")
+    width = 0.8 / len(backends)
+    for j, b in enumerate(backends):
+        ys = [r[f"{b}_ms"] for r in rows]
+        ax.bar([i + j * width for i in range(len(rows))], ys, width, label=b,
+               yerr=[[0] * len(rows), [r[f"{b}_p90_ms"] - r[f"{b}_ms"] for r in rows]], capsize=3)
+    ax.set_xticks([i + width for i in range(len(rows))], [r["model"] for r in rows])
+    ax.set_yscale("log")
+    _finish(fig, ax, path, ylabel=f"ms per {rows[0]['seconds']:g} s clip (median, p90)",
+            title="Inference latency by backend")
+
+
+def plot_serve(rows: list[dict[str, Any]], path: Path) -> None:
+    """Requests per second and p50/p95 latency against the number of concurrent clients."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    levels = [r["concurrency"] for r in rows]
+    ax.plot(levels, [r["requests_per_s"] for r in rows], "o-", color="C0", label="requests/s")
+    ax.set_xscale("log", base=2)
+    right = ax.twinx()
+    right.plot(levels, [r["p50_ms"] for r in rows], "s--", color="C1", label="p50 ms")
+    right.plot(levels, [r["p95_ms"] for r in rows], "^--", color="C2", label="p95 ms")
+    right.set_ylabel("latency (ms)")
+    right.legend(fontsize=8, loc="lower right")
+    _finish(fig, ax, path, xlabel="concurrent clients", ylabel="requests per second",
+            title="Transcription service")

@@ -5,6 +5,7 @@ import time
 import pytest
 import torch
 
+from speechscale.bench.straggler import summarize, time_to_target
 from speechscale.distributed.straggler import Straggler
 from tests.conftest import run_cli, shared
 
@@ -28,13 +29,43 @@ def test_only_the_slow_rank_sleeps_in_proportion_to_its_compute():
     assert slow.slept == pytest.approx(2 / 3 * took, rel=0.2)
 
 
+def test_time_to_target_is_the_first_validation_at_or_below_it():
+    val = [{"seconds": 10.0, "wer": 0.9}, {"seconds": 20.0, "wer": 0.05}, {"seconds": 30.0, "wer": 0.0}]
+    assert time_to_target(val, 0.05) == 20.0 and time_to_target(val, 0.01) == 30.0
+    assert time_to_target(val, -0.1) is None and time_to_target(val, None) is None
+
+
+def _run(strategy, straggler, seed, rate, ratio, seconds):
+    return {"strategy": strategy, "straggler": straggler, "seed": seed, "epochs": 12, "target_wer": 0.05,
+            "utterances_per_second": rate, "throughput_vs_no_straggler": ratio, "seconds_to_target": seconds,
+            "final_wer": 0.0}
+
+
+def test_summary_gives_median_and_range_over_seeds_and_counts_runs_that_missed_the_target():
+    runs = [_run("ring", None, 1, 4.0, 1.0, 50.0), _run("ring", "rank 1 x2", 1, 3.6, 0.9, 70.0),
+            _run("ring", None, 2, 5.0, 1.0, 40.0), _run("ring", "rank 1 x2", 2, 4.0, 0.8, None),
+            _run("ring", None, 3, 4.5, 1.0, 90.0), _run("ring", "rank 1 x2", 3, 3.15, 0.7, 60.0)]
+    plain, slow = summarize(runs)
+    assert (plain["straggler"], plain["runs"], plain["reached"], plain["seeds"]) == (None, 3, 3, [1, 2, 3])
+    assert plain["seconds_to_target"] == {"median": 50.0, "min": 40.0, "max": 90.0}
+    assert plain["utterances_per_second"] == {"median": 4.5, "min": 4.0, "max": 5.0}
+    assert slow["reached"] == 2 and slow["seconds_to_target"] == {"median": 65.0, "min": 60.0, "max": 70.0}
+    assert slow["throughput_vs_no_straggler"] == {"median": 0.8, "min": 0.7, "max": 0.9}
+
+
 @pytest.mark.slow
 def test_bench_straggler_runs_each_strategy_with_and_without_a_slow_learner(tmp_path):
     shared("yesno", "manifest.jsonl")
     proc = run_cli("bench", "straggler", "--procs", "2", "--epochs", "1", "--out", str(tmp_path),
-                   "--strategies", "allreduce,adpsgd-fixed_ring", "model.overrides={rnn_hidden: 64, rnn_layers: 1}",
-                   timeout=900)
-    rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
+                   "--strategies", "allreduce,adpsgd-fixed_ring", "--seeds", "4", "--target-wer", "1.5",
+                   "model.overrides={rnn_hidden: 64, rnn_layers: 1}", timeout=900)
+    lines = [json.loads(x) for x in proc.stdout.strip().splitlines()]
+    rows = [x for x in lines if "summary" not in x]
+    summary = [x["summary"] for x in lines if "summary" in x]
+    assert [(s["strategy"], s["straggler"] is not None, s["reached"]) for s in summary] == [
+        ("allreduce", False, 1), ("allreduce", True, 1),
+        ("adpsgd-fixed_ring", False, 1), ("adpsgd-fixed_ring", True, 1)]
+    assert all(r["seed"] == 4 and r["seconds_to_target"] > 0 for r in rows)
     assert [(r["strategy"], r["straggler"] is not None) for r in rows] == [
         ("allreduce", False), ("allreduce", True), ("adpsgd-fixed_ring", False), ("adpsgd-fixed_ring", True)]
     assert all(r["epochs"] == 1 and r["utterances_per_second"] > 0 for r in rows)
@@ -43,6 +74,7 @@ def test_bench_straggler_runs_each_strategy_with_and_without_a_slow_learner(tmp_
     assert rows[1]["throughput_vs_no_straggler"] < 0.85
     assert rows[2]["loss_vs_allreduce_max"] > 0 and "loss_vs_allreduce_max" not in rows[0]
     saved = json.loads((tmp_path / "results.json").read_text())
+    assert all(r["seconds_to_target"] == r["val"][0]["seconds"] for r in saved)  # 1 epoch: its validation
     assert len(saved) == 4 and all(len(r["val"]) == 1 for r in saved)
     assert all(v["loss"] > 0 and v["wer"] >= 0 for r in saved for v in r["val"])
     assert (tmp_path / "straggler.png").stat().st_size > 10_000

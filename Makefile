@@ -10,7 +10,7 @@ DEMO_ARGS   ?=
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-fast clean browser
+.PHONY: setup demo test test-fast lint clean browser
 
 setup: $(VENV)/.installed
 
@@ -29,8 +29,12 @@ demo: setup
 	$(BIN)/speechscale transcribe --checkpoint $(DEMO_DIR)/checkpoints/last.pt --manifest $(DEMO_DIR)/data/test.jsonl \
 		$(DEMO_DIR)/data/audio/test/test_000000.wav
 
+# ruff (a small rule set, pyproject.toml) and import-linter (the layers of docs/architecture.md) run first
+lint: setup
+	$(BIN)/ruff check src tests
+
 # --durations=15: the slowest tests are named in every run (issue #20: none should take over 60 s)
-test: setup browser
+test: setup browser lint
 	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
 
 # The web page's tests drive Debian's chromium through chromium-driver. Installed when missing and apt can
@@ -45,7 +49,7 @@ browser:
 	    { tail -n 5 /tmp/speechscale-apt.log; echo "chromium could not be installed (apt output above)"; \
 	      [ "$$CI" != true ] || exit 1; echo "note: the browser tests will be skipped"; }; }
 
-test-fast: setup
+test-fast: setup lint
 	$(BIN)/python -m pytest -m "not slow" --durations=15 $(PYTEST_ARGS)
 
 clean:

@@ -1,17 +1,18 @@
-import torch
 import pytest
+import torch
 
-from speechscale.config import Config, ConfigError, from_dict, load_config, to_dict
+from speechscale.config import Config, ConfigError, from_dict, to_dict
+from speechscale.recipe import load_recipe
 
 
 def test_every_shipped_config_loads():
     for name in ["demo", "fsdd", "yesno", "ldc93s1", "librispeech_ds2"]:
-        cfg = load_config(f"configs/{name}.yaml")
+        cfg = load_recipe(f"configs/{name}.yaml")
         assert cfg.data.train_manifest and cfg.trainer.out_dir
 
 
 def test_overrides_are_typed_and_round_trip_as_plain_data():
-    cfg = load_config("configs/yesno.yaml", ["trainer.max_steps=7", "optim.lr=1e-4", "augment.speed=[0.9, 1.1]",
+    cfg = load_recipe("configs/yesno.yaml", ["trainer.max_steps=7", "optim.lr=1e-4", "augment.speed=[0.9, 1.1]",
                                              "model.overrides={rnn_hidden: 64}"])
     assert cfg.trainer.max_steps == 7 and cfg.optim.lr == 1e-4 and cfg.augment.speed == [0.9, 1.1]
     assert from_dict(Config, to_dict(cfg)) == cfg
@@ -23,7 +24,7 @@ def test_overrides_are_typed_and_round_trip_as_plain_data():
                                       "augment.trim_silence=2", "augment.freq_warp=0.7"])
 def test_bad_overrides_raise_config_error(override):
     with pytest.raises(ConfigError):
-        load_config("configs/yesno.yaml", [override])
+        load_recipe("configs/yesno.yaml", [override])
 
 
 @pytest.mark.parametrize("override, message", [
@@ -45,30 +46,46 @@ def test_bad_overrides_raise_config_error(override):
 ])
 def test_values_that_used_to_crash_later_fail_when_the_config_loads(override, message):
     with pytest.raises(ConfigError) as info:
-        load_config("configs/demo.yaml", [override])
+        load_recipe("configs/demo.yaml", [override])
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
-def test_each_choice_has_one_list_used_by_validation_and_by_the_code_that_implements_it():
+def test_each_choice_has_one_list_used_by_the_recipe_check_and_by_the_code_that_implements_it():
+    from speechscale.config import OptimConfig
     from speechscale.data.features import FEATURE_KINDS, NORMALIZATIONS
     from speechscale.distributed import STRATEGIES
     from speechscale.distributed.adpsgd import VARIANTS
+    from speechscale.recipe import choices
     from speechscale.training.optim import OPTIMIZERS, SCHEDULES, build_optimizer
-    from speechscale.training.precision import PRECISIONS, Precision
+    from speechscale.training.precision import PRECISIONS
 
-    from speechscale.config import OptimConfig, _choices
-
-    assert _choices() == {"features.kind": FEATURE_KINDS, "features.normalize": NORMALIZATIONS,
-                          "text.digits": ("spell", "drop", "keep"), "optim.name": tuple(OPTIMIZERS),
-                          "optim.schedule": SCHEDULES, "trainer.precision": ("auto", *PRECISIONS),
-                          "distributed.strategy": tuple(STRATEGIES), "distributed.adpsgd.variant": VARIANTS}
-    for name in OPTIMIZERS:  # every listed optimizer is built as itself, and an unknown one is refused
+    assert choices() == {"features.kind": FEATURE_KINDS, "features.normalize": NORMALIZATIONS,
+                         "text.digits": ("spell", "drop", "keep"), "optim.name": tuple(OPTIMIZERS),
+                         "optim.schedule": SCHEDULES, "trainer.precision": ("auto", *PRECISIONS),
+                         "distributed.strategy": tuple(STRATEGIES), "distributed.adpsgd.variant": VARIANTS}
+    for name in OPTIMIZERS:  # every listed optimizer is built as itself
         opt = build_optimizer(torch.nn.Linear(2, 2), OptimConfig(name=name))
         assert type(opt).__name__.lower() == name
+
+
+def test_the_schema_checks_keys_and_types_and_the_recipe_checks_values():
+    from speechscale.config import load_config
+
+    assert load_config(None, ["optim.name=adam"]).optim.name == "adam"  # a value the schema cannot judge
     with pytest.raises(ConfigError, match="optim.name='adam' is unknown"):
-        build_optimizer(torch.nn.Linear(2, 2), OptimConfig(name="adam"))
-    with pytest.raises(ConfigError, match="trainer.precision='fp8'"):
-        Precision("fp8", torch.device("cpu"))
+        load_recipe(None, ["optim.name=adam"])
+    with pytest.raises(ConfigError, match="expected a number"):
+        load_config(None, ["optim.lr=fast"])
+
+
+def test_the_schema_imports_no_component():
+    import subprocess
+    import sys
+
+    code = ("import sys, speechscale.config; "
+            "print(sorted(m for m in sys.modules if m.startswith('speechscale.') and m != 'speechscale.config'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_model_constructors_raise_the_config_error_type():
@@ -84,11 +101,11 @@ def test_model_constructors_raise_the_config_error_type():
 def test_print_config_lists_every_key_with_its_comment_and_loads_back(tmp_path):
     from speechscale.config import dump_config
 
-    cfg = load_config("configs/demo.yaml", ["trainer.max_epochs=3", "augment.speed=[0.8, 1.2]"])
+    cfg = load_recipe("configs/demo.yaml", ["trainer.max_epochs=3", "augment.speed=[0.8, 1.2]"])
     text = dump_config(cfg)
     keys = [line.split(":")[0].strip() for line in text.splitlines() if line.startswith("  ")]
     assert len(keys) == sum(len(v) for v in to_dict(cfg).values())
     assert "  max_epochs: 3" in text and "# stop after this much wall time" in text
     assert all("#" in line for line in text.splitlines() if line.startswith("  "))  # every key has a comment
     (tmp_path / "c.yaml").write_text(text)
-    assert load_config(tmp_path / "c.yaml") == cfg
+    assert load_recipe(tmp_path / "c.yaml") == cfg

@@ -137,16 +137,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .config import ConfigError, dump_config, load_config
+    from .config import ConfigError, dump_config
+    from .recipe import load_recipe
     from .training.trainer import train
 
     if args.print_config:
-        print(dump_config(load_config(args.config, args.overrides)), end="")
+        print(dump_config(load_recipe(args.config, args.overrides)), end="")
         return 0
     if args.config is None:
         raise ConfigError("--config is required to train, e.g. --config configs/demo.yaml "
                           "(--print-config shows every key)")
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_recipe(args.config, args.overrides)
     summary = train(cfg)
     if int(os.environ.get("RANK", 0)) == 0:
         print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}))
@@ -279,7 +280,6 @@ def _yaml_mapping(text: str | None, flag: str) -> dict[str, Any]:
 
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
     from .bench.scaling import bench_scaling
-
     from .models.registry import check_model_name
 
     procs = tuple(int(x) for x in args.procs.split(","))
@@ -295,12 +295,13 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
 
 def cmd_bench_straggler(args: argparse.Namespace) -> int:
     from .bench.straggler import STRATEGY_RUNS, bench_straggler, summarize
-    from .config import check_choice, load_config
+    from .config import check_choice
+    from .recipe import load_recipe
 
     strategies = args.strategies.split(",") if args.strategies else list(STRATEGY_RUNS)
     for name in strategies:
         check_choice("--strategies", name, tuple(STRATEGY_RUNS))
-    load_config(args.config, args.overrides)  # a bad recipe or override fails here, before any process starts
+    load_recipe(args.config, args.overrides)  # a bad recipe or override fails here, before any process starts
     runs = bench_straggler(args.procs, args.epochs, args.slowdown, args.config, args.out, args.overrides, strategies,
                            report=lambda res: print(json.dumps({k: v for k, v in res.items() if k != "val"}),
                                                     flush=True),
@@ -694,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError
     from .data.espeak import EspeakNotFound
     from .data.manifest import ManifestError
-    from .training.checkpoint import CheckpointError
+    from .storage.checkpoints import CheckpointError
     from .training.precision import LossScaleCollapsed
     from .training.prescan import PrescanError
 

@@ -78,6 +78,6 @@ def components_from_checkpoint(state: dict[str, Any]) -> Components:
 
 def load_components(path: str | Path) -> Components:
     """Read a checkpoint file (weights_only) and build its components."""
-    from .training.checkpoint import load_checkpoint
+    from .storage.checkpoints import load_checkpoint
 
     return components_from_checkpoint(load_checkpoint(path))

@@ -6,8 +6,8 @@ import shutil
 import torch
 
 from speechscale.components import build_components
-from speechscale.config import load_config
 from speechscale.data.loading import load_utterances, make_loader
+from speechscale.recipe import load_recipe
 from tests.conftest import shared
 
 
@@ -24,7 +24,7 @@ def _corpus(tmp_path, n=6):
 
 
 def _loader(manifest, workers, cache, *extra):
-    cfg = load_config(None, [f"data.train_manifest={manifest}", f"data.num_workers={workers}",
+    cfg = load_recipe(None, [f"data.train_manifest={manifest}", f"data.num_workers={workers}",
                              f"data.cache_features={str(cache).lower()}", "data.batch_seconds=4",
                              "features.sample_rate=8000", "augment.speed=[0.8, 1.2]", *extra])
     comps = build_components(cfg)

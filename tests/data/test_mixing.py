@@ -5,8 +5,9 @@ from collections import Counter
 
 import pytest
 
-from speechscale.config import ConfigError, load_config
+from speechscale.config import ConfigError
 from speechscale.data.mixing import MixPlan, domain_names, domain_probabilities, quotas
+from speechscale.recipe import load_recipe
 from tests.conftest import shared
 
 
@@ -32,11 +33,11 @@ def test_the_epoch_plan_upsamples_evenly_keeps_its_size_and_is_a_function_of_see
 
 def test_mix_settings_are_checked_when_the_config_loads():
     with pytest.raises(ConfigError, match="leave data.train_manifest"):
-        load_config(None, ["data.mix=[a.jsonl]", "data.train_manifest=b.jsonl"])
+        load_recipe(None, ["data.mix=[a.jsonl]", "data.train_manifest=b.jsonl"])
     with pytest.raises(ConfigError, match="one positive weight per"):
-        load_config(None, ["data.mix=[a.jsonl, b.jsonl]", "data.mix_weights=[1]"])
+        load_recipe(None, ["data.mix=[a.jsonl, b.jsonl]", "data.mix_weights=[1]"])
     with pytest.raises(ConfigError, match="mix_temperature"):
-        load_config(None, ["data.mix_temperature=0"])
+        load_recipe(None, ["data.mix_temperature=0"])
 
 
 @pytest.mark.parametrize("source", ["manifests", "shards"])
@@ -57,7 +58,7 @@ def test_a_run_mixes_two_real_corpora_and_logs_each_domains_samples(tmp_path, so
         for name in ("digits", "speech"):
             write_shards(str(tmp_path / f"{name}.jsonl"), tmp_path / "shards" / name, shard_size=4)
         mix = f"[{tmp_path}/shards/digits, {tmp_path}/shards/speech/index.jsonl]"
-    cfg = load_config(None, [f"data.mix={mix}", "data.mix_weights=[1, 1]",
+    cfg = load_recipe(None, [f"data.mix={mix}", "data.mix_weights=[1, 1]",
                              f"data.val_manifest={tmp_path}/speech.jsonl", f"trainer.out_dir={tmp_path}/run",
                              "trainer.max_epochs=2", "trainer.progress=false", "trainer.trace_samples=true",
                              "data.batch_seconds=20", "model.overrides={rnn_hidden: 32, rnn_layers: 1}"])

@@ -6,10 +6,11 @@ import pytest
 import soundfile as sf
 import torch
 
-from speechscale.config import AugmentConfig, ConfigError, load_config
+from speechscale.config import AugmentConfig, ConfigError
 from speechscale.data.audio import load_audio
 from speechscale.data.augment import WaveAugment
 from speechscale.data.recorded import mix_at_snr, reverberate
+from speechscale.recipe import load_recipe
 from tests.conftest import shared
 
 SR = 16000
@@ -98,9 +99,9 @@ def test_bad_noise_settings_fail_in_one_line_before_work(tmp_path):
     with pytest.raises(ConfigError, match="1 listed file"):
         WaveAugment(AugmentConfig(rir_manifest=str(tmp_path / "m.jsonl")), SR)
     with pytest.raises(ConfigError, match="noise_manifest_snr_db"):
-        load_config(None, ["augment.noise_manifest_snr_db=[20, 5]"])
+        load_recipe(None, ["augment.noise_manifest_snr_db=[20, 5]"])
     with pytest.raises(ConfigError, match="rir_prob"):
-        load_config(None, ["augment.rir_prob=1.5"])
+        load_recipe(None, ["augment.rir_prob=1.5"])
 
 
 def test_a_training_run_uses_noise_and_rooms_in_loader_workers(tmp_path):
@@ -112,7 +113,7 @@ def test_a_training_run_uses_noise_and_rooms_in_loader_workers(tmp_path):
     (tmp_path / "m.jsonl").write_text((json.dumps(row) + "\n") * 4)
     noise = _manifest(tmp_path / "noise", "n", [(load_audio(shared("jfk") / "jfk.flac", SR), SR)])
     rirs = _manifest(tmp_path / "rirs", "r", [(_room(), SR)])
-    cfg = load_config(None, [f"data.train_manifest={tmp_path}/m.jsonl", f"data.val_manifest={tmp_path}/m.jsonl",
+    cfg = load_recipe(None, [f"data.train_manifest={tmp_path}/m.jsonl", f"data.val_manifest={tmp_path}/m.jsonl",
                              f"trainer.out_dir={tmp_path}/run", "trainer.max_steps=2", "trainer.progress=false",
                              "data.num_workers=1", "model.overrides={rnn_hidden: 32, rnn_layers: 1}",
                              f"augment.noise_manifest={noise}", f"augment.rir_manifest={rirs}", "augment.rir_prob=1"])

@@ -155,7 +155,7 @@ def test_transcripts_are_checked_as_they_are_read(tmp_path):
 
 def test_training_streams_shards_from_s3(s3, tmp_path):
     """A real S3-compatible server (moto) on loopback: ranged reads through s3fs, in a loader worker."""
-    from speechscale.config import load_config
+    from speechscale.recipe import load_recipe
     from speechscale.training.trainer import Trainer
 
     manifest = _manifest(tmp_path, 8)
@@ -166,7 +166,7 @@ def test_training_streams_shards_from_s3(s3, tmp_path):
     remote = _items(_source("s3://ckpts/corpus/index.jsonl")[1])
     local = _items(_source(tmp_path / "sh")[1])
     assert [remote[i]["text"] for i in range(8)] == [local[i]["text"] for i in range(8)]
-    cfg = load_config(None, ["data.train_manifest=s3://ckpts/corpus/index.jsonl", f"data.val_manifest={manifest}",
+    cfg = load_recipe(None, ["data.train_manifest=s3://ckpts/corpus/index.jsonl", f"data.val_manifest={manifest}",
                              f"trainer.out_dir={tmp_path}/run", "trainer.progress=false", "trainer.max_steps=3",
                              "data.num_workers=1", "data.batch_seconds=4", "features.sample_rate=8000",
                              "model.overrides={rnn_hidden: 32, rnn_layers: 1}"])

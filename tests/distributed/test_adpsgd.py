@@ -9,8 +9,17 @@ import torch
 import torch.multiprocessing as mp
 
 from speechscale.distributed.adpsgd import partner, random_pairs, ring_pairs
-from tests.distributed.launch import (free_port, kill_group, ldc_manifest, run, start, torchrun, trace, train_args,
-                                      wait_for)
+from tests.distributed.launch import (
+    free_port,
+    kill_group,
+    ldc_manifest,
+    run,
+    start,
+    torchrun,
+    trace,
+    train_args,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow  # real process groups
 

@@ -5,8 +5,17 @@ from collections import Counter
 import pytest
 import torch
 
-from tests.distributed.launch import (kill_group, latest_step, ldc_manifest, run, start, torchrun, trace,
-                                      train_args, wait_for)
+from tests.distributed.launch import (
+    kill_group,
+    latest_step,
+    ldc_manifest,
+    run,
+    start,
+    torchrun,
+    trace,
+    train_args,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow  # real torchrun process groups
 

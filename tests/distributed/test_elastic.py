@@ -8,8 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed.launch import (descendants, kill_group, latest_step, ldc_manifest, ldc_shards, run, start,
-                                      torchrun, trace, train_args, wait_for)
+from tests.distributed.launch import (
+    descendants,
+    kill_group,
+    latest_step,
+    ldc_manifest,
+    ldc_shards,
+    run,
+    start,
+    torchrun,
+    trace,
+    train_args,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow  # real torchrun process groups, restarts
 

@@ -6,8 +6,18 @@ import sys
 import pytest
 import torch
 
-from tests.distributed.launch import (kill_group, latest_step, ldc_manifest, ldc_shards, run, start, torchrun, trace,
-                                      train_args, wait_for)
+from tests.distributed.launch import (
+    kill_group,
+    latest_step,
+    ldc_manifest,
+    ldc_shards,
+    run,
+    start,
+    torchrun,
+    trace,
+    train_args,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow  # real processes, killed
 

@@ -5,7 +5,7 @@ import shlex
 import yaml
 
 from speechscale.cli import build_parser
-from speechscale.config import load_config
+from speechscale.recipe import load_recipe
 from tests.conftest import ROOT
 
 
@@ -13,7 +13,7 @@ def _check_speechscale_args(args):
     """Everything after `-m speechscale.cli` must be a command line our CLI and config accept."""
     ns = build_parser().parse_args(args)
     assert ns.command == "train"
-    cfg = load_config(ROOT / ns.config, ns.overrides)  # one clear error here would fail the test
+    cfg = load_recipe(ROOT / ns.config, ns.overrides)  # one clear error here would fail the test
     assert cfg.trainer.resume == "auto" and cfg.trainer.checkpoint_every_steps > 0
     return cfg
 

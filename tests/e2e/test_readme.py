@@ -77,9 +77,9 @@ def test_the_license_file_matches_the_declared_license():
 
 def test_make_test_fast_runs_the_unit_tests_and_make_test_everything():
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r'^test-fast: setup\n\t.*pytest -m "not slow" --durations=15', makefile, flags=re.M)
-    assert re.search(r"^test: setup browser\n\t\$\(BIN\)/python -m pytest --durations=15 \$\(PYTEST_ARGS\)\n", makefile,
-                     flags=re.M)
+    assert re.search(r'^test-fast: setup lint\n\t.*pytest -m "not slow" --durations=15', makefile, flags=re.M)
+    assert re.search(r"^test: setup browser lint\n\t\$\(BIN\)/python -m pytest --durations=15 \$\(PYTEST_ARGS\)\n",
+                     makefile, flags=re.M)
     assert "make test-fast" in README
 
 

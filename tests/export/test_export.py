@@ -5,10 +5,11 @@ import pytest
 import torch
 
 from speechscale.components import build_components
-from speechscale.config import load_config, to_dict
+from speechscale.config import to_dict
 from speechscale.export.exporter import EXAMPLE_FRAMES, LogProbs, export_model
 from speechscale.export.runtime import ExportedModel
 from speechscale.models.registry import MODELS
+from speechscale.recipe import load_recipe
 from tests.conftest import main_cli, run_cli, shared
 
 SMALL = ["ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny"]
@@ -18,7 +19,7 @@ LARGE = [m for m in MODELS if m not in SMALL]
 def _checkpoint(tmp_path, model):
     """A format-3 checkpoint of `model` with its initial weights (seeded), written by torch.save."""
     torch.manual_seed(0)
-    cfg = load_config(None, [f"model.name={model}"])
+    cfg = load_recipe(None, [f"model.name={model}"])
     comps = build_components(cfg)
     path = tmp_path / f"{model}.pt"
     torch.save({"format_version": 3, "config": to_dict(cfg), "model": comps.model.state_dict()}, path)

@@ -5,8 +5,17 @@ import math
 
 import pytest
 
-from speechscale.planning.calibration import (GCP_V100, GOAL, JASPER_ROWS, cases, ds2_paper_efficiency,
-                                              fit_half_batch, fit_jitter, grade, jasper_speedup)
+from speechscale.planning.calibration import (
+    GCP_V100,
+    GOAL,
+    JASPER_ROWS,
+    cases,
+    ds2_paper_efficiency,
+    fit_half_batch,
+    fit_jitter,
+    grade,
+    jasper_speedup,
+)
 from speechscale.planning.hardware import JITTER
 from speechscale.planning.model import Cluster, Link, Workload, batch_efficiency, step
 

@@ -5,8 +5,17 @@ import math
 import pytest
 
 from speechscale.planning.hardware import LINKS, Link
-from speechscale.planning.model import (Cluster, PlanError, Workload, expected_max, gpu_counts, plan,
-                                        ring_allreduce_seconds, run_plan, step)
+from speechscale.planning.model import (
+    Cluster,
+    PlanError,
+    Workload,
+    expected_max,
+    gpu_counts,
+    plan,
+    ring_allreduce_seconds,
+    run_plan,
+    step,
+)
 from speechscale.planning.workload import measured_throughput, registry_cost
 
 

@@ -127,7 +127,6 @@ def test_the_page_records_from_a_microphone_and_transcribes_it_in_chromium(serve
     """Chromium's fake capture device plays a real recording into getUserMedia; the page records it as
     WAV, posts it and shows the transcript."""
     import soundfile as sf
-
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 

@@ -6,10 +6,8 @@ import pytest
 import soundfile as sf
 
 from speechscale.config import ConfigError
-from speechscale.serving.transcribe import Transcriber
-
 from speechscale.decoding.metrics import edit_distance
-from speechscale.serving.transcribe import split_points
+from speechscale.serving.transcribe import Transcriber, split_points
 from tests.conftest import run_cli, shared
 
 LDC = "she had your dark suit in greasy wash water all year"

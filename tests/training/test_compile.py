@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from speechscale.config import load_config
+from speechscale.recipe import load_recipe
 from speechscale.training.trainer import Trainer
 from tests.conftest import shared
 
@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow  # torch.compile takes about a minute on a CPU
 
 def test_compiled_conv_model_trains_and_matches_eager(tmp_path):
     m = shared("ldc93s1", "manifest.jsonl")
-    cfg = load_config(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={tmp_path}",
+    cfg = load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={tmp_path}",
                              "trainer.progress=false", "trainer.max_steps=2", "trainer.compile=true",
                              "model.name=wav2letter+-tiny", "features.kind=logmel", "features.n_mels=64",
                              "model.overrides={blocks: [{channels: 32, kernel: 11, stride: 2}, "

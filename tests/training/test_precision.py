@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from speechscale.config import load_config
-from speechscale.training.checkpoint import load_checkpoint
+from speechscale.recipe import load_recipe
+from speechscale.storage.checkpoints import load_checkpoint
 from speechscale.training.precision import LossScaleCollapsed, Precision, resolve_precision, step_if
 from speechscale.training.trainer import Trainer
 from tests.conftest import run_cli, shared
@@ -22,7 +22,7 @@ NARROW = {"ds2-tiny": "{conv: [{channels: 8, kernel: [11, 11], stride: [2, 2]}],
 
 def _ldc(out, *extra):
     m = shared("ldc93s1", "manifest.jsonl")
-    return load_config(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
+    return load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
                               "trainer.progress=false", "optim.warmup_steps=0", "optim.lr=0.003",
                               "optim.schedule=constant", "trainer.max_steps=100", "features.sample_rate=8000",
                               f"model.overrides={NARROW['ds2-tiny']}", *extra])
@@ -106,8 +106,10 @@ def test_fused_optimizers_skip_a_flagged_step_on_the_device(name):
         assert all(float(s["step"]) == 1 for s in opt.state.values())
 
 
-def test_auto_precision_is_fp32_on_cpu_and_modes_are_checked():
+def test_auto_precision_is_fp32_on_cpu_and_modes_are_checked_when_the_recipe_loads():
+    from speechscale.config import ConfigError
+
     assert resolve_precision("auto", torch.device("cpu")) == "fp32"
     assert Precision("bf16", torch.device("cpu")).dtype == torch.bfloat16
-    with pytest.raises(ValueError):
-        Precision("fp8", torch.device("cpu"))
+    with pytest.raises(ConfigError, match="trainer.precision='fp8' is unknown"):
+        load_recipe(None, ["trainer.precision=fp8"])

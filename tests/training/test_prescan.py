@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import torch
 
-from speechscale.config import load_config
+from speechscale.recipe import load_recipe
 from speechscale.training.prescan import prescan
 from speechscale.training.trainer import Trainer
 from tests.conftest import ROOT, run_cli, shared
@@ -24,7 +24,7 @@ def ldc40(tmp_path):
 
 
 def _cfg(manifest, out, *extra):
-    return load_config(None, [f"data.train_manifest={manifest}", f"data.val_manifest={manifest}",
+    return load_recipe(None, [f"data.train_manifest={manifest}", f"data.val_manifest={manifest}",
                               f"trainer.out_dir={out}", "trainer.progress=false", "trainer.max_steps=2",
                               "data.batch_seconds=15", "augment.speed=[0.9, 1.1]", "augment.time_masks=1",
                               "model.overrides={rnn_hidden: 64, dropout: 0.3}", *extra])
@@ -59,11 +59,11 @@ def test_a_real_out_of_memory_in_the_prescan_names_the_limit_to_lower(ldc40, tmp
     code = textwrap.dedent(f"""
         import resource, sys
         from pathlib import Path
-        from speechscale.config import load_config
+        from speechscale.recipe import load_recipe
         from speechscale.training.trainer import Trainer
         from speechscale.training.prescan import prescan, PrescanError
         m = {str(ldc40)!r}
-        cfg = load_config(None, [f"data.train_manifest={{m}}", f"data.val_manifest={{m}}",
+        cfg = load_recipe(None, [f"data.train_manifest={{m}}", f"data.val_manifest={{m}}",
                                  "trainer.out_dir={tmp_path}", "data.batch_seconds=2000", "data.max_batch_size=512",
                                  "trainer.progress=false", "model.name=ds2-small"])
         t = Trainer(cfg)

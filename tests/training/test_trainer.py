@@ -7,7 +7,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from speechscale.config import load_config
+from speechscale.recipe import load_recipe
 from speechscale.training.trainer import Trainer
 from tests.conftest import main_cli, run_cli, shared
 
@@ -29,7 +29,7 @@ def tiny_corpus(tmp_path):
 
 
 def _cfg(corpus, out, *extra):
-    return load_config(None, [f"data.train_manifest={corpus}/m.jsonl", f"data.val_manifest={corpus}/m.jsonl",
+    return load_recipe(None, [f"data.train_manifest={corpus}/m.jsonl", f"data.val_manifest={corpus}/m.jsonl",
                               f"trainer.out_dir={out}", "trainer.max_steps=3", "trainer.progress=false",
                               "data.batch_seconds=20", "model.overrides={rnn_hidden: 32, rnn_layers: 1}",
                               *extra])
@@ -118,9 +118,9 @@ def test_gradient_accumulation_equals_one_batch_of_the_same_samples(tmp_path):
     common = [f"data.train_manifest={m}", f"data.val_manifest={m}", "trainer.progress=false", "trainer.max_steps=2",
               "data.sortagrad=false", "data.num_buckets=1", "model.overrides={rnn_hidden: 32, rnn_layers: 1}",
               "optim.warmup_steps=1", "optim.name=sgd"]  # Adam's first step is sign(g): float noise flips it
-    whole = Trainer(load_config(None, [*common, f"trainer.out_dir={tmp_path}/a", "data.batch_seconds=6"]))
+    whole = Trainer(load_recipe(None, [*common, f"trainer.out_dir={tmp_path}/a", "data.batch_seconds=6"]))
     whole.fit()
-    accum = Trainer(load_config(None, [*common, f"trainer.out_dir={tmp_path}/b", "data.batch_seconds=3",
+    accum = Trainer(load_recipe(None, [*common, f"trainer.out_dir={tmp_path}/b", "data.batch_seconds=3",
                                        "trainer.grad_accum=2"]))
     accum.fit()
     assert whole.state.step == accum.state.step == 2 and whole.state.samples_seen == accum.state.samples_seen == 4

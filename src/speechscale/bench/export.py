@@ -17,15 +17,16 @@ from typing import Any
 import torch
 
 from ..components import build_components
-from ..config import load_config, to_dict
+from ..config import to_dict
 from ..export.exporter import LogProbs, export_model
 from ..export.runtime import ExportedModel
+from ..recipe import load_recipe
 
 
 def initial_checkpoint(model: str, path: Path) -> tuple[Path, Any]:
     """A checkpoint of `model`'s initial weights with its default config (latency does not depend on the
     weights); returns the path and the built components."""
-    cfg = load_config(None, [f"model.name={model}"])
+    cfg = load_recipe(None, [f"model.name={model}"])
     comps = build_components(cfg)
     torch.save({"format_version": 3, "config": to_dict(cfg), "model": comps.model.state_dict()}, path)
     return path, comps

@@ -7,8 +7,8 @@ Each process trains on its own batch of the same size (weak scaling: the global 
 process count), one thread each unless --threads says otherwise. Real processes, real collectives on
 loopback. Step times are medians over the timed steps (bench/harness.py); process counts run one after
 another (interleaved, they would share the cores). Communication is timed by a DDP communication hook
-from the moment a gradient bucket is handed to allreduce until its result is ready. That time overlaps backward, so it is an upper bound on
-what communication costs the step.
+from the moment a gradient bucket is handed to allreduce until its result is ready. That time overlaps
+backward, so it is an upper bound on what communication costs the step.
 """
 from __future__ import annotations
 

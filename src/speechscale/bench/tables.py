@@ -157,7 +157,7 @@ def update(path: Path, docs: dict[str, dict[str, Any]]) -> list[str]:
         block = render(name, doc)
         pat = _pattern(name)
         if pat.search(text):
-            text = pat.sub(lambda m: m.group(1) + block + m.group(3), text)
+            text = pat.sub(lambda m, block=block: m.group(1) + block + m.group(3), text)
         else:
             appended.append(f"### {name}\n\n<!-- bench-all:{name} -->\n{block}<!-- /bench-all:{name} -->\n")
     if appended:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..config import AugmentConfig
+from ..storage.seeds import generator
 from .audio import AudioError, load_audio
 from .augment import WaveAugment, freq_warp, spec_augment, trim_silence, word_crop
 from .features import FeatureExtractor
@@ -130,7 +131,7 @@ class SpeechDataset(torch.utils.data.Dataset):
     def _item(self, i: int, wav: np.ndarray, text: str, epoch: int) -> dict[str, Any]:
         if self.augment_cfg is not None:
             # Per-(seed, epoch, utterance) generator: reproducible whatever the worker layout.
-            gen = torch.Generator().manual_seed((self.seed * 7919 + epoch) * 1_000_003 + i)
+            gen = generator(self.seed, "item", epoch, i)
             wav, text = word_crop(wav, text, self.augment_cfg, self.features.cfg.sample_rate, gen)
             wav = trim_silence(wav, self.augment_cfg, self.features.cfg.sample_rate, gen)
             if self.wave_aug is not None and self.wave_aug.active:

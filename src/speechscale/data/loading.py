@@ -11,7 +11,7 @@ import torch
 
 from ..config import AugmentConfig, ConfigError, DataConfig
 from .dataset import SpeechDataset, collate
-from .distributed_sampler import Claims, ClaimedBatchSampler, ShardedBatchSampler
+from .distributed_sampler import ClaimedBatchSampler, Claims, ShardedBatchSampler
 from .manifest import ManifestError, SkipReport, Utterance, read_manifest
 from .mixing import MixedUnits, MixPlan, domain_names, domain_probabilities
 from .plan import BatchPlan, ListUnits, RoundRobinPlan

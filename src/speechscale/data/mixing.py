@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
+from ..storage.seeds import generator
+
 if TYPE_CHECKING:
     from .plan import Units
 
@@ -62,7 +64,7 @@ class MixPlan:
         self.quotas = quotas(probs, sum(self.sizes))
 
     def __call__(self, epoch: int) -> list[int]:
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch + 104_729)
+        gen = generator(self.seed, "mix", epoch)
         out: list[int] = []
         for start, size, quota in zip(self.starts, self.sizes, self.quotas):
             rest = torch.randperm(size, generator=gen)[: quota % size].tolist()
@@ -86,7 +88,7 @@ class MixedUnits:
                      for p in self.parts]
             total = sum(int(s.sum()) for s in sizes)
             q = [_batches_for(s, p * total) for s, p in zip(sizes, self.probs)]
-            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch + 104_729)
+            gen = generator(self.seed, "mix", epoch)
             labels = np.repeat(np.arange(len(q), dtype=np.int16), q)[torch.randperm(sum(q), generator=gen).numpy()]
             nth = np.zeros(len(labels), dtype=np.int64)  # the domain's batch number of each batch
             lens = np.zeros(len(labels), dtype=np.int64)

@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from ..storage.seeds import generator
+
 
 def pack_batches(indices: Sequence[int], durations: Sequence[float], batch_seconds: float,
                  max_batch_size: int) -> list[list[int]]:
@@ -70,7 +72,7 @@ class BucketBatchSampler:
         order = self._order if self.plan is None else sorted(self.plan(epoch), key=lambda i: (self.durations[i], i))
         if not self.shuffle or (self.sortagrad and epoch == 0):
             return pack_batches(order, self.durations, self.batch_seconds, self.max_batch_size)
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        gen = generator(self.seed, "order", epoch)
         n = len(order)
         out: list[list[int]] = []
         for b in range(self.num_buckets):

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import fsspec
 import soundfile as sf
 
-from ..training.storage import is_remote
+from ..storage import is_remote
 from .audio import AudioError
 from .manifest import ManifestError, read_manifest
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..config import AugmentConfig
+from ..storage.seeds import generator
 from .audio import decode_audio
 from .dataset import SpeechDataset, TextError
 from .features import FeatureExtractor
@@ -60,7 +61,7 @@ class ShardUnits:
 
     def _windows(self, epoch: int) -> list[list[int]]:
         n = len(self.index.shards)
-        order = (torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)).tolist()
+        order = (torch.randperm(n, generator=generator(self.seed, "order", epoch)).tolist()
                  if self.shuffle else list(range(n)))
         return [order[i:i + self.window] for i in range(0, n, self.window)]
 
@@ -73,7 +74,7 @@ class ShardUnits:
                     ids.append(self.index.starts[s] + m)
                     durs.append(d)
         if self.shuffle:
-            gen = torch.Generator().manual_seed((self.seed * 7919 + epoch) * 1_000_003 + w)
+            gen = generator(self.seed, "item", epoch, w)
             tie = torch.randperm(len(ids), generator=gen).tolist()
             order = sorted(range(len(ids)), key=lambda i: (durs[i], tie[i]))
         else:

@@ -16,7 +16,6 @@ from .greedy import greedy_decode
 from .metrics import ErrorRate
 
 
-
 @dataclass
 class EvalResult:
     wer: float

@@ -27,6 +27,14 @@ def tuned_path(lm: str | Path) -> Path:
     return Path(f"{lm}.tuned.json")
 
 
+def write_tuned(lm: str | Path, best: dict[str, Any], manifest: str | Path) -> Path:
+    """Keep the tuned (alpha, beta) beside the LM, with the WER they reached on `manifest`; `load_tuned` reads it."""
+    path = tuned_path(lm)
+    path.write_text(json.dumps({"alpha": best["alpha"], "beta": best["beta"], "wer": best["wer"],
+                                "manifest": str(manifest)}) + "\n")
+    return path
+
+
 def load_tuned(lm: str | Path) -> dict[str, float] | None:
     """The tuned (alpha, beta) of an LM, if tune-lm wrote them."""
     p = tuned_path(lm)

@@ -23,9 +23,6 @@ def build_strategy(cfg: "DistributedConfig", seed: int = 0, device: str = "auto"
     """The configured strategy under a distributed launcher, else the local strategy (a single process).
     `seed` (trainer.seed) draws random_ring's pairings; `device` (trainer.device) picks the default group's
     backend: nccl where ranks train on GPUs, gloo where they train on the CPU (also on a GPU machine)."""
-    from ..config import check_choice
-
-    check_choice("distributed.strategy", cfg.strategy, tuple(STRATEGIES))
     if not launched_distributed():
         return LocalStrategy()
     join_process_group(device)

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..storage.seeds import generator
 from .strategy import ProcessGroupStrategy
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def ring_pairs(world: int, round_: int) -> list[tuple[int, int]]:
 
 def random_pairs(world: int, round_: int, seed: int) -> list[tuple[int, int]]:
     """A random matching for round `round_`, the same on every rank that shares `seed`."""
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + round_)
+    gen = generator(seed, "order", round_)
     perm = torch.randperm(world, generator=gen).tolist()
     return [(perm[2 * m], perm[2 * m + 1]) for m in range(world // 2)]
 

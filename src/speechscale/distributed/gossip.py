@@ -37,8 +37,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .strategy import ProcessGroupStrategy
 from .adpsgd import AveragingStrategy, _flat, _set_flat, partner, random_pairs, ring_pairs, swap
+from .strategy import ProcessGroupStrategy
 
 log = logging.getLogger(__name__)
 

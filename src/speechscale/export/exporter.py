@@ -45,7 +45,7 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str,
     """Write the checkpoint's model to `out` in format `fmt` (onnx | torchscript); returns a summary."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    from ..training.checkpoint import load_checkpoint
+    from ..storage.checkpoints import load_checkpoint
 
     state = load_checkpoint(checkpoint)
     comps = components_from_checkpoint(state)

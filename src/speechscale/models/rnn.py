@@ -11,7 +11,6 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from ..config import ConfigError
 from .layers import MaskedBatchNorm
 
-
 RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
 MERGES = ("sum", "concat")  # bidirectional outputs: added, or concatenated
 

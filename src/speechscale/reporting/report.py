@@ -8,7 +8,7 @@ import html
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .runs import Run, load_run, skipped, throughput
 
@@ -94,7 +94,8 @@ def plots(run: Run, out: Path) -> list[tuple[str, str]]:
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:
-    cells: Callable[[list[Any], str], str] = lambda r, tag: "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in r)
+    def cells(r: list[Any], tag: str) -> str:
+        return "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in r)
     return f"<table><tr>{cells(head, 'th')}</tr>" + "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows) + "</table>"
 
 

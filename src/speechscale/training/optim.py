@@ -7,19 +7,18 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..config import OptimConfig, check_choice
+from ..config import OptimConfig
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, fused: bool = False) -> torch.optim.Optimizer:
     """AdamW (default) or SGD with Nesterov momentum; no weight decay on norms and biases. `fused` picks
     the fused kernels (one launch per step on GPUs; they can also skip a step without a host sync)."""
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for _name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         (no_decay if p.ndim <= 1 else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    check_choice("optim.name", cfg.name, tuple(OPTIMIZERS))
     return OPTIMIZERS[cfg.name](groups, cfg, fused or None)
 
 
@@ -57,7 +56,6 @@ def lr_at(step: float, total_steps: float, cfg: OptimConfig, steps_per_epoch: fl
         return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * frac))
     if cfg.schedule == "linear":
         return cfg.lr - (cfg.lr - floor) * frac
-    check_choice("optim.schedule", cfg.schedule, SCHEDULES)
     return cfg.lr * cfg.decay_rate ** (after / max(1, steps_per_epoch))  # exponential, per epoch
 
 

@@ -45,9 +45,6 @@ class Precision:
 
     def __init__(self, mode: str, device: torch.device, init_scale: float = 2.0 ** 16,
                  min_scale: float = 1e-5) -> None:
-        from ..config import check_choice
-
-        check_choice("trainer.precision", mode, PRECISIONS)
         self.mode = mode
         self.device = device
         self.dtype = _DTYPES.get(mode, torch.float32)

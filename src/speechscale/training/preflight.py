@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+
+from .. import storage
 from ..config import ConfigError
-from . import storage
 
 
 def check_writable(where: str | Path, key: str) -> None:

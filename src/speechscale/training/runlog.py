@@ -69,7 +69,7 @@ class RunLog:
 
 def write_run_config(out_dir: Path, config: dict[str, Any], remote_out: str | None) -> None:
     """OUT/config.json: the resolved config of the run (also beside remote checkpoints)."""
-    from . import storage
+    from .. import storage
 
     out_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(config, indent=2)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..data.dataset import SKIP_REASONS
-from .checkpoint import CheckpointError, rng_state, seed_everything, set_rng_state
+from ..storage.checkpoints import CheckpointError
+from ..storage.seeds import derive_seed, rng_state, seed_everything, set_rng_state
 
 if TYPE_CHECKING:
     import torch
@@ -117,5 +118,5 @@ def restore(ckpt: dict[str, Any], path: str, model: "nn.Module", optimizer: "tor
     if same:
         set_rng_state(mine["rng"])
     else:
-        seed_everything(seed + 7919 * strategy.rank + 104729 * training.step)
+        seed_everything(derive_seed(seed, "process", strategy.rank, training.step))
     return training, len(ranks), data_part(ranks, strategy.rank, strategy.world_size)

@@ -17,14 +17,15 @@ from typing import Any
 
 import torch
 
+from .. import storage
 from ..components import build_components
 from ..config import Config, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
 from ..data.loading import training_data
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
-from . import storage
-from .checkpoint import load_checkpoint, newest_checkpoint, save_checkpoint_in, seed_everything
+from ..storage.checkpoints import load_checkpoint, newest_checkpoint, save_checkpoint_in
+from ..storage.seeds import derive_seed, seed_everything
 from .evaluate import validate
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
@@ -92,7 +93,7 @@ class Trainer:
         self.resumed_from: str | None = None
         self.stopped_by: str | None = None
         self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)
-        seed_everything(t.seed + 7919 * self.rank)  # dropout and other streams differ per rank
+        seed_everything(derive_seed(t.seed, "process", self.rank))  # dropout and other streams differ per rank
         if t.resume:
             self._resume(t.resume)
         self._resumed_step = self.state.step

@@ -9,47 +9,17 @@ files, `last.pt` and a `latest` pointer; resuming picks the newest one that load
 from __future__ import annotations
 
 import io
-import pickle
 import logging
-import random
+import pickle
 import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from . import storage
+from . import files as storage
 
 log = logging.getLogger(__name__)
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's and torch's generators."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict[str, Any]:
-    """Python, NumPy and torch RNG states as tensors/plain data (weights_only-safe)."""
-    py = random.getstate()
-    np_state = np.random.get_state()
-    return {
-        "python": [py[0], list(py[1]), py[2]],
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]),
-                  int(np_state[3]), float(np_state[4])],
-        "torch": torch.get_rng_state(),
-    }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what `rng_state` captured."""
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    n = state["numpy"]
-    np.random.set_state((n[0], n[1].numpy().astype(np.uint32), n[2], n[3], n[4]))
-    torch.set_rng_state(state["torch"])
-
 
 def _serialize(state: dict[str, Any]) -> bytes:
     buf = io.BytesIO()

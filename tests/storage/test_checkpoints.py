@@ -5,16 +5,16 @@ import pytest
 import torch
 
 from speechscale.components import components_from_checkpoint
-from speechscale.config import load_config
-from speechscale.training.checkpoint import (CheckpointError, load_checkpoint, rng_state, save_checkpoint,
-                                             set_rng_state)
+from speechscale.recipe import load_recipe
+from speechscale.storage.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from speechscale.storage.seeds import rng_state, set_rng_state
 from speechscale.training.trainer import Trainer
 from tests.conftest import shared
 
 
 def _trainer(out, steps, *extra):
     m = shared("ldc93s1", "manifest.jsonl")
-    return Trainer(load_config(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
+    return Trainer(load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
                                       f"trainer.max_steps={steps}", "trainer.progress=false", "data.batch_seconds=10",
                                       "model.overrides={rnn_hidden: 48, rnn_layers: 2}", *extra]))
 
@@ -99,7 +99,7 @@ def test_rotation_keeps_the_last_k_a_pointer_and_last(tmp_path):
 
 
 def test_auto_resume_passes_over_a_torn_newest_checkpoint(tmp_path):
-    from speechscale.training.checkpoint import newest_checkpoint
+    from speechscale.storage.checkpoints import newest_checkpoint
 
     _trainer(tmp_path, 4, "trainer.checkpoint_every_steps=1", "data.batch_seconds=3", "data.sortagrad=false").fit()
     ckpts = tmp_path / "checkpoints"
@@ -122,11 +122,11 @@ def test_a_kill_during_checkpoint_writes_leaves_the_last_good_checkpoint_intact(
     import sys
     import time
 
-    from speechscale.training.checkpoint import newest_checkpoint
+    from speechscale.storage.checkpoints import newest_checkpoint
 
     code = (
         "import sys, torch\n"
-        "from speechscale.training.checkpoint import save_rotating\n"
+        "from speechscale.storage.checkpoints import save_rotating\n"
         "big = torch.arange(12_000_000, dtype=torch.float32)\n"  # 48 MB: writes take a while
         "step = 0\n"
         "while True:\n"

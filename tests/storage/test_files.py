@@ -1,16 +1,16 @@
 """Checkpoints in object storage: a real S3-compatible server (moto) on loopback, and fsspec's memory://."""
 import pytest
 
-from speechscale.config import load_config
-from speechscale.training import storage
-from speechscale.training.checkpoint import CheckpointError, load_checkpoint, newest_checkpoint
+from speechscale import storage
+from speechscale.recipe import load_recipe
+from speechscale.storage.checkpoints import CheckpointError, load_checkpoint, newest_checkpoint
 from speechscale.training.trainer import Trainer
 from tests.conftest import run_cli, shared
 
 
 def _cfg(out, *extra):
     m = shared("ldc93s1", "manifest.jsonl")
-    return load_config(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
+    return load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
                               "trainer.progress=false", "data.batch_seconds=3", "data.sortagrad=false",
                               "model.overrides={rnn_hidden: 32, rnn_layers: 1}", *extra])
 

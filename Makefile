@@ -32,6 +32,7 @@ demo: setup
 # ruff (a small rule set, pyproject.toml) and import-linter (the layers of docs/architecture.md) run first
 lint: setup
 	$(BIN)/ruff check src tests
+	$(BIN)/lint-imports
 
 # --durations=15: the slowest tests are named in every run (issue #20: none should take over 60 s)
 test: setup browser lint

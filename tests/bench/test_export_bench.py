@@ -7,4 +7,5 @@ def test_bench_export_times_torch_onnx_and_torchscript_side_by_side():
     assert row["model"] == "ds2-tiny"
     for k in ("torch", "onnx", "torchscript"):
         assert 0 < row[f"{k}_ms"] <= row[f"{k}_p90_ms"]
-    assert row["onnx_vs_torch"] == round(row["torch_ms"] / row["onnx_ms"], 2)
+    # the ratio is of the unrounded medians; the printed milliseconds are rounded to 0.01
+    assert abs(row["onnx_vs_torch"] - row["torch_ms"] / row["onnx_ms"]) < 0.02 + 0.01 * row["onnx_vs_torch"]

@@ -58,7 +58,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
     from ..models.registry import RECOMMENDED_FEATURES
     from ..training.optim import build_optimizer
     from ..training.precision import Precision, resolve_device
-    from ..training.step import ctc_criterion, forward_backward
+    from ..training.step import TrainStep
     from .harness import summarize
     from .throughput import _clips, targets
 
@@ -76,7 +76,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
     if isinstance(forward, torch.nn.parallel.DistributedDataParallel) and world > 1:
         forward.register_comm_hook(meter, _timed_allreduce)
     opt = build_optimizer(model, cfg.optim, fused=dev.type == "cuda")
-    precision, ctc = Precision("fp32", dev), ctc_criterion()
+    step = TrainStep(model, forward, opt, Precision("fp32", dev), strategy, cfg.optim.grad_clip, dev)  # the trainer's
     b, secs = opts["batch_size"], opts["seconds"]
     clips = _clips(opts["manifest"], comps.features.cfg.sample_rate, secs, b, seed=rank)
     feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)
@@ -88,12 +88,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
             meter.seconds, meter.bytes, meter.calls = 0.0, 0, 0
         strategy.barrier()
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        forward_backward(forward, batch, precision, ctc)
-        strategy.after_backward(model)
-        strategy.before_step(model, opt)
-        opt.step()
-        strategy.after_step(model, opt)
+        step([batch])
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         if i >= opts["warmup"]:

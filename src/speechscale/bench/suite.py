@@ -45,13 +45,12 @@ BENCHES = tuple(SETTINGS)
 
 
 def _train(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
-    from ..cli import _default_manifest
-    from .throughput import bench_train
+    from .throughput import bench_train, default_manifest
 
     rows = []
     for model, precisions in s["models"].items():
         rows += bench_train(model, s["batch_size"], s["seconds"], s["steps"], s["warmup"],
-                            _default_manifest(None) or None, precisions=tuple(precisions))
+                            default_manifest(None) or None, precisions=tuple(precisions))
     from .plots import plot_train
 
     plot_train(rows, out / "train.png")
@@ -76,13 +75,13 @@ def _loader(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
 
 
 def _scaling(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
-    from ..cli import _default_manifest
     from .scaling import bench_scaling
+    from .throughput import default_manifest
 
     rows = []
     for model in s["models"]:
         rows += bench_scaling(model, tuple(s["procs"]), s["batch_size"], s["seconds"], s["steps"], s["warmup"],
-                              1, _default_manifest(None) or None)
+                              1, default_manifest(None) or None)
     from .plots import plot_scaling
 
     plot_scaling(rows, out / "scaling.png")
@@ -101,10 +100,11 @@ def _straggler(s: dict[str, Any], out: Path) -> dict[str, Any]:
 
 def _planner(s: dict[str, Any], out: Path) -> dict[str, Any]:
     from ..planning.calibration import GOAL, cases
-    from ..planning.validate import validate
+    from .planner import validate_planner
     from .plots import plot_calibration
 
-    result = {"goal": GOAL, "calibration": cases(), "validation": validate(tuple(s["validate_models"]), world=s["world"])}
+    result = {"goal": GOAL, "calibration": cases(), "validation": validate_planner(tuple(s["validate_models"]),
+                                                                                    world=s["world"])}
     plot_calibration(result["calibration"], out / "planner.png")
     return result
 

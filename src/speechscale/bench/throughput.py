@@ -22,10 +22,12 @@ import torch
 from ..components import build_components
 from ..config import Config, from_dict
 from ..data.audio import load_audio
+from ..data.dataset import Batch
+from ..distributed.strategy import LocalStrategy
 from ..models.registry import RECOMMENDED_FEATURES
 from ..training.optim import build_optimizer
 from ..training.precision import Precision, resolve_device
-from ..training.step import ctc_criterion, ctc_loss
+from ..training.step import TrainStep
 from .harness import interleave
 
 TEXT = "she had your dark suit in greasy wash water all year"
@@ -93,6 +95,15 @@ class _Mode:
         self.forward = torch.compile(self.model, dynamic=False) if compile_model else self.model
         self.opt = build_optimizer(self.model, cfg.optim, fused=device.type == "cuda")
         self.precision = Precision(precision, device)
+        self.marks: dict[str, float] = {}  # phase -> the time it ended (the step's clock)
+
+        def clock(phase: str) -> None:
+            _sync(device)
+            self.marks[phase] = time.perf_counter()
+
+        # the trainer's step (grad_clip from the recipe's default), timed phase by phase
+        self.step = TrainStep(self.model, self.forward, self.opt, self.precision, LocalStrategy(), cfg.optim.grad_clip,
+                              device, clock=clock)
         self.phases = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
         self.losses: list[float] = []
 
@@ -110,7 +121,6 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
                                      "features": RECOMMENDED_FEATURES.get(model, {})})
     modes = {p: _Mode(p, cfg, dev, compile_model) for p in precisions}
     comps = next(iter(modes.values())).comps
-    ctc = ctc_criterion()
     clips = _clips(manifest, comps.features.cfg.sample_rate, seconds, batch_size, seed=0)
     tgt, tgt_lens = targets(comps, seconds, batch_size, dev)
     frames = 0
@@ -122,22 +132,14 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
         feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)
         frames = feats.shape[-1]
         lens = torch.full((batch_size,), frames, dtype=torch.long)  # lengths stay on the CPU
+        batch = Batch(feats, lens, tgt, tgt_lens, [""] * batch_size, [], {})
         _sync(dev)
         t1 = time.perf_counter()
-        loss = ctc_loss(m.forward, feats, lens, tgt, tgt_lens, m.precision, ctc)
-        _sync(dev)
-        t2 = time.perf_counter()
-        m.opt.zero_grad(set_to_none=True)
-        m.precision.scale(loss).backward()
-        _sync(dev)
-        t3 = time.perf_counter()
-        m.precision.unscale_(m.opt)
-        norm = torch.nn.utils.clip_grad_norm_(m.model.parameters(), 5.0)
-        m.precision.step(m.opt, ~torch.isfinite(norm))
-        _sync(dev)
-        m.losses.append(float(loss.detach()))
-        del feats, loss, norm  # tearing down the autograd graph is part of the step (about 1 % of it on a CPU)
-        return dict(zip(m.phases, (t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3)))
+        loss, _ = m.step([batch])
+        m.losses.append(float(loss))
+        t = m.marks
+        return {"data": t1 - t0, "forward": t["forward"] - t1, "backward": t["backward"] - t["forward"],
+                "optimizer": t["optimizer"] - t["backward"]}
 
     stats = interleave({p: (lambda m=m: one_step(m)) for p, m in modes.items()}, repeats=steps, warmup=warmup,
                        sync=lambda: _sync(dev))
@@ -178,3 +180,11 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             res["speedup_vs_fp32"] = round(res["audio_seconds_per_second"] / base["audio_seconds_per_second"], 3)
         results.append(res)
     return results
+
+
+def default_manifest(given: str | None) -> str | None:
+    """The manifest to cut benchmark batches from: the given one ('' = noise), else LDC93S1 when present."""
+    if given is not None:
+        return given or None
+    default = Path(__file__).resolve().parents[3].parent / "shared/data/ldc93s1/manifest.jsonl"
+    return str(default) if default.is_file() else None

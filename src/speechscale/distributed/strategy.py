@@ -48,9 +48,6 @@ class Strategy:
         """Factor on the learning rate (distributed.scale_lr: the linear scaling rule for larger batches)."""
         return 1.0
 
-    def after_backward(self, model: nn.Module) -> None:
-        """Gradients exist (averaged, where the strategy averages them); before clipping."""
-
     def before_step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Just before the optimizer step."""
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..data.dataset import collate
-from .step import forward_backward
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -100,7 +99,7 @@ def prescan(trainer: "Trainer") -> dict[str, Any]:
     _reset_peak(device)
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            forward_backward(trainer.forward, batch.to(device), trainer.precision, trainer.ctc)  # as a step
+            trainer.optimizer_step.forward_backward(batch.to(device))  # as a step
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         peak = _peak_mb(device)

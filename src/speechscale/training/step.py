@@ -1,9 +1,10 @@
-"""The CTC step shared by the trainer, the memory pre-scan and the benchmarks.
+"""The CTC training step, one object shared by the trainer, the memory pre-scan and the benchmarks.
 
 The model's forward pass runs in the precision's autocast region; log-softmax and CTC run in fp32 outside
 it (CTC in half precision turns NaN); fp16 scales the loss before backward.
 
-    >>> loss = forward_backward(model, batch, Precision("fp32", torch.device("cpu")), ctc_criterion())  # doctest: +SKIP
+    >>> step = TrainStep(model, model, optimizer, Precision("fp32", cpu), LocalStrategy(), 5.0, cpu)  # doctest: +SKIP
+    >>> loss, flags = step([batch])  # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 from torch import nn
 
 from ..data.dataset import Batch
-from ..models.ctc import ctc_criterion  # noqa: F401 (the training step's criterion, re-exported)
+from ..models.ctc import ctc_criterion
 from .precision import Precision
 
 if TYPE_CHECKING:
@@ -24,58 +25,75 @@ if TYPE_CHECKING:
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def ctc_loss(forward: Forward, feats: torch.Tensor, feat_lens: torch.Tensor, targets: torch.Tensor,
-             target_lens: torch.Tensor, precision: Precision, ctc: torch.nn.CTCLoss) -> torch.Tensor:
-    """Mean CTC loss of a batch: feats (B, F, T) and lengths on the CPU -> scalar fp32 loss."""
-    with precision.autocast():
-        logits, out_lens = forward(feats, feat_lens)  # (B, T', V)
-    log_probs = logits.float().log_softmax(-1).transpose(0, 1)  # (T', B, V), fp32 outside autocast
-    return ctc(log_probs, targets, out_lens, target_lens)
-
-
-def forward_backward(forward: Forward, batch: Batch, precision: Precision, ctc: torch.nn.CTCLoss,
-                     parts: int = 1, weight: float = 1.0) -> torch.Tensor:
-    """Loss of one (micro-)batch already on the device, divided by `parts` and multiplied by `weight`
-    (0 keeps a placeholder batch out of the gradient), back-propagated (scaled in fp16); returns it
-    detached."""
-    loss = ctc_loss(forward, batch.feats, batch.feat_lens, batch.targets, batch.target_lens, precision, ctc)
-    loss = loss / parts * weight
-    precision.scale(loss).backward()
-    return loss.detach()
-
-
 def placeholder_batch(num_features: int, frames: int) -> Batch:
     """Silence labelled "a": a real forward/backward whose loss is zeroed (keeps ranks' steps matched)."""
     return Batch(torch.zeros(1, num_features, frames), torch.tensor([frames]), torch.tensor([1]), torch.tensor([1]),
                  [""], [], {})
 
 
-def optimizer_step(model: nn.Module, forward: Forward, micro: list[Batch], optimizer: torch.optim.Optimizer,
-                   precision: Precision, ctc: torch.nn.CTCLoss, strategy: "Strategy", grad_clip: float,
-                   placeholder: Batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step over micro-batches (gradient accumulation): forward/backward each, strategy
-    hooks, unscale, clip, step. Returns the detached loss and (4,) flags on the device: non-finite loss,
-    non-finite gradient, loss if the step counted else 0, counted. A non-finite step is skipped without a
-    host sync (fused optimizers and the fp16 scaler decide on the device)."""
-    optimizer.zero_grad(set_to_none=True)
-    losses = []
-    for j, b in enumerate(micro):
-        weight = 1.0
-        if len(b) == 0:  # all of this rank's batch was skipped: a placeholder keeps the ranks matched
-            b, weight = placeholder, 0.0
-        with strategy.accumulating(forward) if j < len(micro) - 1 else contextlib.nullcontext():
-            losses.append(forward_backward(forward, b.to(device), precision, ctc, len(micro), weight))
-    loss = torch.stack(losses).sum()  # the mean over micro-batches (each was divided by their count)
-    strategy.after_backward(model)
-    precision.unscale_(optimizer)
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else math.inf)
-    bad_loss = ~torch.isfinite(loss)
-    bad_grad = ~torch.isfinite(norm) & ~bad_loss
-    strategy.before_step(model, optimizer)
-    precision.step(optimizer, bad_loss | bad_grad)
-    strategy.after_step(model, optimizer)
-    ok = ~(bad_loss | bad_grad) & any(len(b) > 0 for b in micro)
-    return loss, torch.stack([bad_loss.float(), bad_grad.float(), torch.where(ok, loss.float(), 0.0), ok.float()])
+def _no_clock(phase: str) -> None:
+    """The trainer's clock: phases are not timed."""
+
+
+class TrainStep:
+    """One optimizer step: the trainer, the memory pre-scan and the throughput and scaling benches run this.
+
+    `clock(phase)` is called as "forward", "backward" and "optimizer" end (the benches pass one that syncs the
+    device and reads the time). A non-finite loss or gradient skips the update without a host sync (fused
+    optimizers and the fp16 scaler decide on the device).
+    """
+
+    def __init__(self, model: nn.Module, forward: Forward, optimizer: torch.optim.Optimizer, precision: Precision,
+                 strategy: "Strategy", grad_clip: float, device: torch.device, placeholder: Batch | None = None,
+                 clock: Callable[[str], None] = _no_clock) -> None:
+        self.model, self.forward, self.optimizer = model, forward, optimizer
+        self.precision, self.strategy, self.device = precision, strategy, device
+        self.grad_clip = grad_clip if grad_clip > 0 else math.inf
+        self.placeholder, self.clock = placeholder, clock
+        self.ctc = ctc_criterion()
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        """Mean CTC loss of a batch on the device: the forward pass autocast, log-softmax and CTC in fp32."""
+        with self.precision.autocast():
+            logits, out_lens = self.forward(batch.feats, batch.feat_lens)  # (B, T', V)
+        log_probs = logits.float().log_softmax(-1).transpose(0, 1)  # (T', B, V), fp32 outside autocast
+        return self.ctc(log_probs, batch.targets, out_lens, batch.target_lens)
+
+    def forward_backward(self, batch: Batch, parts: int = 1, weight: float = 1.0) -> torch.Tensor:
+        """Loss of one (micro-)batch on the device, divided by `parts` and multiplied by `weight` (0 keeps a
+        placeholder batch out of the gradient), back-propagated (scaled in fp16); returns it detached."""
+        loss = self.loss(batch) / parts * weight
+        self.clock("forward")
+        self.precision.scale(loss).backward()
+        out = loss.detach()
+        del loss  # the autograd graph is torn down here, inside the backward phase
+        self.clock("backward")
+        return out
+
+    def __call__(self, micro: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step over micro-batches (gradient accumulation). Returns the detached mean loss and (4,) flags on
+        the device: non-finite loss, non-finite gradient, loss if the step counted else 0, counted."""
+        self.optimizer.zero_grad(set_to_none=True)
+        losses = []
+        for j, b in enumerate(micro):
+            weight = 1.0
+            if len(b) == 0:  # all of this rank's batch was skipped: a placeholder keeps the ranks matched
+                assert self.placeholder is not None, "an empty batch needs the placeholder"
+                b, weight = self.placeholder, 0.0
+            with self.strategy.accumulating(self.forward) if j < len(micro) - 1 else contextlib.nullcontext():
+                losses.append(self.forward_backward(b.to(self.device), len(micro), weight))
+        loss = torch.stack(losses).sum()  # the mean over micro-batches (each was divided by their count)
+        self.precision.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        bad_loss = ~torch.isfinite(loss)
+        bad_grad = ~torch.isfinite(norm) & ~bad_loss
+        self.strategy.before_step(self.model, self.optimizer)
+        self.precision.step(self.optimizer, bad_loss | bad_grad)
+        self.strategy.after_step(self.model, self.optimizer)
+        ok = ~(bad_loss | bad_grad) & any(len(b) > 0 for b in micro)
+        flags = torch.stack([bad_loss.float(), bad_grad.float(), torch.where(ok, loss.float(), 0.0), ok.float()])
+        self.clock("optimizer")
+        return loss, flags
 
 
 class StepTally:

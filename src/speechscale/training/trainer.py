@@ -34,7 +34,7 @@ from .prescan import prescan
 from .progress import RunProgress, planned_steps
 from .runlog import RunLog, trace_samples, train_row, write_run_config
 from .state import TrainingState, checkpoint_dict, rank_part, restore
-from .step import StepTally, ctc_criterion, optimizer_step, placeholder_batch
+from .step import StepTally, TrainStep, placeholder_batch
 from .stop import StopSignals, TimeBudget
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,6 @@ class Trainer:
         # Compiled (conv models) and/or strategy-wrapped module for training steps; same parameters.
         self.forward = self.strategy.wrap(torch.compile(self.model, dynamic=True) if t.compile else self.model)
         self.optimizer = build_optimizer(self.model, cfg.optim, fused=self.device.type == "cuda")
-        self.ctc = ctc_criterion()
         self.schedule = SampleSchedule(cfg.optim, self.plan.epoch_samples(1), data.batches_per_epoch, t.grad_accum,
                                        self.world, t.max_steps, t.max_epochs,
                                        self.strategy.lr_scale(cfg.distributed.scale_lr))
@@ -89,7 +88,9 @@ class Trainer:
         self.tally = StepTally(self.device)
         slow = cfg.distributed.simulate_straggler
         self.straggler = Straggler(self.rank, slow.rank, slow.slowdown, self.device)
-        self.placeholder = placeholder_batch(self.comps.features.num_features, self.comps.features.frames_for_seconds(1))
+        placeholder = placeholder_batch(self.comps.features.num_features, self.comps.features.frames_for_seconds(1))
+        self.optimizer_step = TrainStep(self.model, self.forward, self.optimizer, self.precision, self.strategy,
+                                        cfg.optim.grad_clip, self.device, placeholder)
         self.resumed_from: str | None = None
         self.stopped_by: str | None = None
         self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)
@@ -141,8 +142,7 @@ class Trainer:
         # the samples of the batches about to be trained on are already counted
         set_lr(self.optimizer, self.schedule.lr(s.samples_seen - sum(len(b) for b in micro) * self.world, s.step))
         with self.straggler.step():  # distributed.simulate_straggler: this rank sleeps after its compute
-            loss, flags = optimizer_step(self.model, self.forward, micro, self.optimizer, self.precision, self.ctc,
-                                         self.strategy, self.cfg.optim.grad_clip, self.placeholder, self.device)
+            loss, flags = self.optimizer_step(micro)
         self.tally.add(flags)
         s.step += 1
         return loss

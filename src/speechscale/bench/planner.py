@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .hardware import Link
-from .model import Cluster, Workload, ring_allreduce_seconds, step
+from ..planning.hardware import Link
+from ..planning.model import Cluster, Workload, ring_allreduce_seconds, step
 
 SIZES_MB = (0.25, 1.0, 4.0, 16.0)
 
@@ -48,7 +48,7 @@ def measure_allreduce(world: int = 2, repeats: int = 9) -> dict[float, float]:
     """Median seconds of one fp32 allreduce per message size (MB) with `world` gloo processes."""
     import torch.multiprocessing as mp
 
-    from ..bench.ports import free_port
+    from .ports import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp, "allreduce.json"))
@@ -66,10 +66,10 @@ def fit_link(times: dict[float, float], world: int) -> Link:
     return Link(bandwidth=1 / slope / 1e9, latency_us=intercept / (2 * (world - 1)) * 1e6)
 
 
-def validate(models: tuple[str, ...] = ("ds2-tiny", "wav2letter+-tiny"), world: int = 2, batch_size: int = 4,
+def validate_planner(models: tuple[str, ...] = ("ds2-tiny", "wav2letter+-tiny"), world: int = 2, batch_size: int = 4,
              seconds: float = 2.0, steps: int = 4) -> dict[str, Any]:
     """Prediction vs measurement for each model's DDP step on `world` gloo processes."""
-    from ..bench.scaling import bench_scaling
+    from .scaling import bench_scaling
 
     times = measure_allreduce(world)
     link = fit_link(times, world)

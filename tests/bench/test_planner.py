@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from speechscale.planning.validate import fit_link, measure_allreduce, validate
+from speechscale.bench.planner import fit_link, measure_allreduce, validate_planner
 from tests.conftest import main_cli, run_cli
 
 
@@ -32,7 +32,7 @@ def test_the_predicted_ddp_step_is_close_to_the_measured_one():
     """2 gloo processes on this 2-core machine: the planner, given the measured 1-process step and the fitted
     link, predicts the 2-process step time within 35 % (communication itself is noisier: it shares the
     cores with backward; both figures are reported)."""
-    result = validate(("ds2-tiny",), world=2, batch_size=4, seconds=1.0, steps=3)
+    result = validate_planner(("ds2-tiny",), world=2, batch_size=4, seconds=1.0, steps=3)
     row = result["rows"][0]
     assert row["allreduce_mb_per_step"] > 10 and row["buckets"] >= 1
     assert row["step_ms_predicted"] == pytest.approx(row["step_ms_measured"], rel=0.35)

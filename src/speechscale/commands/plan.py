@@ -1,4 +1,4 @@
-"""`speechscale plan`: argument handling and the printed table (the model is in model.py)."""
+"""`speechscale plan`: flags, the printed table and the calibration report (the model is in planning/)."""
 from __future__ import annotations
 
 import argparse
@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .hardware import GPUS, JITTER, LINKS, Link
-from .model import STRATEGIES, Cluster, PlanError, Workload, plan
+from ..planning.hardware import GPUS, JITTER, LINKS, Link
+from ..planning.model import STRATEGIES, Cluster, PlanError, Workload, plan
+from .args import positive, yaml_mapping
 
 
-def add_arguments(p: argparse.ArgumentParser, positive: Callable[[type], Any]) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of `speechscale plan`."""
     m = p.add_argument_group("model")
     m.add_argument("--model", default="ds2-large", help="registry model: parameters and FLOPs from its analytic count")
@@ -66,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser, positive: Callable[[type], Any]) -
 
 def workload_from_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Workload:
     """The workload the flags describe (registry counts unless --params/--flops-per-audio-second)."""
-    from .workload import measured_throughput, registry_cost, shipped_throughput
+    from ..planning.workload import measured_throughput, registry_cost, shipped_throughput
 
     params, flops = args.params, args.flops_per_audio_second
     if params is None or flops is None:
@@ -133,7 +134,7 @@ def table(result: dict[str, Any]) -> str:
 
 def calibration_table() -> tuple[str, bool]:
     """The calibration as printed by `plan --calibrate`, and whether every prediction met the goal."""
-    from .calibration import GOAL, ROLES, cases
+    from ..planning.calibration import GOAL, ROLES, cases
 
     rows = cases()
     preds = [r for r in rows if r["role"] == "prediction"]
@@ -149,23 +150,37 @@ def calibration_table() -> tuple[str, bool]:
     return "\n".join(lines), met == len(preds)
 
 
-def run(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
-    """`speechscale plan`."""
+def run(args: argparse.Namespace) -> int:
+    """`speechscale plan`: one line on a bad plan, never a traceback."""
+    try:
+        return _run(args, yaml_mapping(args.model_overrides, "--model-overrides"))
+    except PlanError as e:
+        raise SystemExit(f"speechscale plan: error: {e}") from None
+
+
+def _run(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     if args.calibrate:
         print(calibration_table()[0])  # a report: misses are printed, not an error
         return 0
     if args.validate:
-        from .validate import validate
+        from ..bench.planner import validate_planner
 
-        print(json.dumps(validate(), indent=2))
+        print(json.dumps(validate_planner(), indent=2))
         return 0
     result = plan(workload_from_args(args, overrides), cluster_from_args(args), args.max_gpus, args.strategy,
                   args.deadline_hours)
     if args.out:
-        from .plot import plot_plan
+        from ..planning.plot import plot_plan
 
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "plan.json").write_text(json.dumps(result, indent=2))
         plot_plan(result, args.out / "plan.png")
     print(json.dumps(result, indent=2) if args.json else table(result))
     return 0
+
+
+def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `plan` to the subcommand table."""
+    pl = command(sub, "plan", "predict time-to-train and cost on 1..N GPUs (docs/planner.md)")
+    add_arguments(pl)
+    pl.set_defaults(func=run)

@@ -1,0 +1,76 @@
+"""Argument types and flag groups shared by several commands (one-line errors, never a traceback)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: what was wrong, and where to look, without the usage block."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def positive(kind: type) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` that must be > 0 (one line from argparse otherwise)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    return parse
+
+
+def int_list(text: str) -> list[int]:
+    """An argparse type: comma-separated integers (one line from argparse otherwise)."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def yaml_mapping(text: str | None, flag: str) -> dict[str, Any]:
+    """A YAML mapping given on the command line, or {}; ConfigError in one line otherwise."""
+    import yaml
+
+    from ..config import ConfigError
+
+    if not text:
+        return {}
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{flag}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: expected a mapping such as '{{rnn_layers: 4}}', got {text!r}")
+    return value
+
+
+def decoder_args(p: argparse.ArgumentParser) -> None:
+    """The decoder flags of eval, transcribe and serve."""
+    p.add_argument("--decoder", default="greedy", choices=["greedy", "beam", "lexicon"],
+                   help="greedy, beam search (with --lm: over the LM's words), or lexicon (only --lexicon's words)")
+    p.add_argument("--beam-width", type=positive(int), default=50, help="beam search: hypotheses kept")
+    p.add_argument("--lm", default=None, help="a KenLM word model (ARPA or binary), e.g. from `speechscale lm build`")
+    p.add_argument("--alpha", type=float, default=None, help="LM weight (default: tune-lm's, else 0.5)")
+    p.add_argument("--beta", type=float, default=None, help="bonus per word (default: tune-lm's, else 1.0)")
+    p.add_argument("--lexicon", default=None, help="a word list, one word a line (the lexicon decoder)")
+    p.add_argument("--hotwords", default=None, help="comma-separated words to favour (beam with --lm, or lexicon)")
+    p.add_argument("--hotword-weight", type=float, default=3.0, help="the hotwords' bonus per occurrence")
+
+
+def decoder_config(args: argparse.Namespace) -> Any:
+    """The DecoderConfig the decoder flags describe; the LM's tuned weights unless --alpha/--beta."""
+    from ..decoding.decoders import DecoderConfig
+    from ..decoding.tune import DEFAULT_ALPHA, DEFAULT_BETA, load_tuned
+
+    tuned = load_tuned(args.lm) if args.lm else None  # written by tune-lm beside the LM
+    alpha = args.alpha if args.alpha is not None else (tuned or {}).get("alpha", DEFAULT_ALPHA)
+    beta = args.beta if args.beta is not None else (tuned or {}).get("beta", DEFAULT_BETA)
+    return DecoderConfig(name=args.decoder, beam_width=args.beam_width, lm=args.lm or "", alpha=alpha, beta=beta,
+                         lexicon=args.lexicon or "", hotwords=[w for w in (args.hotwords or "").split(",") if w],
+                         hotword_weight=args.hotword_weight)

@@ -1,0 +1,68 @@
+"""`speechscale synth` and `speechscale data import|shard`: corpora in, manifests and shards out."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from .args import Parser, positive
+
+
+def synth(args: argparse.Namespace) -> int:
+    from ..data.synth import synthesize_corpus
+
+    counts = synthesize_corpus(args.out, minutes=args.minutes, seed=args.seed, test_minutes=args.test_minutes,
+                               progress=not args.quiet)
+    print(json.dumps({"out": str(args.out), **counts}))
+    return 0
+
+
+def data_import(args: argparse.Namespace) -> int:
+    from ..data.importers import import_corpus
+
+    report = import_corpus(args.corpus, args.src, args.out, args.split, args.min_duration, args.max_duration)
+    print(report.summary(), file=sys.stderr)
+    print(json.dumps({"manifest": str(Path(args.out) / "manifest.jsonl"), "kept": report.kept,
+                      "skipped": dict(report.reasons)}))
+    return 0
+
+
+def data_shard(args: argparse.Namespace) -> int:
+    from ..data.shards import write_shards
+
+    print(json.dumps(write_shards(args.manifest, args.out, args.shard_size, args.codec)))
+    return 0
+
+
+def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `synth` and `data` to the subcommand table."""
+    from ..data.importers import IMPORTERS
+
+    s = command(sub, "synth", "synthesize the demo corpus with espeak-ng")
+    s.add_argument("--out", required=True, type=Path, help="output folder (train.jsonl, test.jsonl, audio/)")
+    s.add_argument("--minutes", type=positive(float), default=30.0, help="minutes of training audio")
+    s.add_argument("--test-minutes", type=positive(float), default=None,
+                   help="minutes of test audio (default 10%% of --minutes)")
+    s.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same corpus")
+    s.set_defaults(func=synth)
+
+    d = command(sub, "data", "corpora: import a downloaded corpus into a manifest; shard a manifest")
+    dsub = d.add_subparsers(dest="data", required=True, metavar="ACTION", parser_class=Parser)
+    di = command(dsub, "import", "an already-downloaded corpus in its official layout -> OUT/manifest.jsonl")
+    di.add_argument("corpus", choices=list(IMPORTERS), help="the corpus layout")
+    di.add_argument("src", type=Path, help="the corpus folder (a CSV file for csv)")
+    di.add_argument("--out", required=True, type=Path, help="output folder (manifest.jsonl; tedlium: audio/)")
+    di.add_argument("--split", default="", help="commonvoice: the .tsv name (default validated); mls, tedlium: "
+                                                "a split folder under SRC")
+    di.add_argument("--min-duration", type=float, default=0.0, help="skip shorter utterances (seconds)")
+    di.add_argument("--max-duration", type=float, default=0.0, help="skip longer utterances (seconds; 0 = no bound)")
+    di.set_defaults(func=data_import)
+    ds = command(dsub, "shard", "a manifest -> tar shards (WebDataset layout) and OUT/index.jsonl, for streaming")
+    ds.add_argument("manifest", help="the manifest to shard (its valid lines)")
+    ds.add_argument("--out", required=True, type=Path, help="output folder (shard-NNNNNN.tar, index.jsonl)")
+    ds.add_argument("--shard-size", type=positive(int), default=1000, help="utterances per shard")
+    ds.add_argument("--codec", choices=["flac"], default=None,
+                    help="re-encode the audio as 16-bit FLAC (default: keep each file's bytes)")
+    ds.set_defaults(func=data_shard)

@@ -1,0 +1,166 @@
+"""`speechscale eval | transcribe | tune-lm | lm build`: a checkpoint's text for audio, and its error rates."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .args import Parser, decoder_args, decoder_config, positive
+
+
+def _write_details(path: str, res: Any, loader: Any) -> None:
+    """eval --details: one JSON line per utterance with reference, hypothesis, WER and the word alignment."""
+    from ..decoding.metrics import ErrorRate, align_words
+
+    utts = getattr(loader.dataset, "utts", None)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in sorted(res.hyps):
+            m = ErrorRate()
+            m.update([res.refs[i]], [res.hyps[i]])
+            row = {"index": i, "audio": utts[i].audio_path if utts else None, "reference": res.refs[i],
+                   "hypothesis": res.hyps[i], "wer": round(m.wer, 4), "alignment": align_words(res.refs[i], res.hyps[i])}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def _eval_loader(checkpoint: str, manifest: str, batch_seconds: float = 60.0) -> tuple[Any, Any, Any]:
+    """The checkpoint's components and a loader over `manifest` with no duration bound."""
+    from ..components import load_components
+    from ..config import DataConfig
+    from ..data.loading import eval_loader
+
+    comps = load_components(checkpoint)
+    data = DataConfig(batch_seconds=batch_seconds, max_duration=1e9)
+    loader, report, _ = eval_loader(manifest, comps, data)
+    return comps, loader, report
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    from ..decoding.decoders import build_decoder
+    from ..decoding.evaluate import evaluate as run_eval
+
+    comps, loader, report = _eval_loader(args.checkpoint, args.manifest, args.batch_seconds)
+    dcfg = decoder_config(args)
+    decoder = build_decoder(dcfg, comps.tokenizer, comps.normalizer)
+    res = run_eval(comps.model, loader, comps.tokenizer, decoder=decoder)
+    if args.details:
+        _write_details(args.details, res, loader)
+    reasons = dict(report.reasons)
+    for reason, n in res.skipped_reasons.items():
+        reasons[reason] = reasons.get(reason, 0) + n
+    out = {"wer": res.wer, "cer": res.cer, "utterances": res.utterances, "skipped": report.skipped + res.skipped,
+           "skipped_reasons": reasons, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint),
+           "decoder": args.decoder, **({"alpha": dcfg.alpha, "beta": dcfg.beta} if dcfg.lm else {})}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{'manifest':<12}{out['manifest']}\n{'utterances':<12}{out['utterances']}\n"
+              f"{'skipped':<12}{out['skipped']}\n{'WER':<12}{100 * out['wer']:.2f} %\n{'CER':<12}{100 * out['cer']:.2f} %")
+    return 0
+
+
+def _references(manifest: str | None) -> dict[str, str]:
+    """Resolved audio path -> reference text, from a manifest (empty without one)."""
+    if manifest is None:
+        return {}
+    from ..data.manifest import read_manifest
+
+    utts, _ = read_manifest(manifest, check_files=False)
+    return {str(Path(u.audio_path).resolve()): u.raw_text for u in utts}
+
+
+def transcribe(args: argparse.Namespace) -> int:
+    from ..data.audio import AudioError
+    from ..decoding.metrics import ErrorRate
+    from ..serving.transcribe import Transcriber, check_chunk_seconds
+
+    check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
+    refs = _references(args.manifest)
+    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
+                      decoder=decoder_config(args))
+    failed = 0
+    for f in args.files:
+        try:
+            res = asr.transcribe_file(f)
+        except AudioError as e:
+            failed += 1
+            res = {"file": str(f), "error": str(e)}
+        ref = refs.get(str(Path(f).resolve()))
+        if ref is not None and "text" in res:
+            score = ErrorRate()
+            score.update([asr.comps.normalizer(ref)], [res["text"]])
+            res.update(reference=ref, wer=round(score.wer, 4))
+        if args.json:
+            print(json.dumps(res), flush=True)
+        elif "error" in res:
+            print(f"{f}\tERROR: {res['error']}", flush=True)
+        elif ref is not None:
+            print(f"{f}\n  hypothesis: {res['text']}\n  reference:  {ref}\n  WER:        {100 * res['wer']:.1f} %",
+                  flush=True)
+        else:
+            print(f"{f}\t{res['text']}", flush=True)
+    return 1 if failed else 0
+
+
+def tune_lm(args: argparse.Namespace) -> int:
+    from ..decoding.tune import cache_log_probs, tune, write_tuned
+
+    comps, loader, _ = _eval_loader(args.checkpoint, args.manifest)
+    cache = cache_log_probs(comps.model, loader)
+    best = tune(cache, comps.tokenizer, args.lm, args.trials, args.beam_width, args.lexicon or "")
+    print(json.dumps({**best, "written": str(write_tuned(args.lm, best, args.manifest))}))
+    return 0
+
+
+def lm_build(args: argparse.Namespace) -> int:
+    from ..decoding.lm import build_arpa
+
+    print(json.dumps(build_arpa(args.text, args.order, args.out)))
+    return 0
+
+
+def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `eval`, `transcribe`, `tune-lm` and `lm` to the subcommand table."""
+    e = command(sub, "eval", "WER/CER of a checkpoint on a manifest or shard index")
+    e.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
+    e.add_argument("--manifest", required=True,
+                   help="JSONL manifest with audio_filepath, duration, text; or a shard index (index.jsonl, its "
+                        "folder or an fsspec URL)")
+    e.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    e.add_argument("--details", default=None, help="write per-utterance reference, hypothesis and alignment (JSONL)")
+    decoder_args(e)
+    e.add_argument("--batch-seconds", type=positive(float), default=120.0,
+                   help="audio seconds per evaluation batch (lower it if memory runs out)")
+    e.set_defaults(func=evaluate)
+
+    r = command(sub, "transcribe", "transcribe audio files (any format, rate, channels, length)")
+    r.add_argument("--checkpoint", required=True,
+                   help="a speechscale checkpoint (.pt), local path or URL; with --backend onnx|torchscript the "
+                        "file `speechscale export` wrote")
+    r.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"],
+                   help="run the model in PyTorch, onnxruntime or TorchScript")
+    decoder_args(r)
+    r.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, ...) to transcribe")
+    r.add_argument("--json", action="store_true", help="one JSON object per file")
+    r.add_argument("--chunk-seconds", type=float, default=20.0,
+                   help="long audio is cut at quiet points into chunks of at most this length (>= 1)")
+    r.add_argument("--manifest", default=None,
+                   help="a manifest holding these files: print each one's reference text and WER beside it")
+    r.set_defaults(func=transcribe)
+
+    tl = command(sub, "tune-lm", "search the LM weight and word bonus on a dev set (the model runs once)")
+    tl.add_argument("--checkpoint", required=True, help="a speechscale checkpoint")
+    tl.add_argument("--manifest", required=True, help="the dev set (manifest or shard index)")
+    tl.add_argument("--lm", required=True, help="the KenLM model to tune for")
+    tl.add_argument("--lexicon", default=None, help="tune the lexicon decoder with this word list instead")
+    tl.add_argument("--trials", type=positive(int), default=30, help="decoding passes over the cached output")
+    tl.add_argument("--beam-width", type=positive(int), default=32, help="beam width during the search")
+    tl.set_defaults(func=tune_lm)
+
+    lm = command(sub, "lm", "language models: build a Kneser-Ney ARPA model from text")
+    lsub = lm.add_subparsers(dest="lm_action", required=True, metavar="ACTION", parser_class=Parser)
+    lb = command(lsub, "build", "text (one sentence a line) -> a Kneser-Ney ARPA model with <unk>")
+    lb.add_argument("text", help="a text file, one sentence a line (normalized as training targets are)")
+    lb.add_argument("--order", type=positive(int), default=3, help="n-gram order")
+    lb.add_argument("--out", required=True, type=Path, help="the ARPA file to write")
+    lb.set_defaults(func=lm_build)

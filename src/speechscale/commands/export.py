@@ -1,0 +1,23 @@
+"""`speechscale export`: a checkpoint's acoustic model as ONNX or TorchScript."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+
+def export(args: argparse.Namespace) -> int:
+    from ..export.exporter import export_model
+
+    print(json.dumps(export_model(args.checkpoint, args.format, args.out)))
+    return 0
+
+
+def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `export` to the subcommand table."""
+    x = command(sub, "export", "a checkpoint's acoustic model as ONNX or TorchScript (dynamic batch and time)")
+    x.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
+    x.add_argument("--format", required=True, choices=["onnx", "torchscript"], help="the file format")
+    x.add_argument("--out", required=True, type=Path, help="the file to write (e.g. model.onnx, model.ts)")
+    x.set_defaults(func=export)

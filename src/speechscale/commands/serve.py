@@ -1,0 +1,36 @@
+"""`speechscale serve`: the HTTP transcription service with its web page."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+from .args import decoder_args, decoder_config, positive
+
+
+def serve(args: argparse.Namespace) -> int:
+    from ..serving.server import Limits
+    from ..serving.server import serve as run_server
+    from ..serving.transcribe import Transcriber
+
+    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
+                      decoder=decoder_config(args))
+    limits = Limits(max_bytes=int(args.max_mb * 1024 * 1024), max_seconds=args.max_seconds, max_batch=args.max_batch)
+    print(f"speechscale serve: http://{args.host}:{args.port}/ ({asr.comps.model_name})", file=sys.stderr, flush=True)
+    run_server(asr, args.host, args.port, limits)
+    return 0
+
+
+def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `serve` to the subcommand table."""
+    sv = command(sub, "serve", "an HTTP transcription service with a web page (POST /v1/transcribe, GET /healthz)")
+    sv.add_argument("--checkpoint", required=True, help="a checkpoint, or an exported file with --backend")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    sv.add_argument("--port", type=int, default=8000, help="TCP port")
+    sv.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"], help="model runtime")
+    sv.add_argument("--max-mb", type=positive(float), default=20.0, help="largest request body (MB)")
+    sv.add_argument("--max-seconds", type=positive(float), default=60.0, help="longest audio per request (s)")
+    sv.add_argument("--max-batch", type=positive(int), default=16, help="requests transcribed together")
+    sv.add_argument("--chunk-seconds", type=float, default=20.0, help="long audio is cut into chunks this long")
+    decoder_args(sv)
+    sv.set_defaults(func=serve)

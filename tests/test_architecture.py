@@ -1,0 +1,43 @@
+"""The rules of docs/architecture.md hold: lint and layer contracts pass, modules stay small, the trace is real."""
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "speechscale"
+BIN = Path(sys.executable).parent
+
+
+def _run(tool: str, *args: str) -> subprocess.CompletedProcess:
+    exe = BIN / tool
+    assert exe.exists(), f"{tool} is not installed beside {sys.executable}: pip install -e '.[dev]'"
+    return subprocess.run([str(exe), *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_ruff_passes():
+    res = _run("ruff", "check", "src", "tests")
+    assert res.returncode == 0, res.stdout[-3000:]
+
+
+def test_the_layer_contracts_are_kept():
+    res = _run("lint-imports", "--no-cache")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "2 kept, 0 broken" in res.stdout
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
+
+
+def test_the_batch_trace_names_real_functions_in_at_most_12_files():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    hops = re.findall(r"^\| \d+ \| `([\w/]+)\.py : ([\w.]+)`", doc, flags=re.M)
+    assert len(hops) >= 10
+    for path, name in hops:
+        obj = importlib.import_module("speechscale." + path.replace("/", "."))
+        for part in name.split("."):
+            obj = getattr(obj, part)  # AttributeError names a hop that no longer exists
+    assert len({path for path, _ in hops}) <= 12

@@ -41,3 +41,25 @@ def test_the_batch_trace_names_real_functions_in_at_most_12_files():
         for part in name.split("."):
             obj = getattr(obj, part)  # AttributeError names a hop that no longer exists
     assert len({path for path, _ in hops}) <= 12
+
+
+def test_the_docstring_examples_run():
+    """Examples in docstrings (`>>>`) are run, so the ones that document a module cannot go stale."""
+    import doctest
+    import os
+    import pkgutil
+
+    import speechscale
+
+    failed = {}
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # examples name configs/ relative to the project
+    try:
+        for info in pkgutil.walk_packages(speechscale.__path__, "speechscale."):
+            module = importlib.import_module(info.name)
+            res = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False, report=False)
+            if res.failed:
+                failed[info.name] = res.failed
+    finally:
+        os.chdir(cwd)
+    assert not failed, failed

@@ -126,11 +126,11 @@ def test_shard_set_shares_follow_the_weights_and_repeat_evenly(tmp_path, weights
 
 def test_mixed_shard_sets_resume_onto_another_world_size_exactly(tmp_path):
     from speechscale.data.mixing import MixedUnits
-    from speechscale.data.plan import RoundRobinPlan
+    from speechscale.data.plan import LockstepPlan
 
     parts, bases = _shard_domains(tmp_path, [[30, 11], [20]])
     make = lambda: MixedUnits(parts, domain_probabilities([41, 20], [1, 2]), bases, seed=3)  # noqa: E731
-    before = [RoundRobinPlan(make(), r, 2) for r in range(2)]
+    before = [LockstepPlan(make(), r, 2) for r in range(2)]
     seen, consumed = [], 0
     for p in before:
         p.resume(1, 0)
@@ -139,7 +139,7 @@ def test_mixed_shard_sets_resume_onto_another_world_size_exactly(tmp_path):
             break
         seen += [x for b in batches for x in b]
         consumed += before[0].advance(i)
-    after = [RoundRobinPlan(make(), r, 3) for r in range(3)]
+    after = [LockstepPlan(make(), r, 3) for r in range(3)]
     for p in after:
         p.resume(1, consumed)
     rest = [x for p in after for b in p for x in b]

@@ -6,8 +6,7 @@ import tracemalloc
 
 import pytest
 
-from speechscale.data.distributed_sampler import ClaimedBatchSampler
-from speechscale.data.plan import RoundRobinPlan
+from speechscale.data.plan import ClaimedPlan, LockstepPlan
 from speechscale.data.shards import ShardIndex
 from speechscale.data.stream import ShardUnits
 
@@ -62,7 +61,7 @@ def test_duration_bounds_and_the_longest_utterances(tmp_path):
 def test_every_rank_takes_the_same_number_of_batches_with_uneven_shards(tmp_path, world):
     index = synthetic_index(tmp_path, [13, 5, 21, 1, 8])
     units = units_of(index, batch_seconds=12.0)
-    plans = [RoundRobinPlan(units, r, world) for r in range(world)]
+    plans = [LockstepPlan(units, r, world) for r in range(world)]
     for p in plans:
         p.resume(1, 0)
     per_rank = [list(p) for p in plans]
@@ -76,7 +75,7 @@ def test_every_rank_takes_the_same_number_of_batches_with_uneven_shards(tmp_path
 def test_resume_mid_epoch_onto_another_world_size_reads_the_rest_exactly_once(tmp_path, before, after, rounds):
     index = synthetic_index(tmp_path, [30, 17, 30])
     units = units_of(index, batch_seconds=12.0)
-    first = [RoundRobinPlan(units, r, before) for r in range(before)]
+    first = [LockstepPlan(units, r, before) for r in range(before)]
     seen, consumed = [], 0
     for p in first:
         p.resume(2, 0)
@@ -87,7 +86,7 @@ def test_resume_mid_epoch_onto_another_world_size_reads_the_rest_exactly_once(tm
         consumed += first[0].advance(i)
     assert consumed == len(seen)
     fresh = units_of(index, batch_seconds=12.0)  # a new process: only the position is carried over
-    second = [RoundRobinPlan(fresh, r, after) for r in range(after)]
+    second = [LockstepPlan(fresh, r, after) for r in range(after)]
     for p in second:
         assert p.resume(2, consumed) == consumed
     rest = [x for p in second for b in p for x in b]
@@ -116,7 +115,7 @@ def test_asynchronous_learners_claim_stream_batches_and_resume_their_pending_one
     index = synthetic_index(tmp_path, [20, 20, 9])
     units = units_of(index, batch_seconds=12.0)
     claims = CountingClaims()
-    learners = [ClaimedBatchSampler(units, claims) for _ in range(2)]
+    learners = [ClaimedPlan(units, claims) for _ in range(2)]
     for s in learners:
         s.resume(0, 0)
     its = [iter(s) for s in learners]
@@ -134,7 +133,7 @@ def test_asynchronous_learners_claim_stream_batches_and_resume_their_pending_one
     from speechscale.training.state import data_part
 
     part = data_part([{"data": p} for p in parts], 0, 1)
-    lockstep = RoundRobinPlan(units_of(index, batch_seconds=12.0), 0, 1)
+    lockstep = LockstepPlan(units_of(index, batch_seconds=12.0), 0, 1)
     lockstep.resume(0, 0, part)
     rest = [x for b in lockstep for x in b]
     assert sorted(done + rest) == list(range(49))
@@ -144,7 +143,7 @@ def _plan_peak(tmp_path, utterances):
     index = synthetic_index(tmp_path / str(utterances), [1000] * (utterances // 1000))
     tracemalloc.start()
     units = units_of(index)
-    plan = RoundRobinPlan(units, 0, 2)
+    plan = LockstepPlan(units, 0, 2)
     plan.resume(1, 0)
     n = sum(len(b) for b in plan)
     peak = tracemalloc.get_traced_memory()[1]

@@ -58,14 +58,14 @@ def _loader(source: str, cfg: Config) -> tuple[Any, int, float]:
     """The training DataLoader over a manifest or shard index (one rank, shuffled, epoch 1, cfg.augment);
     (loader, utterances, audio seconds)."""
     from ..data.loading import EpochTagged, build_loader, load_utterances, make_loader, shard_source
-    from ..data.plan import RoundRobinPlan
+    from ..data.plan import LockstepPlan
     from ..data.shards import is_shard_index
 
     comps = build_components(cfg)
     aug = cfg.augment
     if is_shard_index(source):
         units, dataset, _ = shard_source(source, comps, cfg.data, aug, cfg.trainer.seed)
-        plan = RoundRobinPlan(units)
+        plan = LockstepPlan(units)
         plan.resume(1, 0)
         seconds = sum(s.seconds for s in units.index.shards)
         return build_loader(dataset, EpochTagged(plan), cfg.data, False), units.kept, seconds

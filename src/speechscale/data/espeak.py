@@ -3,7 +3,7 @@
 The library is process-global state, so one `Espeak` object per process; `synth.py` uses one per worker.
 
     >>> tts = Espeak()                                   # doctest: +SKIP
-    >>> wav = tts.synthesize("hello world", voice="en-us+f3", rate=170, pitch=50)  # float32 at tts.sample_rate
+    >>> wav = tts.synthesize("hello world", voice="en-us+f3", rate=170, pitch=50)  # doctest: +SKIP
 """
 from __future__ import annotations
 

@@ -11,10 +11,9 @@ import torch
 
 from ..config import AugmentConfig, ConfigError, DataConfig
 from .dataset import SpeechDataset, collate
-from .distributed_sampler import ClaimedBatchSampler, Claims, ShardedBatchSampler
 from .manifest import ManifestError, SkipReport, Utterance, read_manifest
 from .mixing import MixedUnits, MixPlan, domain_names, domain_probabilities
-from .plan import BatchPlan, ListUnits, RoundRobinPlan
+from .plan import BatchPlan, ListUnits, Units
 from .sampler import BucketBatchSampler
 from .shards import ShardIndex, is_shard_index
 from .stream import MixedShardDataset, ShardDataset, ShardUnits
@@ -113,22 +112,24 @@ def build_loader(dataset: torch.utils.data.Dataset, batches: Any, data: DataConf
 
 
 def make_loader(utts: list[Utterance], comps: "Components", data: DataConfig, augment: AugmentConfig | None,
-                seed: int, pin_memory: bool = False, wrap: Callable[[BucketBatchSampler], Any] | None = None,
-                shard: tuple[int, int] = (0, 1), plan: MixPlan | None = None
-                ) -> tuple[torch.utils.data.DataLoader, BucketBatchSampler, SpeechDataset]:
-    """A DataLoader over a manifest's duration-bucketed batches. Training (`augment` given, None for
-    evaluation) iterates `wrap(sampler)` (the rank's plan) when given; evaluation iterates the fixed batch
-    list, every `shard[1]`-th batch from `shard[0]`."""
+                seed: int, pin_memory: bool = False, make_plan: Callable[[Units], BatchPlan] | None = None,
+                shard: tuple[int, int] = (0, 1), mix: MixPlan | None = None
+                ) -> tuple[torch.utils.data.DataLoader, Any, SpeechDataset]:
+    """A DataLoader over a manifest's duration-bucketed batches, and what it iterates. Training (`augment`
+    given, None for evaluation) iterates the plan `make_plan` builds over the sampler's batches (default: the
+    sampler itself, every batch of each epoch); evaluation iterates the fixed batch list, every `shard[1]`-th
+    batch from `shard[0]`."""
     train = augment is not None
     sampler = BucketBatchSampler([u.duration for u in utts], batch_seconds=data.batch_seconds,
                                  max_batch_size=data.max_batch_size, num_buckets=data.num_buckets,
-                                 seed=seed, sortagrad=data.sortagrad and train, shuffle=train, plan=plan)
+                                 seed=seed, sortagrad=data.sortagrad and train, shuffle=train, mix=mix)
     dataset = SpeechDataset(utts, comps.features, comps.tokenizer, augment, seed=seed,
                             cache_audio=data.cache_features, min_seconds=data.min_duration)
-    batches = EpochTagged(wrap(sampler) if wrap else sampler) if train else sampler.batches(0)[shard[0]::shard[1]]
+    plan = make_plan(ListUnits(sampler)) if make_plan else sampler
+    batches = EpochTagged(plan) if train else sampler.batches(0)[shard[0]::shard[1]]
     # data.cache_features keeps decoded audio in the workers: they must outlive the epoch to reuse it
     keep = bool(train and data.cache_features and data.num_workers)
-    return build_loader(dataset, batches, data, pin_memory, keep), sampler, dataset
+    return build_loader(dataset, batches, data, pin_memory, keep), plan, dataset
 
 
 def shard_source(path: str, comps: "Components", data: DataConfig, augment: AugmentConfig | None, seed: int
@@ -182,29 +183,27 @@ class TrainingData:
 
 
 def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Components", rank: int, world: int,
-                  pin_memory: bool = False, claims: Claims | None = None) -> TrainingData:
-    """Validated sources, the batch bound checked, and both loaders for this rank. Lockstep ranks are dealt
-    rounds of batches; asynchronous learners (`claims`: their shared position) claim batches at their pace."""
+                  make_plan: Callable[[Units], BatchPlan], pin_memory: bool = False) -> TrainingData:
+    """Validated sources, the batch bound checked, and both loaders for this rank. `make_plan` (the strategy's)
+    turns the epoch's batches into this rank's plan: lockstep rounds, or claims of asynchronous learners."""
     val_loader, _, val_n = eval_loader(data.val_manifest, comps, data, rank, world, data.val_filter, data.val_slice,
                                        pin_memory)
     if data.mix and all(is_shard_index(m) for m in data.mix) or is_shard_index(data.train_manifest):
-        return _streamed(data, augment, seed, comps, rank, world, pin_memory, claims, val_loader, val_n)
+        return _streamed(data, augment, seed, comps, make_plan, pin_memory, val_loader, val_n)
     utts, report, mix, domains = _training_utterances(data, seed, comps)
     top = max(utts, key=lambda u: u.duration)
     check_batch_bound(top.duration, f"{top.audio_path}, manifest line {top.line}", data.batch_seconds)
-    loader, _, dataset = make_loader(utts, comps, data, augment, seed, pin_memory=pin_memory, plan=mix,
-                                     wrap=lambda b: ClaimedBatchSampler(ListUnits(b), claims) if claims
-                                     else ShardedBatchSampler(b, rank, world))
-    plan = loader.batch_sampler.plan  # type: ignore[union-attr]
+    loader, plan, dataset = make_loader(utts, comps, data, augment, seed, pin_memory=pin_memory, mix=mix,
+                                        make_plan=make_plan)
     longest = sorted(((u.duration, i) for i, u in enumerate(utts)), reverse=True)[:2 * data.max_batch_size]
     plain = SpeechDataset(utts, comps.features, comps.tokenizer)
     return TrainingData(len(utts), report, loader, plan, dataset, val_loader, val_n, plan.batches_per_epoch(1),
                         domains, longest, plain)
 
 
-def _streamed(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Components", rank: int, world: int,
-              pin_memory: bool, claims: Claims | None, val_loader: torch.utils.data.DataLoader, val_n: int
-              ) -> TrainingData:
+def _streamed(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Components",
+              make_plan: Callable[[Units], BatchPlan], pin_memory: bool, val_loader: torch.utils.data.DataLoader,
+              val_n: int) -> TrainingData:
     """Training data streamed from one shard set, or from several mixed batch by batch (data.mix)."""
     if data.filter or data.train_slice:
         raise ConfigError("data.filter and data.train_slice select manifest lines; a shard index takes neither")
@@ -231,7 +230,7 @@ def _streamed(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Compo
     report = SkipReport(", ".join(data.mix or [data.train_manifest]), kept=sum(u.kept for u, _, _ in sources))
     for _, _, r in sources:
         report.reasons.update(r.reasons)
-    plan: Any = ClaimedBatchSampler(units, claims) if claims else RoundRobinPlan(units, rank, world)
+    plan = make_plan(units)
     loader = build_loader(dataset, EpochTagged(plan), data, pin_memory)
     return TrainingData(report.kept, report, loader, plan, dataset, val_loader, val_n, plan.batches_per_epoch(1),
                         domains, longest, plain)

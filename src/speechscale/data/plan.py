@@ -1,12 +1,27 @@
-"""The data-plan interface the trainer drives, and epochs of numbered batches ("units") behind it.
+"""How an epoch's batches reach the ranks: the plan interface the trainer drives, and its two plans.
 
-Every source of training data, a manifest in memory or a stream of tar shards, gives the trainer one
-object with this interface (`BatchPlan`): it yields this rank's batches of the current epoch, says how far
-the epoch's position moves when batch i has been trained, whether a position completes the epoch, and
-restarts at any position in O(1) (no replay of the epoch's earlier batches).
+Every source of training data, a manifest in memory or a stream of tar shards, is an epoch of numbered
+batches ("units", `Units`): a pure function of (seed, epoch), addressed by number. `ListUnits` wraps the
+in-memory bucket sampler, `ShardUnits` (data/stream.py) a shard index, computed window by window.
 
-An epoch's units are a pure function of (seed, epoch) addressed by number (`Units`): `ListUnits` over the
-in-memory bucket sampler, `ShardUnits` (data/stream.py) over a shard index, computed window by window.
+A plan (`BatchPlan`) yields this rank's batches of the current epoch, says how far the epoch's position moves
+when batch i has been trained, whether a position completes the epoch, and restarts at any position in O(1)
+(no replay of the epoch's earlier batches). The strategy picks the plan (`Strategy.make_plan`):
+
+- `LockstepPlan`: ranks that step together are dealt the rest of the epoch round by round, unit j to rank
+  j % world; the last round is filled with empty batches (the trainer runs a zero-weight placeholder), so
+  every rank takes the same number of steps and nothing is dropped or repeated. The position is the global
+  sample count, so any world size continues from it.
+- `ClaimedPlan`: asynchronous learners each claim the epoch's next unclaimed unit from a shared counter.
+
+    >>> from speechscale.data.sampler import BucketBatchSampler
+    >>> units = ListUnits(BucketBatchSampler([1.0] * 6, batch_seconds=2.0, shuffle=False))  # [0,1] [2,3] [4,5]
+    >>> plan = LockstepPlan(units, rank=1, world=2)
+    >>> list(plan), [plan.advance(i) for i in range(len(plan))]
+    ([[2, 3], []], [4, 2])
+    >>> plan.resume(epoch=0, consumed=1); list(plan)  # the rest: [1] [2,3] | [4,5]
+    1
+    [[2, 3], []]
 """
 from __future__ import annotations
 
@@ -84,11 +99,10 @@ def unit_at(units: Units, epoch: int, consumed: int) -> int:
     return lo
 
 
-class RoundRobinPlan:
-    """Lockstep ranks over `Units`: the rest of the epoch (the batches an asynchronous learner's checkpoint
-    left pending first, then every unit from the position on) is dealt round by round, unit j to rank
-    j % world. The last round is filled with empty batches, so every rank takes the same number of steps
-    and nothing is dropped. The position is the global sample count: any world size continues from it."""
+class LockstepPlan:
+    """Lockstep ranks over `Units`; see the module doc. The rest of an epoch is, in order: the units an
+    asynchronous learners' checkpoint left pending, the remainder of a unit the position falls inside (a
+    checkpoint of an older plan that split batches), then every unit from the position on."""
 
     dropped = 0
 
@@ -99,43 +113,115 @@ class RoundRobinPlan:
         self.resume(0, 0)
 
     def epoch_samples(self, epoch: int) -> int:
+        """Samples in the epoch (all ranks together)."""
+        return self.units.epoch_samples(epoch)
+
+    def batches_per_epoch(self, epoch: int) -> int:
+        """Units in the epoch (all ranks together)."""
+        return self.units.num_units(epoch)
+
+    def resume(self, epoch: int, consumed: int, part: dict[str, Any] | None = None) -> int:
+        """Start `epoch` at `consumed` samples (all ranks together); returns the position."""
+        self.epoch = epoch
+        n = self.units.num_units(epoch)
+        self.head: list[list[int]] = []
+        if part and part.get("epoch") == epoch and "claimed" in part:  # saved by asynchronous learners
+            self.start = int(part["claimed"])
+            self.head = [self.units.unit(epoch, k) for k in part["all_pending"]]
+            consumed = self.units.offset(epoch, self.start) - sum(len(b) for b in self.head)
+        else:
+            self.start = unit_at(self.units, epoch, consumed)
+            if self.start > 0 and self.units.offset(epoch, self.start) > consumed:  # inside unit start - 1
+                inside = self.units.unit(epoch, self.start - 1)
+                self.head = [inside[consumed - self.units.offset(epoch, self.start - 1):]]
+        self.left = len(self.head) + n - self.start
+        return consumed
+
+    def _batch(self, j: int) -> list[int] | None:
+        """The rest's j-th batch; None past the end (an empty filler batch)."""
+        if j >= self.left:
+            return None
+        return self.head[j] if j < len(self.head) else self.units.unit(self.epoch, self.start + j - len(self.head))
+
+    def __len__(self) -> int:
+        """Rounds (= this rank's batches) left in the epoch."""
+        return math.ceil(self.left / self.world)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for r in range(len(self)):
+            yield self._batch(r * self.world + self.rank) or []
+
+    def advance(self, i: int) -> int:
+        """Samples the epoch's position moves when round `i` of this pass has been trained (all ranks)."""
+        return sum(len(self._batch(i * self.world + r) or []) for r in range(self.world))
+
+    def complete(self, consumed: int) -> bool:
+        return consumed >= self.epoch_samples(self.epoch)
+
+    def rank_state(self) -> dict[str, Any]:
+        """Nothing per rank: the position is the one global count the trainer keeps."""
+        return {}
+
+
+class Claims(Protocol):
+    """A position shared by asynchronous learners (distributed/rings.py SharedClaims)."""
+
+    def start(self, epoch: int, claimed: int) -> None: ...
+    def next(self, epoch: int) -> int: ...
+    def count(self, epoch: int) -> int: ...
+
+
+class ClaimedPlan:
+    """Asynchronous learners: each takes the epoch's next unclaimed batch from a counter they share, at its
+    own pace, so a fast learner reads more than a slow one and the epoch ends when every batch of the plan
+    was handed out once. The position per learner is the batches it claimed but has not trained yet (loader
+    workers run ahead); a checkpoint keeps them, so after a resume nothing is read twice or left out.
+    Works over any `Units` (a manifest's batches or a shard stream's)."""
+
+    dropped = 0
+
+    def __init__(self, units: Units, claims: Claims) -> None:
+        self.units, self.claims = units, claims
+        self.epoch, self.trained, self.exhausted = 0, 0, False
+        self.claimed: list[int] = []
+
+    def epoch_samples(self, epoch: int) -> int:
         return self.units.epoch_samples(epoch)
 
     def batches_per_epoch(self, epoch: int) -> int:
         return self.units.num_units(epoch)
 
     def resume(self, epoch: int, consumed: int, part: dict[str, Any] | None = None) -> int:
-        self.epoch = epoch
-        n = self.units.num_units(epoch)
-        if part and part.get("epoch") == epoch and "claimed" in part:  # saved by asynchronous learners
-            self.pending, self.start = list(part["all_pending"]), int(part["claimed"])
-            consumed = self.units.offset(epoch, self.start) - sum(len(self.units.unit(epoch, k)) for k in self.pending)
-        else:
-            self.pending, self.start = [], unit_at(self.units, epoch, consumed)
-        self.left = len(self.pending) + n - self.start
+        """Collective: start `epoch` where the learners' checkpointed parts left it (`part`: this learner's);
+        returns the position."""
+        part = part if part and part.get("epoch") == epoch else {}
+        self.epoch, self.n = epoch, self.units.num_units(epoch)
+        self.claimed, self.trained, self.exhausted = list(part.get("pending", [])), 0, False
+        self.seen = consumed
+        k = unit_at(self.units, epoch, consumed)
+        self.claims.start(epoch, int(part.get("claimed", k if self.units.offset(epoch, k) == consumed else 0)))
         return consumed
 
-    def _unit(self, j: int) -> int | None:
-        """The unit number of the rest's j-th batch; None past the end (an empty filler batch)."""
-        if j >= self.left:
-            return None
-        return self.pending[j] if j < len(self.pending) else self.start + j - len(self.pending)
-
     def __len__(self) -> int:
-        return math.ceil(self.left / self.world)
+        return self.n
 
     def __iter__(self) -> Iterator[list[int]]:
-        for r in range(len(self)):
-            k = self._unit(r * self.world + self.rank)
-            yield [] if k is None else self.units.unit(self.epoch, k)
+        yield from (self.units.unit(self.epoch, k) for k in list(self.claimed))  # claimed before the checkpoint
+        while (k := self.claims.next(self.epoch)) < self.n:
+            self.claimed.append(k)
+            yield self.units.unit(self.epoch, k)
+        self.exhausted = True
 
     def advance(self, i: int) -> int:
-        ks = (self._unit(i * self.world + r) for r in range(self.world))
-        return sum(len(self.units.unit(self.epoch, k)) for k in ks if k is not None)
+        """Samples the epoch's shared position moved, as far as this learner saw it with batch `i`'s claim."""
+        self.trained = i + 1
+        new = max(self.units.offset(self.epoch, self.claimed[i] + 1) - self.seen, 0)
+        self.seen += new
+        return new
 
     def complete(self, consumed: int) -> bool:
-        return consumed >= self.epoch_samples(self.epoch)
+        return self.exhausted and self.trained == len(self.claimed)
 
     def rank_state(self) -> dict[str, Any]:
-        return {}
-
+        """Collective-safe (called at sync points): the epoch, batches handed out, this learner's pending ones."""
+        return {"epoch": self.epoch, "claimed": self.claims.count(self.epoch), "pending": self.claimed[self.trained:]}

@@ -43,7 +43,7 @@ class BucketBatchSampler:
 
     def __init__(self, durations: Sequence[float], batch_seconds: float, max_batch_size: int = 64,
                  num_buckets: int = 10, seed: int = 0, sortagrad: bool = False, shuffle: bool = True,
-                 plan: Callable[[int], list[int]] | None = None) -> None:
+                 mix: Callable[[int], list[int]] | None = None) -> None:
         self.durations = list(durations)
         self.batch_seconds = batch_seconds
         self.max_batch_size = max_batch_size
@@ -54,7 +54,7 @@ class BucketBatchSampler:
         self.epoch = 0
         self.position = 0  # batches already consumed in the current epoch
         self._order = sorted(range(len(self.durations)), key=lambda i: (self.durations[i], i))
-        self.plan = plan  # the indices of each epoch when not every utterance once (multi-domain mixing)
+        self.mix = mix  # the indices of each epoch when not every utterance once (multi-domain mixing)
         self._cache: tuple[int, list[list[int]]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -69,7 +69,7 @@ class BucketBatchSampler:
         return self._cache[1]
 
     def _make_batches(self, epoch: int) -> list[list[int]]:
-        order = self._order if self.plan is None else sorted(self.plan(epoch), key=lambda i: (self.durations[i], i))
+        order = self._order if self.mix is None else sorted(self.mix(epoch), key=lambda i: (self.durations[i], i))
         if not self.shuffle or (self.sortagrad and epoch == 0):
             return pack_batches(order, self.durations, self.batch_seconds, self.max_batch_size)
         gen = generator(self.seed, "order", epoch)

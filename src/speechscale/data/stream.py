@@ -7,7 +7,7 @@ units of the epoch are a pure function of (seed, epoch). Only the current window
 the per-epoch counts are one integer pair per window, so memory grows with shards, not utterances.
 
 Ranks and loader workers get batches, not whole shards: unit j of the rest of the epoch goes to rank
-j % world (RoundRobinPlan or ClaimedBatchSampler for asynchronous learners) and a loader worker reads just
+j % world (LockstepPlan, or ClaimedPlan for asynchronous learners) and a loader worker reads just
 its batch's members with ranged reads. All ranks walk the same window at the same time, every rank takes
 the same number of steps, and the position (samples consumed) resumes onto any world size in O(1).
 """

@@ -1,8 +1,8 @@
 """Text: ONE normalizer used for training targets and for scoring, and the character tokenizer.
 
     >>> norm = TextNormalizer()
-    >>> norm("And so, my fellow Americans: 2 dogs' café!")
-    "and so my fellow americans two dogs' cafe"
+    >>> norm("And so, my fellow Americans: 2 dogs' café, 'quoted' isn't!")  # quote marks go, apostrophes stay
+    "and so my fellow americans two dogs cafe quoted isn't"
     >>> tok = CharTokenizer("ab ")
     >>> tok.encode("ba a"), tok.decode([2, 1, 3, 1])
     ([2, 1, 3, 1], 'ba a')

@@ -58,7 +58,7 @@ def align_words(ref: str, hyp: str) -> tuple[str, str, str]:
     operations (S substitution, I insertion, D deletion, blank for a match).
 
     >>> print("\\n".join(align_words("the cat sat", "the bat sat down")))
-    the cat sat
+    the cat sat ****
     the bat sat down
         S       I
     """

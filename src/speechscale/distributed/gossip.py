@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..data.plan import BatchPlan, ClaimedPlan, Units
 from .adpsgd import AveragingStrategy, _flat, _set_flat, partner, random_pairs, ring_pairs, swap
 from .strategy import ProcessGroupStrategy
 
@@ -92,6 +93,10 @@ class GossipStrategy(AveragingStrategy):
         self._thread = threading.Thread(target=self._run, name="adpsgd-gossip", daemon=True)
         self._thread.start()
         log.info("rank %d of %d: adpsgd %s", self.rank, self.world_size, variant)
+
+    def make_plan(self, units: Units) -> BatchPlan:
+        """Asynchronous learners: each claims the epoch's next unclaimed batch at its own pace."""
+        return ClaimedPlan(units, self.claims)
 
     # ---- the communication thread ----------------------------------------------------------------
     def pairs(self, round_: int) -> list[tuple[int, int]]:

@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..data.plan import BatchPlan, LockstepPlan, Units
+
 
 class Strategy:
     """The interface, with the single-process behaviour as its default."""
@@ -28,9 +30,8 @@ class Strategy:
     local_rank = 0
     lockstep = True        # True: ranks take step t together (one global data position dealt in rounds of one
                            # batch per rank; step-count events and collectives at logging steps); False: each
-                           # learner at its own pace, claiming batches from `claims`
+                           # learner at its own pace (its `make_plan` hands out batches as learners claim them)
     matched_steps = False  # True: every rank runs forward/backward each step (an empty batch runs a placeholder)
-    claims: Any = None     # lockstep=False: the shared data position (start(epoch, claimed), next(epoch), count(epoch))
 
     def device(self, requested: str) -> str:
         """The device this rank trains on, given `trainer.device`."""
@@ -43,6 +44,10 @@ class Strategy:
     def accumulating(self, module: nn.Module) -> contextlib.AbstractContextManager:
         """The context for every micro-batch but the last of an optimizer step (gradient accumulation)."""
         return contextlib.nullcontext()
+
+    def make_plan(self, units: Units) -> BatchPlan:
+        """This rank's plan over an epoch's batches: lockstep rounds, one batch per rank per step."""
+        return LockstepPlan(units, self.rank, self.world_size)
 
     def lr_scale(self, scale_lr: bool) -> float:
         """Factor on the learning rate (distributed.scale_lr: the linear scaling rule for larger batches)."""

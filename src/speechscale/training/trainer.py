@@ -75,7 +75,7 @@ class Trainer:
                      cfg.model.name, n_params, n_params / 1e6, self.device, self.precision.mode, self.world,
                      self.strategy.name)
         self.data = data = training_data(cfg.data, cfg.augment, t.seed, self.comps, self.rank, self.world,
-                                         pin_memory=self.device.type == "cuda", claims=self.strategy.claims)
+                                         self.strategy.make_plan, pin_memory=self.device.type == "cuda")
         self.domains = data.domains  # data.mix: samples of each domain per epoch (logged with validation)
         self.loader, self.plan, self.dataset, self.val_loader = data.loader, data.plan, data.dataset, data.val_loader
         # Compiled (conv models) and/or strategy-wrapped module for training steps; same parameters.

@@ -109,3 +109,14 @@ def test_print_config_lists_every_key_with_its_comment_and_loads_back(tmp_path):
     assert all("#" in line for line in text.splitlines() if line.startswith("  "))  # every key has a comment
     (tmp_path / "c.yaml").write_text(text)
     assert load_recipe(tmp_path / "c.yaml") == cfg
+
+
+def test_a_renamed_key_is_still_read_from_recipes_and_checkpoints(caplog):
+    from speechscale.config import load_config
+
+    assert load_config(None, ["data.cache_features=true"]).data.cache_audio is True  # an old recipe or override
+    assert "data.cache_features is now data.cache_audio" in caplog.text
+    old = to_dict(Config())
+    old["data"]["cache_features"] = old["data"].pop("cache_audio")  # a checkpoint's config before the rename
+    old["data"]["cache_features"] = True
+    assert from_dict(Config, old).data.cache_audio is True

@@ -10,6 +10,7 @@ the ground floor and imports no component; `recipe.load_recipe` also checks valu
 from __future__ import annotations
 
 import dataclasses
+import logging
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -79,7 +82,7 @@ class DataConfig:
     min_duration: float = 0.05         # shorter ones too
     sortagrad: bool = True             # first epoch shortest-first
     num_workers: int = 0               # DataLoader worker processes (0 = in the main process)
-    cache_features: bool = False       # keep un-augmented audio in memory after the first epoch (small corpora;
+    cache_audio: bool = False          # keep un-augmented audio in memory after the first epoch (small corpora;
                                        # with num_workers > 0 the workers persist, each caching what it loaded)
     filter: dict[str, Any] = field(default_factory=dict)      # keep only lines whose key equals (or is in) the value
     val_filter: dict[str, Any] = field(default_factory=dict)  # the same for the validation manifest
@@ -234,8 +237,28 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+# keys renamed after recipes and checkpoints were written with them: "section.old" -> "new" (still read)
+RENAMED = {"data.cache_features": "cache_audio"}
+
+
+def _renamed(data: dict[str, Any]) -> dict[str, Any]:
+    """A config tree with renamed keys under their new names (a copy; the new name wins if both are given)."""
+    data = dict(data)
+    for old, new in RENAMED.items():
+        section, key = old.split(".")
+        if isinstance(data.get(section), dict) and key in data[section]:
+            part = dict(data[section])
+            value = part.pop(key)
+            part.setdefault(new, value)
+            data[section] = part
+            log.warning("config: %s is now %s.%s; reading it as that", old, section, new)
+    return data
+
+
 def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
     """Build dataclass `cls` from plain data; unknown keys and wrong types raise ConfigError."""
+    if cls is Config:
+        data = _renamed(data)
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)

@@ -25,7 +25,7 @@ def _corpus(tmp_path, n=6):
 
 def _loader(manifest, workers, cache, *extra):
     cfg = load_recipe(None, [f"data.train_manifest={manifest}", f"data.num_workers={workers}",
-                             f"data.cache_features={str(cache).lower()}", "data.batch_seconds=4",
+                             f"data.cache_audio={str(cache).lower()}", "data.batch_seconds=4",
                              "features.sample_rate=8000", "augment.speed=[0.8, 1.2]", *extra])
     comps = build_components(cfg)
     utts, _ = load_utterances(str(manifest), comps, cfg.data)

@@ -94,7 +94,7 @@ def test_resume_mid_epoch_onto_another_world_size_reads_the_rest_exactly_once(tm
 
 
 class CountingClaims:
-    """The shared counter of asynchronous learners, in one process (distributed/gossip.py keeps it in the
+    """The shared counter of asynchronous learners, in one process (distributed/rings.py keeps it in the
     c10d store; the multi-process tests use that one)."""
 
     def __init__(self):

@@ -138,6 +138,6 @@ def test_hotwords_are_favoured_and_join_the_vocabulary(ldc_checkpoint, lm):
     assert favoured, (plain, hot)
     decoder = build_decoder(DecoderConfig("lexicon", lexicon=str(lm / "lexicon.txt"), hotwords=["zebra"]),
                             comps.tokenizer)
-    assert "zebra" in decoder.words  # a hotword outside the lexicon joins the vocabulary
+    assert "zebra" in decoder.vocabulary  # a hotword outside the lexicon joins the vocabulary
     with pytest.raises(Exception, match="need a word list"):
         build_decoder(DecoderConfig("beam", hotwords=["greasy"]), comps.tokenizer)

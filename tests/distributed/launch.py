@@ -43,7 +43,7 @@ def train_args(manifest: Path, out: Path, *extra: str) -> list[str]:
     """A tiny, fast training run: 2-layer 32-unit ds2 at 8 kHz, 2 utterances a batch."""
     return ["-q", "train", "--config", "configs/ldc93s1.yaml", f"data.train_manifest={manifest}",
             f"data.val_manifest={manifest}", "data.train_slice=[]", "data.val_slice=[0, 2]", f"trainer.out_dir={out}",
-            "trainer.max_minutes=0", "data.cache_features=false",
+            "trainer.max_minutes=0", "data.cache_audio=false",
             "features.sample_rate=8000", "data.batch_seconds=6", "data.sortagrad=false", "trainer.target_wer=-1",
             "model.overrides={rnn_hidden: 32, rnn_layers: 2}", "trainer.max_epochs=50", "trainer.threads=1",
             "trainer.trace_samples=true", "optim.warmup_steps=2", *extra]

@@ -40,9 +40,9 @@ def test_every_round_is_a_matching_and_the_ring_covers_every_edge(world):
 
 
 def _strategy(variant, **kw):
-    from speechscale.distributed import ADPSGDStrategy, GossipStrategy
+    from speechscale.distributed import DelayByOneStrategy, RingStrategy
 
-    return ADPSGDStrategy(variant) if variant == "delay_by_one" else GossipStrategy(variant, **kw)
+    return DelayByOneStrategy(variant) if variant == "delay_by_one" else RingStrategy(variant, **kw)
 
 
 def _join(rank, world, port):

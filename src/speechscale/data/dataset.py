@@ -48,11 +48,6 @@ class Batch:
     def __len__(self) -> int:
         return len(self.texts)
 
-    @property
-    def bad(self) -> int:
-        """Utterances of this batch that were skipped, whatever the reason."""
-        return sum(self.skipped.values())
-
     def pin_memory(self) -> "Batch":
         """Page-locked copies of the tensors (DataLoader calls this with pin_memory=True)."""
         return dataclasses.replace(self, feats=self.feats.pin_memory(), feat_lens=self.feat_lens.pin_memory(),
@@ -143,6 +138,15 @@ class SpeechDataset(torch.utils.data.Dataset):
         return {"feats": feats, "target": self.tokenizer.encode(text), "text": text, "index": i}
 
 
+def pad_features(feats: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features (F, T_i) each -> zero-padded (B, F, max T) and lengths (B,): training and inference batches."""
+    lens = torch.tensor([f.shape[1] for f in feats], dtype=torch.long)
+    out = torch.zeros(len(feats), feats[0].shape[0], int(lens.max()))  # (B, F, T)
+    for b, f in enumerate(feats):
+        out[b, :, : f.shape[1]] = f
+    return out, lens
+
+
 def collate(items: list[dict[str, Any]]) -> Batch:
     """Pad features to the longest in the batch; drop skipped items (counted by reason in `skipped`)."""
     good = [it for it in items if "skip" not in it]
@@ -150,11 +154,7 @@ def collate(items: list[dict[str, Any]]) -> Batch:
     if not good:
         return Batch(torch.zeros(0, 1, 1), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
                      torch.zeros(0, dtype=torch.long), [], [], bad)
-    n_feat = good[0]["feats"].shape[0]
-    lens = torch.tensor([it["feats"].shape[1] for it in good], dtype=torch.long)
-    feats = torch.zeros(len(good), n_feat, int(lens.max()))  # (B, F, T)
-    for b, it in enumerate(good):
-        feats[b, :, : it["feats"].shape[1]] = it["feats"]
+    feats, lens = pad_features([it["feats"] for it in good])  # (B, F, T), (B,)
     targets = torch.tensor([t for it in good for t in it["target"]], dtype=torch.long)
     target_lens = torch.tensor([len(it["target"]) for it in good], dtype=torch.long)
     return Batch(feats, lens, targets, target_lens, [it["text"] for it in good], [it["index"] for it in good], bad)

@@ -124,11 +124,11 @@ def make_loader(utts: list[Utterance], comps: "Components", data: DataConfig, au
                                  max_batch_size=data.max_batch_size, num_buckets=data.num_buckets,
                                  seed=seed, sortagrad=data.sortagrad and train, shuffle=train, mix=mix)
     dataset = SpeechDataset(utts, comps.features, comps.tokenizer, augment, seed=seed,
-                            cache_audio=data.cache_features, min_seconds=data.min_duration)
+                            cache_audio=data.cache_audio, min_seconds=data.min_duration)
     plan = make_plan(ListUnits(sampler)) if make_plan else sampler
     batches = EpochTagged(plan) if train else sampler.batches(0)[shard[0]::shard[1]]
-    # data.cache_features keeps decoded audio in the workers: they must outlive the epoch to reuse it
-    keep = bool(train and data.cache_features and data.num_workers)
+    # data.cache_audio keeps decoded audio in the workers: they must outlive the epoch to reuse it
+    keep = bool(train and data.cache_audio and data.num_workers)
     return build_loader(dataset, batches, data, pin_memory, keep), plan, dataset
 
 

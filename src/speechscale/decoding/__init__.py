@@ -1,1 +1,2 @@
-"""Decoding (greedy CTC) and metrics (WER/CER)."""
+"""Decoding: CTC log-probabilities to text (greedy, beam search with a KenLM model, lexicon), word timings,
+WER/CER and their word alignment, LM building and tuning."""

@@ -23,13 +23,36 @@ import torch
 
 from ..config import ConfigError
 from ..data.text import BLANK, CharTokenizer
+from .alignment import word_times
 from .greedy import greedy_decode
 
 DECODERS = ("greedy", "beam", "lexicon")
 
 
 class Decoder(Protocol):
+    """Log-probabilities (B, T, V) and lengths (B,) -> one text each; and the words of one decoded text."""
+
     def __call__(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]: ...
+
+    def words(self, log_probs: torch.Tensor, frames: int, text: str, frame_s: float, offset_s: float
+              ) -> list[dict[str, Any]]:
+        """The words of `text` decoded from log_probs (T, V)[:frames]; with timings where the decoder knows them."""
+        ...
+
+
+class GreedyDecoder:
+    """Best class per frame, repeats merged, blanks dropped; its words carry start, end and confidence."""
+
+    def __init__(self, tokenizer: CharTokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
+        return greedy_decode(log_probs, lengths, self.tokenizer)
+
+    def words(self, log_probs: torch.Tensor, frames: int, text: str, frame_s: float, offset_s: float
+              ) -> list[dict[str, Any]]:
+        """The greedy path's words, each with start and end (s) and a confidence from the CTC alignment."""
+        return word_times(log_probs, frames, self.tokenizer, frame_s, offset_s)
 
 
 @dataclass
@@ -44,7 +67,6 @@ class DecoderConfig:
     lexicon: str = ""            # a word list, one word a line (lexicon decoder)
     hotwords: list[str] = field(default_factory=list)  # words to favour (added to the vocabulary if missing)
     hotword_weight: float = 3.0  # their bonus (natural log) each time one is emitted
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def build_decoder(cfg: DecoderConfig | str, tokenizer: CharTokenizer,
@@ -54,7 +76,7 @@ def build_decoder(cfg: DecoderConfig | str, tokenizer: CharTokenizer,
     if cfg.name not in DECODERS:
         raise ConfigError(f"decoder must be one of {', '.join(DECODERS)}, not {cfg.name!r}")
     if cfg.name == "greedy":
-        return lambda log_probs, lengths: greedy_decode(log_probs, lengths, tokenizer)
+        return GreedyDecoder(tokenizer)
     if cfg.name == "lexicon" and not cfg.lexicon:
         raise ConfigError("the lexicon decoder needs --lexicon (a word list, one word a line)")
     return BeamDecoder(cfg, tokenizer, normalize)
@@ -84,7 +106,7 @@ class BeamDecoder:
         if hot and not words:
             raise ConfigError("--hotwords need a word list to favour them in: give --lm or --lexicon")
         words = words + sorted(hot - set(words))
-        self.words = words
+        self.vocabulary = words
         if not words:  # lexicon-free, no LM: a plain beam over characters
             opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tokenizer.vocab_size,
                                                 beam_threshold=50.0, lm_weight=0.0, sil_score=0.0, log_add=False,
@@ -118,13 +140,18 @@ class BeamDecoder:
         for b, n in enumerate(lengths.cpu().tolist()):
             em = emissions[b, :n].contiguous()  # (T, V)
             best = self.decoder.decode(em.data_ptr(), n, em.shape[1])[0]
-            if self.words:
-                text = " ".join(self.words[i] for i in best.words if 0 <= i < len(self.words))
+            if self.vocabulary:
+                text = " ".join(self.vocabulary[i] for i in best.words if 0 <= i < len(self.vocabulary))
             else:
                 ids = [t for t in torch.tensor(best.tokens).unique_consecutive().tolist() if t != BLANK]
                 text = " ".join(self.tokenizer.decode(ids).split())
             out.append(text)
         return out
+
+    def words(self, log_probs: torch.Tensor, frames: int, text: str, frame_s: float, offset_s: float
+              ) -> list[dict[str, Any]]:
+        """The words of the best beam (no timings: the search does not keep its alignment)."""
+        return [{"word": w} for w in text.split()]
 
 
 def _read_words(path: str, normalize: Callable[[str], str] | None) -> list[str]:

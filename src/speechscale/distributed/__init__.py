@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from .adpsgd import ADPSGDStrategy
+from .adpsgd import DelayByOneStrategy
 from .allreduce import AllReduceStrategy
-from .gossip import RING_VARIANTS, GossipStrategy
+from .rings import RING_VARIANTS, RingStrategy
 from .strategy import LocalStrategy, Strategy, join_process_group, launched_distributed
 
 if TYPE_CHECKING:
@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 # distributed.strategy -> how to build it under a distributed launcher (one process is always local)
 STRATEGIES: dict[str, Callable[["DistributedConfig", int], Strategy]] = {
     "allreduce": lambda cfg, seed: AllReduceStrategy(),
-    "adpsgd": lambda cfg, seed: (GossipStrategy(cfg.adpsgd.variant, skip_after_s=cfg.adpsgd.skip_after_s, seed=seed)
-                                 if cfg.adpsgd.variant in RING_VARIANTS else ADPSGDStrategy(cfg.adpsgd.variant)),
+    "adpsgd": lambda cfg, seed: (RingStrategy(cfg.adpsgd.variant, skip_after_s=cfg.adpsgd.skip_after_s, seed=seed)
+                                 if cfg.adpsgd.variant in RING_VARIANTS else DelayByOneStrategy(cfg.adpsgd.variant)),
 }
 
 
@@ -29,5 +29,5 @@ def build_strategy(cfg: "DistributedConfig", seed: int = 0, device: str = "auto"
     return STRATEGIES[cfg.strategy](cfg, seed)
 
 
-__all__ = ["STRATEGIES", "ADPSGDStrategy", "AllReduceStrategy", "GossipStrategy", "LocalStrategy", "Strategy",
+__all__ = ["STRATEGIES", "DelayByOneStrategy", "AllReduceStrategy", "RingStrategy", "LocalStrategy", "Strategy",
            "build_strategy"]

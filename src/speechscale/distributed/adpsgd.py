@@ -40,7 +40,7 @@ from .strategy import ProcessGroupStrategy
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("fixed_ring", "random_ring", "delay_by_one")  # distributed.adpsgd.variant (rings: gossip.py)
+VARIANTS = ("fixed_ring", "random_ring", "delay_by_one")  # distributed.adpsgd.variant (rings: rings.py)
 
 
 def ring_pairs(world: int, round_: int) -> list[tuple[int, int]]:
@@ -145,7 +145,7 @@ class AveragingStrategy(ProcessGroupStrategy):
         return True
 
 
-class ADPSGDStrategy(AveragingStrategy):
+class DelayByOneStrategy(AveragingStrategy):
     """Gossip averaging between pairs of learners instead of a gradient allreduce (see the module doc)."""
 
     lockstep = True        # delay_by_one: every learner takes step t with the others
@@ -155,7 +155,7 @@ class ADPSGDStrategy(AveragingStrategy):
         from ..config import ConfigError
 
         if variant != "delay_by_one":
-            raise ConfigError(f"ADPSGDStrategy runs delay_by_one, not {variant!r} (the rings are GossipStrategy)")
+            raise ConfigError(f"DelayByOneStrategy runs delay_by_one, not {variant!r} (the rings are RingStrategy)")
         super().__init__(variant, timeout_s)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="adpsgd")
         self._inflight: Future | None = None   # the exchange of the last step: (sent, received) or None

@@ -75,7 +75,7 @@ class Strategy:
         """Sum of `t` over ranks, on the strategy's metrics group; one process: `t`."""
         return t
 
-    def any(self, flag: bool) -> bool:
+    def any_rank(self, flag: bool) -> bool:
         """True on every rank when it is true on any rank (stop decisions must agree)."""
         return flag
 
@@ -132,11 +132,11 @@ class ProcessGroupStrategy(Strategy):
         dist.all_reduce(c, op=dist.ReduceOp.SUM, group=self.group)
         return c.to(t.device)
 
-    def any(self, flag: bool) -> bool:
+    def any_rank(self, flag: bool) -> bool:
         return bool(self.all_reduce_sum(torch.tensor([1.0 if flag else 0.0])).item() > 0)
 
     def agree_stop(self, flag: bool, poll: bool) -> bool:
-        return self.any(flag) if poll else False
+        return self.any_rank(flag) if poll else False
 
     def gather(self, obj: Any) -> list[Any] | None:
         out: list[Any] | None = [None] * self.world_size if self.rank == 0 else None

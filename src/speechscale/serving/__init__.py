@@ -1,1 +1,2 @@
-"""Using a trained model: transcription of audio files."""
+"""Using a trained model: transcription of any audio file (chunked, batched, word timings) and the HTTP
+service with its web page."""

@@ -13,7 +13,7 @@ import torch
 
 from ..components import load_components
 from ..data.audio import load_audio
-from ..decoding.alignment import word_times
+from ..data.dataset import pad_features
 
 
 def split_points(wav: np.ndarray, sample_rate: int, chunk_s: float, search_s: float = 2.0) -> list[int]:
@@ -69,7 +69,6 @@ class Transcriber:
         from ..decoding.decoders import build_decoder
 
         self.decoder = build_decoder(decoder or "greedy", self.comps.tokenizer, self.comps.normalizer)
-        self.greedy = getattr(decoder, "name", decoder or "greedy") == "greedy"
         self.sample_rate = self.comps.features.cfg.sample_rate
         self.chunk_seconds = chunk_seconds
 
@@ -88,10 +87,7 @@ class Transcriber:
         if not pieces:
             return results
         feats = [self.comps.features(torch.from_numpy(np.ascontiguousarray(p))) for _, _, p in pieces]  # (F, T)
-        lens = torch.tensor([f.shape[1] for f in feats])
-        batch = torch.zeros(len(feats), feats[0].shape[0], int(lens.max()))  # (B, F, T)
-        for i, f in enumerate(feats):
-            batch[i, :, : f.shape[1]] = f
+        batch, lens = pad_features(feats)  # (B, F, T), (B,)
         logits, out_lens = self.model(batch, lens)
         log_probs = logits.float().log_softmax(-1)
         texts = self.decoder(log_probs, out_lens)
@@ -99,11 +95,8 @@ class Transcriber:
         for i, ((w, offset, _), text) in enumerate(zip(pieces, texts)):
             res = results[w]
             res["text"] = f"{res['text']} {text}".strip() if text else res["text"]
-            if self.greedy:
-                frame_s = hop_s * int(lens[i]) / max(1, int(out_lens[i]))
-                res["words"] += word_times(log_probs[i], int(out_lens[i]), self.comps.tokenizer, frame_s, offset)
-            else:
-                res["words"] += [{"word": x} for x in text.split()]
+            frame_s = hop_s * int(lens[i]) / max(1, int(out_lens[i]))
+            res["words"] += self.decoder.words(log_probs[i], int(out_lens[i]), text, frame_s, offset)
         return results
 
     def transcribe(self, wav: np.ndarray) -> str:

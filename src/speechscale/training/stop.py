@@ -44,13 +44,10 @@ class StopSignals:
 
 
 class TimeBudget:
-    """trainer.max_minutes of wall time from `start()` (0 = no limit)."""
+    """trainer.max_minutes of wall time from its creation (0 = no limit)."""
 
     def __init__(self, minutes: float) -> None:
         self.minutes = minutes
-        self.started = time.time()
-
-    def start(self) -> None:
         self.started = time.time()
 
     def elapsed_minutes(self) -> float:

@@ -261,7 +261,7 @@ class Trainer:
                         s.epoch += 1
                         s.consumed = 0
                     self.precision.check()
-                    if self.strategy.any(signals.received is not None):  # save at once, no validation
+                    if self.strategy.any_rank(signals.received is not None):  # save at once, no validation
                         self.sync()
                         self.save()
                         self.stopped_by = signals.name or "SIGTERM"  # a peer rank's signal
@@ -270,9 +270,9 @@ class Trainer:
                                         progress.epoch_label(), s.step)
                         break
                     last = self._validate_and_save(runlog, progress)
-                    if self.strategy.any(cut_short and t.max_steps > 0 and s.step >= t.max_steps):  # planned end
+                    if self.strategy.any_rank(cut_short and t.max_steps > 0 and s.step >= t.max_steps):  # planned end
                         break
-                    if self.strategy.any(budget.spent()):
+                    if self.strategy.any_rank(budget.spent()):
                         self.stopped_by = "max_minutes"
                         if main:
                             log.warning("trainer.max_minutes=%g reached in epoch %s (step %d of %d): stopped before "

@@ -67,7 +67,7 @@ class SharedClaims:
         return int(self.store.add(f"claim/{epoch}", 0))
 
 
-class GossipStrategy(AveragingStrategy):
+class RingStrategy(AveragingStrategy):
     """fixed_ring / random_ring: asynchronous pairwise averaging (see the module doc)."""
 
     lockstep = False       # learners step at their own pace: no per-step collectives, per-learner data

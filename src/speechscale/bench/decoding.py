@@ -9,11 +9,10 @@ of the training transcripts. Each row is the `eval --json` line of one decoder s
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from .harness import run_cli
 
 # name -> eval arguments ({lm} and {lexicon} are filled in)
 DECODERS: dict[str, list[str]] = {
@@ -26,11 +25,7 @@ DECODERS: dict[str, list[str]] = {
 
 
 def _cli(*args: str, timeout: float = 1800) -> str:
-    proc = subprocess.run([sys.executable, "-m", "speechscale.cli", "-q", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    if proc.returncode != 0:
-        raise RuntimeError(f"speechscale {args[0]} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return proc.stdout
+    return run_cli(list(args), timeout=timeout)
 
 
 def split_manifest(manifest: Path, keep: dict[str, list[str]], out: Path) -> list[dict[str, Any]]:

@@ -95,6 +95,22 @@ def interleave(variants: dict[str, Callable[[], Any]], repeats: int, warmup: int
     return {n: summarize(times[n], extra[n]) for n in names}
 
 
+def run_cli(args: list[str], timeout: float = 3600, launcher: list[str] | None = None,
+            env: dict[str, str] | None = None) -> str:
+    """Run `speechscale -q ARGS` in a fresh process (under `launcher`, e.g. torchrun's flags, when given) and
+    return its stdout; RuntimeError with the last error lines of its stderr when it fails."""
+    prefix = [*launcher, "-m"] if launcher else []  # python -m torch.distributed.run FLAGS -m speechscale.cli
+    cmd = [sys.executable, "-m", *prefix, "speechscale.cli", "-q", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        errors = [x for x in lines if "Error" in x and "elastic" not in x and "ChildFailed" not in x]
+        detail = "; ".join(errors[-3:] or lines[-1:]) or f"exit {proc.returncode}"
+        raise RuntimeError(f"speechscale {args[0]} failed ({proc.returncode}): {detail}")
+    return proc.stdout
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -7,12 +7,11 @@ summary line (epochs, steps, final validation WER/CER, how it stopped) plus the 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from .harness import run_cli
 
 # name -> (config, goal WER on its held-out set, what that set is)
 RECIPES: dict[str, dict[str, Any]] = {
@@ -30,11 +29,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 def _synth(out: Path, minutes: float) -> list[str]:
     """`speechscale synth` the demo corpus into OUT/data; returns the overrides that train on it."""
-    cmd = [sys.executable, "-m", "speechscale.cli", "-q", "synth", "--out", str(out / "data"), "--minutes",
-           str(minutes), "--seed", "0"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"synth failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+    run_cli(["synth", "--out", str(out / "data"), "--minutes", str(minutes), "--seed", "0"])
     return [f"data.train_manifest={out / 'data' / 'train.jsonl'}", f"data.val_manifest={out / 'data' / 'test.jsonl'}"]
 
 
@@ -43,14 +38,10 @@ def run_recipe(name: str, spec: dict[str, Any], out: Path, overrides: list[str] 
     """Train recipe `name` to its end in a fresh process; returns its result row."""
     started = time.perf_counter()
     data = _synth(out, spec["synth_minutes"]) if spec.get("synth_minutes") else []
-    cmd = [sys.executable, "-m", "speechscale.cli", "-q", "train", "--config", spec["config"],
-           f"trainer.out_dir={out}", "trainer.progress=false", *data, *(overrides or [])]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    stdout = run_cli(["train", "--config", spec["config"], f"trainer.out_dir={out}", "trainer.progress=false", *data,
+                      *(overrides or [])], timeout=timeout)
     wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"recipe {name} failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = json.loads(stdout.strip().splitlines()[-1])
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     val = [{"epoch": r["epoch"], "step": r["step"], "wer": r["wer"], "cer": r.get("cer"), "val_loss": r["val_loss"]}
            for r in rows if r["kind"] == "val"]

@@ -16,14 +16,12 @@ range over seeds. Writes results.json and straggler.png to --out.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .harness import run_cli
 from .ports import free_port
 
 # name -> overrides
@@ -36,18 +34,16 @@ STRATEGY_RUNS: dict[str, list[str]] = {
 
 def _train(procs: int, config: str, overrides: list[str], out: Path, timeout: float) -> dict[str, Any]:
     """One torchrun training run; returns its summary line and its validation rows."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={procs}", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{free_port()}", "-m", "speechscale.cli", "-q", "train", "--config", config,
-           f"trainer.out_dir={out}", "trainer.threads=1", "trainer.target_wer=-1", "trainer.progress=false",
-           *overrides]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONWARNINGS": "ignore"}
+    torchrun = ["torch.distributed.run", f"--nproc-per-node={procs}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
     started = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    if proc.returncode != 0:
-        errors = [x for x in proc.stderr.splitlines() if "Error" in x and "elastic" not in x and "ChildFailed" not in x]
-        detail = "; ".join(errors[-3:]) or proc.stderr[-2000:]
-        raise RuntimeError(f"bench straggler: {' '.join(overrides)} failed: {detail}")
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        stdout = run_cli(["train", "--config", config, f"trainer.out_dir={out}", "trainer.threads=1",
+                          "trainer.target_wer=-1", "trainer.progress=false", *overrides], timeout=timeout,
+                         launcher=torchrun, env={"OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    except RuntimeError as e:
+        raise RuntimeError(f"bench straggler: {' '.join(overrides)}: {e}") from None
+    summary = json.loads(stdout.strip().splitlines()[-1])
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     val = [{"seconds": round(r["time"] - started, 2), "epoch": r["epoch"], "loss": r["val_loss"], "wer": r["wer"],
             "train_loss": r["train_loss"], "consensus_distance": r.get("consensus_distance")}

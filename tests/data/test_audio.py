@@ -57,3 +57,25 @@ def test_each_unreadable_file_says_what_is_wrong(tmp_path):
             load_audio(tmp_path / name, 16000)
         assert str(info.value).endswith(says) or says in str(info.value), str(info.value)
         assert "System error" not in str(info.value)
+
+
+def test_a_bound_on_length_is_checked_from_the_header_and_never_decoded_past(tmp_path):
+    import struct
+
+    from speechscale.data.audio import AudioTooLong, decode_audio
+
+    jfk = shared("jfk", "jfk.flac")
+    with pytest.raises(AudioTooLong) as info:
+        load_audio(jfk, 16000, max_seconds=5.0)
+    assert round(info.value.seconds, 1) == 11.0
+    assert np.array_equal(load_audio(jfk, 16000, max_seconds=12.0), load_audio(jfk, 16000))
+
+    wav = tmp_path / "w.wav"
+    sf.write(wav, np.zeros((1600, 9), dtype=np.float32), 16000)
+    with pytest.raises(AudioError, match="9 channels"):
+        load_audio(wav, 16000)
+    sf.write(wav, np.zeros(1600, dtype=np.float32), 16000, subtype="PCM_16")
+    data = wav.read_bytes()
+    one_hz = data[:24] + struct.pack("<II", 1, 2) + data[32:]  # the header claims 1 sample per second
+    with pytest.raises(AudioError, match="sample rate of 1 Hz"):
+        decode_audio(one_hz, "upload", 16000, max_seconds=60.0)

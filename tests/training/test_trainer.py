@@ -94,6 +94,8 @@ def test_labels_longer_than_the_output_frames_are_skipped(tmp_path):
     ("model.overrides={rnn_type: foo}", "rnn_type 'foo' is unknown"),
 ])
 def test_bad_config_is_one_clear_line_before_any_work(override, message, tmp_path, capsys):
+    if "batch_seconds" in override:
+        shared("yesno", "manifest.jsonl")  # the check reads the recipe's manifest
     code, _, err = main_cli(capsys, "train", "--config", "configs/yesno.yaml", f"trainer.out_dir={tmp_path}/r",
                             override)
     assert code == 2
@@ -128,14 +130,18 @@ def test_gradient_accumulation_equals_one_batch_of_the_same_samples(tmp_path):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=name)
 
 
-def test_a_clip_shorter_than_its_manifest_says_is_skipped_and_counted_not_fatal(tiny_corpus, tmp_path):
-    """0.01 s of audio listed as 2.0 s used to end the run inside the DataLoader (STFT padding error)."""
+def test_a_clip_shorter_or_longer_than_its_manifest_says_is_skipped_and_counted_not_fatal(tiny_corpus, tmp_path):
+    """0.01 s of audio listed as 2.0 s used to end the run inside the DataLoader (STFT padding error); 40 s
+    listed as 2.0 s (a mislabelled file, or a bomb) was decoded whole, past data.max_duration (30 s)."""
     sf.write(tiny_corpus / "tiny.wav", np.zeros(160, np.float32), 16000)
+    sf.write(tiny_corpus / "long.flac", np.zeros(40 * 16000, np.float32), 16000)
     with (tiny_corpus / "m.jsonl").open("a") as f:
         f.write(json.dumps({"audio_filepath": "tiny.wav", "duration": 2.0, "text": "she"}) + "\n")
+        f.write(json.dumps({"audio_filepath": "long.flac", "duration": 2.0, "text": "she"}) + "\n")
     summary = Trainer(_cfg(tiny_corpus, tmp_path / "run", "data.num_workers=1")).fit()
     assert summary["step"] == 3 and summary["too_short"] >= 1 and summary["bad_audio"] >= 1
-    assert summary["train_skipped"] >= 1 + summary["too_short"] + summary["bad_audio"]  # + the malformed line
+    assert summary["too_long"] >= 1
+    assert summary["train_skipped"] >= 1 + summary["too_short"] + summary["bad_audio"] + summary["too_long"]
 
 
 @pytest.mark.slow

@@ -15,7 +15,10 @@ def serve(args: argparse.Namespace) -> int:
 
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
                       decoder=decoder_config(args))
-    limits = Limits(max_bytes=int(args.max_mb * 1024 * 1024), max_seconds=args.max_seconds, max_batch=args.max_batch)
+    limits = Limits(max_bytes=int(args.max_mb * 1024 * 1024), max_seconds=args.max_seconds, max_batch=args.max_batch,
+                    max_queue=args.max_queue, request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout,
+                    max_connections=args.max_connections, decode_workers=args.decode_workers,
+                    allowed_hosts=args.allowed_host or [], docs=args.docs)
     print(f"speechscale serve: http://{args.host}:{args.port}/ ({asr.comps.model_name})", file=sys.stderr, flush=True)
     run_server(asr, args.host, args.port, limits)
     return 0
@@ -32,5 +35,17 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     sv.add_argument("--max-seconds", type=positive(float), default=60.0, help="longest audio per request (s)")
     sv.add_argument("--max-batch", type=positive(int), default=16, help="requests transcribed together")
     sv.add_argument("--chunk-seconds", type=float, default=20.0, help="long audio is cut into chunks this long")
+    sv.add_argument("--max-queue", type=positive(int), default=64,
+                    help="requests waiting for the model; more are refused with 503 and Retry-After")
+    sv.add_argument("--request-timeout", type=positive(float), default=60.0,
+                    help="seconds from decoded audio to answer before 504")
+    sv.add_argument("--body-timeout", type=positive(float), default=10.0,
+                    help="seconds for the whole request body to arrive before 408 (slow clients)")
+    sv.add_argument("--max-connections", type=positive(int), default=128,
+                    help="open connections and requests in flight; more are refused with 503")
+    sv.add_argument("--decode-workers", type=positive(int), default=4, help="threads that decode uploads")
+    sv.add_argument("--allowed-host", action="append", default=None, metavar="HOST",
+                    help="a Host name clients may use besides loopback and --host (repeatable; '*' allows any)")
+    sv.add_argument("--docs", action="store_true", help="serve the OpenAPI page at /docs")
     decoder_args(sv)
     sv.set_defaults(func=serve)

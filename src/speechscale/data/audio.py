@@ -19,6 +19,17 @@ class AudioError(RuntimeError):
     """The file is missing, unreadable, truncated or empty."""
 
 
+class AudioTooLong(AudioError):
+    """The audio is longer than the caller's bound (found from the header, or by decoding one frame past it)."""
+
+    def __init__(self, path: str, seconds: float, max_seconds: float) -> None:
+        super().__init__(f"{path}: {seconds:.1f} s of audio, over the bound of {max_seconds:g} s")
+        self.seconds = seconds
+
+
+MIN_RATE, MAX_RATE, MAX_CHANNELS = 4_000, 384_000, 8  # what a header may claim before anything is decoded
+
+
 def check_file(path: str | Path, error: type[Exception]) -> None:
     """Raise `error` saying what is wrong when local `path` is missing, a directory or empty."""
     p = Path(path)
@@ -41,31 +52,59 @@ def resample(wav: np.ndarray, orig_sr: int, sample_rate: int) -> np.ndarray:
     return soxr.resample(wav, orig_sr, sample_rate, quality="HQ").astype(np.float32, copy=False)
 
 
-def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
-    """Read `path`, down-mix to mono, resample to `sample_rate`; (T,) float32. Raises AudioError."""
+def load_audio(path: str | Path, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
+    """Read `path`, down-mix to mono, resample to `sample_rate`; (T,) float32. Raises AudioError, and
+    AudioTooLong past `max_seconds` (then no more than that is ever decoded)."""
     check_file(path, AudioError)
-    return _decode(str(path), str(path), sample_rate)
+    return _decode(str(path), str(path), sample_rate, max_seconds)
 
 
-def decode_audio(data: bytes, name: str, sample_rate: int) -> np.ndarray:
-    """`load_audio` for bytes held in memory (a shard member called `name` in messages)."""
+def decode_audio(data: bytes, name: str, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
+    """`load_audio` for bytes held in memory (a shard member or an upload called `name` in messages)."""
     if not data:
         raise AudioError(f"{name}: empty member (0 bytes)")
-    return _decode(io.BytesIO(data), name, sample_rate)
+    return _decode(io.BytesIO(data), name, sample_rate, max_seconds)
 
 
-def _decode(source: Any, path: str, sample_rate: int) -> np.ndarray:
+def _read(source: Any, path: str, max_seconds: float | None) -> tuple[np.ndarray, int]:
+    """(T, C) float32 and the rate; the header is checked first and at most `max_seconds` + 1 frame is read."""
     try:
-        data, sr = sf.read(source, dtype="float32", always_2d=True)  # (T, C)
+        with sf.SoundFile(source) as f:
+            sr, channels, frames = f.samplerate, f.channels, f.frames
+            if not MIN_RATE <= sr <= MAX_RATE:
+                raise AudioError(f"{path}: a sample rate of {sr} Hz (audio is {MIN_RATE}-{MAX_RATE} Hz)")
+            if channels > MAX_CHANNELS:
+                raise AudioError(f"{path}: {channels} channels (at most {MAX_CHANNELS})")
+            limit = -1 if max_seconds is None else int(max_seconds * sr)
+            if limit >= 0 and frames > limit:
+                raise AudioTooLong(path, frames / sr, max_seconds or 0.0)
+            data = f.read(frames=limit + 1 if limit >= 0 else -1, dtype="float32", always_2d=True)  # (T, C)
+    except AudioError:
+        raise
     except Exception as e:  # soundfile raises several types for corrupt or unknown formats
-        raise AudioError(f"{path}: not audio that soundfile can decode ({e})") from e
+        raise AudioError(f"{path}: not audio that soundfile can decode ({_first_line(e)})") from e
+    if limit >= 0 and data.shape[0] > limit:  # the header understated the length
+        raise AudioTooLong(path, data.shape[0] / sr, max_seconds or 0.0)
+    return data, sr
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _decode(source: Any, path: str, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
+    data, sr = _read(source, path, max_seconds)
     if data.shape[0] == 0:
         raise AudioError(f"{path}: no audio samples in it")
     wav = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]  # (T, C) -> (T,)
     wav = np.ascontiguousarray(wav, dtype=np.float32)
     if not np.isfinite(wav).all():
         raise AudioError(f"non-finite samples in {path}")
-    return resample(wav, sr, sample_rate)
+    try:
+        return resample(wav, sr, sample_rate)
+    except Exception as e:  # soxr refuses some rate pairs
+        raise AudioError(f"{path}: cannot resample {sr} Hz to {sample_rate} Hz ({_first_line(e)})") from e
 
 
 def audio_info(path: str | Path) -> tuple[float, int, int]:

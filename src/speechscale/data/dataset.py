@@ -2,8 +2,9 @@
 
 An utterance that cannot become features is skipped and counted by reason, never raised mid-run:
 `bad_audio` (missing, unreadable or undecodable file), `too_short` (shorter than the analysis window or
-data.min_duration once decoded, whatever the manifest's `duration` says), `feature_error` (anything else
-that failed while augmenting or computing features).
+data.min_duration once decoded, whatever the manifest's `duration` says), `too_long` (more than 1 s past
+data.max_duration: decoding stops there, so a mislabelled file or a decompression bomb costs no memory),
+`feature_error` (anything else that failed while augmenting or computing features).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 
 from ..config import AugmentConfig
 from ..storage.seeds import generator
-from .audio import AudioError, load_audio
+from .audio import AudioError, AudioTooLong, load_audio
 from .augment import WaveAugment, freq_warp, spec_augment, trim_silence, word_crop
 from .features import FeatureExtractor
 from .manifest import Utterance
@@ -26,7 +27,7 @@ from .text import CharTokenizer
 
 log = logging.getLogger(__name__)
 
-SKIP_REASONS = ("bad_audio", "too_short", "feature_error", "bad_text")  # why an utterance was dropped during work
+SKIP_REASONS = ("bad_audio", "too_short", "too_long", "feature_error", "bad_text")  # why an utterance was dropped during work
 
 
 class TextError(ValueError):
@@ -67,7 +68,7 @@ class SpeechDataset(torch.utils.data.Dataset):
 
     def __init__(self, utts: Sequence[Utterance], features: FeatureExtractor, tokenizer: CharTokenizer,
                  augment: AugmentConfig | None = None, seed: int = 0, cache_audio: bool = False,
-                 min_seconds: float = 0.0) -> None:
+                 min_seconds: float = 0.0, max_seconds: float | None = None) -> None:
         self.utts = list(utts)
         self.features = features
         self.tokenizer = tokenizer
@@ -78,6 +79,9 @@ class SpeechDataset(torch.utils.data.Dataset):
         self.cache: dict[int, np.ndarray] | None = {} if cache_audio else None
         # decoded audio shorter than this is skipped: the STFT's centre padding needs half a window
         self.min_samples = max(features.n_fft // 2 + 1, int(min_seconds * features.cfg.sample_rate))
+        # nothing past this is decoded (a mislabelled file or a FLAC bomb cannot take a worker's memory):
+        # the declared bound with 1 s of slack, since declared durations are rounded
+        self.max_seconds = None if max_seconds is None else max_seconds + 1.0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -88,7 +92,7 @@ class SpeechDataset(torch.utils.data.Dataset):
     def _wave(self, i: int) -> np.ndarray:
         if self.cache is not None and i in self.cache:
             return self.cache[i]
-        wav = load_audio(self.utts[i].audio_path, self.features.cfg.sample_rate)
+        wav = load_audio(self.utts[i].audio_path, self.features.cfg.sample_rate, self.max_seconds)
         if self.cache is not None:
             self.cache[i] = wav
         return wav
@@ -105,6 +109,8 @@ class SpeechDataset(torch.utils.data.Dataset):
         epoch, i = key if isinstance(key, tuple) else (self.epoch, key)
         try:
             wav, text, name, duration = self._load(i)
+        except AudioTooLong as e:
+            return self._skip(str(e), "too_long")
         except AudioError as e:
             return self._skip(str(e), "bad_audio")
         except TextError as e:

@@ -124,7 +124,7 @@ def make_loader(utts: list[Utterance], comps: "Components", data: DataConfig, au
                                  max_batch_size=data.max_batch_size, num_buckets=data.num_buckets,
                                  seed=seed, sortagrad=data.sortagrad and train, shuffle=train, mix=mix)
     dataset = SpeechDataset(utts, comps.features, comps.tokenizer, augment, seed=seed,
-                            cache_audio=data.cache_audio, min_seconds=data.min_duration)
+                            cache_audio=data.cache_audio, min_seconds=data.min_duration, max_seconds=data.max_duration)
     plan = make_plan(ListUnits(sampler)) if make_plan else sampler
     batches = EpochTagged(plan) if train else sampler.batches(0)[shard[0]::shard[1]]
     # data.cache_audio keeps decoded audio in the workers: they must outlive the epoch to reuse it
@@ -147,7 +147,7 @@ def shard_source(path: str, comps: "Components", data: DataConfig, augment: Augm
     if not units.kept:
         raise ManifestError(f"no usable utterances in {path}: {report.summary()}")
     dataset = ShardDataset(index, comps.features, comps.tokenizer, comps.normalizer, LabelCheck(comps), augment,
-                           seed=seed, min_seconds=data.min_duration)
+                           seed=seed, min_seconds=data.min_duration, max_seconds=data.max_duration)
     return units, dataset, report
 
 

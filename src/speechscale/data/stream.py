@@ -133,8 +133,9 @@ class ShardDataset(SpeechDataset):
 
     def __init__(self, index: ShardIndex, features: FeatureExtractor, tokenizer: CharTokenizer,
                  normalize: Callable[[str], str], check: Callable[[str, float], str | None],
-                 augment: AugmentConfig | None = None, seed: int = 0, min_seconds: float = 0.0) -> None:
-        super().__init__([], features, tokenizer, augment, seed=seed, min_seconds=min_seconds)
+                 augment: AugmentConfig | None = None, seed: int = 0, min_seconds: float = 0.0,
+                 max_seconds: float | None = None) -> None:
+        super().__init__([], features, tokenizer, augment, seed=seed, min_seconds=min_seconds, max_seconds=max_seconds)
         self.index, self.normalize, self.check = index, normalize, check
         self.reader = ShardReader()
         self._members: dict[int, list[list[Any]]] = {}
@@ -154,7 +155,7 @@ class ShardDataset(SpeechDataset):
         url = self.index.shards[s].url
         key, duration, start, end = self._shard_members(s)[m]
         meta, audio, name = self.reader.read(url, key, start, end)
-        wav = decode_audio(audio, f"{url} member {name}", self.features.cfg.sample_rate)
+        wav = decode_audio(audio, f"{url} member {name}", self.features.cfg.sample_rate, self.max_seconds)
         raw = meta.get("text")
         text = self.normalize(raw) if isinstance(raw, str) else ""
         why = "empty text" if not text else self.check(text, duration)

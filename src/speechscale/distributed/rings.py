@@ -200,7 +200,7 @@ class RingStrategy(AveragingStrategy):
         return int(t.item())
 
     # ---- agreement without per-step collectives ------------------------------------------------------
-    def agree_stop(self, flag: bool, poll: bool) -> bool:
+    def agree_stop(self, flag: bool) -> bool:
         """Checked every step through the store (no collective): a stop any learner asks for (signal, time
         budget, max_steps) is seen by all within one of their steps, and ends the run."""
         if flag:

@@ -79,9 +79,9 @@ class Strategy:
         """True on every rank when it is true on any rank (stop decisions must agree)."""
         return flag
 
-    def agree_stop(self, flag: bool, poll: bool) -> bool:
-        """Whether all ranks stop now, given this rank's wish; lockstep strategies decide only when `poll`
-        (a logging step), so the hot loop has no collective."""
+    def agree_stop(self, flag: bool) -> bool:
+        """Whether all ranks stop after this step, given this rank's wish (a signal, its clock, max_steps); called
+        at every step boundary, so a preemption notice is acted on within a step."""
         return flag
 
     def gather(self, obj: Any) -> list[Any] | None:
@@ -135,8 +135,9 @@ class ProcessGroupStrategy(Strategy):
     def any_rank(self, flag: bool) -> bool:
         return bool(self.all_reduce_sum(torch.tensor([1.0 if flag else 0.0])).item() > 0)
 
-    def agree_stop(self, flag: bool, poll: bool) -> bool:
-        return self.any_rank(flag) if poll else False
+    def agree_stop(self, flag: bool) -> bool:
+        # one 1-element allreduce per step on the gloo side group: host-side, it never waits for the GPU
+        return self.any_rank(flag)
 
     def gather(self, obj: Any) -> list[Any] | None:
         out: list[Any] | None = [None] * self.world_size if self.rank == 0 else None

@@ -4,31 +4,42 @@
 
 - `POST /v1/transcribe`: a multipart upload (field `file`) or the raw audio bytes as the body -> JSON
   {text, duration, words: [{word, start, end, confidence}]}.
-- `GET /healthz` -> {status, model}; `GET /` -> the page (upload a file or record from the microphone).
+- `GET /healthz` -> {status, model} (503 when the model's batcher has stopped); `GET /` -> the page.
 
 Requests that arrive together are transcribed as one padded batch (up to `max_batch`, waiting at most
-`batch_ms` for company). Limits are checked before any model work: the body size (413) and the decoded
-duration (413); audio soundfile cannot decode is 415, an empty body 422; no client-supplied path is ever
-read, only the bytes sent. The server binds to 127.0.0.1 unless told otherwise.
+`batch_ms` for company). Hostile input is refused before it costs memory or model time:
+- the body: over `max_bytes` (declared or streamed) 413; not complete within `body_timeout_s` 408;
+- the audio: its header is read first (rate outside 4-384 kHz or more than 8 channels 415; longer than
+  `max_seconds` 413), then at most `max_seconds` of it is decoded, so a header that lies cannot get past;
+  decoding runs in a bounded pool of `decode_workers` threads;
+- the queue: more than `max_queue` requests waiting for the model 503 with Retry-After; no answer within
+  `request_timeout_s` 504; uvicorn refuses connections past `max_connections` (503);
+- the origin: a Host header outside the allow-list 400 (DNS rebinding), a cross-origin POST 403;
+  `/docs` only with `docs=True`.
+Answers name the problem in words; the details (decoder messages, stack traces) go to the log only. One
+request whose audio fails in the model fails alone. No client-supplied path is ever read, only the bytes.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 from fastapi import FastAPI, HTTPException, Request  # the `serve` extra (module-level: FastAPI reads annotations)
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 
-from ..data.audio import AudioError, decode_audio
+from ..data.audio import AudioError, AudioTooLong, decode_audio
 from .transcribe import Transcriber
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).with_name("page.html")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 @dataclass
@@ -37,6 +48,13 @@ class Limits:
     max_seconds: float = 60.0           # decoded audio
     max_batch: int = 16                 # requests per model call
     batch_ms: float = 10.0              # how long the first request of a batch waits for others
+    max_queue: int = 64                 # requests waiting for the model; more are refused (503)
+    request_timeout_s: float = 60.0     # from the audio being decoded to its answer (504 past it)
+    body_timeout_s: float = 10.0        # the whole body must arrive within this (408 past it)
+    max_connections: int = 128          # open connections and requests in flight (uvicorn; 503 past it)
+    decode_workers: int = 4             # threads that decode audio
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names besides the bound address and loopback
+    docs: bool = False                  # serve the OpenAPI page at /docs
 
 
 class Batcher:
@@ -44,8 +62,13 @@ class Batcher:
 
     def __init__(self, asr: Transcriber, limits: Limits) -> None:
         self.asr, self.limits = asr, limits
-        self.queue: asyncio.Queue[tuple[np.ndarray, asyncio.Future]] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[np.ndarray, asyncio.Future]] = asyncio.Queue(maxsize=limits.max_queue)
         self.batches = 0
+        self.task: asyncio.Task | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.task is not None and not self.task.done()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -57,70 +80,140 @@ class Batcher:
                     items.append(await asyncio.wait_for(self.queue.get(), max(0.0, deadline - loop.time())))
                 except asyncio.TimeoutError:
                     break
-            try:
-                results = await asyncio.to_thread(self.asr.transcribe_batch, [w for w, _ in items])
-                self.batches += 1
-                for (_, fut), res in zip(items, results):
-                    if not fut.done():
-                        fut.set_result(res)
-            except Exception as e:  # a failed batch answers its requests with the error, the server lives on
-                log.exception("transcription failed")
-                for _, fut in items:
-                    if not fut.done():
-                        fut.set_exception(e)
+            items = [(w, f) for w, f in items if not f.done()]  # their clients gave up (timed out) meanwhile
+            if items:
+                await self._answer(items)
+
+    async def _answer(self, items: list[tuple[np.ndarray, asyncio.Future]]) -> None:
+        try:
+            results = await asyncio.to_thread(self.asr.transcribe_batch, [w for w, _ in items])
+        except Exception:  # one bad item must not fail the others: each alone, so only it fails
+            log.exception("a batch of %d failed; transcribing its requests one by one", len(items))
+            for w, fut in items:
+                try:
+                    (res,) = await asyncio.to_thread(self.asr.transcribe_batch, [w])
+                except Exception as e:
+                    log.exception("transcription failed")
+                    _settle(fut, error=e)
+                else:
+                    _settle(fut, res)
+        else:
+            for (_, fut), res in zip(items, results):
+                _settle(fut, res)
+        self.batches += 1
 
     async def transcribe(self, wav: np.ndarray) -> dict[str, Any]:
+        if not self.alive:
+            raise HTTPException(503, "the model is not running; see the server's log")
         fut = asyncio.get_running_loop().create_future()
-        await self.queue.put((wav, fut))
-        return await fut
+        try:
+            self.queue.put_nowait((wav, fut))
+        except asyncio.QueueFull:
+            raise HTTPException(503, f"busy: {self.limits.max_queue} requests are waiting; retry shortly",
+                                headers={"Retry-After": "1"}) from None
+        del wav
+        try:
+            return await asyncio.wait_for(fut, self.limits.request_timeout_s)
+        except asyncio.TimeoutError:
+            raise HTTPException(504, f"no answer within {self.limits.request_timeout_s:g} s; retry later") from None
+        except Exception:
+            raise HTTPException(500, "transcription failed for this audio; see the server's log") from None
 
 
-def create_app(asr: Transcriber, limits: Limits | None = None) -> Any:
+def _settle(fut: asyncio.Future, result: Any = None, error: Exception | None = None) -> None:
+    if not fut.done():
+        fut.set_exception(error) if error is not None else fut.set_result(result)
+
+
+def allowed_hosts(bound: str, extra: list[str]) -> list[str]:
+    """Host names a request may carry: loopback, the bound address (unless it is a wildcard) and `extra`."""
+    hosts = [*LOCAL_HOSTS, *extra]
+    if bound not in ("0.0.0.0", "::", ""):
+        hosts.append(bound)
+    return list(dict.fromkeys(hosts))
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header without its port: 'asr.example:8000' -> 'asr.example', '[::1]:80' -> '[::1]'."""
+    if header.startswith("["):
+        return header[: header.find("]") + 1]
+    return header.split(":", 1)[0]
+
+
+def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.0.0.1") -> Any:
     """The FastAPI application around a loaded Transcriber."""
     limits = limits or Limits()
     batcher = Batcher(asr, limits)
+    decoders = concurrent.futures.ThreadPoolExecutor(limits.decode_workers, thread_name_prefix="decode")
+    hosts = allowed_hosts(host, limits.allowed_hosts)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
-        task = asyncio.create_task(batcher.run())
+        batcher.task = asyncio.create_task(batcher.run())
         yield
-        task.cancel()
+        batcher.task.cancel()
+        decoders.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="speechscale", lifespan=lifespan)
+    docs = {} if limits.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="speechscale", lifespan=lifespan, **docs)
     app.state.batcher = batcher
+
+    @app.middleware("http")
+    async def check_host(request: Request, call_next: Any) -> Any:
+        """A Host outside the allow-list is 400: a DNS-rebinding page must not reach this service."""
+        name = host_name(request.headers.get("host") or "")
+        if "*" not in hosts and name not in hosts:
+            return JSONResponse({"detail": f"Host {name!r} is not served here; start the server with "
+                                           f"--allowed-host {name or 'NAME'} to allow it"}, status_code=400)
+        return await call_next(request)
 
     @app.get("/", response_class=HTMLResponse)
     async def page() -> str:
         return PAGE.read_text(encoding="utf-8")
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "model": asr.comps.model_name, "sample_rate": asr.sample_rate,
-                "batches": batcher.batches}
+    async def healthz() -> Any:
+        status = {"status": "ok" if batcher.alive else "stopped", "model": asr.comps.model_name,
+                  "sample_rate": asr.sample_rate, "batches": batcher.batches, "waiting": batcher.queue.qsize()}
+        return JSONResponse(status, status_code=200 if batcher.alive else 503)
 
     @app.post("/v1/transcribe")
     async def transcribe(request: Request) -> dict[str, Any]:
-        declared = int(request.headers.get("content-length") or 0)
-        if declared > limits.max_bytes:
+        origin = request.headers.get("origin")
+        if origin is not None and "*" not in hosts and (urlsplit(origin).hostname or "") not in hosts:
+            raise HTTPException(403, "cross-origin requests are refused; serve the page from this server or "
+                                     "add its host with --allowed-host")
+        declared = request.headers.get("content-length") or "0"
+        if not declared.isdigit():
+            raise HTTPException(400, "Content-Length is not a number")
+        if int(declared) > limits.max_bytes:
             raise HTTPException(413, f"request of {declared} bytes is over the limit of {limits.max_bytes}")
-        body = await _read_limited(request, limits.max_bytes)
-        request._body = body  # Starlette's form parser reads the body from here once it was streamed
+        try:
+            body = await asyncio.wait_for(_read_limited(request, limits.max_bytes), limits.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise HTTPException(408, f"the request body did not arrive within {limits.body_timeout_s:g} s") from None
         data, name = body, "request body"
         if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            request._body = body  # Starlette's form parser reads the body from here once it was streamed
             form = await request.form()
             upload = form.get("file")
             if upload is None or isinstance(upload, str):
                 raise HTTPException(422, "multipart upload without a `file` field")
             data, name = await upload.read(), "uploaded file"  # its client-side filename is never used as a path
+            await form.close()
+        del body
         if not data:
             raise HTTPException(422, "empty audio: the request carried no bytes")
+        loop = asyncio.get_running_loop()
         try:
-            wav = await asyncio.to_thread(decode_audio, data, name, asr.sample_rate)
+            wav = await loop.run_in_executor(decoders, decode_audio, data, name, asr.sample_rate, limits.max_seconds)
+        except AudioTooLong as e:
+            raise HTTPException(413, f"audio of {e.seconds:.1f} s is over the limit of {limits.max_seconds:g} s") from None
         except AudioError as e:
-            raise HTTPException(415, f"unsupported or corrupt audio: {e}") from None
-        seconds = wav.shape[0] / asr.sample_rate
-        if seconds > limits.max_seconds:
-            raise HTTPException(413, f"audio of {seconds:.1f} s is over the limit of {limits.max_seconds:g} s")
+            log.info("refused an upload: %s", e)
+            raise HTTPException(415, "unsupported or corrupt audio: it could not be decoded (send wav, flac, ogg "
+                                     "or mp3 at 4-384 kHz with at most 8 channels)") from None
+        del data  # only the waveform waits for the model
         return await batcher.transcribe(wav)
 
     return app
@@ -140,4 +233,6 @@ def serve(asr: Transcriber, host: str = "127.0.0.1", port: int = 8000, limits: L
     """Run the service until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(asr, limits), host=host, port=port, log_level="warning")
+    limits = limits or Limits()
+    uvicorn.run(create_app(asr, limits, host), host=host, port=port, log_level="warning",
+                limit_concurrency=limits.max_connections, timeout_keep_alive=5)

@@ -11,7 +11,7 @@ on the keys in SCHEMA; other keys may be added.
   steps since the last line; absent when there were none), `loss_scale` (fp16), `peak_mem_mb` (GPUs).
 - `val`, at each validation: `epoch`, `train_loss`, `val_loss` (CTC per target token, as `train_loss`),
   `wer`, `cer`, `utterances`, `skipped`, and the run's counters: `nonfinite_loss`, `nonfinite_grad` (steps
-  skipped), `bad_audio`, `too_short`, `feature_error`, `bad_text` (utterances skipped), `dropped_tail`. ADPSGD adds
+  skipped), `bad_audio`, `too_short`, `too_long`, `feature_error`, `bad_text` (utterances skipped), `dropped_tail`. ADPSGD adds
   `consensus_distance` (mean L2 distance of the learners from their average); its rings add `exchanges`
   and `skipped_exchanges` (rank 0's rounds). With `data.mix`, `samples_<domain>` is each domain's samples in
   the epoch.
@@ -37,7 +37,7 @@ SCHEMA: dict[str, set[str]] = {
     "train": {"kind", "time", "step", "epoch", "lr", "samples"},
     "val": {"kind", "time", "step", "epoch", "train_loss", "val_loss", "wer", "cer", "utterances", "skipped",
             "nonfinite_loss",
-            "nonfinite_grad", "bad_audio", "too_short", "feature_error", "bad_text"},
+            "nonfinite_grad", "bad_audio", "too_short", "too_long", "feature_error", "bad_text"},
 }
 
 

@@ -12,6 +12,7 @@ from .config import Config, FeatureConfig, from_dict
 from .data.features import FeatureExtractor
 from .data.text import CharTokenizer, TextNormalizer
 from .models.registry import build_model
+from .storage.checkpoints import CheckpointError
 
 
 @dataclass
@@ -54,7 +55,36 @@ def describe(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | None = None) -> Components:
-    """Components from a model description (`describe`), with `weights` loaded and in eval mode when given."""
+    """Components from a model description (`describe`), with `weights` loaded and in eval mode when given.
+
+    The description comes from a file, so it is checked before anything is allocated: it is parsed and the
+    model built on the meta device (a bad key, type or shape is a CheckpointError in one line), and with
+    `weights` every tensor's shape must match, so a corrupt description cannot ask for a huge model."""
+    try:
+        with torch.device("meta"):
+            probe = _build(desc)
+    except Exception as e:
+        raise CheckpointError(f"the checkpoint's model description is not valid: {_first_line(e)}") from None
+    if weights is not None:
+        expected = {k: tuple(v.shape) for k, v in probe.model.state_dict().items()}
+        found = {k: tuple(v.shape) for k, v in weights.items() if isinstance(v, torch.Tensor)}
+        if expected != found:
+            wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
+            raise CheckpointError(f"the checkpoint's weights do not match its model description "
+                                  f"({len(wrong)} tensor(s) differ, e.g. {wrong[0]})")
+    comps = _build(desc)
+    if weights is not None:
+        comps.model.load_state_dict(weights)
+        comps.model.eval()
+    return comps
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _build(desc: dict[str, Any]) -> Components:
     if "meta" not in desc:
         comps = build_components(from_dict(Config, desc["config"]))
     else:
@@ -64,9 +94,6 @@ def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | 
         features = FeatureExtractor(from_dict(FeatureConfig, meta["features"], where="checkpoint.features"))
         model = build_model(meta["model_name"], meta["model_overrides"], features.num_features, tokenizer.vocab_size)
         comps = Components(normalizer, tokenizer, features, model, meta["model_name"], meta["model_overrides"])
-    if weights is not None:
-        comps.model.load_state_dict(weights)
-        comps.model.eval()
     return comps
 
 

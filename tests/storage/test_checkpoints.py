@@ -160,3 +160,21 @@ def test_a_format_1_checkpoint_is_refused_for_resume_with_one_clear_line(tmp_pat
     with pytest.raises(CheckpointError, match="format 1 predates resumable"):
         _trainer(tmp_path / "b", 2, f"trainer.resume={tmp_path / 'old.pt'}")
     components_from_checkpoint(load_checkpoint(tmp_path / "old.pt"))  # still usable for inference
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda c: c["config"]["model"]["overrides"].update(rnn_hidden=10 ** 7), "weights do not match"),
+    (lambda c: c["config"]["model"].update(overrides={"rnn_hidden": "wide"}), "model description is not valid"),
+    (lambda c: c["config"]["features"].update(kind=7, n_mels=[1]), "model description is not valid"),
+    (lambda c: c["config"].pop("model") and c["config"].update(model=[]), "model description is not valid"),
+])
+def test_a_corrupt_model_description_is_one_line_before_anything_is_allocated(ldc_checkpoint, tmp_path, corrupt,
+                                                                                message):
+    from speechscale.components import load_components
+
+    state = torch.load(ldc_checkpoint, weights_only=True)
+    corrupt(state)
+    torch.save(state, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=message) as info:
+        load_components(tmp_path / "bad.pt")  # 10**7 hidden units would be terabytes: refused on the meta device
+    assert "\n" not in str(info.value)

@@ -4,6 +4,18 @@ The package itself is the file layer (`storage.join`, `storage.write_bytes`, ...
 reads and writes checkpoints, `storage.seeds` derives seeds and saves generator states. It imports no
 other speechscale package, so data, decoding, serving and export use it without importing training.
 """
-from .files import check_writable, copy, exists, is_remote, join, list_names, read_bytes, remove, write_bytes
+from .files import (
+           check_writable,
+           copy,
+           exists,
+           is_remote,
+           join,
+           list_names,
+           read_bytes,
+           remove,
+           sweep_temp,
+           write_bytes,
+)
 
-__all__ = ["check_writable", "copy", "exists", "is_remote", "join", "list_names", "read_bytes", "remove", "write_bytes"]
+__all__ = ["check_writable", "copy", "exists", "is_remote", "join", "list_names", "read_bytes", "remove", "sweep_temp",
+           "write_bytes"]

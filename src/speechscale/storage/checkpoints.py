@@ -36,6 +36,10 @@ class CheckpointError(RuntimeError):
     """The checkpoint is missing, torn or not a speechscale checkpoint."""
 
 
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (a full disk, a quota, a lost mount): the run stops on every rank."""
+
+
 REQUIRED_KEYS = ("model", "config")  # what every speechscale checkpoint holds
 
 

@@ -46,11 +46,15 @@ def write_bytes(url: str | Path, data: bytes) -> None:
         path = _local(url)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = _tmp(path)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:  # a full disk, a quota: leave no partial temp file behind
+            tmp.unlink(missing_ok=True)
+            raise
         return
     fs, path = _fs(url)
     fs.pipe_file(path, data)
@@ -72,6 +76,17 @@ def copy(src: str | Path, dst: str | Path) -> None:
         return
     fs, s_path = _fs(src)
     fs.copy(s_path, _fs(dst)[1])
+
+
+def sweep_temp(folder: str | Path) -> list[str]:
+    """Delete the temp files (`.NAME.tmp.PID`) that writes interrupted by a crash left in local `folder`;
+    returns their names. Call it before anything writes there (e.g. at the start of a run)."""
+    if is_remote(folder) or not Path(folder).is_dir():
+        return []
+    stale = sorted(p for p in Path(folder).glob(".*.tmp.*") if p.is_file())
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return [p.name for p in stale]
 
 
 def read_bytes(url: str | Path) -> bytes:

@@ -24,7 +24,7 @@ from ..data.dataset import SKIP_REASONS, Batch
 from ..data.loading import training_data
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
-from ..storage.checkpoints import load_checkpoint, newest_checkpoint, save_checkpoint_in
+from ..storage.checkpoints import CheckpointWriteError, load_checkpoint, newest_checkpoint, save_checkpoint_in
 from ..storage.seeds import derive_seed, seed_everything
 from .evaluate import validate
 from .optim import SampleSchedule, build_optimizer, set_lr
@@ -53,6 +53,8 @@ class Trainer:
         self.out_dir = Path(t.log_dir or (f"runs/{t.out_dir.rstrip('/').rsplit('/', 1)[-1]}" if remote else t.out_dir))
         if int(os.environ.get("RANK", 0)) == 0:  # the rank that writes checks, before any process group exists
             check_writable(self.ckpt_dir, "trainer.out_dir")
+            for name in storage.sweep_temp(self.ckpt_dir):  # left by a write that a crash or a full disk cut short
+                log.info("removed %s/%s, a temp file of an interrupted write", self.ckpt_dir, name)
             check_writable(self.out_dir, "trainer.log_dir" if remote else "trainer.out_dir")
         if t.threads > 0:
             torch.set_num_threads(t.threads)
@@ -119,16 +121,24 @@ class Trainer:
         None writes a rotating `step-N.pt` (keeping trainer.keep_checkpoints), `last.pt` and the pointer;
         `best` also writes the same checkpoint as best.pt."""
         ranks = self.strategy.gather(rank_part(self.strategy, self.model, self.optimizer, self.plan.rank_state()))
-        path = None
+        path, failure = None, None
         with self.strategy.consensus(self.model) as model:
             if self.rank == 0:
                 ckpt = checkpoint_dict(config=to_dict(self.cfg), model=model.state_dict(),
                                        optimizer=self.optimizer.state_dict(), precision=self.precision.state_dict(),
                                        training=self.state, ranks=ranks)
-                if best:
-                    save_checkpoint_in(self.ckpt_dir, ckpt, "best.pt", self.state.step, 1)
-                path = save_checkpoint_in(self.ckpt_dir, ckpt, name, self.state.step, self.cfg.trainer.keep_checkpoints)
-        self.strategy.barrier()
+                try:
+                    if best:
+                        save_checkpoint_in(self.ckpt_dir, ckpt, "best.pt", self.state.step, 1)
+                    path = save_checkpoint_in(self.ckpt_dir, ckpt, name, self.state.step,
+                                              self.cfg.trainer.keep_checkpoints)
+                except Exception as e:  # every rank must learn of it, or the others wait in the next collective
+                    failure = f"{type(e).__name__}: {e}".splitlines()[0]
+        if self.strategy.any_rank(failure is not None):  # also the barrier that ends every save
+            raise CheckpointWriteError(
+                f"writing the checkpoint of step {self.state.step} to {self.ckpt_dir} failed"
+                f"{f' ({failure})' if failure else ' on rank 0'}; the run stopped on every rank. Free space (or fix the "
+                f"storage) and continue it with trainer.resume=auto from the last checkpoint that was written")
         return path
 
     # ---- one step ----------------------------------------------------------------------------------

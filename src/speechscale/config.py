@@ -92,6 +92,8 @@ class DataConfig:
     mix_weights: list[float] = field(default_factory=list)  # one per domain; [] = in proportion to utterances
     mix_temperature: float = 1.0       # domain d is drawn with p ~ weight_d ** (1 / T); T > 1 flattens the shares
     shuffle_shards: int = 4            # shard streams: shards whose utterances are shuffled and bucketed together
+    allow_external_shards: bool = False  # let a shard index name shards outside its own folder (absolute
+                                       # paths, URLs, ..): only for indexes you trust
 
 
 @dataclass

@@ -174,3 +174,33 @@ def test_training_streams_shards_from_s3(s3, tmp_path):
     assert summary["step"] == 3 and summary["bad_audio"] == 0 and summary["train_utterances"] == 8
     with pytest.raises(ShardError, match="cannot be read"):
         ShardIndex("s3://no-such-bucket/index.jsonl")
+
+
+def test_an_index_names_shards_under_its_own_folder_unless_external_ones_are_allowed(tmp_path):
+    write_shards(str(_manifest(tmp_path, 4)), tmp_path / "sh", shard_size=2)
+    lines = (tmp_path / "sh" / "index.jsonl").read_text().splitlines()
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    for name, target in [("abs", str(tmp_path / "sh" / "shard-000000.tar")), ("up", "../sh/shard-000000.tar"),
+                         ("url", "http://169.254.169.254/latest/meta-data")]:
+        head = json.loads(lines[1])
+        head["shard"] = target
+        (elsewhere / f"{name}.jsonl").write_text("\n".join([lines[0], json.dumps(head)]) + "\n")
+        with pytest.raises(ShardError, match="outside the index's folder.*allow_external_shards"):
+            ShardIndex(str(elsewhere / f"{name}.jsonl"))
+    trusted = ShardIndex(str(elsewhere / "abs.jsonl"), allow_external=True)
+    assert trusted.shards[0].url == str(tmp_path / "sh" / "shard-000000.tar")
+    cfg = Config(data=DataConfig(train_manifest=str(elsewhere / "up.jsonl")))
+    with pytest.raises(ShardError, match="outside"):  # the recipe's key is the switch
+        shard_source(str(elsewhere / "up.jsonl"), build_components(cfg), cfg.data, None, 0)
+
+
+def test_an_index_whose_counts_disagree_with_its_members_is_refused_when_it_loads(tmp_path):
+    write_shards(str(_manifest(tmp_path, 4)), tmp_path / "sh", shard_size=2)
+    path = tmp_path / "sh" / "index.jsonl"
+    lines = path.read_text().splitlines()
+    head = json.loads(lines[1])
+    head["utterances"] = 50  # the run used to die with an IndexError hours in
+    path.write_text("\n".join([lines[0], json.dumps(head), *lines[2:]]) + "\n")
+    with pytest.raises(ShardError, match="says 50 utterances but lists 2 members"):
+        ShardIndex(str(path))

@@ -35,19 +35,18 @@ def synthetic_corpus(folder: str | Path, utterances: int, per_shard: int = 1000)
     out = folder / f"n{utterances}"
     out.mkdir(parents=True, exist_ok=True)
     n_shards = -(-utterances // per_shard)
-    with open(out / INDEX_NAME, "w") as f:
+    index = real / "shards" / f"index-n{utterances}.jsonl"  # beside the shards it names (relative names)
+    with open(index, "w") as f:
         f.write(json.dumps({"speechscale_shards": 1, "shards": n_shards, "utterances": utterances}) + "\n")
         for s in range(n_shards):
-            e = dict(entries[s % len(entries)])
-            e["shard"] = str((real / "shards" / e["shard"]).resolve())
-            f.write(json.dumps(e) + "\n")
+            f.write(json.dumps(entries[s % len(entries)]) + "\n")
     rows = [json.loads(x) for x in (real / "manifest.jsonl").read_text().splitlines()]
     with open(out / "manifest.jsonl", "w") as f:
         for i in range(n_shards * per_shard):
             r = dict(rows[i % len(rows)])
             r["audio_filepath"] = str((real / r["audio_filepath"]).resolve())
             f.write(json.dumps(r) + "\n")
-    return out / INDEX_NAME, out / "manifest.jsonl"
+    return index, out / "manifest.jsonl"
 
 
 def _status() -> dict[str, float]:

@@ -135,7 +135,7 @@ def make_loader(utts: list[Utterance], comps: "Components", data: DataConfig, au
 def shard_source(path: str, comps: "Components", data: DataConfig, augment: AugmentConfig | None, seed: int
                  ) -> tuple[ShardUnits, ShardDataset, SkipReport]:
     """A shard index checked against its shards (one clear error before work starts), its units and dataset."""
-    index = ShardIndex(path)
+    index = ShardIndex(path, allow_external=data.allow_external_shards)
     index.check()
     units = ShardUnits(index, data.batch_seconds, data.max_batch_size, seed, shuffle=augment is not None,
                        shuffle_shards=data.shuffle_shards, min_duration=data.min_duration,

@@ -17,6 +17,7 @@ import io
 import json
 import math
 import os
+import posixpath
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -136,7 +137,9 @@ class ShardIndex:
     utterances); a shard's members are read from its line when needed. A remote index is copied to a local
     temporary file first (streamed)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, allow_external: bool = False) -> None:
+        """`allow_external`: shards may be named by absolute path, URL or `..` (data.allow_external_shards);
+        by default each resolves under the index's own folder, so an index cannot point reads elsewhere."""
         path = str(path)
         if not is_remote(path) and Path(path).is_dir():
             path = str(Path(path) / INDEX_NAME)
@@ -159,18 +162,32 @@ class ShardIndex:
                     continue
                 try:
                     head = json.loads(line)  # members are parsed here once, then dropped
-                    url = head["shard"] if "://" in head["shard"] or head["shard"].startswith("/") else \
-                        f"{self.base}/{head['shard']}"
-                    self.shards.append(ShardEntry(url, int(head["bytes"]), int(head["utterances"]),
-                                                  float(head["seconds"]), offset))
+                    url = self._resolve(str(head["shard"]), allow_external)
+                    entry = ShardEntry(url, int(head["bytes"]), int(head["utterances"]), float(head["seconds"]),
+                                       offset)
+                    members = head["members"]
+                    ok = isinstance(members, list) and all(isinstance(m, list) and len(m) == 4 for m in members)
                 except (ValueError, KeyError, TypeError) as e:
                     raise ShardError(f"{path}: shard line at byte {offset} is malformed ({e})") from None
+                if not ok or len(members) != entry.utterances:
+                    raise ShardError(f"{path}: shard line at byte {offset} says {entry.utterances} utterances but "
+                                     f"lists {len(members) if isinstance(members, list) else 'no'} members; "
+                                     f"rewrite the index with `speechscale data shard`")
+                self.shards.append(entry)
         if not self.shards:
             raise ShardError(f"{path}: the index lists no shards")
         # global utterance id of each shard's first member
         self.starts = [0]
         for s in self.shards:
             self.starts.append(self.starts[-1] + s.utterances)
+
+    def _resolve(self, name: str, allow_external: bool) -> str:
+        """Where shard `name` of this index lives: under the index's folder unless external names are allowed."""
+        external = "://" in name or name.startswith("/") or posixpath.normpath(name).split("/")[0] == ".."
+        if external and not allow_external:
+            raise ShardError(f"{self.path}: shard {name!r} lies outside the index's folder; indexes name shards "
+                             f"relative to themselves (set data.allow_external_shards=true to trust this one)")
+        return name if external else f"{self.base}/{name}"
 
     @staticmethod
     def _local_copy(path: str) -> str:

@@ -151,6 +151,8 @@ class ADPSGDConfig:
                                        # averages with one neighbour per step; delay_by_one: lockstep, each step's
                                        # exchange hidden behind the next step (fastest when learners are equally fast)
     skip_after_s: float = 30.0         # rings: a neighbour that has not come to a round after this long is skipped
+    timeout_s: float = 120.0           # an exchange (or any collective of the learners) that takes longer fails the
+                                       # run, e.g. a partner that agreed and then stalled (SIGSTOP, a hung host)
 
 
 @dataclass

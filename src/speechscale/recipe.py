@@ -102,6 +102,8 @@ def check_recipe(cfg: Config) -> None:
         (t.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
         (t.grad_accum >= 1, "trainer.grad_accum must be at least 1"),
         (cfg.distributed.adpsgd.skip_after_s > 0, "distributed.adpsgd.skip_after_s must be positive (seconds)"),
+        (cfg.distributed.adpsgd.timeout_s > cfg.distributed.adpsgd.skip_after_s,
+         "distributed.adpsgd.timeout_s must be longer than distributed.adpsgd.skip_after_s"),
         (cfg.distributed.simulate_straggler.slowdown >= 1.0,
          "distributed.simulate_straggler.slowdown must be at least 1 (1 = off)"),
         (0.0 <= a.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),

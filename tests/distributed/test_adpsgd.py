@@ -81,6 +81,8 @@ def _gossip(strategy, variant, rank, world):
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # no gradients: pure gossip
     distances, means = [], []
     partners = []
+    store = getattr(strategy, "store", None)
+    keys_before = store.num_keys() if store is not None else 0
     for step in range(4 * world):
         partners.append(partner(strategy.pairs(step), rank))
         strategy.before_step(model, opt)
@@ -90,7 +92,10 @@ def _gossip(strategy, variant, rank, world):
             means.append(_flat(m).tolist())
         distances.append(strategy.stats()["consensus_distance"])
     strategy.finish(model, opt)
-    return {"distances": distances, "means": means, "partners": partners, "final": _flat(model).tolist()}
+    strategy.barrier()  # every learner is past its last round before the store is counted
+    keys_added = store.num_keys() - keys_before if store is not None else 0
+    return {"distances": distances, "means": means, "partners": partners, "final": _flat(model).tolist(),
+            "keys_added": keys_added}
 
 
 def _gossip_worker(rank, world, ports, out):
@@ -116,6 +121,8 @@ def test_gossip_keeps_the_mean_shrinks_the_spread_and_ends_identical(tmp_path, w
         for row in rows:  # after the final averaging every learner holds the same weights
             assert row["final"] == rows[0]["final"], variant
         torch.testing.assert_close(torch.tensor(rows[0]["final"]), first_mean, rtol=0, atol=1e-6)
+        # finished rounds leave no keys in the store (before: about 3 per pair and round, forever)
+        assert rows[0]["keys_added"] < 4 * world // 2, (variant, rows[0]["keys_added"])
 
 
 def _drift(strategy, variant, rank, world):

@@ -14,8 +14,10 @@ if TYPE_CHECKING:
 # distributed.strategy -> how to build it under a distributed launcher (one process is always local)
 STRATEGIES: dict[str, Callable[["DistributedConfig", int], Strategy]] = {
     "allreduce": lambda cfg, seed: AllReduceStrategy(),
-    "adpsgd": lambda cfg, seed: (RingStrategy(cfg.adpsgd.variant, skip_after_s=cfg.adpsgd.skip_after_s, seed=seed)
-                                 if cfg.adpsgd.variant in RING_VARIANTS else DelayByOneStrategy(cfg.adpsgd.variant)),
+    "adpsgd": lambda cfg, seed: (RingStrategy(cfg.adpsgd.variant, timeout_s=cfg.adpsgd.timeout_s,
+                                              skip_after_s=cfg.adpsgd.skip_after_s, seed=seed)
+                                 if cfg.adpsgd.variant in RING_VARIANTS
+                                 else DelayByOneStrategy(cfg.adpsgd.variant, timeout_s=cfg.adpsgd.timeout_s)),
 }
 
 

@@ -136,13 +136,21 @@ class RingStrategy(AveragingStrategy):
         key = f"x/{r}/{min(self.rank, peer)}-{max(self.rank, peer)}"
         self.store.set(f"{key}/{self.rank}", "1")
         deadline, pause = time.monotonic() + self.skip_after_s, 0.0005
-        while not self.store.check([f"{key}/{peer}"]):
+        # the partner's presence key, or its decision (it deletes its presence key once it has decided)
+        while not (arrived := self.store.check([f"{key}/{peer}"]) or self.store.check([f"{key}/d"])):
             if time.monotonic() > deadline:
                 break
             time.sleep(pause)
             pause = min(2 * pause, 0.01)
-        want = "go" if self.store.check([f"{key}/{peer}"]) else "skip"
-        return self.store.compare_set(f"{key}/d", "", want) == b"go"
+        want = "go" if arrived else "skip"
+        decided = self.store.compare_set(f"{key}/d", "", want)
+        # the round's keys are dropped once both partners have read the decision (a late partner's arrival
+        # no longer matters then); only a partner that never comes leaves two keys behind
+        self.store.delete_key(f"{key}/{self.rank}")
+        if self.store.add(f"{key}/n", 1) == 2:
+            self.store.delete_key(f"{key}/d")
+            self.store.delete_key(f"{key}/n")
+        return decided == b"go"
 
     def _exchange(self, r: int, sent: torch.Tensor, peer: int | None) -> torch.Tensor | None:
         if peer is None:
@@ -162,8 +170,15 @@ class RingStrategy(AveragingStrategy):
             own = _flat(model)
             _set_flat(model, own + delta.to(own.device))
 
+    def _raise_thread_error(self) -> None:
+        """The communication thread's failure (a partner died or stalled past timeout_s), raised here, at the
+        step that follows it, not at the epoch's end."""
+        if self._error is not None:
+            raise RuntimeError(f"adpsgd communication thread failed: {self._error}") from self._error
+
     def before_step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Between backward and the optimizer step: fold in the averages finished since the last step."""
+        self._raise_thread_error()
         self._apply_delta(model)
 
     def after_step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -182,8 +197,7 @@ class RingStrategy(AveragingStrategy):
         while True:
             self._apply_delta(model)
             with self._cond:
-                if self._error is not None:
-                    raise RuntimeError(f"adpsgd communication thread failed: {self._error}") from self._error
+                self._raise_thread_error()
                 if self.done >= target:
                     break
                 if self._snapshot is None:
@@ -230,5 +244,8 @@ class RingStrategy(AveragingStrategy):
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._thread.join(timeout=self.timeout.total_seconds())
+        self._thread.join(timeout=self.skip_after_s)  # a thread stuck in an exchange is a daemon: not waited on
+        if self._thread.is_alive():
+            log.warning("rank %d: the adpsgd thread is still in an exchange after %g s; leaving it", self.rank,
+                        self.skip_after_s)
         super().close()

@@ -12,7 +12,7 @@ from .config import Config, FeatureConfig, from_dict
 from .data.features import FeatureExtractor
 from .data.text import CharTokenizer, TextNormalizer
 from .models.registry import build_model
-from .storage.checkpoints import CheckpointError
+from .storage.checkpoints import CheckpointError, error_line
 
 
 @dataclass
@@ -64,7 +64,7 @@ def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | 
         with torch.device("meta"):
             probe = _build(desc)
     except Exception as e:
-        raise CheckpointError(f"the checkpoint's model description is not valid: {_first_line(e)}") from None
+        raise CheckpointError(f"the checkpoint's model description is not valid: {error_line(e)}") from None
     if weights is not None:
         expected = {k: tuple(v.shape) for k, v in probe.model.state_dict().items()}
         found = {k: tuple(v.shape) for k, v in weights.items() if isinstance(v, torch.Tensor)}
@@ -77,11 +77,6 @@ def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | 
         comps.model.load_state_dict(weights)
         comps.model.eval()
     return comps
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def _build(desc: dict[str, Any]) -> Components:

@@ -33,6 +33,9 @@ from .harness import interleave
 TEXT = "she had your dark suit in greasy wash water all year"
 
 
+PHASES = ("data", "forward", "backward", "optimizer")  # what one timed step reports, in order
+
+
 def _clips(manifest: str | None, sample_rate: int, seconds: float, n: int, seed: int) -> list[np.ndarray]:
     """`n` clips of `seconds` each: windows of real recordings, or noise when no manifest is given."""
     rng = np.random.default_rng(seed)
@@ -104,7 +107,6 @@ class _Mode:
         # the trainer's step (grad_clip from the recipe's default), timed phase by phase
         self.step = TrainStep(self.model, self.forward, self.opt, self.precision, LocalStrategy(), cfg.optim.grad_clip,
                               device, clock=clock)
-        self.phases = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
         self.losses: list[float] = []
 
 
@@ -165,7 +167,7 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             "ms_per_step": round(1000 * step_s, 1), "ms_per_step_p10_p90": [round(1000 * st.p10, 1),
                                                                              round(1000 * st.p90, 1)],
             # the phases of the median step itself (medians taken per phase would not add up to it)
-            "ms_per_phase": {k: round(1000 * statistics.fmean(x[k] for x in st.at_median()), 1) for k in m.phases},
+            "ms_per_phase": {k: round(1000 * statistics.fmean(x[k] for x in st.at_median()), 1) for k in PHASES},
             "gflop_per_audio_second": round((fwd + bwd) / seconds / 1e9, 2),
             "achieved_tflops": round(achieved, 4), "peak_tflops": round(peak, 4), "peak_source": source,
             "mfu": round(achieved / peak, 4), "final_loss": round(m.losses[-1], 3),

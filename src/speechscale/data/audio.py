@@ -75,16 +75,16 @@ def _read(source: Any, path: str, max_seconds: float | None) -> tuple[np.ndarray
                 raise AudioError(f"{path}: a sample rate of {sr} Hz (audio is {MIN_RATE}-{MAX_RATE} Hz)")
             if channels > MAX_CHANNELS:
                 raise AudioError(f"{path}: {channels} channels (at most {MAX_CHANNELS})")
-            limit = -1 if max_seconds is None else int(max_seconds * sr)
-            if limit >= 0 and frames > limit:
-                raise AudioTooLong(path, frames / sr, max_seconds or 0.0)
-            data = f.read(frames=limit + 1 if limit >= 0 else -1, dtype="float32", always_2d=True)  # (T, C)
+            limit = None if max_seconds is None else int(max_seconds * sr)
+            if limit is not None and frames > limit:
+                raise AudioTooLong(path, frames / sr, max_seconds)
+            data = f.read(frames=-1 if limit is None else limit + 1, dtype="float32", always_2d=True)  # (T, C)
     except AudioError:
         raise
     except Exception as e:  # soundfile raises several types for corrupt or unknown formats
         raise AudioError(f"{path}: not audio that soundfile can decode ({_first_line(e)})") from e
-    if limit >= 0 and data.shape[0] > limit:  # the header understated the length
-        raise AudioTooLong(path, data.shape[0] / sr, max_seconds or 0.0)
+    if limit is not None and data.shape[0] > limit:  # the header understated the length
+        raise AudioTooLong(path, data.shape[0] / sr, max_seconds)
     return data, sr
 
 

@@ -111,7 +111,6 @@ class Batcher:
         except asyncio.QueueFull:
             raise HTTPException(503, f"busy: {self.limits.max_queue} requests are waiting; retry shortly",
                                 headers={"Retry-After": "1"}) from None
-        del wav
         try:
             return await asyncio.wait_for(fut, self.limits.request_timeout_s)
         except asyncio.TimeoutError:

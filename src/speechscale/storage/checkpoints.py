@@ -43,7 +43,7 @@ class CheckpointWriteError(CheckpointError):
 REQUIRED_KEYS = ("model", "config")  # what every speechscale checkpoint holds
 
 
-def _reason(e: Exception) -> str:
+def error_line(e: BaseException) -> str:
     """The first line of an exception's message, or its type when the message is blank."""
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
@@ -58,7 +58,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     except IsADirectoryError:
         raise CheckpointError(f"{path}: is a directory, not a checkpoint file") from None
     except Exception as e:
-        raise CheckpointError(f"cannot read checkpoint {path}: {_reason(e)}") from e
+        raise CheckpointError(f"cannot read checkpoint {path}: {error_line(e)}") from e
     if not data:
         raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
     try:
@@ -69,7 +69,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
         raise CheckpointError(f"{path} is not a speechscale checkpoint: it holds Python objects other than "
                               f"tensors and plain data, which speechscale never unpickles") from None
     except Exception as e:
-        raise CheckpointError(f"{path} is not a speechscale checkpoint (torch cannot read it: {_reason(e)}); "
+        raise CheckpointError(f"{path} is not a speechscale checkpoint (torch cannot read it: {error_line(e)}); "
                               f"a torn write? resume=auto passes over such files") from e
     missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
     if missing:

@@ -24,7 +24,13 @@ from ..data.dataset import SKIP_REASONS, Batch
 from ..data.loading import training_data
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
-from ..storage.checkpoints import CheckpointWriteError, load_checkpoint, newest_checkpoint, save_checkpoint_in
+from ..storage.checkpoints import (
+    CheckpointWriteError,
+    error_line,
+    load_checkpoint,
+    newest_checkpoint,
+    save_checkpoint_in,
+)
 from ..storage.seeds import derive_seed, seed_everything
 from .evaluate import validate
 from .optim import SampleSchedule, build_optimizer, set_lr
@@ -133,7 +139,7 @@ class Trainer:
                     path = save_checkpoint_in(self.ckpt_dir, ckpt, name, self.state.step,
                                               self.cfg.trainer.keep_checkpoints)
                 except Exception as e:  # every rank must learn of it, or the others wait in the next collective
-                    failure = f"{type(e).__name__}: {e}".splitlines()[0]
+                    failure = error_line(e)
         if self.strategy.any_rank(failure is not None):  # also the barrier that ends every save
             raise CheckpointWriteError(
                 f"writing the checkpoint of step {self.state.step} to {self.ckpt_dir} failed"

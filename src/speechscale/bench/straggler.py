@@ -10,7 +10,7 @@ its ratio to the same strategy without a straggler, and the validation curve (lo
 distance) against wall time and epochs, and per epoch each ADPSGD run's validation loss relative to
 allreduce's. With `--seeds 1,2,3 --target-wer 0.05` every run is repeated per seed and timed to the
 target: the wall time from launch to the first validation at or below the target WER (the paper's measure
-is time to a target held-out loss). `summarize` gives per strategy and straggler setting the median and
+is time to a target held-out loss); a run stops there, so --epochs is a cap that lets the slowest reach it. `summarize` gives per strategy and straggler setting the median and
 range over seeds. Writes results.json and straggler.png to --out.
 """
 from __future__ import annotations
@@ -32,14 +32,16 @@ STRATEGY_RUNS: dict[str, list[str]] = {
 }
 
 
-def _train(procs: int, config: str, overrides: list[str], out: Path, timeout: float) -> dict[str, Any]:
-    """One torchrun training run; returns its summary line and its validation rows."""
+def _train(procs: int, config: str, overrides: list[str], out: Path, timeout: float,
+           target_wer: float | None = None) -> dict[str, Any]:
+    """One torchrun training run, stopped at its first validation at or below `target_wer` (None: runs all
+    its epochs); returns its summary line and its validation rows."""
     torchrun = ["torch.distributed.run", f"--nproc-per-node={procs}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
     started = time.time()
     try:
         stdout = run_cli(["train", "--config", config, f"trainer.out_dir={out}", "trainer.threads=1",
-                          "trainer.target_wer=-1", "trainer.progress=false", *overrides], timeout=timeout,
+                          f"trainer.target_wer={-1 if target_wer is None else target_wer}", "trainer.progress=false", *overrides], timeout=timeout,
                          launcher=torchrun, env={"OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
     except RuntimeError as e:
         raise RuntimeError(f"bench straggler: {' '.join(overrides)}: {e}") from None
@@ -69,7 +71,7 @@ def bench_straggler(procs: int = 4, epochs: int = 4, slowdown: float = 2.0, conf
                 seeded = [f"trainer.seed={seed}"] if seed is not None else []
                 folder = out / f"{name}{'' if seed is None else f'-seed{seed}'}{'-straggler' if slow else ''}"
                 run = _train(procs, config, [f"trainer.max_epochs={epochs}", *STRATEGY_RUNS[name], *straggler,
-                                             *seeded, *(extra or [])], folder, timeout)
+                                             *seeded, *(extra or [])], folder, timeout, target_wer)
                 s = run["summary"]
                 rate = s["train_utterances"] * s["epoch"] / (s["minutes"] * 60)
                 base_rate = base_rate or rate

@@ -25,8 +25,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "scaling": {"models": ["ds2-tiny", "wav2letter+-tiny"], "procs": [1, 2], "batch_size": 8, "seconds": 2.0,
                 "steps": 5, "warmup": 2},
     # 2 learners on 2 cores (none shares a core, so the sleeping straggler frees nothing for the others; with
-    # 2 learners the random ring is the fixed one). Goal fixed before measuring: the time to the target WER.
-    "straggler": {"procs": 2, "epochs": 12, "slowdown": 2.0, "seeds": [1, 2, 3], "target_wer": 0.05,
+    # 2 learners the random ring is the fixed one). Goal fixed before measuring: the time to the target WER;
+    # each run stops there, and 24 epochs is the cap (12 left 5 of 18 runs short of it on 2026-11-24).
+    "straggler": {"procs": 2, "epochs": 24, "slowdown": 2.0, "seeds": [1, 2, 3], "target_wer": 0.05,
                   "strategies": ["allreduce", "adpsgd-fixed_ring", "adpsgd-delay_by_one"],
                   "config": "configs/yesno.yaml", "overrides": ["data.max_batch_size=2"]},
     "planner": {"validate_models": ["ds2-tiny", "wav2letter+-tiny"], "world": 2},

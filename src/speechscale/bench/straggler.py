@@ -10,8 +10,9 @@ its ratio to the same strategy without a straggler, and the validation curve (lo
 distance) against wall time and epochs, and per epoch each ADPSGD run's validation loss relative to
 allreduce's. With `--seeds 1,2,3 --target-wer 0.05` every run is repeated per seed and timed to the
 target: the wall time from launch to the first validation at or below the target WER (the paper's measure
-is time to a target held-out loss); a run stops there, so --epochs is a cap that lets the slowest reach it. `summarize` gives per strategy and straggler setting the median and
-range over seeds. Writes results.json and straggler.png to --out.
+is time to a target held-out loss); a run stops there, so --epochs is a cap that lets the slowest reach it.
+`summarize` gives per strategy and straggler setting the median and range over seeds. Writes results.json
+and straggler.png to --out.
 """
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ def _train(procs: int, config: str, overrides: list[str], out: Path, timeout: fl
                 f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
     started = time.time()
     try:
+        stop_at = -1 if target_wer is None else target_wer
         stdout = run_cli(["train", "--config", config, f"trainer.out_dir={out}", "trainer.threads=1",
-                          f"trainer.target_wer={-1 if target_wer is None else target_wer}", "trainer.progress=false", *overrides], timeout=timeout,
+                          f"trainer.target_wer={stop_at}", "trainer.progress=false", *overrides], timeout=timeout,
                          launcher=torchrun, env={"OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
     except RuntimeError as e:
         raise RuntimeError(f"bench straggler: {' '.join(overrides)}: {e}") from None

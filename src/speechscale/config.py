@@ -165,6 +165,8 @@ class StragglerConfig:
 class DistributedConfig:
     strategy: str = "allreduce"        # under torchrun: allreduce (DDP; gloo on CPU, nccl on GPU) | adpsgd (gossip)
     scale_lr: bool = False             # multiply the learning rate by the number of ranks (linear scaling rule)
+    timeout_s: float = 300.0           # allreduce: a collective that takes longer fails the run (a stuck node:
+                                       # torchrun then restarts the group without it); first steps included
     adpsgd: ADPSGDConfig = field(default_factory=ADPSGDConfig)  # distributed.strategy=adpsgd only
     simulate_straggler: StragglerConfig = field(default_factory=StragglerConfig)  # {rank: R, slowdown: F}
 

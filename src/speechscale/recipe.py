@@ -101,6 +101,7 @@ def check_recipe(cfg: Config) -> None:
         (bool(t.out_dir.strip()), "trainer.out_dir must not be empty"),
         (t.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
         (t.grad_accum >= 1, "trainer.grad_accum must be at least 1"),
+        (cfg.distributed.timeout_s > 0, "distributed.timeout_s must be positive (seconds)"),
         (cfg.distributed.adpsgd.skip_after_s > 0, "distributed.adpsgd.skip_after_s must be positive (seconds)"),
         (cfg.distributed.adpsgd.timeout_s > cfg.distributed.adpsgd.skip_after_s,
          "distributed.adpsgd.timeout_s must be longer than distributed.adpsgd.skip_after_s"),

@@ -25,6 +25,13 @@ def positive(kind: type) -> Callable[[str], Any]:
     return parse
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0-65535 (0: the system picks a free one)."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}")
+    return int(text)
+
+
 def int_list(text: str) -> list[int]:
     """An argparse type: comma-separated integers (one line from argparse otherwise)."""
     try:

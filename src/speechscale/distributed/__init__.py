@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 # distributed.strategy -> how to build it under a distributed launcher (one process is always local)
 STRATEGIES: dict[str, Callable[["DistributedConfig", int], Strategy]] = {
-    "allreduce": lambda cfg, seed: AllReduceStrategy(),
+    "allreduce": lambda cfg, seed: AllReduceStrategy(cfg.timeout_s),
     "adpsgd": lambda cfg, seed: (RingStrategy(cfg.adpsgd.variant, timeout_s=cfg.adpsgd.timeout_s,
                                               skip_after_s=cfg.adpsgd.skip_after_s, seed=seed)
                                  if cfg.adpsgd.variant in RING_VARIANTS
@@ -27,7 +27,7 @@ def build_strategy(cfg: "DistributedConfig", seed: int = 0, device: str = "auto"
     backend: nccl where ranks train on GPUs, gloo where they train on the CPU (also on a GPU machine)."""
     if not launched_distributed():
         return LocalStrategy()
-    join_process_group(device)
+    join_process_group(device, cfg.timeout_s if cfg.strategy == "allreduce" else cfg.adpsgd.timeout_s)
     return STRATEGIES[cfg.strategy](cfg, seed)
 
 

@@ -10,7 +10,7 @@ DEMO_ARGS   ?=
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-fast lint clean browser
+.PHONY: setup demo test test-fast lint clean browser deploy-check
 
 setup: $(VENV)/.installed
 
@@ -55,3 +55,9 @@ test-fast: setup lint
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# Not in `make test` (root and apt): a one-node SLURM cluster on this machine runs deploy/slurm/train.sbatch,
+# preempts it with `scancel --signal=TERM` after its first checkpoint, and checks that the requeued job resumes
+# and ends (deploy/slurm/check.sh prints one JSON line of figures).
+deploy-check: setup
+	VENV=$(VENV) deploy/slurm/check.sh

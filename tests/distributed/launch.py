@@ -66,6 +66,20 @@ def torchrun(nproc: int, args: list[str], max_restarts: int = 0, port: int | Non
             "-m", "speechscale.cli", *args]
 
 
+# test-only rendezvous timings: a lost node's heartbeats are missed after 3 s (default 15 s), the round closes
+# 1 s after its minimum joined; is_host=false: the store runs in `speechscale rendezvous`, never in an agent
+NODE_RDZV_CONF = "is_host=false,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+
+def node_agent(nproc: int, args: list[str], endpoint: str, rdzv_id: str, nnodes: str = "1:2", max_restarts: int = 3,
+               rdzv_conf: str = NODE_RDZV_CONF) -> list[str]:
+    """torchrun for one node of a multi-node job: the flags of deploy/kubernetes and deploy/slurm (the deploy
+    tests keep them equal), each agent a node of its own on loopback."""
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+            f"--max-restarts={max_restarts}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={rdzv_id}", f"--rdzv-conf={rdzv_conf}", "-m", "speechscale.cli", *args]
+
+
 def start(cmd: list[str], log: Path) -> subprocess.Popen:
     """Start `cmd` in its own process group (so the whole tree can be killed), output to `log`."""
     return subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
@@ -100,7 +114,7 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+def signal_tree(proc: subprocess.Popen, sig: int) -> None:
     """Send `sig` to the launched process, its group and every descendant (workers included)."""
     for pid in [proc.pid, *descendants(proc.pid)]:
         for kill in (os.killpg, os.kill):
@@ -108,6 +122,11 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
                 kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """`signal_tree(proc, sig)`, then reap the launched process."""
+    signal_tree(proc, sig)
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -137,3 +156,18 @@ def latest_step(out: Path) -> int:
 
     name = (out / "checkpoints" / "latest").read_text().strip()
     return int(torch.load(out / "checkpoints" / name, weights_only=True)["training"]["step"])
+
+
+def accepted(rows: list[dict]) -> list[dict]:
+    """Rows that count: an attempt's steps up to where the next attempt resumed (later ones were redone)."""
+    starts = sorted({r["resumed_at"] for r in rows})
+    nxt = {s: (starts[i + 1] if i + 1 < len(starts) else float("inf")) for i, s in enumerate(starts)}
+    return [r for r in rows if r["step"] <= nxt[r["resumed_at"]]]
+
+
+def ids_by_epoch(rows: list[dict]) -> dict[int, list[int]]:
+    """Sample ids per epoch over `rows`, repeats kept (so that a sample read twice shows)."""
+    out: dict[int, list[int]] = {}
+    for r in rows:
+        out.setdefault(r["epoch"], []).extend(r["ids"])
+    return out

@@ -1,0 +1,35 @@
+"""`speechscale rendezvous`: a real TCPStore in its own process that torchrun agents reach as clients."""
+import datetime
+import json
+import select
+import signal
+import subprocess
+import sys
+
+from torch.distributed import TCPStore
+
+from tests.conftest import ROOT
+from tests.distributed.launch import env, kill_group
+
+
+def test_the_store_serves_clients_and_stops_on_sigterm():
+    proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "rendezvous", "--host", "127.0.0.1",
+                             "--port", "0"], cwd=ROOT, env=env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert select.select([proc.stdout], [], [], 60)[0], "no address printed within 60 s"
+        host, port = json.loads(proc.stdout.readline())["rendezvous"].split(":")
+        timeout = datetime.timedelta(seconds=10)
+        a = TCPStore(host, int(port), is_master=False, timeout=timeout)
+        b = TCPStore(host, int(port), is_master=False, timeout=timeout)
+        a.set("round", "7")
+        assert b.get("round") == b"7" and b.add("joined", 1) == 1 and a.add("joined", 1) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        kill_group(proc)
+
+
+def test_a_bad_port_is_one_line():
+    r = subprocess.run([sys.executable, "-m", "speechscale.cli", "rendezvous", "--port", "70000"], cwd=ROOT,
+                       env=env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "0-65535" in r.stderr

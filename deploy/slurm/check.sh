@@ -38,8 +38,6 @@ has_checkpoint() { [ -f "$OUT_DIR/checkpoints/latest" ]; }
 finished() {
   case "$(state)" in
     COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) return 0 ;;
-    # SLURM holds a requeued job back about 2.5 minutes (its begin time); the check starts it at once
-    PENDING) scontrol update JobId="$job" StartTime=now 2> /dev/null || true ;;
   esac
   return 1
 }

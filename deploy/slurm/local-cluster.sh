@@ -50,6 +50,8 @@ SlurmctldHost=$node
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# a requeued job waits out its old credential before it may start again (120 s by default); 10 s here
+AuthInfo=cred_expire=10
 StateSaveLocation=$spool/ctld
 SlurmdSpoolDir=$spool/d
 SlurmctldPidFile=$spool/slurmctld.pid

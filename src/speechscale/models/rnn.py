@@ -9,6 +9,7 @@ from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..config import ConfigError
+from .gru_cpu import GRUDirection
 from .layers import MaskedBatchNorm
 
 RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -114,6 +115,9 @@ class RecurrentLayer(nn.Module):
         """One direction over (B, T, H_in) with these weights -> (B, T, H). Under tracing (ONNX and
         TorchScript export, which cannot trace functional_call) the same RNN op is called directly."""
         if not torch.jit.is_tracing():
+            if (self.rnn_type == "gru" and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+                    and torch.is_grad_enabled()):  # training: backward through time as a few large products
+                return GRUDirection.apply(x, *(weights[n] for n in self._weight_names))
             return functional_call(self._one_way, weights, (x,))[0]
         h0 = x.new_zeros(1, x.shape[0], self.hidden)
         params = [weights[n] for n in self._weight_names]  # w_ih, w_hh, b_ih, b_hh: the op's order

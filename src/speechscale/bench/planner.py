@@ -87,6 +87,7 @@ def validate_planner(models: tuple[str, ...] = ("ds2-tiny", "wav2letter+-tiny"),
                      "allreduce_mb_per_step": many["comm_mb_per_step"], "buckets": buckets,
                      "comm_ms_measured": many["comm_ms_per_step"], "comm_ms_predicted": round(1000 * comm_pred, 1),
                      "step_ms_measured": many["ms_per_step"], "step_ms_predicted": round(1000 * predicted.step_s, 1),
+                     "step_error": round(1000 * predicted.step_s / many["ms_per_step"] - 1, 4),
                      "speedup_measured": many["speedup"], "speedup_predicted": round(predicted.speedup, 3)})
     return {"link": {"bandwidth_gb_s": round(link.bandwidth, 3), "latency_us": round(link.latency_us, 1)},
             "allreduce_seconds": times, "processes": world, "rows": rows}

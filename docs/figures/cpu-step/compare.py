@@ -1,12 +1,14 @@
-"""Issue #24 §2: the ds2-large CPU step of this checkout against another checkout (default: 4933e4b), both
-run by `speechscale bench train` in alternating subprocesses (A B A B ..., so drift of a shared machine hits
-both alike), fp32, 2 threads, deepspeech.pytorch's layout (5 x 800 biGRU summed, no FC: 41.2 M parameters).
+"""Issue #24 §2: the ds2-large CPU training step of this checkout against another checkout (default: the
+baseline 4933e4b), interleaved step by step: two worker processes, one importing each checkout's
+`speechscale`, take turns (A B, B A, ...), so the drift of a shared machine hits both alike. fp32, 2 threads
+each (never at once), deepspeech.pytorch's layout (5 x 800 biGRU summed, no FC: 41.2 M parameters); each
+side's own model and optimizer defaults, one step = forward, CTC, backward, clip, optimizer step.
 
     git worktree add /tmp/base 4933e4b
-    python docs/figures/cpu-step/compare.py --baseline /tmp/base --rounds 3 > docs/figures/cpu-step/compare.jsonl
+    python docs/figures/cpu-step/compare.py --baseline /tmp/base --steps 12 > docs/figures/cpu-step/compare.jsonl
 
-Prints one JSON line per run and, last, the summary: per shape the median ms/step of each side and the
-median of the per-round ratios (baseline / this)."""
+Prints one JSON line per step and, last, the summary per shape: median ms/step of each side and the median
+(and range) of the per-pair ratios baseline / this."""
 from __future__ import annotations
 
 import argparse
@@ -20,39 +22,76 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 SHAPES = [(8, 2.0), (16, 1.0)]
-OVERRIDES = "{rnn_merge: sum, fc_hidden: 0}"
+OVERRIDES = {"rnn_merge": "sum", "fc_hidden": 0}
+
+WORKER = r'''
+import json, sys, time, torch
+from speechscale.config import OptimConfig
+from speechscale.models.registry import build_model
+from speechscale.training.optim import build_optimizer
+torch.set_num_threads(2)
+batch, seconds, overrides = int(sys.argv[1]), float(sys.argv[2]), json.loads(sys.argv[3])
+torch.manual_seed(0)
+model = build_model("ds2-large", overrides, 161, 29).train()
+opt = build_optimizer(model, OptimConfig())
+frames = int(seconds * 100) + 1  # 10 ms hop
+x = torch.randn(batch, 161, frames)
+lens = torch.full((batch,), frames)
+y = torch.randint(1, 29, (batch, int(seconds * 12)))
+ylens = torch.full((batch,), y.shape[1])
+def step():
+    t0 = time.perf_counter()
+    logits, out_lens = model(x, lens)
+    loss = torch.nn.functional.ctc_loss(logits.float().log_softmax(-1).transpose(0, 1), y, out_lens, ylens,
+                                        zero_infinity=True)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 400.0)
+    opt.step()
+    return 1000 * (time.perf_counter() - t0)
+for _ in range(2):
+    step()
+print("ready", flush=True)
+for line in sys.stdin:
+    print(json.dumps(step()), flush=True)
+'''
 
 
-def step_ms(src: Path, batch: int, seconds: float, steps: int) -> float:
-    cmd = [sys.executable, "-m", "speechscale.cli", "bench", "train", "--model", "ds2-large", "--model-overrides",
-           OVERRIDES, "--batch-size", str(batch), "--seconds", str(seconds), "--steps", str(steps), "--warmup", "1",
-           "--threads", "2"]
+def start(src: Path, batch: int, seconds: float) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "2"}
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    if out.returncode:
-        raise SystemExit(f"{src}: {out.stderr.strip().splitlines()[-1]}")
-    rows = json.loads(out.stdout.strip().splitlines()[-1])
-    row = rows[0] if isinstance(rows, list) else rows
-    return float(row.get("ms_per_step") or row["results"][0]["ms_per_step"])
+    p = subprocess.Popen([sys.executable, "-c", WORKER, str(batch), str(seconds), json.dumps(OVERRIDES)], cwd=ROOT,
+                         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready", f"{src}: worker failed"
+    return p
+
+
+def step(p: subprocess.Popen) -> float:
+    p.stdin.write("step\n")
+    p.stdin.flush()
+    return float(p.stdout.readline())
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--baseline", type=Path, required=True, help="a checkout of the baseline commit")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=3, help="timed steps per run")
-    a = p.parse_args()
-    sides = {"baseline": a.baseline / "src", "this": ROOT / "src"}
-    commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    base = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=a.baseline, capture_output=True, text=True)
-    summary = {"this_commit": commit.strip(), "baseline_commit": base.stdout.strip(), "shapes": []}
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baseline", type=Path, required=True, help="a checkout of the baseline commit")
+    ap.add_argument("--steps", type=int, default=12, help="timed step pairs per shape")
+    a = ap.parse_args()
+    rev = ["git", "rev-parse", "--short=10", "HEAD"]
+    summary = {"this_commit": subprocess.run(rev, cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+               "baseline_commit": subprocess.run(rev, cwd=a.baseline, capture_output=True, text=True).stdout.strip(),
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cores": os.cpu_count(), "shapes": []}
     for batch, seconds in SHAPES:
+        procs = {"baseline": start(a.baseline / "src", batch, seconds), "this": start(ROOT / "src", batch, seconds)}
         ms: dict[str, list[float]] = {"baseline": [], "this": []}
-        for r in range(a.rounds):
-            for side in (("baseline", "this") if r % 2 == 0 else ("this", "baseline")):
-                ms[side].append(step_ms(sides[side], batch, seconds, a.steps))
-                print(json.dumps({"batch": batch, "seconds": seconds, "round": r, "side": side,
-                                  "ms_per_step": round(ms[side][-1], 1), "time": time.time()}), flush=True)
+        try:
+            for i in range(a.steps):
+                for side in (("baseline", "this") if i % 2 == 0 else ("this", "baseline")):
+                    ms[side].append(step(procs[side]))
+                    print(json.dumps({"batch": batch, "seconds": seconds, "pair": i, "side": side,
+                                      "ms": round(ms[side][-1], 1)}), flush=True)
+        finally:
+            for p in procs.values():
+                p.kill()
         ratios = [b / t for b, t in zip(ms["baseline"], ms["this"])]
         summary["shapes"].append({"batch": batch, "seconds": seconds,
                                   "baseline_ms": round(statistics.median(ms["baseline"]), 1),

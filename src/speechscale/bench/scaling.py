@@ -75,7 +75,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
     forward = strategy.wrap(model)
     if isinstance(forward, torch.nn.parallel.DistributedDataParallel) and world > 1:
         forward.register_comm_hook(meter, _timed_allreduce)
-    opt = build_optimizer(model, cfg.optim, fused=dev.type == "cuda")
+    opt = build_optimizer(model, cfg.optim)
     step = TrainStep(model, forward, opt, Precision("fp32", dev), strategy, cfg.optim.grad_clip, dev)  # the trainer's
     b, secs = opts["batch_size"], opts["seconds"]
     clips = _clips(opts["manifest"], comps.features.cfg.sample_rate, secs, b, seed=rank)

@@ -96,7 +96,7 @@ class _Mode:
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(device).train()
         self.forward = torch.compile(self.model, dynamic=False) if compile_model else self.model
-        self.opt = build_optimizer(self.model, cfg.optim, fused=device.type == "cuda")
+        self.opt = build_optimizer(self.model, cfg.optim)
         self.precision = Precision(precision, device)
         self.marks: dict[str, float] = {}  # phase -> the time it ended (the step's clock)
 

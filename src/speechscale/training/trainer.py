@@ -88,7 +88,7 @@ class Trainer:
         self.loader, self.plan, self.dataset, self.val_loader = data.loader, data.plan, data.dataset, data.val_loader
         # Compiled (conv models) and/or strategy-wrapped module for training steps; same parameters.
         self.forward = self.strategy.wrap(torch.compile(self.model, dynamic=True) if t.compile else self.model)
-        self.optimizer = build_optimizer(self.model, cfg.optim, fused=self.device.type == "cuda")
+        self.optimizer = build_optimizer(self.model, cfg.optim)
         self.schedule = SampleSchedule(cfg.optim, self.plan.epoch_samples(1), data.batches_per_epoch, t.grad_accum,
                                        self.world, t.max_steps, t.max_epochs,
                                        self.strategy.lr_scale(cfg.distributed.scale_lr))

@@ -8,11 +8,12 @@ from tests.conftest import run_cli, shared
 @pytest.mark.slow
 def test_bench_train_reports_throughput_phases_ratios_and_mfu_per_precision():
     m = str(shared("ldc93s1", "manifest.jsonl"))
-    proc = run_cli("bench", "train", "--model", "ds2-tiny,wav2letter+-tiny,lstm-ctc-tiny", "--precision", "bf16,fp32",
-                   "--batch-size", "2", "--seconds", "1", "--steps", "2", "--warmup", "1", "--manifest", m)
+    proc = run_cli("bench", "train", "--model", "ds2-tiny,wav2letter+-tiny,lstm-ctc-tiny,conformer-tiny",
+                   "--precision", "bf16,fp32", "--batch-size", "2", "--seconds", "1", "--steps", "2", "--warmup", "1",
+                   "--manifest", m)
     rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     assert [(r["model"], r["precision"]) for r in rows] == [
-        (name, p) for name in ("ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny") for p in ("fp32", "bf16")]
+        (name, p) for name in ("ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny", "conformer-tiny") for p in ("fp32", "bf16")]
     for res in rows:
         assert res["source"] == "ldc93s1" and res["params"] > 1e6 and res["device"] == "cpu"
         assert res["audio_seconds_per_second"] > 0 and res["utterances_per_second"] > 0

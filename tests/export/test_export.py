@@ -12,7 +12,7 @@ from speechscale.models.registry import MODELS
 from speechscale.recipe import load_recipe
 from tests.conftest import main_cli, run_cli, shared
 
-SMALL = ["ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny"]
+SMALL = ["ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny", "conformer-tiny"]
 LARGE = [m for m in MODELS if m not in SMALL]
 
 

@@ -96,14 +96,15 @@ def test_gpu_counts_fill_a_node_then_whole_nodes():
     assert gpu_counts(Cluster(gpus_per_node=6), 24) == [1, 2, 4, 6, 12, 18, 24]
 
 
-def test_registry_counts_are_the_models_own():
-    from speechscale.config import FeatureConfig
+@pytest.mark.parametrize("name", ["ds2-tiny", "conformer-tiny"])
+def test_registry_counts_are_the_models_own(name):
+    from speechscale.config import FeatureConfig, from_dict
     from speechscale.data.features import FeatureExtractor
-    from speechscale.models.registry import build_model
+    from speechscale.models.registry import RECOMMENDED_FEATURES, build_model
 
-    params, flops = registry_cost("ds2-tiny")
-    feats = FeatureExtractor(FeatureConfig())
-    model = build_model("ds2-tiny", None, feats.num_features, 29)
+    params, flops = registry_cost(name)
+    feats = FeatureExtractor(from_dict(FeatureConfig, RECOMMENDED_FEATURES.get(name, {})))
+    model = build_model(name, None, feats.num_features, 29)
     assert params == sum(p.numel() for p in model.parameters())
     assert flops == pytest.approx(sum(model.flops(feats.frames_for_seconds(10.0))) / 10.0)
 

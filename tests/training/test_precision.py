@@ -11,13 +11,15 @@ from speechscale.training.trainer import Trainer
 from tests.conftest import run_cli, shared
 
 FEATURES = {"ds2-tiny": [], "wav2letter+-tiny": ["features.kind=logmel", "features.n_mels=64"],
-            "lstm-ctc-tiny": ["features.kind=logmel", "features.n_mels=40"]}
+            "lstm-ctc-tiny": ["features.kind=logmel", "features.n_mels=40"],
+            "conformer-tiny": ["features.kind=logmel", "features.n_mels=40"]}
 # Each model family, narrowed: bf16 on a CPU without bf16 instructions (AVX2 only) is emulated at ~0.08x
 # of fp32, and this test is about the precision plumbing, not the preset's size (bench train has the sizes).
 NARROW = {"ds2-tiny": "{conv: [{channels: 8, kernel: [11, 11], stride: [2, 2]}], rnn_hidden: 64, rnn_layers: 2, "
                       "dropout: 0.0}",
           "wav2letter+-tiny": "{blocks: [{channels: 48, kernel: 11, stride: 2}, {channels: 48, kernel: 5, repeat: 2}]}",
-          "lstm-ctc-tiny": "{layers: 2, hidden: 64, projection: 48, stride: 2, dropout: 0.0}"}
+          "lstm-ctc-tiny": "{layers: 2, hidden: 64, projection: 48, stride: 2, dropout: 0.0}",
+          "conformer-tiny": "{d_model: 48, layers: 2, heads: 2, conv_kernel: 7, subsampling_channels: 16, dropout: 0.0}"}
 
 
 def _ldc(out, *extra):

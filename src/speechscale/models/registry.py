@@ -8,6 +8,7 @@ from typing import Any, Callable
 from torch import nn
 
 from ..config import ConfigError, from_dict
+from .conformer import Conformer, ConformerConfig
 from .deepspeech2 import DeepSpeech2, DS2Config
 from .lstm_ctc import LSTMCTC, LSTMConfig
 from .wav2letter import W2LConfig, Wav2LetterPlus
@@ -42,12 +43,18 @@ MODELS: dict[str, tuple[type, Callable[..., nn.Module], dict[str, Any]]] = {
     # The ADPSGD papers' acoustic model: 6 bidirectional LSTM layers of 2x512 cells, 256-unit bottleneck.
     "lstm-ctc": (LSTMConfig, LSTMCTC, {}),
     "lstm-ctc-tiny": (LSTMConfig, LSTMCTC, {"layers": 3, "hidden": 192, "projection": 128, "stride": 2}),
+    # NeMo's Conformer-CTC-Medium (the ConformerConfig default): 18 blocks of 256, 4 heads, kernel 31.
+    "conformer": (ConformerConfig, Conformer, {}),
+    # Conformer-S's width (144) at 4 blocks: trains on 2 CPU cores.
+    "conformer-tiny": (ConformerConfig, Conformer, {"d_model": 144, "layers": 4, "heads": 4, "conv_kernel": 15,
+                                                    "subsampling_channels": 64}),
 }
 
 # Features each family was designed for (bench uses them; recipes set `features:` to match).
 RECOMMENDED_FEATURES: dict[str, dict[str, Any]] = {
     "wav2letter+": {"kind": "logmel", "n_mels": 64}, "wav2letter+-tiny": {"kind": "logmel", "n_mels": 64},
     "lstm-ctc": {"kind": "logmel", "n_mels": 40}, "lstm-ctc-tiny": {"kind": "logmel", "n_mels": 40},
+    "conformer": {"kind": "logmel", "n_mels": 80}, "conformer-tiny": {"kind": "logmel", "n_mels": 80},
 }
 
 

@@ -1,0 +1,61 @@
+"""Conformer-CTC's own parts: the relative-position shift, masking of padded keys, the depthwise conv's
+padding, dropout only in training."""
+import pytest
+import torch
+
+from speechscale.config import ConfigError
+from speechscale.models import build_model
+from speechscale.models.conformer import ConformerConfig, RelPositionAttention, rel_shift, relative_positions
+
+
+@pytest.mark.parametrize("frames", [1, 2, 7])
+def test_rel_shift_puts_the_score_of_position_i_minus_j_at_i_j(frames):
+    t = torch.arange(frames)
+    positions = relative_positions(t)  # (2T-1,) T-1 .. -(T-1)
+    assert positions.tolist() == list(range(frames - 1, -frames, -1))
+    scores = (positions.float() * 10)[None, None, None, :].expand(2, 3, frames, -1)  # score = 10 x position
+    shifted = rel_shift(scores, t)
+    want = (t[:, None] - t[None, :]).float() * 10  # (T, T)
+    assert shifted.shape == (2, 3, frames, frames) and torch.equal(shifted[1, 2], want)
+
+
+def test_attention_ignores_what_padded_keys_hold():
+    torch.manual_seed(0)
+    attn = RelPositionAttention(16, 2, dropout=0.0).eval()
+    t = torch.arange(6)
+    pos = torch.randn(11, 16)
+    x = torch.randn(1, 6, 16)
+    mask = torch.tensor([[True] * 4 + [False] * 2])
+    noisy = x.clone()
+    noisy[:, 4:] = 1e3 * torch.randn(1, 2, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x, mask, pos, t)[:, :4], attn(noisy, mask, pos, t)[:, :4])
+
+
+def test_dropout_acts_only_in_training_and_the_tiny_preset_learns_one_batch():
+    torch.manual_seed(0)
+    model = build_model("conformer-tiny", {"layers": 2}, 80, 29)
+    feats, lengths = torch.randn(2, 80, 120), torch.tensor([120, 90])
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(feats, lengths)[0], model(feats, lengths)[0])
+    model.train()
+    targets, target_lens = torch.randint(1, 29, (2, 8)), torch.tensor([8, 6])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(25):
+        logits, out_lens = model(feats, lengths)
+        loss = torch.nn.functional.ctc_loss(logits.log_softmax(-1).transpose(0, 1), targets, out_lens, target_lens)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_an_even_kernel_or_heads_that_do_not_divide_the_width_are_refused():
+    with pytest.raises(ConfigError, match="odd"):
+        build_model("conformer-tiny", {"conv_kernel": 14}, 80, 29)
+    with pytest.raises(ConfigError, match="divisible"):
+        build_model("conformer-tiny", {"heads": 5}, 80, 29)
+    assert ConformerConfig().d_model == 256

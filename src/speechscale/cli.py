@@ -13,11 +13,11 @@ import logging
 import sys
 from typing import Any
 
-from .commands import bench, data, decode, export, plan, rendezvous, report, serve, train
+from .commands import average, bench, data, decode, export, plan, rendezvous, report, serve, train
 from .commands.args import Parser
 
 # the subcommands, in the order `speechscale --help` lists them
-COMMANDS = (data, train, rendezvous, decode, serve, export, report, plan, bench)
+COMMANDS = (data, train, rendezvous, decode, serve, export, average, report, plan, bench)
 
 log = logging.getLogger("speechscale")
 

@@ -143,6 +143,8 @@ class TrainerConfig:
     checkpoint_every_steps: int = 0    # also write a checkpoint every N steps, without validating (0 = off)
     keep_checkpoints: int = 3          # step-N.pt files kept (last.pt and the `latest` pointer always)
     trace_samples: bool = False        # log each step's sample ids per rank to OUT/samples-rankR.jsonl (tests)
+    ema_decay: float = 0.0             # keep an exponential moving average of the weights (e.g. 0.999; 0 = off);
+                                       # checkpoints carry it, `speechscale average --ema` writes it out
 
 
 @dataclass

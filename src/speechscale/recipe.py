@@ -101,6 +101,7 @@ def check_recipe(cfg: Config) -> None:
         (bool(t.out_dir.strip()), "trainer.out_dir must not be empty"),
         (t.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
         (t.grad_accum >= 1, "trainer.grad_accum must be at least 1"),
+        (0.0 <= t.ema_decay < 1.0, f"trainer.ema_decay={t.ema_decay} must be in [0, 1) (0 = off)"),
         (cfg.distributed.timeout_s > 0, "distributed.timeout_s must be positive (seconds)"),
         (cfg.distributed.adpsgd.skip_after_s > 0, "distributed.adpsgd.skip_after_s must be positive (seconds)"),
         (cfg.distributed.adpsgd.timeout_s > cfg.distributed.adpsgd.skip_after_s,

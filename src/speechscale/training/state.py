@@ -11,6 +11,7 @@ A checkpoint (format 3) is plain data and tensors, loadable with `weights_only=T
     world_size      ranks that wrote it
     ranks           one dict per rank: its RNG states, its strategy's per-rank state, its data position
                     (asynchronous learners: batches claimed, and its own claimed but untrained ones)
+    ema             only with trainer.ema_decay > 0: {decay, weights} of rank 0's moving average (ema.py)
 
 Format 2 (`meta`, `rng_per_rank`, `sampler`) is still read; format 1 only for eval and transcribe.
 """
@@ -64,11 +65,14 @@ class TrainingState:
 
 
 def checkpoint_dict(*, config: dict[str, Any], model: dict[str, Any], optimizer: dict[str, Any],
-                    precision: dict[str, Any], training: TrainingState, ranks: list[dict[str, Any]]
-                    ) -> dict[str, Any]:
+                    precision: dict[str, Any], training: TrainingState, ranks: list[dict[str, Any]],
+                    ema: dict[str, Any] | None = None) -> dict[str, Any]:
     """The format-3 checkpoint of a run (see the module doc)."""
-    return {"format_version": FORMAT_VERSION, "config": config, "model": model, "optimizer": optimizer,
+    ckpt = {"format_version": FORMAT_VERSION, "config": config, "model": model, "optimizer": optimizer,
             "precision": precision, "training": training.to_dict(), "world_size": len(ranks), "ranks": ranks}
+    if ema is not None:
+        ckpt["ema"] = ema
+    return ckpt
 
 
 def read_training(ckpt: dict[str, Any], path: str) -> tuple[TrainingState, list[dict[str, Any]]]:

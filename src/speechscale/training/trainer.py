@@ -32,6 +32,7 @@ from ..storage.checkpoints import (
     save_checkpoint_in,
 )
 from ..storage.seeds import derive_seed, seed_everything
+from .ema import WeightAverage
 from .evaluate import validate
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
@@ -102,6 +103,7 @@ class Trainer:
         self.resumed_from: str | None = None
         self.stopped_by: str | None = None
         self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)
+        self.ema = WeightAverage(self.model, t.ema_decay) if t.ema_decay > 0 else None
         seed_everything(derive_seed(t.seed, "process", self.rank))  # dropout and other streams differ per rank
         if t.resume:
             self._resume(t.resume)
@@ -117,6 +119,8 @@ class Trainer:
         path, ckpt = found
         self.state, saved_by, self.data_part = restore(ckpt, str(path), self.model, self.optimizer, self.precision,
                                                        self.strategy, self.cfg.trainer.seed)
+        if self.ema is not None:
+            self.ema.load_state_dict(ckpt.get("ema"), self.model)
         self.resumed_from = str(path)
         if self.rank == 0:
             log.info("resumed from %s at epoch %d step %d (%d samples into the epoch; saved by %d rank(s), now %d)",
@@ -132,7 +136,8 @@ class Trainer:
             if self.rank == 0:
                 ckpt = checkpoint_dict(config=to_dict(self.cfg), model=model.state_dict(),
                                        optimizer=self.optimizer.state_dict(), precision=self.precision.state_dict(),
-                                       training=self.state, ranks=ranks)
+                                       training=self.state, ranks=ranks,
+                                       ema=self.ema.state_dict() if self.ema is not None else None)
                 try:
                     if best:
                         save_checkpoint_in(self.ckpt_dir, ckpt, "best.pt", self.state.step, 1)
@@ -161,6 +166,8 @@ class Trainer:
             loss, flags = self.optimizer_step(micro)
         self.tally.add(flags)
         s.step += 1
+        if self.ema is not None:
+            self.ema.update(self.model, s.step)
         return loss
 
     def sync(self, collective: bool = True) -> float | None:

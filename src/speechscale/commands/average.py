@@ -1,0 +1,41 @@
+"""`speechscale average`: checkpoints averaged into one, or a run's EMA weights written out."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Callable
+
+
+def average(args: argparse.Namespace) -> int:
+    from ..storage.averaging import average_checkpoints, ema_checkpoint, newest_steps
+    from ..storage.checkpoints import CheckpointError, save_checkpoint
+
+    given = sum(bool(x) for x in (args.checkpoints, args.last, args.ema))
+    if given != 1:
+        raise CheckpointError("speechscale average: give checkpoints, or --last N --dir FOLDER, or --ema CHECKPOINT "
+                              "(one of them)")
+    if args.ema:
+        ckpt = ema_checkpoint(args.ema)
+    else:
+        if args.last and not args.dir:
+            raise CheckpointError("speechscale average: --last N needs --dir (a run's checkpoints folder)")
+        paths = newest_steps(args.dir, args.last) if args.last else args.checkpoints
+        ckpt = average_checkpoints(paths)
+    save_checkpoint(args.out, ckpt)
+    print(json.dumps({"out": args.out, "averaged_from": ckpt["averaged_from"],
+                      "model": ckpt["config"]["model"]["name"]}))
+    return 0
+
+
+def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `average` to the subcommand table."""
+    from .args import positive
+
+    a = command(sub, "average", "average checkpoints' weights (or write out a run's EMA) into one checkpoint for "
+                "eval, transcribe, serve and export")
+    a.add_argument("checkpoints", nargs="*", help="checkpoints of one model to average")
+    a.add_argument("--last", type=positive(int), default=0, help="average the newest N step-N.pt of --dir")
+    a.add_argument("--dir", default=None, help="a run's checkpoints folder (with --last)")
+    a.add_argument("--ema", default=None, help="a checkpoint of a run trained with trainer.ema_decay: its EMA weights")
+    a.add_argument("--out", required=True, help="the checkpoint to write (local path or URL)")
+    a.set_defaults(func=average)

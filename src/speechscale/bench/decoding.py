@@ -42,8 +42,8 @@ def split_manifest(manifest: Path, keep: dict[str, list[str]], out: Path) -> lis
 
 
 def bench_decoding(checkpoint: Path, test_manifest: Path, train_text: list[str], work: Path,
-                   order: int = 2) -> list[dict[str, Any]]:
-    """Each decoder of DECODERS on `test_manifest`; the LM and lexicon come from `train_text`."""
+                   order: int = 2, decoders: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Each decoder of DECODERS (or the named ones) on `test_manifest`; the LM and lexicon come from `train_text`."""
     work.mkdir(parents=True, exist_ok=True)
     text, lexicon, lm = work / "train.txt", work / "lexicon.txt", work / "lm.arpa"
     text.write_text("\n".join(train_text) + "\n")
@@ -51,6 +51,8 @@ def bench_decoding(checkpoint: Path, test_manifest: Path, train_text: list[str],
     _cli("lm", "build", str(text), "--order", str(order), "--out", str(lm))
     rows = []
     for name, args in DECODERS.items():
+        if decoders is not None and name not in decoders:
+            continue
         args = [a.format(lm=lm, lexicon=lexicon) for a in args]
         res = json.loads(_cli("eval", "--checkpoint", str(checkpoint), "--manifest", str(test_manifest), "--json",
                               *args).strip().splitlines()[-1])

@@ -164,3 +164,54 @@ def update(path: Path, docs: dict[str, dict[str, Any]]) -> list[str]:
         text = text.rstrip("\n") + "\n\n## `speechscale bench all` (generated)\n\n" + "\n".join(appended)
     path.write_text(text)
     return list(docs)
+
+
+# ---- leave-one-speaker-out (bench fsdd-loso): one row per recipe JSON in a folder -------------------------
+LOSO_BLOCK = re.compile(r"(<!-- loso -->\n)(.*?)(<!-- /loso -->)", re.S)
+
+
+def render_loso(docs: dict[str, dict[str, Any]]) -> str:
+    """The LOSO table: per recipe (JSON stem), each held-out speaker's WER greedy / lexicon, mean and worst,
+    against the goals; then one provenance line per recipe."""
+    from .loso import GOALS, SPEAKERS
+
+    head = ["recipe", *SPEAKERS, "mean greedy", "mean lexicon", "worst greedy", "goal (mean ≤ 5 % / ≤ 2 %)"]
+    rows, notes = [], []
+    for name, doc in sorted(docs.items()):
+        res = doc["results"]
+        folds = {f["held_out"]: f for f in res["folds"]}
+        cells = [f"{100 * folds[s]['wer_greedy']:.1f} / {100 * folds[s]['wer_lexicon']:.1f} %" if s in folds else "-"
+                 for s in SPEAKERS]
+        summ = res.get("summary")
+        if summ:
+            g, lx = summ["greedy"], summ["lexicon"]
+            goal = "; ".join(f"{d}: " + ("reached" if summ[d]["reached"] else
+                                          f"**not reached** (gap {100 * (summ[d]['mean_wer'] - GOALS[d]):.1f} points)")
+                             for d in ("greedy", "lexicon"))
+            rows.append([f"`{name}`", *cells, f"{100 * g['mean_wer']:.1f} %", f"{100 * lx['mean_wer']:.1f} %",
+                         f"{100 * g['worst_wer']:.1f} % ({g['worst_speaker']})", goal])
+        else:
+            rows.append([f"`{name}`", *cells, "-", "-", "-", "incomplete: not every fold ran"])
+        ov = " ".join(res["overrides"])
+        notes.append(f"- `{name}`: `{res['config']}`{f' with `{ov}`' if ov else ''}; "
+                     f"{_provenance(doc).strip().strip('_')}")
+    return (_md(head, rows) + "\nEach cell: WER greedy / with the training speakers' lexicon, `last.pt` of the "
+            "fold that never heard that speaker.\n\n" + "\n".join(notes) + "\n")
+
+
+def update_loso(path: Path, docs: dict[str, dict[str, Any]]) -> None:
+    """Rewrite the `<!-- loso -->` block of `path` from `docs` (appended under a heading if absent)."""
+    text = path.read_text()
+    block = render_loso(docs)
+    if LOSO_BLOCK.search(text):
+        text = LOSO_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text)
+    else:
+        text = text.rstrip("\n") + "\n\n## Leave-one-speaker-out on FSDD (issue #25)\n\n<!-- loso -->\n" + block \
+            + "<!-- /loso -->\n"
+    path.write_text(text)
+
+
+def loso_block(text: str) -> str | None:
+    """The rendered LOSO block in a BENCHMARKS.md text, if any."""
+    m = LOSO_BLOCK.search(text)
+    return m.group(2) if m else None

@@ -162,6 +162,34 @@ def memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def loso(args: argparse.Namespace) -> int:
+    import time
+
+    from ..bench import tables
+    from ..bench.harness import write_json
+    from ..bench.loso import SPEAKERS, bench_loso
+    from ..recipe import load_recipe
+
+    held_out = tuple(args.held_out.split(",")) if args.held_out else SPEAKERS
+    for s in held_out:
+        if s not in SPEAKERS:
+            raise SystemExit(f"speechscale bench fsdd-loso: --held-out {s}: unknown; choose from {', '.join(SPEAKERS)}")
+    load_recipe(args.config, args.overrides)  # a bad recipe or override fails here, before any training
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    res = bench_loso(args.config, Path(args.work) / args.name, args.overrides, held_out=held_out,
+                     report=lambda row: print(json.dumps(row), flush=True))
+    settings = {"config": args.config, "overrides": args.overrides, "held_out": list(held_out)}
+    doc = write_json(out / f"{args.name}.json", res, seconds=round(time.perf_counter() - started, 1),
+                     settings=settings)
+    print(json.dumps({"summary": res["summary"]}), flush=True)
+    if args.benchmarks:
+        docs = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
+        tables.update_loso(Path(args.benchmarks), docs)
+        print(f"updated {args.benchmarks}: the LOSO table ({', '.join(docs)})")
+    return 0 if doc else 1
+
 
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `bench` and its benchmarks to the subcommand table."""
@@ -256,3 +284,14 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bm.add_argument("--batches", type=positive(int), default=50, help="batches to read after planning")
     bm.add_argument("--work-dir", default=None, help="where the corpus is written (default: a temporary folder)")
     bm.set_defaults(func=memory)
+    bo = command(bsub, "fsdd-loso", "leave-one-speaker-out on FSDD: train on 3 speakers, score the 4th (last.pt), "
+                 "greedy and lexicon; JSON + the BENCHMARKS.md table")
+    bo.add_argument("--config", default="configs/fsdd.yaml", help="the recipe every fold trains")
+    bo.add_argument("--name", required=True, help="the row's name: OUT/NAME.json")
+    bo.add_argument("--out", default="docs/figures/loso", help="folder for NAME.json")
+    bo.add_argument("--work", default="runs/loso", help="the folds' runs go to WORK/NAME/SPEAKER")
+    bo.add_argument("--held-out", default=None, help="comma-separated speakers to hold out (default: all four)")
+    bo.add_argument("--benchmarks", default="BENCHMARKS.md",
+                    help="re-render its LOSO table from every JSON in --out ('' = leave it alone)")
+    bo.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every fold")
+    bo.set_defaults(func=loso)

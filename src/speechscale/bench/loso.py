@@ -1,0 +1,74 @@
+"""`speechscale bench fsdd-loso`: leave-one-speaker-out over FSDD's four speakers (issue #25 §1).
+
+Each fold trains a recipe on three speakers to the end of its epochs and scores the fourth with `last.pt`
+(never `best.pt`, which the run picks on the speaker it is scored on), greedy and with the training speakers'
+lexicon. Nothing is tuned on the held-out speaker: the recipe is fixed before the folds run, and the run's
+own validation on that speaker is only logged. The result is the four WERs, their mean and the worst.
+
+    speechscale bench fsdd-loso --config configs/fsdd.yaml --out docs/figures/loso --name ds2-tiny
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .decoding import bench_decoding, split_manifest
+from .recipes import run_recipe
+
+FSDD = Path("../shared/data/fsdd/manifest.jsonl")  # relative to the project, as the recipes' data
+SPEAKERS = ("george", "jackson", "lucas", "nicolas")
+DECODERS = ("greedy", "lexicon")
+GOALS = {"greedy": 0.05, "lexicon": 0.02}  # mean WER over the folds (issue #25)
+
+
+def fold_overrides(held_out: str, speakers: tuple[str, ...] = SPEAKERS) -> list[str]:
+    """Config overrides that train on every speaker but `held_out` and validate on it."""
+    train = [s for s in speakers if s != held_out]
+    return [f"data.train_manifest={FSDD}", f"data.val_manifest={FSDD}",
+            f"data.filter={{speaker: [{', '.join(train)}]}}", f"data.val_filter={{speaker: {held_out}}}"]
+
+
+def run_fold(config: str, held_out: str, out: Path, overrides: list[str], speakers: tuple[str, ...] = SPEAKERS,
+             decoders: tuple[str, ...] = DECODERS) -> dict[str, Any]:
+    """Train `config` without `held_out` into `out` and score `held_out` with its last.pt through `decoders`."""
+    started = time.perf_counter()
+    spec = {"config": config, "goal_wer": GOALS["greedy"], "scored_on": f"{held_out} (never heard; last.pt)"}
+    row = run_recipe(f"loso-{held_out}", spec, out, [*fold_overrides(held_out, speakers), *overrides])
+    test = split_manifest(FSDD, {"speaker": [held_out]}, out / "test.jsonl")
+    train = split_manifest(FSDD, {"speaker": [s for s in speakers if s != held_out]}, out / "train.jsonl")
+    scores = bench_decoding(out / "checkpoints" / "last.pt", out / "test.jsonl", [r["text"] for r in train],
+                            out / "lm", decoders=decoders)
+    return {"held_out": held_out, "utterances": len(test), "epochs": row["epochs"], "steps": row["steps"],
+            "stopped_by": row["stopped_by"], "train_minutes": row["train_minutes"],
+            "wall_seconds": round(time.perf_counter() - started, 1),
+            **{f"wer_{d['decoder']}": d["wer"] for d in scores}, **{f"cer_{d['decoder']}": d["cer"] for d in scores},
+            "val": row["val"]}
+
+
+def summarize(folds: list[dict[str, Any]], decoders: tuple[str, ...] = DECODERS) -> dict[str, Any]:
+    """Mean and worst fold per decoder, against the goals fixed in GOALS."""
+    out: dict[str, Any] = {}
+    for d in decoders:
+        wers = [f[f"wer_{d}"] for f in folds]
+        worst = max(folds, key=lambda f: f[f"wer_{d}"])
+        mean = statistics.fmean(wers)
+        out[d] = {"mean_wer": round(mean, 4), "worst_wer": worst[f"wer_{d}"], "worst_speaker": worst["held_out"],
+                  "goal": GOALS.get(d), "reached": GOALS.get(d) is not None and mean <= GOALS[d]}
+    return out
+
+
+def bench_loso(config: str, out: Path, overrides: list[str] | None = None, speakers: tuple[str, ...] = SPEAKERS,
+               held_out: tuple[str, ...] | None = None,
+               report: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every fold (or those of `held_out`), one after another; returns {config, overrides, folds, summary}."""
+    if not FSDD.is_file():
+        raise FileNotFoundError(f"{FSDD}: the LOSO bench reads FSDD from ../shared/data")
+    folds = []
+    for speaker in held_out or speakers:
+        folds.append(run_fold(config, speaker, out / speaker, overrides or [], speakers))
+        if report:
+            report({k: v for k, v in folds[-1].items() if k != "val"})
+    return {"config": config, "overrides": overrides or [], "folds": folds,
+            "summary": summarize(folds) if len(folds) == len(speakers) else None}

@@ -1,0 +1,69 @@
+"""Leave-one-speaker-out on FSDD: folds never train on the speaker they score, the table says what missed."""
+import json
+from pathlib import Path
+
+import pytest
+
+from speechscale.bench import tables
+from speechscale.bench.loso import SPEAKERS, fold_overrides, summarize
+from tests.conftest import ROOT, run_cli, shared
+
+
+def test_each_fold_trains_on_the_other_three_speakers_and_validates_on_its_own():
+    for held_out in SPEAKERS:
+        over = fold_overrides(held_out)
+        assert f"data.val_filter={{speaker: {held_out}}}" in over
+        train = next(o for o in over if o.startswith("data.filter="))
+        assert held_out not in train and all(s in train for s in SPEAKERS if s != held_out)
+
+
+def _fold(speaker, greedy, lexicon):
+    return {"held_out": speaker, "wer_greedy": greedy, "wer_lexicon": lexicon, "cer_greedy": greedy / 2,
+            "cer_lexicon": lexicon / 2, "epochs": 36}
+
+
+def test_the_summary_and_table_report_mean_worst_and_each_miss():
+    folds = [_fold("george", 0.02, 0.01), _fold("jackson", 0.04, 0.01), _fold("lucas", 0.03, 0.02),
+             _fold("nicolas", 0.15, 0.06)]
+    summ = summarize(folds)
+    assert summ["greedy"]["mean_wer"] == pytest.approx(0.06) and summ["greedy"]["worst_speaker"] == "nicolas"
+    assert not summ["greedy"]["reached"] and summ["lexicon"]["mean_wer"] == pytest.approx(0.025)
+    prov = {"date": "2026-11-24 15:00 UTC", "machine": "2 cores", "commit": "abc", "torch": "2.13.0",
+            "command": "speechscale bench fsdd-loso --name x"}
+    doc = {"provenance": prov, "seconds": 10, "results": {"config": "configs/fsdd.yaml", "overrides": [],
+                                                          "folds": folds, "summary": summ}}
+    table = tables.render_loso({"x": doc})
+    assert "15.0 / 6.0 %" in table and "6.0 %" in table and "15.0 % (nicolas)" in table
+    assert "greedy: **not reached** (gap 1.0 points)" in table and "lexicon: **not reached** (gap 0.5 points)" in table
+
+
+def test_benchmarks_md_loso_table_is_what_the_committed_json_renders():
+    folder = ROOT / "docs" / "figures" / "loso"
+    docs = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    block = tables.loso_block((ROOT / "BENCHMARKS.md").read_text())
+    if not docs:  # nothing measured yet: no table may claim otherwise
+        assert block is None
+    else:
+        assert block == tables.render_loso(docs), "BENCHMARKS.md's LOSO table drifted from docs/figures/loso/*.json"
+
+
+@pytest.mark.slow
+def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
+    shared("fsdd", "manifest.jsonl")
+    md = tmp_path / "B.md"
+    md.write_text("# B\n")
+    # one fold, one epoch of a narrow model on the dataset's own test split of the training speakers
+    proc = run_cli("bench", "fsdd-loso", "--name", "probe", "--held-out", "nicolas", "--out", str(tmp_path / "out"),
+                   "--work", str(tmp_path / "work"), "--benchmarks", str(md), "trainer.max_epochs=1",
+                   "model.overrides={rnn_hidden: 32, rnn_layers: 1}", "data.cache_audio=false",
+                   "data.filter={speaker: [george, jackson, lucas], split: test}",
+                   "data.val_filter={speaker: nicolas, split: test}", timeout=600)
+    doc = json.loads((tmp_path / "out" / "probe.json").read_text())
+    assert doc["provenance"]["command"].startswith("speechscale bench fsdd-loso")
+    (fold,) = doc["results"]["folds"]
+    assert fold["held_out"] == "nicolas" and fold["utterances"] == 500 and fold["epochs"] == 1
+    assert fold["wer_greedy"] >= 0 and fold["wer_lexicon"] >= 0  # an untrained model's lexicon output can be > 1
+    assert doc["results"]["summary"] is None  # three folds missing: no mean is claimed
+    run_cfg = json.loads(Path(tmp_path / "work" / "probe" / "nicolas" / "config.json").read_text())
+    assert "nicolas" not in run_cfg["data"]["filter"]["speaker"]
+    assert "incomplete" in tables.loso_block(md.read_text()) and "updated" in proc.stdout

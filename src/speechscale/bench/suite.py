@@ -35,7 +35,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # initial ds2-tiny weights (latency does not depend on them), a 5 s clip of JFK
     "serve": {"model": "ds2-tiny", "seconds": 5.0, "concurrency": [1, 8, 32], "requests": 64},
     # shipped recipes trained to their end (the figures the recipe tests used to re-measure)
-    "recipes": {"recipes": ["yesno", "ldc93s1"]},
+    "recipes": {"recipes": ["yesno", "ldc93s1", "yesno-conformer", "ldc93s1-conformer"]},
     # the long ones: configs/fsdd.yaml to its end, then its `last.pt` through each decoder on nicolas; and
     # `make demo`'s synth + train (about 10 and 10-20 minutes on 2 idle cores)
     "fsdd": {"recipe": "fsdd", "lm_order": 2, "train_speakers": ["george", "jackson", "lucas"],

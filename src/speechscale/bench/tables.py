@@ -92,7 +92,8 @@ def _goal(r: dict[str, Any]) -> str:
 
 
 def _recipes(res: list[dict[str, Any]]) -> str:
-    rows = [[f"`{r['config']}`", r["scored_on"], r["epochs"], r["steps"], f"{100 * r['wer']:.1f} %",
+    rows = [[f"`{r['config']}`" + (f" with `{' '.join(r['overrides'])}`" if r.get("overrides") else ""),
+             r["scored_on"], r["epochs"], r["steps"], f"{100 * r['wer']:.1f} %",
              f"{100 * r['cer']:.1f} %", r["stopped_by"] or "its epochs", f"{r['wall_seconds']:.0f} s",
              _goal(r)] for r in res]
     return _md(["recipe", "scored on", "epochs", "steps", "WER", "CER", "stopped by", "wall", "goal"], rows)

@@ -162,6 +162,10 @@ class Trainer:
         s, micro = self.state, (batch if isinstance(batch, list) else [batch])
         # the samples of the batches about to be trained on are already counted
         set_lr(self.optimizer, self.schedule.lr(s.samples_seen - sum(len(b) for b in micro) * self.world, s.step))
+        # Dropout draws from torch's global generator, which loaders and validation also draw from (a new
+        # iterator takes a seed): seeding it from (seed, rank, step) makes every step's masks independent of
+        # them, so a run resumed mid-epoch (or on another number of ranks) takes the same steps.
+        torch.manual_seed(derive_seed(self.cfg.trainer.seed, "process", self.rank, s.step + 1))
         with self.straggler.step():  # distributed.simulate_straggler: this rank sleeps after its compute
             loss, flags = self.optimizer_step(micro)
         self.tally.add(flags)

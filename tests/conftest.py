@@ -102,3 +102,28 @@ def headless_chromium(*extra_args: str, size: str = "1000,700"):
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={size}", *extra_args):
         opts.add_argument(arg)
     return webdriver.Chrome(service=Service(driver), options=opts)
+
+
+def start_server(checkpoint, log: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    """`speechscale serve --checkpoint CHECKPOINT ARGS` on a free loopback port, in its own session, once its
+    /healthz says ok; returns (process, base URL). The caller ends it with tests.distributed.launch.kill_group."""
+    import json
+    import time
+    import urllib.request
+
+    from tests.distributed.launch import free_port, kill_group
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "serve", "--checkpoint", str(checkpoint),
+                             "--port", str(port), *args], cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
+                if json.load(r)["status"] == "ok":
+                    return proc, url
+        except OSError:
+            time.sleep(0.1)
+    kill_group(proc)
+    raise AssertionError(log.read_text())

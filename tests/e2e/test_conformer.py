@@ -1,9 +1,6 @@
 """Conformer-CTC through the whole product, as the other registry models go: trained by the CLI to an exact
 LDC93S1 transcript, resumed bit-exactly, served over HTTP, exported to ONNX with the same text."""
 import json
-import subprocess
-import sys
-import time
 import urllib.request
 
 import pytest
@@ -11,8 +8,8 @@ import torch
 
 from speechscale.recipe import load_recipe
 from speechscale.training.trainer import Trainer
-from tests.conftest import ROOT, run_cli, shared
-from tests.distributed.launch import free_port, kill_group
+from tests.conftest import run_cli, shared, start_server
+from tests.distributed.launch import kill_group
 
 LDC = "she had your dark suit in greasy wash water all year"
 CONFORMER = ["model.name=conformer-tiny", "features.kind=logmel", "features.n_mels=40"]
@@ -45,22 +42,8 @@ def test_a_trained_conformer_transcribes_served_and_exported(tmp_path):
                                  *CONFORMER, "model.overrides={dropout: 0.0}").stdout.strip().splitlines()[-1])
     assert summary["wer"] == 0.0 and summary["stopped_by"] == "target_wer"
     ckpt = out / "checkpoints" / "last.pt"
-    port = free_port()
-    log = tmp_path / "serve.log"
-    proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "serve", "--checkpoint", str(ckpt), "--port",
-                             str(port)], cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_server(ckpt, tmp_path / "serve.log")
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
-                    if json.load(r)["status"] == "ok":
-                        break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError(log.read_text())
         req = urllib.request.Request(url + "/v1/transcribe", data=wav.read_bytes(),
                                      headers={"Content-Type": "audio/wav"})
         with urllib.request.urlopen(req, timeout=120) as r:

@@ -2,38 +2,23 @@
 uploads, and the web page driven in headless Chromium."""
 import concurrent.futures
 import json
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT, headless_chromium, shared
-from tests.distributed.launch import free_port, kill_group
+from tests.conftest import headless_chromium, shared, start_server
+from tests.distributed.launch import kill_group
 
 LDC = "she had your dark suit in greasy wash water all year"
 
 
 @pytest.fixture(scope="module")
 def server(ldc_checkpoint, tmp_path_factory):
-    port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "log"
-    proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "serve", "--checkpoint", str(ldc_checkpoint),
-                             "--port", str(port), "--max-mb", "1.5", "--max-seconds", "10"], cwd=ROOT,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_server(ldc_checkpoint, tmp_path_factory.mktemp("serve") / "log", "--max-mb", "1.5",
+                             "--max-seconds", "10")
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
-                    if json.load(r)["status"] == "ok":
-                        break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError(log.read_text())
         yield url
     finally:
         kill_group(proc)

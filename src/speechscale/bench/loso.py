@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 from .decoding import bench_decoding, split_manifest
 from .recipes import run_recipe
+from .suite import FSDD
 
-FSDD = Path("../shared/data/fsdd/manifest.jsonl")  # relative to the project, as the recipes' data
 SPEAKERS = ("george", "jackson", "lucas", "nicolas")
 DECODERS = ("greedy", "lexicon")
 GOALS = {"greedy": 0.05, "lexicon": 0.02}  # mean WER over the folds (issue #25)

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -44,6 +45,17 @@ def main_cli(capsys, *args: str) -> tuple[int, str, str]:
         code = e.code if isinstance(e.code, int) else 1
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.fixture
+def cli(capsys):
+    """`speechscale ARGS` in this process (`main_cli`), answered as `run_cli` answers: returncode, stdout,
+    stderr; `check` asserts a zero exit. It spares the 2 s torch import of a process per command."""
+    def call(*args: str, check: bool = True) -> SimpleNamespace:
+        code, out, err = main_cli(capsys, *args)
+        assert not check or code == 0, err
+        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+    return call
 
 
 @pytest.fixture(scope="session")

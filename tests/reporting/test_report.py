@@ -35,8 +35,8 @@ def test_the_run_log_records_each_start_with_where_it_resumed_from(resumed_run):
 
 
 @pytest.mark.slow  # shares the three real training runs of resumed_run
-def test_report_cli_writes_a_self_contained_page_that_chromium_renders(resumed_run, tmp_path):
-    proc = run_cli("report", str(resumed_run), "--out", str(tmp_path / "rep"))
+def test_report_cli_writes_a_self_contained_page_that_chromium_renders(resumed_run, tmp_path, cli):
+    proc = cli("report", str(resumed_run), "--out", str(tmp_path / "rep"))
     index = tmp_path / "rep" / "index.html"
     assert proc.stdout.strip() == str(index)
     pngs = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
@@ -89,6 +89,6 @@ def test_old_logs_without_start_rows_split_where_the_step_goes_back(tmp_path):
     assert {"consensus.png", "loss_scale.png", "skipped.png"} <= made and "memory.png" not in made
 
 
-def test_report_of_a_folder_without_metrics_is_one_line(tmp_path):
-    proc = run_cli("report", str(tmp_path), check=False)
+def test_report_of_a_folder_without_metrics_is_one_line(tmp_path, cli):
+    proc = cli("report", str(tmp_path), check=False)
     assert proc.returncode != 0 and "no metrics.jsonl" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

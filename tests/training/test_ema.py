@@ -8,7 +8,7 @@ from speechscale.recipe import load_recipe
 from speechscale.storage.checkpoints import load_checkpoint
 from speechscale.training.ema import WeightAverage
 from speechscale.training.trainer import Trainer
-from tests.conftest import main_cli, run_cli, shared
+from tests.conftest import main_cli, shared
 
 NARROW = "{conv: [{channels: 8, kernel: [11, 11], stride: [2, 2]}], rnn_hidden: 32, rnn_layers: 1, dropout: 0.0}"
 
@@ -57,7 +57,7 @@ def test_the_ema_is_checkpointed_and_a_resumed_run_continues_it_exactly(tmp_path
 
 
 @pytest.mark.slow
-def test_average_writes_checkpoints_that_eval_and_export_use(tmp_path, capsys):
+def test_average_writes_checkpoints_that_eval_and_export_use(tmp_path, capsys, cli):
     Trainer(_ldc(tmp_path / "run", "trainer.max_steps=4", "trainer.ema_decay=0.9", "trainer.keep_checkpoints=4",
                  "trainer.checkpoint_every_steps=1")).fit()
     ckpts = tmp_path / "run" / "checkpoints"
@@ -77,10 +77,10 @@ def test_average_writes_checkpoints_that_eval_and_export_use(tmp_path, capsys):
     assert code == 0, err
     manifest = str(shared("ldc93s1", "manifest.jsonl"))
     for name in ("avg.pt", "ema.pt"):  # each a real process, as a user runs them
-        res = json.loads(run_cli("eval", "--checkpoint", str(tmp_path / name), "--manifest", manifest,
+        res = json.loads(cli("eval", "--checkpoint", str(tmp_path / name), "--manifest", manifest,
                                  "--json").stdout.strip().splitlines()[-1])
         assert res["utterances"] == len(open(manifest).read().splitlines()) and 0.0 <= res["wer"]
-        summary = json.loads(run_cli("export", "--checkpoint", str(tmp_path / name), "--format", "onnx", "--out",
+        summary = json.loads(cli("export", "--checkpoint", str(tmp_path / name), "--format", "onnx", "--out",
                                      str(tmp_path / f"{name}.onnx")).stdout)
         assert summary["format"] == "onnx"
 

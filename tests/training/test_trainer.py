@@ -104,8 +104,8 @@ def test_bad_config_is_one_clear_line_before_any_work(override, message, tmp_pat
     assert not (tmp_path / "r" / "checkpoints").exists()
 
 
-def test_missing_config_file(tmp_path):
-    proc = run_cli("train", "--config", str(tmp_path / "none.yaml"), check=False)
+def test_missing_config_file(tmp_path, cli):
+    proc = cli("train", "--config", str(tmp_path / "none.yaml"), check=False)
     assert proc.returncode == 2 and "config file not found" in proc.stderr
 
 

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args.verbose = getattr(args, "verbose", 0)
     args.quiet = getattr(args, "quiet", False)
     _setup_logging(-1 if args.quiet else args.verbose)
-    if args.quiet and hasattr(args, "overrides"):
+    if args.quiet and hasattr(args, "overrides") and "trainer.progress=false" not in args.overrides:
         args.overrides = list(args.overrides) + ["trainer.progress=false"]
     from .config import ConfigError
     from .data.espeak import EspeakNotFound

@@ -155,5 +155,5 @@ def _plan_peak(tmp_path, utterances):
 def test_planning_memory_does_not_grow_with_the_corpus(tmp_path):
     """The plan holds a few windows of member lists and two integers per window, whatever the corpus size:
     10x more utterances may not cost 2x the memory (BENCHMARKS.md has the loader process's RSS)."""
-    small, large = _plan_peak(tmp_path, 10_000), _plan_peak(tmp_path, 100_000)
+    small, large = _plan_peak(tmp_path, 5_000), _plan_peak(tmp_path, 50_000)
     assert large < 2 * small, (small, large)

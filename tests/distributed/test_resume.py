@@ -33,8 +33,9 @@ def _weights(out):
 STRATEGIES = [("local", 1, [], 0.0), ("allreduce", 2, [], 1e-6),
               ("adpsgd-delay_by_one-3", 3, ["distributed.strategy=adpsgd", "distributed.adpsgd.variant=delay_by_one"],
                0.0),
-              # the rings are asynchronous: no two runs interleave alike, so resume is consistent, not exact
-              ("adpsgd-fixed_ring", 2, ["distributed.strategy=adpsgd", "distributed.adpsgd.variant=fixed_ring"], None),
+              # the rings are asynchronous: no two runs interleave alike, so resume is consistent, not exact; the
+              # fixed ring is resumed below from shards (it ran from the manifest too until issue #20 §4 cut the
+              # suite's repeats: the manifest path is the random ring's and allreduce's)
               ("adpsgd-random_ring-3", 3, ["distributed.strategy=adpsgd", "distributed.adpsgd.variant=random_ring"],
                None),
               # the same utterances streamed from uneven tar shards (the val set stays the manifest)

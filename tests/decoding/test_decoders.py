@@ -9,7 +9,7 @@ from speechscale.data.audio import load_audio
 from speechscale.decoding.decoders import DecoderConfig, build_decoder
 from speechscale.decoding.lm import UNK, KenLMScorer, build_arpa
 from speechscale.decoding.metrics import ErrorRate
-from tests.conftest import main_cli, shared
+from tests.conftest import shared
 
 LDC = "she had your dark suit in greasy wash water all year"
 
@@ -73,25 +73,25 @@ def test_an_lm_and_a_lexicon_repair_noisy_output(ldc_checkpoint, lm):
     assert _wer(LDC, lexicon) < _wer(LDC, greedy), (greedy, lexicon)
 
 
-@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
-def test_cli_builds_an_lm_and_decodes_with_it(ldc_checkpoint, lm, tmp_path, capsys, cli):
+@pytest.mark.slow  # the CLI end to end, in this process (make test runs it; make test-fast does not)
+def test_cli_builds_an_lm_and_decodes_with_it(ldc_checkpoint, lm, tmp_path, cli):
     text = tmp_path / "t.txt"
     text.write_text(LDC + "\n")
     out = json.loads(cli("lm", "build", str(text), "--order", "2", "--out", str(tmp_path / "x.arpa")).stdout)
     assert out["ngrams"]["1"] == 11 + 3  # the words, <s>, </s> and <unk>
     m = str(shared("ldc93s1", "manifest.jsonl"))
     res = json.loads(cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json", "--decoder",
-                             "beam", "--lm", str(tmp_path / "x.arpa")).stdout)
+                         "beam", "--lm", str(tmp_path / "x.arpa")).stdout)
     assert res["decoder"] == "beam" and res["utterances"] == 3
     wav = str(shared("ldc93s1", "LDC93S1.wav"))
     row = json.loads(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", "--decoder", "lexicon",
-                             "--lexicon", str(lm / "lexicon.txt"), wav).stdout)
+                         "--lexicon", str(lm / "lexicon.txt"), wav).stdout)
     assert row["text"] == LDC
-    code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--decoder", "lexicon", wav)
-    assert code == 2 and "needs --lexicon" in err and len(err.strip().splitlines()) == 1
-    code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--decoder", "beam", "--lm",
-                            str(tmp_path / "missing.arpa"), wav)
-    assert code == 2 and "language model not found" in err
+    bad = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--decoder", "lexicon", wav, check=False)
+    assert bad.returncode == 2 and "needs --lexicon" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    bad = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--decoder", "beam", "--lm",
+              str(tmp_path / "missing.arpa"), wav, check=False)
+    assert bad.returncode == 2 and "language model not found" in bad.stderr
 
 
 def test_tune_lm_finds_a_better_pair_than_the_default_on_cached_output(ldc_checkpoint, lm):
@@ -112,7 +112,7 @@ def test_tune_lm_finds_a_better_pair_than_the_default_on_cached_output(ldc_check
     assert best["utterances"] == 3 and 0 <= best["alpha"] <= 3 and -2 <= best["beta"] <= 5
 
 
-@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
+@pytest.mark.slow  # the CLI end to end, in this process (make test runs it; make test-fast does not)
 def test_cli_tune_lm_writes_the_pair_that_eval_picks_up_and_eval_details(ldc_checkpoint, tmp_path, cli):
     text = tmp_path / "t.txt"
     text.write_text(LDC + "\nshe had a dark year\n")
@@ -120,10 +120,10 @@ def test_cli_tune_lm_writes_the_pair_that_eval_picks_up_and_eval_details(ldc_che
     cli("lm", "build", str(text), "--out", str(arpa))
     m = str(shared("ldc93s1", "manifest.jsonl"))
     best = json.loads(cli("tune-lm", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--lm", str(arpa),
-                              "--trials", "4").stdout)
+                          "--trials", "4").stdout)
     assert json.loads((tmp_path / "lm.arpa.tuned.json").read_text())["alpha"] == best["alpha"]
     res = json.loads(cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json", "--decoder",
-                             "beam", "--lm", str(arpa), "--details", str(tmp_path / "d.jsonl")).stdout)
+                         "beam", "--lm", str(arpa), "--details", str(tmp_path / "d.jsonl")).stdout)
     assert (res["alpha"], res["beta"]) == (best["alpha"], best["beta"])
     rows = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(r["reference"] and len(r["alignment"]) == 3 for r in rows)

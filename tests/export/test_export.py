@@ -57,12 +57,12 @@ def test_full_size_models_export_with_a_dynamic_time_axis(tmp_path, model, fmt):
     _parity(tmp_path, model, fmt)
 
 
-@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
+@pytest.mark.slow  # the CLI end to end, in this process (make test runs it; make test-fast does not)
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 def test_exported_model_transcribes_as_the_checkpoint_does(ldc_checkpoint, tmp_path, fmt, cli):
     out = tmp_path / f"ldc.{fmt}"
     summary = json.loads(cli("export", "--checkpoint", str(ldc_checkpoint), "--format", fmt, "--out",
-                                 str(out)).stdout)
+                             str(out)).stdout)
     assert summary["out"] == str(out) and summary["model"] == "ds2-tiny"
     wav = str(shared("ldc93s1", "LDC93S1.wav"))
     torch_text = json.loads(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", wav).stdout)["text"]

@@ -37,7 +37,7 @@ def test_eval_reads_a_shard_index_as_it_reads_the_manifest(ldc_checkpoint, tmp_p
     write_shards(m, tmp_path / "sh", shard_size=2)
     plain = json.loads(cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json").stdout)
     sharded = json.loads(cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(tmp_path / "sh"),
-                                 "--json").stdout)
+                             "--json").stdout)
     assert sharded["utterances"] == plain["utterances"] == 3
     assert sharded["wer"] == pytest.approx(plain["wer"]) and sharded["cer"] == pytest.approx(plain["cer"])
 
@@ -63,7 +63,7 @@ def test_long_audio_is_chunked_at_quiet_points(ldc_checkpoint, tmp_path, cli):
     cuts = split_points(long, sr, chunk_s=4.0)
     assert all(b - a <= 4 * sr for a, b in zip(cuts, cuts[1:])) and cuts[-1] == len(long)
     proc = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--chunk-seconds", "4", "--json",
-                   str(tmp_path / "long.wav"))
+               str(tmp_path / "long.wav"))
     text = json.loads(proc.stdout)["text"]
     assert text.count("greasy") >= 3, text
 
@@ -71,7 +71,7 @@ def test_long_audio_is_chunked_at_quiet_points(ldc_checkpoint, tmp_path, cli):
 def test_unreadable_file_is_reported_not_fatal(ldc_checkpoint, tmp_path, cli):
     (tmp_path / "bad.wav").write_bytes(b"RIFF....")
     proc = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(tmp_path / "bad.wav"),
-                   str(shared("ldc93s1", "LDC93S1.wav")), check=False)
+               str(shared("ldc93s1", "LDC93S1.wav")), check=False)
     rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     assert proc.returncode == 1 and "error" in rows[0] and rows[1]["text"] == LDC
 
@@ -79,7 +79,7 @@ def test_unreadable_file_is_reported_not_fatal(ldc_checkpoint, tmp_path, cli):
 @pytest.mark.parametrize("chunk", ["0", "-5", "0.001"])
 def test_chunk_lengths_that_would_never_end_are_refused_in_one_line(ldc_checkpoint, chunk, cli):
     proc = cli("transcribe", "--checkpoint", str(ldc_checkpoint), f"--chunk-seconds={chunk}",
-                   str(shared("ldc93s1", "LDC93S1.wav")), check=False)
+               str(shared("ldc93s1", "LDC93S1.wav")), check=False)
     assert proc.returncode == 2 and proc.stderr.strip() == (f"speechscale transcribe: error: --chunk-seconds={float(chunk)}"
                                                              f": chunks must be at least 1 s long")
     with pytest.raises(ConfigError):
@@ -89,7 +89,7 @@ def test_chunk_lengths_that_would_never_end_are_refused_in_one_line(ldc_checkpoi
 def test_a_manifest_puts_the_reference_and_wer_beside_each_transcript(ldc_checkpoint, cli):
     m, wav = shared("ldc93s1", "manifest.jsonl"), shared("ldc93s1", "LDC93S1.wav")
     row = json.loads(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--manifest", str(m), "--json",
-                             str(wav)).stdout)
+                         str(wav)).stdout)
     assert row["reference"].lower().startswith("she had your dark suit") and row["wer"] == 0.0
     lines = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--manifest", str(m), str(wav)).stdout.splitlines()
     assert lines[1].split(":", 1)[1].strip() == LDC and lines[2].startswith("  reference:")
@@ -103,5 +103,5 @@ def test_a_clip_shorter_than_its_manifest_says_is_skipped_and_counted_in_eval(ld
             {**src, "audio_filepath": str(shared("ldc93s1", src["audio_filepath"]))}]
     (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     res = json.loads(cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(tmp_path / "m.jsonl"),
-                             "--json").stdout)
+                         "--json").stdout)
     assert res["utterances"] == 1 and res["skipped"] == 1 and res["skipped_reasons"] == {"too_short": 1}

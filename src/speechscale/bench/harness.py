@@ -131,8 +131,10 @@ def _commit() -> str:
                                 ":!docs/figures", ":!BENCHMARKS.md"], cwd=root,
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head + ("+changes" if dirty else "")) if head else "unknown"
+        head, dirty = "", ""
+    if not head:  # a copy without .git (a lent GPU machine): the launcher names the commit it copied
+        return os.environ.get("SPEECHSCALE_COMMIT", "unknown")
+    return head + ("+changes" if dirty else "")
 
 
 def provenance(command: list[str] | None = None) -> dict[str, Any]:

@@ -44,6 +44,21 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 BENCHES = tuple(SETTINGS)
 
+# `bench all --gpu`: what only a GPU shows, run on a lent one (not by `bench all` on the CPU machine).
+# Full-size presets on 10 s windows of real speech, every precision interleaved step by step; "fp32" is
+# what PyTorch runs by default (TF32 in cuDNN's convolutions and RNNs on Ampere and later).
+_FULL = ("ds2-large", "wav2letter+", "lstm-ctc", "conformer")
+GPU_SETTINGS: dict[str, dict[str, Any]] = {
+    "gpu-train": {"models": {m: ["fp32", "bf16", "fp16"] for m in _FULL}, "batch_size": 32, "seconds": 10.0,
+                  "steps": 10, "warmup": 3, "device": "cuda"},
+    "gpu-train-b128": {"models": {m: ["fp32", "bf16"] for m in _FULL}, "batch_size": 128, "seconds": 10.0,
+                       "steps": 6, "warmup": 2, "device": "cuda"},
+    # the yesno recipe trained to its end on the GPU in each precision, ds2-tiny and conformer-tiny
+    "gpu-recipes": {"recipes": ["yesno", "yesno-conformer"], "precisions": ["fp32", "bf16", "fp16"],
+                    "overrides": ["trainer.device=cuda"]},
+}
+GPU_BENCHES = tuple(GPU_SETTINGS)
+
 
 def _train(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
     from .throughput import bench_train, default_manifest
@@ -51,10 +66,11 @@ def _train(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
     rows = []
     for model, precisions in s["models"].items():
         rows += bench_train(model, s["batch_size"], s["seconds"], s["steps"], s["warmup"],
-                            default_manifest(None) or None, precisions=tuple(precisions))
+                            default_manifest(None) or None, precisions=tuple(precisions),
+                            device=s.get("device", "auto"))
     from .plots import plot_train
 
-    plot_train(rows, out / "train.png")
+    plot_train(rows, out / f"{s.get('name', 'train')}.png")
     return rows
 
 
@@ -149,6 +165,20 @@ def _demo(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _gpu_recipes(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
+    from .plots import plot_recipes
+    from .recipes import RECIPES, run_recipe
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in s["recipes"]:
+            for p in s["precisions"]:
+                rows.append(run_recipe(name, RECIPES[name], Path(tmp) / f"{name}-{p}",
+                                       [*s["overrides"], f"trainer.precision={p}"]))
+    plot_recipes(rows, out / "gpu-recipes.png")
+    return rows
+
+
 def _export(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
     from .export import bench_export
     from .plots import plot_export
@@ -172,7 +202,10 @@ def _serve(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
 
 RUNNERS: dict[str, Callable[[dict[str, Any], Path], Any]] = {
     "train": _train, "loader": _loader, "scaling": _scaling, "straggler": _straggler, "planner": _planner,
-    "recipes": _recipes, "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _demo}
+    "recipes": _recipes, "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _demo,
+    "gpu-train": lambda s, out: _train({**s, "name": "gpu-train"}, out),
+    "gpu-train-b128": lambda s, out: _train({**s, "name": "gpu-train-b128"}, out), "gpu-recipes": _gpu_recipes}
+ALL_SETTINGS = {**SETTINGS, **GPU_SETTINGS}
 
 
 def run_all(out: Path, only: list[str] | None = None, command: list[str] | None = None,
@@ -186,18 +219,18 @@ def run_all(out: Path, only: list[str] | None = None, command: list[str] | None 
     for name in only or list(BENCHES):
         started = time.perf_counter()
         try:
-            results: Any = RUNNERS[name](SETTINGS[name], out)
+            results: Any = RUNNERS[name](ALL_SETTINGS[name], out)
         except Exception as e:  # one broken bench must not lose the others' figures
             log.error("bench %s failed: %s", name, e)
             results = {"error": f"{type(e).__name__}: {e}"}
         seconds = round(time.perf_counter() - started, 1)
-        docs[name] = write_json(out / f"{name}.json", results, command, seconds, SETTINGS[name])
+        docs[name] = write_json(out / f"{name}.json", results, command, seconds, ALL_SETTINGS[name])
         if report:
             report(name, seconds)
     return docs
 
 
-def load_docs(folder: Path) -> dict[str, dict[str, Any]]:
-    """The bench JSON files in `folder`, by bench name."""
-    return {name: json.loads((folder / f"{name}.json").read_text()) for name in BENCHES
+def load_docs(folder: Path, names: tuple[str, ...] = BENCHES) -> dict[str, dict[str, Any]]:
+    """The bench JSON files in `folder` (of the benches `names`), by bench name."""
+    return {name: json.loads((folder / f"{name}.json").read_text()) for name in names
             if (folder / f"{name}.json").is_file()}

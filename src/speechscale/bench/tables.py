@@ -31,6 +31,28 @@ def _train(res: list[dict[str, Any]]) -> str:
     return _md(["model", "precision", "params", "audio-s/s", "ms/step median (p10-p90)", "vs fp32", "MFU"], rows)
 
 
+def _gpu_train(res: list[dict[str, Any]]) -> str:
+    def busy(r: dict[str, Any]) -> str:
+        if "gpu_busy_ms" not in r:
+            return "n/a"
+        return f"{r['gpu_busy_ms']} ms ({100 * r['gpu_busy_fraction']:.0f} %)"
+
+    rows = [[r["model"], r["precision"], f"{r['params'] / 1e6:.1f} M", f"{r['audio_seconds_per_second']:,.0f}",
+             f"{r['ms_per_step']} ({r['ms_per_step_p10_p90'][0]}-{r['ms_per_step_p10_p90'][1]})",
+             f"{r.get('speedup_vs_fp32', '-')}x", r["achieved_tflops"], f"{r['peak_tflops']:.0f}",
+             f"{100 * r['mfu']:.1f} %" if r["mfu"] is not None else "n/a", busy(r),
+             f"{r['gpu_kernels_per_step']:,}" if "gpu_kernels_per_step" in r else "n/a",
+             f"{r.get('peak_mem_mb', 0) / 1024:.1f}"] for r in res]
+    first = res[0]
+    return (f"{first['device']}, batch {first['batch_size']} x {first['utterance_seconds']:g} s of real speech "
+            f"(cut from {first['source']}), {first['steps']} timed steps per mode, modes interleaved step by step. "
+            "MFU is against a matmul measured in the mode's dtype (the peak column); GPU busy is the summed "
+            "kernel time of one profiled step against the median step; peak memory is the process's, all modes "
+            "resident.\n\n" +
+            _md(["model", "precision", "params", "audio-s/s", "ms/step median (p10-p90)", "vs fp32", "TFLOP/s",
+                 "peak TFLOP/s", "MFU", "GPU busy", "kernels/step", "peak GiB"], rows))
+
+
 def _loader(res: list[dict[str, Any]]) -> str:
     rows = [[r["source"], "on" if r["augment"] else "off", r["workers"], r["x_realtime"], r["x_realtime_per_worker"],
              f"{r['seconds']} ({r['seconds_min_max'][0]}-{r['seconds_min_max'][1]})"] for r in res]
@@ -128,7 +150,9 @@ def _fsdd(res: dict[str, Any]) -> str:
 
 RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "scaling": _scaling,
                                            "straggler": _straggler, "planner": _planner, "recipes": _recipes,
-                                           "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _recipes}
+                                           "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _recipes,
+                                           "gpu-train": _gpu_train, "gpu-train-b128": _gpu_train,
+                                           "gpu-recipes": _recipes}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -64,6 +64,21 @@ def targets(comps: Any, seconds: float, batch_size: int, device: torch.device) -
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def kernel_profile(step: Callable[[], Any], device: torch.device) -> dict[str, Any]:
+    """Run `step` once more under torch.profiler: how many kernels and copies it put on the GPU and their
+    summed time. Against the step's wall clock this says whether the GPU or the host that feeds it is the
+    bottleneck (a GPU busy for a fraction of the step waits on kernel launches)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        _sync(device)
+    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return {"gpu_kernels_per_step": len(events),
+            "gpu_busy_ms": round(sum(e.time_range.elapsed_us() for e in events) / 1000, 1)}
 
 
 def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, repeats: int = 3) -> float:
@@ -177,6 +192,11 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             res["peak_source"] += " (below the model's own rate: no fast kernel for this dtype; pass --peak-tflops)"
         if dev.type == "cuda":
             res["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(dev) / 2 ** 20, 1)
+            try:
+                res.update(kernel_profile(lambda m=m: one_step(m), dev))
+                res["gpu_busy_fraction"] = round(res["gpu_busy_ms"] / res["ms_per_step"], 3)
+            except Exception as e:  # the profile is an extra column: its failure must not lose the timings
+                res["gpu_profile_error"] = f"{type(e).__name__}: {e}"
         base = base or (res if p == "fp32" else None)
         if base is not None:
             res["speedup_vs_fp32"] = round(res["audio_seconds_per_second"] / base["audio_seconds_per_second"], 3)

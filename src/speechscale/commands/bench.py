@@ -72,13 +72,19 @@ def straggler(args: argparse.Namespace) -> int:
 def all_benches(args: argparse.Namespace) -> int:
     from ..bench import suite, tables
 
-    only = args.only.split(",") if args.only else None
+    only = args.only.split(",") if args.only else (list(suite.GPU_BENCHES) if args.gpu else None)
+    known = suite.BENCHES + suite.GPU_BENCHES
     for name in only or []:
-        if name not in suite.BENCHES:
-            raise SystemExit(f"speechscale bench all: --only {name}: unknown; choose from {', '.join(suite.BENCHES)}")
+        if name not in known:
+            raise SystemExit(f"speechscale bench all: --only {name}: unknown; choose from {', '.join(known)}")
     out = Path(args.out)
+    if not args.tables_only and any(n in suite.GPU_BENCHES for n in only or []):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("speechscale bench all: the gpu-* benches need a CUDA GPU, and torch sees none")
     if args.tables_only:
-        docs = suite.load_docs(out)
+        docs = suite.load_docs(out, tuple(only) if only else suite.BENCHES)
         if not docs:
             raise SystemExit(f"speechscale bench all: {out}: no bench JSON files to render")
         docs = {k: v for k, v in docs.items() if only is None or k in only}
@@ -202,6 +208,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     ba.add_argument("--only", default=None, help="comma-separated subset of the benches (default: all; see docs/benchmarks)")
     ba.add_argument("--benchmarks", default="BENCHMARKS.md",
                     help="the file whose generated tables are rewritten ('' = leave it alone)")
+    ba.add_argument("--gpu", action="store_true",
+                    help="the GPU benches instead (gpu-train, gpu-train-b128, gpu-recipes) on a CUDA GPU")
     ba.add_argument("--tables-only", action="store_true",
                     help="run nothing: re-render the tables from the JSON files already in --out")
     ba.set_defaults(func=all_benches)

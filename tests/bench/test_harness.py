@@ -47,6 +47,36 @@ def test_benchmarks_md_tables_are_exactly_what_the_committed_json_renders():
         assert not isinstance(doc["results"], dict) or "error" not in doc["results"]
 
 
+def test_benchmarks_md_gpu_tables_are_what_the_committed_gpu_json_renders():
+    from speechscale.bench.suite import GPU_BENCHES
+
+    folder = ROOT / "docs" / "figures" / "gpu"
+    docs = load_docs(folder, GPU_BENCHES)
+    assert set(docs) == set(GPU_BENCHES)
+    generated = tables.blocks((ROOT / "BENCHMARKS.md").read_text())
+    for name, doc in docs.items():
+        assert "H100" in doc["provenance"]["machine"]
+        assert generated[name] == tables.render(name, doc), f"BENCHMARKS.md's {name} table drifted from {name}.json"
+    rows = docs["gpu-train"]["results"]
+    assert {r["precision"] for r in rows} == {"fp32", "bf16", "fp16"} and all("gpu_kernels_per_step" in r for r in rows)
+
+
+def test_gpu_benches_say_they_need_a_gpu_before_running(cli, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the bench would run")
+    proc = cli("bench", "all", "--gpu", "--out", str(tmp_path), check=False)
+    assert proc.returncode != 0 and "need a CUDA GPU" in proc.stderr and not list(tmp_path.iterdir())
+
+
+def test_gpu_tables_render_from_the_committed_json_without_a_gpu(cli, tmp_path):
+    md = tmp_path / "B.md"
+    md.write_text("# B\n")
+    proc = cli("bench", "all", "--gpu", "--tables-only", "--out", str(ROOT / "docs/figures/gpu"), "--benchmarks", str(md))
+    assert "updated" in proc.stdout and set(tables.blocks(md.read_text())) == {"gpu-train", "gpu-train-b128", "gpu-recipes"}
+
+
 def test_update_replaces_only_the_generated_blocks(tmp_path):
     doc = json.loads((ROOT / "docs" / "figures" / "bench-all" / "scaling.json").read_text())
     md = tmp_path / "B.md"

@@ -130,11 +130,26 @@ def test_default_rate_is_our_own_measurement_where_one_is_shipped(capsys):
         return json.loads(out)
 
     shipped = plan_json("--model", "ds2-large", "--gpu", "h100")
-    assert shipped["per_gpu_throughput"] == 1098  # bf16, 32 x 10 s, issue #10 (planning/data/measured.json)
-    assert shipped["workload"]["throughput_source"].startswith("measured: 1098 audio-s/s, ds2-large bf16")
+    assert shipped["per_gpu_throughput"] == 1192  # bf16, 32 x 10 s, issue #20 (planning/data/measured.json)
+    assert shipped["workload"]["throughput_source"].startswith("measured: 1192 audio-s/s, ds2-large bf16")
     big = plan_json("--model", "ds2-large", "--gpu", "h100", "--batch-seconds", "1280")
-    assert big["per_gpu_throughput"] == 2958
+    assert big["per_gpu_throughput"] == 2258
     analytic = plan_json("--model", "ds2-large", "--gpu", "a100")
     assert "FLOPs x MFU" in analytic["workload"]["throughput_source"]
     given = plan_json("--model", "ds2-large", "--gpu", "h100", "--throughput", "500")
     assert given["per_gpu_throughput"] == 500 and given["workload"]["throughput_source"] == "--throughput"
+
+
+def test_the_shipped_gpu_rates_are_the_committed_bench_output():
+    """planning/data/measured.json is package data; its rows must be what docs/figures/gpu/ measured."""
+    from tests.conftest import ROOT
+
+    shipped = json.loads((ROOT / "src/speechscale/planning/data/measured.json").read_text())
+    measured = []
+    for name in ("gpu-train", "gpu-train-b128"):
+        doc = json.loads((ROOT / "docs/figures/gpu" / f"{name}.json").read_text())
+        assert "H100" in doc["provenance"]["machine"] and doc["provenance"]["commit"] == shipped["provenance"]["commit"]
+        measured += [{"gpu": "h100", "model": r["model"], "precision": r["precision"],
+                      "batch_seconds": round(r["batch_size"] * r["utterance_seconds"]),
+                      "audio_seconds_per_second": round(r["audio_seconds_per_second"])} for r in doc["results"]]
+    assert shipped["rows"] == measured

@@ -122,6 +122,8 @@ def _cpu_model() -> str:
 
 
 def _commit() -> str:
+    if os.environ.get("SPEECHSCALE_COMMIT"):  # the launcher knows best (a copy's .git may be older than its tree)
+        return os.environ["SPEECHSCALE_COMMIT"]
     root = Path(__file__).resolve().parents[3]
     try:
         head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=root, capture_output=True, text=True,
@@ -132,8 +134,8 @@ def _commit() -> str:
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         head, dirty = "", ""
-    if not head:  # a copy without .git (a lent GPU machine): the launcher names the commit it copied
-        return os.environ.get("SPEECHSCALE_COMMIT", "unknown")
+    if not head:
+        return "unknown"
     return head + ("+changes" if dirty else "")
 
 

@@ -37,20 +37,29 @@ def _gpu_train(res: list[dict[str, Any]]) -> str:
             return "n/a"
         return f"{r['gpu_busy_ms']} ms ({100 * r['gpu_busy_fraction']:.0f} %)"
 
+    def compute_rate(r: dict[str, Any]) -> float:  # audio-s/s of the step without its serial data phase
+        return r["batch_size"] * r["utterance_seconds"] / ((r["ms_per_step"] - r["ms_per_phase"]["data"]) / 1000)
+
+    fp32 = {r["model"]: compute_rate(r) for r in res if r["precision"] == "fp32"}
     rows = [[r["model"], r["precision"], f"{r['params'] / 1e6:.1f} M", f"{r['audio_seconds_per_second']:,.0f}",
              f"{r['ms_per_step']} ({r['ms_per_step_p10_p90'][0]}-{r['ms_per_step_p10_p90'][1]})",
-             f"{r.get('speedup_vs_fp32', '-')}x", r["achieved_tflops"], f"{r['peak_tflops']:.0f}",
-             f"{100 * r['mfu']:.1f} %" if r["mfu"] is not None else "n/a", busy(r),
+             f"{r.get('speedup_vs_fp32', '-')}x", f"{r['ms_per_phase']['data']}",
+             f"{compute_rate(r):,.0f} ({compute_rate(r) / fp32[r['model']]:.2f}x)" if r["model"] in fp32 else "-",
+             f"{r['achieved_tflops']:.1f} / {r['peak_tflops']:.0f}",
+             f"{100 * r['mfu']:.1f} %" if r["mfu"] is not None else "n/a (above the probe)", busy(r),
              f"{r['gpu_kernels_per_step']:,}" if "gpu_kernels_per_step" in r else "n/a",
              f"{r.get('peak_mem_mb', 0) / 1024:.1f}"] for r in res]
     first = res[0]
-    return (f"{first['device']}, batch {first['batch_size']} x {first['utterance_seconds']:g} s of real speech "
-            f"(cut from {first['source']}), {first['steps']} timed steps per mode, modes interleaved step by step. "
-            "MFU is against a matmul measured in the mode's dtype (the peak column); GPU busy is the summed "
-            "kernel time of one profiled step against the median step; peak memory is the process's, all modes "
-            "resident.\n\n" +
-            _md(["model", "precision", "params", "audio-s/s", "ms/step median (p10-p90)", "vs fp32", "TFLOP/s",
-                 "peak TFLOP/s", "MFU", "GPU busy", "kernels/step", "peak GiB"], rows))
+    return (f"{first['device']}, batch {first['batch_size']} x {first['utterance_seconds']:g} s cut from "
+            f"{first['source']}, {first['steps']} timed steps per mode, the modes interleaved step by step. The "
+            "step includes the bench's serial data phase (features on the CPU; a DataLoader overlaps it in "
+            "training), so the step is also shown without it. TFLOP/s: the model's analytic rate / a matmul "
+            "probe in the mode's dtype (fp32 probe without TF32), MFU their ratio. GPU busy: the summed kernel "
+            "time of one profiled step against the median step. Peak memory is the process's, all modes resident."
+            "\n\n" +
+            _md(["model", "precision", "params", "audio-s/s", "ms/step median (p10-p90)", "vs fp32", "data ms",
+                 "audio-s/s without data (vs fp32)", "TFLOP/s model / probe", "MFU", "GPU busy", "kernels/step",
+                 "peak GiB"], rows))
 
 
 def _loader(res: list[dict[str, Any]]) -> str:

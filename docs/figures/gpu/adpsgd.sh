@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# configs/yesno_adpsgd.yaml (4 asynchronous learners) on one GPU, each ADPSGD variant, as run on a lent H100
+# (issue #20): the learners share the GPU, nccl is the default group, the gossip runs on gloo through host
+# memory. Writes OUT/adpsgd-h100.json (provenance + one row per variant); see run.sh for the set-up.
+#   bash docs/figures/gpu/adpsgd.sh OUT      (DEVICE=cpu EXTRA=trainer.max_epochs=1 for a quick check elsewhere)
+set -euo pipefail
+out=${1:?usage: adpsgd.sh OUT}
+export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+[ -e ../shared ] || ln -s "$PWD/.gpudata/shared" ../shared
+port=29611
+for v in fixed_ring random_ring delay_by_one; do
+    run=/tmp/adpsgd-$v
+    rm -rf "$run"; mkdir -p "$run"
+    start=$(date +%s.%N)
+    timeout 240 python3 -m torch.distributed.run --nproc-per-node 4 --master-port $((port++)) -m speechscale.cli -q \
+        train --config configs/yesno_adpsgd.yaml "trainer.device=${DEVICE:-cuda}" "distributed.adpsgd.variant=$v" \
+        "trainer.out_dir=$run" trainer.progress=false ${EXTRA:-} > "$run/stdout" 2> "$run/stderr" || echo "$v failed: $(tail -3 "$run/stderr")"
+    python3 -c "import time; print(time.time() - $start)" > "$run/wall"
+    tail -1 "$run/stdout"
+done
+python3 - "$out" <<'PY'
+import json, os, sys
+from pathlib import Path
+from speechscale.bench.harness import provenance
+rows = []
+for v in ("fixed_ring", "random_ring", "delay_by_one"):
+    run = Path(f"/tmp/adpsgd-{v}")
+    lines = (run / "stdout").read_text().strip().splitlines()
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()] if (run / "metrics.jsonl").is_file() else []
+    val = [m for m in metrics if m["kind"] == "val"]
+    rows.append({"variant": v, "summary": json.loads(lines[-1]) if lines else None, "wall_seconds": float((run / "wall").read_text()),
+                 "val": [{k: m.get(k) for k in ("epoch", "step", "wer", "cer", "val_loss")} for m in val],
+                 "stderr_tail": (run / "stderr").read_text().splitlines()[-3:]})
+doc = {"provenance": provenance(["bash", "docs/figures/gpu/adpsgd.sh", "OUT"]),
+       "settings": {"config": "configs/yesno_adpsgd.yaml", "procs": 4, "overrides": ["trainer.device=" + os.environ.get("DEVICE", "cuda"), *os.environ.get("EXTRA", "").split()]}, "results": rows}
+Path(sys.argv[1], "adpsgd-h100.json").write_text(json.dumps(doc, indent=2) + "\n")
+PY

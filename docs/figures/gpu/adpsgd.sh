@@ -2,7 +2,7 @@
 # configs/yesno_adpsgd.yaml (4 asynchronous learners) on one GPU, each ADPSGD variant, as run on a lent H100
 # (issue #20): the learners share the GPU, nccl is the default group, the gossip runs on gloo through host
 # memory. Writes OUT/adpsgd-h100.json (provenance + one row per variant); see run.sh for the set-up.
-#   bash docs/figures/gpu/adpsgd.sh OUT      (DEVICE=cpu EXTRA=trainer.max_epochs=1 for a quick check elsewhere)
+#   bash docs/figures/gpu/adpsgd.sh OUT      (env: DEVICE=cpu, EXTRA="more overrides", NAME=output file stem)
 set -euo pipefail
 out=${1:?usage: adpsgd.sh OUT}
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
@@ -37,5 +37,5 @@ for v in ("fixed_ring", "random_ring", "delay_by_one"):
                  "stderr_tail": (run / "stderr").read_text().splitlines()[-3:]})
 doc = {"provenance": provenance(["bash", "docs/figures/gpu/adpsgd.sh", "OUT"]),
        "settings": {"config": "configs/yesno_adpsgd.yaml", "procs": 4, "overrides": ["trainer.device=" + os.environ.get("DEVICE", "cuda"), *os.environ.get("EXTRA", "").split()]}, "results": rows}
-Path(sys.argv[1], "adpsgd-h100.json").write_text(json.dumps(doc, indent=2) + "\n")
+Path(sys.argv[1], os.environ.get("NAME", "adpsgd-h100") + ".json").write_text(json.dumps(doc, indent=2) + "\n")
 PY

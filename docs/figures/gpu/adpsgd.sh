@@ -2,7 +2,8 @@
 # configs/yesno_adpsgd.yaml (4 asynchronous learners) on one GPU, each ADPSGD variant, as run on a lent H100
 # (issue #20): the learners share the GPU, nccl is the default group, the gossip runs on gloo through host
 # memory. Writes OUT/adpsgd-h100.json (provenance + one row per variant); see run.sh for the set-up.
-#   bash docs/figures/gpu/adpsgd.sh OUT      (env: DEVICE=cpu, EXTRA="more overrides", NAME=output file stem)
+#   bash docs/figures/gpu/adpsgd.sh OUT      (env: DEVICE=cpu, EXTRA="more overrides",
+#   NAME=output file stem, VARIANTS="fixed_ring random_ring")
 set -euo pipefail
 out=${1:?usage: adpsgd.sh OUT}
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
@@ -12,7 +13,7 @@ fi
 export PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 [ -e ../shared ] || ln -s "$PWD/.gpudata/shared" ../shared
 port=29611
-for v in fixed_ring random_ring delay_by_one; do
+for v in ${VARIANTS:-fixed_ring random_ring delay_by_one}; do
     run=/tmp/adpsgd-$v
     rm -rf "$run"; mkdir -p "$run"
     start=$(date +%s.%N)
@@ -27,7 +28,7 @@ import json, os, sys
 from pathlib import Path
 from speechscale.bench.harness import provenance
 rows = []
-for v in ("fixed_ring", "random_ring", "delay_by_one"):
+for v in os.environ.get("VARIANTS", "fixed_ring random_ring delay_by_one").split():
     run = Path(f"/tmp/adpsgd-{v}")
     lines = (run / "stdout").read_text().strip().splitlines()
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()] if (run / "metrics.jsonl").is_file() else []

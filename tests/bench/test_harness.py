@@ -77,6 +77,17 @@ def test_gpu_tables_render_from_the_committed_json_without_a_gpu(cli, tmp_path):
     assert "updated" in proc.stdout and set(tables.blocks(md.read_text())) == {"gpu-train", "gpu-train-b128", "gpu-recipes"}
 
 
+def test_benchmarks_md_gpu_adpsgd_table_is_what_the_committed_runs_render(cli, tmp_path):
+    docs = tables.gpu_adpsgd_docs(ROOT / "docs/figures/gpu/adpsgd")
+    assert len(docs) >= 3 and all(r["summary"] for d in docs.values() for r in d["results"])
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    assert tables.gpu_adpsgd_block(text) == tables.render_gpu_adpsgd(docs), "the gpu-adpsgd table drifted from its JSON"
+    md = tmp_path / "B.md"
+    md.write_text("# B\n<!-- gpu-adpsgd -->\nold\n<!-- /gpu-adpsgd -->\n")
+    proc = cli("bench", "all", "--gpu", "--tables-only", "--out", str(ROOT / "docs/figures/gpu"), "--benchmarks", str(md))
+    assert "gpu-adpsgd" in proc.stdout and tables.gpu_adpsgd_block(md.read_text()) == tables.render_gpu_adpsgd(docs)
+
+
 def test_update_replaces_only_the_generated_blocks(tmp_path):
     doc = json.loads((ROOT / "docs" / "figures" / "bench-all" / "scaling.json").read_text())
     md = tmp_path / "B.md"

@@ -249,3 +249,52 @@ def loso_block(text: str) -> str | None:
     """The rendered LOSO block in a BENCHMARKS.md text, if any."""
     m = LOSO_BLOCK.search(text)
     return m.group(2) if m else None
+
+
+# ---- ADPSGD on one GPU (docs/figures/gpu/adpsgd.sh): one JSON per (device, precision, seed) ---------------
+ADPSGD_BLOCK = re.compile(r"(<!-- gpu-adpsgd -->\n)(.*?)(<!-- /gpu-adpsgd -->)", re.S)
+
+
+def render_gpu_adpsgd(docs: dict[str, dict[str, Any]]) -> str:
+    """One row per learner group run (file stem x variant): where, precision, seed, final and best WER,
+    consensus distance, rank 0's exchanges, wall; then one provenance line per file."""
+    rows, notes = [], []
+    for name, doc in sorted(docs.items()):
+        for r in doc["results"]:
+            s = r["summary"] or {}
+            rows.append([f"`{name}`", r["variant"], s.get("device", "-"), s.get("precision", "-"),
+                         _seed(doc["settings"]["overrides"]),
+                         f"{100 * s['wer']:.1f} % ({100 * s['best_wer']:.1f} %)" if s else "**failed**",
+                         f"{s['consensus_distance']:.2g}" if s else "-", f"{s['exchanges']:.0f}" if "exchanges" in s else "-",
+                         f"{r['wall_seconds']:.0f} s"])
+        p = doc["provenance"]
+        notes.append(f"- `{name}`: {p['machine']}, {p['date']}, commit `{p['commit']}`, torch {p['torch']}; "
+                     f"`{doc['settings']['config']}` with `{' '.join(doc['settings']['overrides'])}`")
+    return (_md(["run", "variant", "device", "precision", "seed", "WER at the end (best)", "consensus distance",
+                 "exchanges (rank 0)", "wall"], rows) + "\n" + "\n".join(notes) + "\n")
+
+
+def _seed(overrides: list[str]) -> str:
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith("trainer.seed=")), "1 (the recipe's)")
+
+
+def gpu_adpsgd_docs(folder: Path) -> dict[str, dict[str, Any]]:
+    """The ADPSGD run files in `folder`, by file stem."""
+    import json
+
+    return {f.stem: json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))}
+
+
+def gpu_adpsgd_block(text: str) -> str | None:
+    m = ADPSGD_BLOCK.search(text)
+    return m.group(2) if m else None
+
+
+def update_gpu_adpsgd(path: Path, docs: dict[str, dict[str, Any]]) -> bool:
+    """Rewrite the `<!-- gpu-adpsgd -->` block of `path` from `docs`; False when the file has no such block."""
+    text = path.read_text()
+    if not ADPSGD_BLOCK.search(text):
+        return False
+    block = render_gpu_adpsgd(docs)
+    path.write_text(ADPSGD_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text))
+    return True

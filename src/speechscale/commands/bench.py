@@ -94,6 +94,9 @@ def all_benches(args: argparse.Namespace) -> int:
     if args.benchmarks:
         tables.update(Path(args.benchmarks), docs)
         print(f"updated {args.benchmarks}: {', '.join(docs)}")
+        runs = tables.gpu_adpsgd_docs(out / "adpsgd") if args.gpu else {}  # docs/figures/gpu/adpsgd.sh's runs
+        if runs and tables.update_gpu_adpsgd(Path(args.benchmarks), runs):
+            print(f"updated {args.benchmarks}: gpu-adpsgd ({len(runs)} runs)")
     failed = [k for k, v in docs.items() if isinstance(v["results"], dict) and "error" in v["results"]]
     if failed:
         print(f"failed: {', '.join(failed)} (see their JSON files)", file=sys.stderr)

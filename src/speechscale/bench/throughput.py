@@ -106,11 +106,13 @@ def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, repeats: int = 
 class _Mode:
     """One precision's model, optimizer and timers."""
 
-    def __init__(self, precision: str, cfg: Config, device: torch.device, compile_model: bool) -> None:
+    def __init__(self, precision: str, cfg: Config, device: torch.device, compile_model: bool | str) -> None:
         torch.manual_seed(0)
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(device).train()
-        self.forward = torch.compile(self.model, dynamic=False) if compile_model else self.model
+        mode = None if compile_model in (True, "default") else compile_model or None  # e.g. "reduce-overhead"
+        self.forward = torch.compile(self.model, dynamic=False, mode=mode) if compile_model else self.model
+        self.graphs = mode == "reduce-overhead"  # CUDA graphs: each step must say where it begins
         self.opt = build_optimizer(self.model, cfg.optim)
         self.precision = Precision(precision, device)
         self.marks: dict[str, float] = {}  # phase -> the time it ended (the step's clock)
@@ -128,7 +130,7 @@ class _Mode:
 def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2.0, steps: int = 5,
                 warmup: int = 2, manifest: str | None = None, threads: int = 0,
                 overrides: dict[str, Any] | None = None, precisions: tuple[str, ...] = ("fp32",),
-                device: str = "auto", peak_tflops: float | None = None, compile_model: bool = False
+                device: str = "auto", peak_tflops: float | None = None, compile_model: bool | str = False
                 ) -> list[dict[str, Any]]:
     """Time `steps` training steps per precision after `warmup`, interleaved; one result dict per mode."""
     if threads:
@@ -152,6 +154,8 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
         batch = Batch(feats, lens, tgt, tgt_lens, [""] * batch_size, [], {})
         _sync(dev)
         t1 = time.perf_counter()
+        if m.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         loss, _ = m.step([batch])
         m.losses.append(float(loss))
         t = m.marks
@@ -187,6 +191,8 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             "achieved_tflops": round(achieved, 4), "peak_tflops": round(peak, 4), "peak_source": source,
             "mfu": round(achieved / peak, 4), "final_loss": round(m.losses[-1], 3),
         }
+        if compile_model:
+            res["compile"] = "default" if compile_model is True else compile_model
         if achieved > peak and not peak_tflops:  # e.g. fp16 on a CPU: the matmul probe hit a slow kernel
             res["mfu"] = None
             res["peak_source"] += " (below the model's own rate: no fast kernel for this dtype; pass --peak-tflops)"

@@ -31,7 +31,7 @@ from ..storage.checkpoints import (
     newest_checkpoint,
     save_checkpoint_in,
 )
-from ..storage.seeds import derive_seed, seed_everything
+from ..storage.seeds import derive_seed, deterministic_algorithms, seed_everything
 from .ema import WeightAverage
 from .evaluate import validate
 from .optim import SampleSchedule, build_optimizer, set_lr
@@ -72,7 +72,7 @@ class Trainer:
                         "trainer.val_every_steps and checkpoint_every_steps")
         seed_everything(t.seed)  # the same initial weights on every rank
         if t.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            deterministic_algorithms(compiling=t.compile)
         self.device = resolve_device(self.strategy.device(t.device))
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(self.device)

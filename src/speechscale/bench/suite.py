@@ -7,6 +7,7 @@ import json
 import logging
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -60,7 +61,7 @@ GPU_SETTINGS: dict[str, dict[str, Any]] = {
 GPU_BENCHES = tuple(GPU_SETTINGS)
 
 
-def _train(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
+def _train(s: dict[str, Any], out: Path, name: str = "train") -> list[dict[str, Any]]:
     from .throughput import bench_train, default_manifest
 
     rows = []
@@ -70,7 +71,7 @@ def _train(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
                             device=s.get("device", "auto"))
     from .plots import plot_train
 
-    plot_train(rows, out / f"{s.get('name', 'train')}.png")
+    plot_train(rows, out / f"{name}.png")
     return rows
 
 
@@ -203,8 +204,8 @@ def _serve(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
 RUNNERS: dict[str, Callable[[dict[str, Any], Path], Any]] = {
     "train": _train, "loader": _loader, "scaling": _scaling, "straggler": _straggler, "planner": _planner,
     "recipes": _recipes, "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _demo,
-    "gpu-train": lambda s, out: _train({**s, "name": "gpu-train"}, out),
-    "gpu-train-b128": lambda s, out: _train({**s, "name": "gpu-train-b128"}, out), "gpu-recipes": _gpu_recipes}
+    "gpu-train": partial(_train, name="gpu-train"), "gpu-train-b128": partial(_train, name="gpu-train-b128"),
+    "gpu-recipes": _gpu_recipes}
 ALL_SETTINGS = {**SETTINGS, **GPU_SETTINGS}
 
 

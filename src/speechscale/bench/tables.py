@@ -6,6 +6,7 @@ and compares, so the tables cannot drift from what was measured.
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -280,8 +281,6 @@ def _seed(overrides: list[str]) -> str:
 
 def gpu_adpsgd_docs(folder: Path) -> dict[str, dict[str, Any]]:
     """The ADPSGD run files in `folder`, by file stem."""
-    import json
-
     return {f.stem: json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))}
 
 

@@ -1,17 +1,12 @@
 #!/usr/bin/env bash
 # configs/yesno_adpsgd.yaml (4 asynchronous learners) on one GPU, each ADPSGD variant, as run on a lent H100
 # (issue #20): the learners share the GPU, nccl is the default group, the gossip runs on gloo through host
-# memory. Writes OUT/adpsgd-h100.json (provenance + one row per variant); see run.sh for the set-up.
+# memory. Writes OUT/adpsgd-h100.json (provenance + one row per variant); set-up in env.sh.
 #   bash docs/figures/gpu/adpsgd.sh OUT      (env: DEVICE=cpu, EXTRA="more overrides",
 #   NAME=output file stem, VARIANTS="fixed_ring random_ring")
 set -euo pipefail
 out=${1:?usage: adpsgd.sh OUT}
-export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-fi
-export PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-[ -e ../shared ] || ln -s "$PWD/.gpudata/shared" ../shared
+source docs/figures/gpu/env.sh
 port=29611
 for v in ${VARIANTS:-fixed_ring random_ring delay_by_one}; do
     run=/tmp/adpsgd-$v
@@ -26,7 +21,7 @@ done
 python3 - "$out" <<'PY'
 import json, os, sys
 from pathlib import Path
-from speechscale.bench.harness import provenance
+from speechscale.bench.harness import write_json
 rows = []
 for v in os.environ.get("VARIANTS", "fixed_ring random_ring delay_by_one").split():
     run = Path(f"/tmp/adpsgd-{v}")
@@ -36,7 +31,8 @@ for v in os.environ.get("VARIANTS", "fixed_ring random_ring delay_by_one").split
     rows.append({"variant": v, "summary": json.loads(lines[-1]) if lines else None, "wall_seconds": float((run / "wall").read_text()),
                  "val": [{k: m.get(k) for k in ("epoch", "step", "wer", "cer", "val_loss")} for m in val],
                  "stderr_tail": (run / "stderr").read_text().splitlines()[-3:]})
-doc = {"provenance": provenance(["bash", "docs/figures/gpu/adpsgd.sh", "OUT"]),
-       "settings": {"config": "configs/yesno_adpsgd.yaml", "procs": 4, "overrides": ["trainer.device=" + os.environ.get("DEVICE", "cuda"), *os.environ.get("EXTRA", "").split()]}, "results": rows}
-Path(sys.argv[1], os.environ.get("NAME", "adpsgd-h100") + ".json").write_text(json.dumps(doc, indent=2) + "\n")
+write_json(Path(sys.argv[1], os.environ.get("NAME", "adpsgd-h100") + ".json"), rows,
+           ["bash", "docs/figures/gpu/adpsgd.sh", "OUT"],
+           settings={"config": "configs/yesno_adpsgd.yaml", "procs": 4,
+                     "overrides": ["trainer.device=" + os.environ.get("DEVICE", "cuda"), *os.environ.get("EXTRA", "").split()]})
 PY

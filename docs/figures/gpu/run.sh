@@ -8,12 +8,7 @@
 set -euo pipefail
 out=${1:?usage: run.sh OUT [BENCHES]}
 benches=${2:-gpu-train,gpu-train-b128,gpu-recipes}
-export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-fi
-export PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-[ -e ../shared ] || ln -s "$PWD/.gpudata/shared" ../shared
+source docs/figures/gpu/env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version(), "cpus", __import__("os").cpu_count())'
 python3 -m speechscale.cli -q bench all --only "$benches" --out "$out" --benchmarks ''

@@ -173,8 +173,21 @@ def render(name: str, doc: dict[str, Any]) -> str:
     return body + _provenance(doc)
 
 
-def _pattern(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(<!-- bench-all:{re.escape(name)} -->\n)(.*?)(<!-- /bench-all:{re.escape(name)} -->)", re.S)
+def _pattern(tag: str) -> re.Pattern[str]:
+    """A generated block of BENCHMARKS.md: `<!-- TAG -->`, newline, body, `<!-- /TAG -->`."""
+    return re.compile(rf"(<!-- {re.escape(tag)} -->\n)(.*?)(<!-- /{re.escape(tag)} -->)", re.S)
+
+
+def read_block(text: str, tag: str) -> str | None:
+    """The body of the `tag` block in `text`, if any."""
+    m = _pattern(tag).search(text)
+    return m.group(2) if m else None
+
+
+def _replace(text: str, tag: str, body: str) -> str | None:
+    """`text` with the `tag` block's body replaced, or None when there is no such block."""
+    pat = _pattern(tag)
+    return pat.sub(lambda m: m.group(1) + body + m.group(3), text) if pat.search(text) else None
 
 
 def blocks(text: str) -> dict[str, str]:
@@ -190,9 +203,9 @@ def update(path: Path, docs: dict[str, dict[str, Any]]) -> list[str]:
     appended = []
     for name, doc in docs.items():
         block = render(name, doc)
-        pat = _pattern(name)
-        if pat.search(text):
-            text = pat.sub(lambda m, block=block: m.group(1) + block + m.group(3), text)
+        replaced = _replace(text, f"bench-all:{name}", block)
+        if replaced is not None:
+            text = replaced
         else:
             appended.append(f"### {name}\n\n<!-- bench-all:{name} -->\n{block}<!-- /bench-all:{name} -->\n")
     if appended:
@@ -202,7 +215,6 @@ def update(path: Path, docs: dict[str, dict[str, Any]]) -> list[str]:
 
 
 # ---- leave-one-speaker-out (bench fsdd-loso): one row per recipe JSON in a folder -------------------------
-LOSO_BLOCK = re.compile(r"(<!-- loso -->\n)(.*?)(<!-- /loso -->)", re.S)
 
 
 def render_loso(docs: dict[str, dict[str, Any]]) -> str:
@@ -238,22 +250,19 @@ def update_loso(path: Path, docs: dict[str, dict[str, Any]]) -> None:
     """Rewrite the `<!-- loso -->` block of `path` from `docs` (appended under a heading if absent)."""
     text = path.read_text()
     block = render_loso(docs)
-    if LOSO_BLOCK.search(text):
-        text = LOSO_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text)
-    else:
-        text = text.rstrip("\n") + "\n\n## Leave-one-speaker-out on FSDD (issue #25)\n\n<!-- loso -->\n" + block \
+    replaced = _replace(text, "loso", block)
+    if replaced is None:
+        replaced = text.rstrip("\n") + "\n\n## Leave-one-speaker-out on FSDD (issue #25)\n\n<!-- loso -->\n" + block \
             + "<!-- /loso -->\n"
-    path.write_text(text)
+    path.write_text(replaced)
 
 
 def loso_block(text: str) -> str | None:
     """The rendered LOSO block in a BENCHMARKS.md text, if any."""
-    m = LOSO_BLOCK.search(text)
-    return m.group(2) if m else None
+    return read_block(text, "loso")
 
 
 # ---- ADPSGD on one GPU (docs/figures/gpu/adpsgd.sh): one JSON per (device, precision, seed) ---------------
-ADPSGD_BLOCK = re.compile(r"(<!-- gpu-adpsgd -->\n)(.*?)(<!-- /gpu-adpsgd -->)", re.S)
 
 
 def render_gpu_adpsgd(docs: dict[str, dict[str, Any]]) -> str:
@@ -285,15 +294,12 @@ def gpu_adpsgd_docs(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def gpu_adpsgd_block(text: str) -> str | None:
-    m = ADPSGD_BLOCK.search(text)
-    return m.group(2) if m else None
+    return read_block(text, "gpu-adpsgd")
 
 
 def update_gpu_adpsgd(path: Path, docs: dict[str, dict[str, Any]]) -> bool:
     """Rewrite the `<!-- gpu-adpsgd -->` block of `path` from `docs`; False when the file has no such block."""
-    text = path.read_text()
-    if not ADPSGD_BLOCK.search(text):
-        return False
-    block = render_gpu_adpsgd(docs)
-    path.write_text(ADPSGD_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text))
-    return True
+    replaced = _replace(path.read_text(), "gpu-adpsgd", render_gpu_adpsgd(docs))
+    if replaced is not None:
+        path.write_text(replaced)
+    return replaced is not None

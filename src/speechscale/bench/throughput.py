@@ -106,13 +106,13 @@ def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, repeats: int = 
 class _Mode:
     """One precision's model, optimizer and timers."""
 
-    def __init__(self, precision: str, cfg: Config, device: torch.device, compile_model: bool | str) -> None:
+    def __init__(self, precision: str, cfg: Config, device: torch.device, compile_mode: str | None) -> None:
         torch.manual_seed(0)
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(device).train()
-        mode = None if compile_model in (True, "default") else compile_model or None  # e.g. "reduce-overhead"
-        self.forward = torch.compile(self.model, dynamic=False, mode=mode) if compile_model else self.model
-        self.graphs = mode == "reduce-overhead"  # CUDA graphs: each step must say where it begins
+        self.forward = self.model if compile_mode is None else torch.compile(
+            self.model, dynamic=False, mode=None if compile_mode == "default" else compile_mode)
+        self.graphs = compile_mode == "reduce-overhead"  # CUDA graphs: each step must say where it begins
         self.opt = build_optimizer(self.model, cfg.optim)
         self.precision = Precision(precision, device)
         self.marks: dict[str, float] = {}  # phase -> the time it ended (the step's clock)
@@ -138,7 +138,8 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
     dev = resolve_device(device)
     cfg: Config = from_dict(Config, {"model": {"name": model, "overrides": overrides or {}},
                                      "features": RECOMMENDED_FEATURES.get(model, {})})
-    modes = {p: _Mode(p, cfg, dev, compile_model) for p in precisions}
+    compile_mode = "default" if compile_model is True else (compile_model or None)  # e.g. "reduce-overhead"
+    modes = {p: _Mode(p, cfg, dev, compile_mode) for p in precisions}
     comps = next(iter(modes.values())).comps
     clips = _clips(manifest, comps.features.cfg.sample_rate, seconds, batch_size, seed=0)
     tgt, tgt_lens = targets(comps, seconds, batch_size, dev)
@@ -191,8 +192,8 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             "achieved_tflops": round(achieved, 4), "peak_tflops": round(peak, 4), "peak_source": source,
             "mfu": round(achieved / peak, 4), "final_loss": round(m.losses[-1], 3),
         }
-        if compile_model:
-            res["compile"] = "default" if compile_model is True else compile_model
+        if compile_mode:
+            res["compile"] = compile_mode
         if achieved > peak and not peak_tflops:  # e.g. fp16 on a CPU: the matmul probe hit a slow kernel
             res["mfu"] = None
             res["peak_source"] += " (below the model's own rate: no fast kernel for this dtype; pass --peak-tflops)"

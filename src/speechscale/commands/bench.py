@@ -87,7 +87,6 @@ def all_benches(args: argparse.Namespace) -> int:
         docs = suite.load_docs(out, tuple(only) if only else suite.BENCHES)
         if not docs:
             raise SystemExit(f"speechscale bench all: {out}: no bench JSON files to render")
-        docs = {k: v for k, v in docs.items() if only is None or k in only}
     else:
         docs = suite.run_all(out, only, report=lambda name, secs: print(f"bench {name}: {secs:.0f} s -> "
                                                                          f"{out / (name + '.json')}", flush=True))

@@ -33,7 +33,8 @@ class FeatureConfig:
     window_ms: float = 20.0            # analysis window (Hamming)
     hop_ms: float = 10.0               # frame shift
     n_mels: int = 80                   # only for kind=logmel
-    normalize: str = "utterance"       # per utterance: utterance (one mean/std, DS2) | feature (per bin, CMVN) | none
+    normalize: str = "utterance"       # per utterance: utterance (one mean/std, DS2) | feature (per bin, CMVN) |
+                                       # speaker (per bin over each manifest speaker's utterances) | none
     remove_dc: bool = False            # subtract the waveform's mean first (some recorders add a DC offset)
     preemphasis: float = 0.0           # x[t] - a * x[t-1] before the STFT (0 = off; Kaldi uses 0.97)
 

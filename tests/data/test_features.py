@@ -1,8 +1,12 @@
+import json
+from pathlib import Path
+
 import numpy as np
 import torch
 
 from speechscale.config import FeatureConfig
 from speechscale.data.features import FeatureExtractor
+from tests.conftest import shared
 
 
 def test_spectrogram_matches_a_numpy_reference():
@@ -42,3 +46,64 @@ def test_dc_offset_removed_and_preemphasis_matches_a_numpy_reference():
     emph = FeatureExtractor(FeatureConfig(normalize="none", preemphasis=0.97))
     ref = np.concatenate([wav[:1], wav[1:] - 0.97 * wav[:-1]]).astype(np.float32)
     np.testing.assert_allclose(emph(torch.from_numpy(wav)), plain(torch.from_numpy(ref)), atol=1e-5)
+
+
+def _fsdd_speakers(tmp_path, clips=8):
+    """Eight of george's FSDD clips as speaker `a`; the same clips 12 dB quieter (`quiet`); and through a
+    fixed first-order filter (y = x - 0.9 x[t-1], a tilted microphone) and 12 dB quieter (`tilted`)."""
+    import soundfile as sf
+
+    from speechscale.data.manifest import read_manifest
+
+    src = shared("fsdd", "manifest.jsonl")
+    rows = [json.loads(x) for x in src.read_text().splitlines() if '"george"' in x][:clips]
+    out = []
+    for r in rows:
+        wav, rate = sf.read(src.parent / r["audio_filepath"], dtype="float32")
+        versions = {"a": wav, "quiet": wav * 0.25,
+                    "tilted": 0.25 * np.concatenate([wav[:1], wav[1:] - 0.9 * wav[:-1]])}
+        for speaker, x in versions.items():
+            path = tmp_path / f"{speaker}_{Path(r['audio_filepath']).name}"
+            sf.write(path, x, rate, subtype="FLOAT")  # no requantization of the quieter copies
+            out.append({"audio_filepath": str(path), "duration": r["duration"], "text": r["text"], "speaker": speaker})
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
+    utts, _ = read_manifest(tmp_path / "m.jsonl")
+    return utts
+
+
+def _features_by_speaker(utts, normalize):
+    from speechscale.data.dataset import SpeechDataset
+    from speechscale.data.text import CharTokenizer
+
+    fx = FeatureExtractor(FeatureConfig(kind="logmel", n_mels=40, sample_rate=8000, normalize=normalize))
+    ds = SpeechDataset(utts, fx, CharTokenizer())
+    by: dict[str, list[torch.Tensor]] = {}
+    for i, u in enumerate(utts):
+        by.setdefault(u.extra["speaker"], []).append(ds[i]["feats"])  # (F, T)
+    return by
+
+
+def test_speaker_cmvn_takes_out_what_a_speakers_channel_adds_to_every_clip(tmp_path):
+    utts = _fsdd_speakers(tmp_path)
+    spk = _features_by_speaker(utts, "speaker")
+    for speaker, feats in spk.items():  # over each speaker's frames: per-bin mean 0, std 1
+        frames = torch.cat(feats, dim=1)
+        assert frames.mean(dim=1).abs().max() < 1e-3 and (frames.std(dim=1) - 1).abs().max() < 1e-2, speaker
+    # a level change alone leaves the features as they were, to a tenth of their unit spread (the log's
+    # 1e-6 floor is not level-free: bins of near-silence move by up to 0.07 here)
+    gap = [float((q - a).abs().mean()) for q, a in zip(spk["quiet"], spk["a"])]
+    assert max(gap) < 0.1, gap
+    # a fixed filter: per-utterance normalization keeps the tilt in every clip; the speaker's statistics
+    # take most of it out (what remains is the filter's interaction with each clip's own spectrum)
+    utt = _features_by_speaker(utts, "utterance")
+    kept = np.mean([float((t - a).abs().mean()) for t, a in zip(utt["tilted"], utt["a"])])
+    left = np.mean([float((t - a).abs().mean()) for t, a in zip(spk["tilted"], spk["a"])])
+    assert left < 0.5 * kept, (left, kept)
+
+
+def test_without_a_speaker_each_utterance_normalizes_per_bin_on_its_own(tmp_path):
+    wav = torch.randn(8000) * 3 + 1
+    cfg = dict(kind="logmel", n_mels=40, sample_rate=8000)
+    alone = FeatureExtractor(FeatureConfig(**cfg, normalize="speaker"))(wav)
+    torch.testing.assert_close(alone, FeatureExtractor(FeatureConfig(**cfg, normalize="feature"))(wav))
+    assert alone.mean(dim=1).abs().max() < 1e-4

@@ -21,7 +21,7 @@ from ..config import AugmentConfig
 from ..storage.seeds import generator
 from .audio import AudioError, AudioTooLong, load_audio
 from .augment import WaveAugment, freq_warp, spec_augment, trim_silence, word_crop
-from .features import FeatureExtractor
+from .features import FeatureExtractor, SpeakerStats
 from .manifest import Utterance
 from .text import CharTokenizer
 
@@ -68,7 +68,8 @@ class SpeechDataset(torch.utils.data.Dataset):
 
     def __init__(self, utts: Sequence[Utterance], features: FeatureExtractor, tokenizer: CharTokenizer,
                  augment: AugmentConfig | None = None, seed: int = 0, cache_audio: bool = False,
-                 min_seconds: float = 0.0, max_seconds: float | None = None) -> None:
+                 min_seconds: float = 0.0, max_seconds: float | None = None,
+                 speakers: dict[str, SpeakerStats] | None = None) -> None:
         self.utts = list(utts)
         self.features = features
         self.tokenizer = tokenizer
@@ -82,6 +83,36 @@ class SpeechDataset(torch.utils.data.Dataset):
         # nothing past this is decoded (a mislabelled file or a FLAC bomb cannot take a worker's memory):
         # the declared bound with 1 s of slack, since declared durations are rounded
         self.max_seconds = None if max_seconds is None else max_seconds + 1.0
+        # features.normalize=speaker: each manifest speaker's statistics, from their clean audio, before work
+        # (`speakers`: those another dataset over the same utterances already computed)
+        self.speakers = speakers if speakers is not None else (
+            self._speaker_stats() if features.cfg.normalize == "speaker" else {})
+
+    def _speaker_stats(self) -> dict[str, SpeakerStats]:
+        """Per-bin statistics of every `speaker` named in the manifest (rows without one normalize on their
+        own). An utterance that cannot be read is left out here and skipped (and counted) when it is drawn."""
+        stats: dict[str, SpeakerStats] = {}
+        for i, utt in enumerate(self.utts):
+            name = utt.extra.get("speaker")
+            if name is None:
+                continue
+            try:
+                wav = self._wave(i)
+                if wav.shape[0] < self.min_samples:
+                    continue
+                raw = self.features.raw(torch.from_numpy(wav))  # (F, T)
+            except Exception:  # noqa: BLE001 - counted where the utterance is used
+                continue
+            stats.setdefault(str(name), SpeakerStats(self.features.num_features)).add(raw)
+        if stats:
+            log.info("speaker CMVN: statistics of %d speaker(s) from %d utterances", len(stats),
+                     sum(1 for u in self.utts if u.extra.get("speaker") is not None))
+        return stats
+
+    def speaker_of(self, i: int) -> SpeakerStats | None:
+        """The statistics features.normalize=speaker uses for item `i` (None: the utterance's own)."""
+        name = self.utts[i].extra.get("speaker") if self.speakers else None
+        return None if name is None else self.speakers.get(str(name))
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -137,10 +168,10 @@ class SpeechDataset(torch.utils.data.Dataset):
             wav = trim_silence(wav, self.augment_cfg, self.features.cfg.sample_rate, gen)
             if self.wave_aug is not None and self.wave_aug.active:
                 wav = self.wave_aug(wav, gen)
-            feats = freq_warp(self.features(torch.from_numpy(wav)), self.augment_cfg, gen)  # (F, T)
-            feats = spec_augment(feats, self.augment_cfg, gen)
+            feats = self.features(torch.from_numpy(wav), self.speaker_of(i))  # (F, T)
+            feats = spec_augment(freq_warp(feats, self.augment_cfg, gen), self.augment_cfg, gen)
         else:
-            feats = self.features(torch.from_numpy(wav))
+            feats = self.features(torch.from_numpy(wav), self.speaker_of(i))
         return {"feats": feats, "target": self.tokenizer.encode(text), "text": text, "index": i}
 
 

@@ -13,7 +13,37 @@ import torch
 from ..config import FeatureConfig
 
 FEATURE_KINDS = ("spectrogram", "logmel")
-NORMALIZATIONS = ("utterance", "feature", "none")  # per utterance: one mean/std | per bin (CMVN) | none
+# per utterance: one mean/std | per bin (CMVN) | per bin over the speaker's utterances (speaker CMVN) | none
+NORMALIZATIONS = ("utterance", "feature", "speaker", "none")
+
+
+class SpeakerStats:
+    """Per-bin mean and std of one speaker's features, summed over all frames of their utterances.
+
+    Each utterance enters level-free (its own mean over bins and frames removed first), so a speaker's
+    statistics describe the spectral shape their voice and microphone share, not how loud a clip was.
+    (F,) tensors; `add` accumulates, `mean`/`std` read."""
+
+    def __init__(self, num_features: int) -> None:
+        self.sum = torch.zeros(num_features, dtype=torch.float64)
+        self.sumsq = torch.zeros(num_features, dtype=torch.float64)
+        self.frames = 0
+
+    def add(self, raw: torch.Tensor) -> None:
+        """Accumulate one utterance's un-normalized features (F, T)."""
+        x = (raw - raw.mean()).double()
+        self.sum += x.sum(dim=1)
+        self.sumsq += x.pow(2).sum(dim=1)
+        self.frames += x.shape[1]
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return (self.sum / max(1, self.frames)).float()  # (F,)
+
+    @property
+    def std(self) -> torch.Tensor:
+        var = self.sumsq / max(1, self.frames) - (self.sum / max(1, self.frames)).pow(2)
+        return var.clamp_min(0).sqrt().float()  # (F,)
 
 
 def _mel_filterbank(n_freqs: int, n_mels: int, sample_rate: int) -> torch.Tensor:
@@ -53,8 +83,13 @@ class FeatureExtractor:
     def frames_for_seconds(self, seconds: float) -> int:
         return self.num_frames(int(math.floor(seconds * self.cfg.sample_rate)))
 
-    def __call__(self, wav: torch.Tensor) -> torch.Tensor:
-        """(T,) float32 -> (F, frames) float32."""
+    def __call__(self, wav: torch.Tensor, speaker: SpeakerStats | None = None) -> torch.Tensor:
+        """(T,) float32 -> (F, frames) float32. With normalize=speaker, `speaker` holds the statistics of the
+        utterance's speaker; without them (a single file, a stream) the utterance's own per-bin ones serve."""
+        return self.normalize(self.raw(wav), speaker)
+
+    def raw(self, wav: torch.Tensor) -> torch.Tensor:
+        """(T,) float32 -> (F, frames) log features before any normalization."""
         if self.cfg.remove_dc:
             wav = wav - wav.mean()
         if self.cfg.preemphasis > 0 and wav.shape[0] > 1:
@@ -66,8 +101,16 @@ class FeatureExtractor:
             feats = torch.log(self.mel @ mag.pow(2) + 1e-6)  # (n_mels, F) @ (F, frames) -> (n_mels, frames)
         else:
             feats = torch.log1p(mag)
-        if self.cfg.normalize == "utterance":
-            feats = (feats - feats.mean()) / (feats.std() + 1e-5)
-        elif self.cfg.normalize == "feature":  # per-bin mean/variance over the utterance's frames (CMVN)
-            feats = (feats - feats.mean(dim=1, keepdim=True)) / (feats.std(dim=1, keepdim=True) + 1e-5)
+        return feats
+
+    def normalize(self, feats: torch.Tensor, speaker: SpeakerStats | None = None) -> torch.Tensor:
+        """(F, T) raw features -> normalized as features.normalize says."""
+        mode = self.cfg.normalize
+        if mode == "utterance":
+            return (feats - feats.mean()) / (feats.std() + 1e-5)
+        if mode == "speaker" and speaker is not None and speaker.frames > 0:
+            level_free = feats - feats.mean()  # as SpeakerStats.add saw it
+            return (level_free - speaker.mean[:, None]) / (speaker.std[:, None] + 1e-5)
+        if mode in ("feature", "speaker"):  # per-bin mean/variance over the utterance's frames (CMVN)
+            return (feats - feats.mean(dim=1, keepdim=True)) / (feats.std(dim=1, keepdim=True) + 1e-5)
         return feats

@@ -196,7 +196,7 @@ def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "C
     loader, plan, dataset = make_loader(utts, comps, data, augment, seed, pin_memory=pin_memory, mix=mix,
                                         make_plan=make_plan)
     longest = sorted(((u.duration, i) for i, u in enumerate(utts)), reverse=True)[:2 * data.max_batch_size]
-    plain = SpeechDataset(utts, comps.features, comps.tokenizer)
+    plain = SpeechDataset(utts, comps.features, comps.tokenizer, speakers=dataset.speakers)
     return TrainingData(len(utts), report, loader, plan, dataset, val_loader, val_n, plan.batches_per_epoch(1),
                         domains, longest, plain)
 

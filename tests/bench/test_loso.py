@@ -37,6 +37,26 @@ def test_the_summary_and_table_report_mean_worst_and_each_miss():
     assert "greedy: **not reached** (gap 1.0 points)" in table and "lexicon: **not reached** (gap 0.5 points)" in table
 
 
+def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no_claim():
+    def doc(overrides, greedy, date, config="configs/fsdd.yaml"):
+        summ = {"greedy": {"mean_wer": greedy}, "lexicon": {"mean_wer": greedy / 2}}
+        return {"provenance": {"date": date}, "results": {"config": config, "overrides": overrides,
+                                                          "folds": [], "summary": summ}}
+    docs = {"base": doc(["trainer.progress=false"], 0.30, "2026-11-24 10:00 UTC"),  # configs/fsdd.yaml: seed 1
+            "base2": doc(["trainer.seed=2"], 0.40, "2026-11-24 11:00 UTC"),
+            "base3": doc(["trainer.seed=3", "trainer.threads=1"], 0.35, "2026-11-24 12:00 UTC"),
+            "base3-again": doc(["trainer.seed=3"], 0.38, "2026-11-24 13:00 UTC"),  # the later run of seed 3
+            "warp": doc(["augment.freq_warp=0.1", "trainer.seed=2"], 0.20, "2026-11-24 14:00 UTC"),
+            "partial": {"provenance": {"date": "x"}, "results": {"config": "c", "overrides": [], "summary": None}}}
+    groups = tables.loso_by_recipe(docs)
+    assert set(groups) == {("configs/fsdd.yaml", ""), ("configs/fsdd.yaml", "augment.freq_warp=0.1")}
+    assert groups["configs/fsdd.yaml", ""] == {1: {"greedy": 0.30, "lexicon": 0.15}, 2: {"greedy": 0.40,
+                                               "lexicon": 0.20}, 3: {"greedy": 0.38, "lexicon": 0.19}}
+    table = tables.render_loso_seeds(docs)
+    assert "| `configs/fsdd.yaml` | 1, 2, 3 | 36.0 % (30.0-40.0) | 18.0 % (15.0-20.0) |  |" in table
+    assert "| `configs/fsdd.yaml` with `augment.freq_warp=0.1` | 2 | 20.0 % | 10.0 % | **fewer than 3 seeds**" in table
+
+
 def test_benchmarks_md_loso_table_is_what_the_committed_json_renders():
     folder = ROOT / "docs" / "figures" / "loso"
     docs = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}

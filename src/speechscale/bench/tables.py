@@ -243,7 +243,61 @@ def render_loso(docs: dict[str, dict[str, Any]]) -> str:
         notes.append(f"- `{name}`: `{res['config']}`{f' with `{ov}`' if ov else ''}; "
                      f"{_provenance(doc).strip().strip('_')}")
     return (_md(head, rows) + "\nEach cell: WER greedy / with the training speakers' lexicon, `last.pt` of the "
-            "fold that never heard that speaker.\n\n" + "\n".join(notes) + "\n")
+            "fold that never heard that speaker.\n\n" + "\n".join(notes) + "\n\n" + render_loso_seeds(docs))
+
+
+# overrides that change how a run is executed or which seed it draws, not what it trains
+_NOT_RECIPE = ("trainer.seed=", "trainer.threads=", "trainer.progress=")
+
+
+def _trained_seed(res: dict[str, Any]) -> int | None:
+    """The seed a LOSO result trained with: its `trainer.seed` override, else its config's."""
+    for o in reversed(res["overrides"]):
+        if o.startswith("trainer.seed="):
+            return int(o.split("=", 1)[1])
+    try:
+        import yaml
+
+        from ..config import TrainerConfig
+
+        path = Path(res["config"])  # relative to the checkout the bench ran in
+        if not path.is_file():
+            path = Path(__file__).resolve().parents[3] / res["config"]
+        cfg = yaml.safe_load(path.read_text()) or {}
+        return int((cfg.get("trainer") or {}).get("seed", TrainerConfig.seed))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def loso_by_recipe(docs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[int | None, dict[str, float]]]:
+    """Complete LOSO results grouped by recipe (config, overrides that change training) -> seed -> the four
+    folds' mean WER per decoder. A seed run twice keeps its latest file (by measurement date)."""
+    out: dict[tuple[str, str], dict[int | None, dict[str, float]]] = {}
+    for doc in sorted(docs.values(), key=lambda d: d["provenance"]["date"]):
+        res = doc["results"]
+        if not res.get("summary"):
+            continue
+        recipe = " ".join(sorted(dict.fromkeys(o for o in res["overrides"] if not o.startswith(_NOT_RECIPE))))
+        out.setdefault((res["config"], recipe), {})[_trained_seed(res)] = {
+            d: res["summary"][d]["mean_wer"] for d in ("greedy", "lexicon")}
+    return out
+
+
+def render_loso_seeds(docs: dict[str, dict[str, Any]]) -> str:
+    """Per recipe: the seeds it ran and, for each decoder, the mean over seeds of the fold means with their
+    range; a recipe with one seed is marked as such (one run cannot carry a claim of a few points)."""
+    rows = []
+    for (config, recipe), seeds in sorted(loso_by_recipe(docs).items()):
+        cells = []
+        for d in ("greedy", "lexicon"):
+            v = [m[d] for m in seeds.values()]
+            spread = f" ({100 * min(v):.1f}-{100 * max(v):.1f})" if len(v) > 1 else ""
+            cells.append(f"{100 * sum(v) / len(v):.1f} %{spread}")
+        named = ", ".join("?" if k is None else str(k) for k in sorted(seeds, key=lambda k: (k is None, k or 0)))
+        rows.append([f"`{config}`" + (f" with `{recipe}`" if recipe else ""), named, *cells,
+                     "" if len(seeds) >= 3 else "**fewer than 3 seeds**: no claim"])
+    return ("Over seeds, per recipe (mean of the seeds' fold means; range over seeds):\n\n"
+            + _md(["recipe", "seeds", "mean greedy", "mean lexicon", "note"], rows))
 
 
 def update_loso(path: Path, docs: dict[str, dict[str, Any]]) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from speechscale.bench import tables
-from speechscale.bench.loso import SPEAKERS, fold_overrides, summarize
+from speechscale.bench.loso import SPEAKERS, extra_training, fold_overrides, summarize
 from tests.conftest import ROOT, run_cli, shared
 
 
@@ -55,6 +55,21 @@ def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no
     table = tables.render_loso_seeds(docs)
     assert "| `configs/fsdd.yaml` | 1, 2, 3 | 36.0 % (30.0-40.0) | 18.0 % (15.0-20.0) |  |" in table
     assert "| `configs/fsdd.yaml` with `augment.freq_warp=0.1` | 2 | 20.0 % | 10.0 % | **fewer than 3 seeds**" in table
+
+
+def test_extra_training_data_joins_the_folds_speakers_and_never_the_held_out_one(tmp_path):
+    fsdd = shared("fsdd", "manifest.jsonl")
+    extra = tmp_path / "synth" / "train.jsonl"
+    extra.parent.mkdir()
+    extra.write_text(json.dumps({"audio_filepath": "audio/a.wav", "duration": 0.5, "text": "five",
+                                 "voice": "en-us+m1"}) + "\n")
+    overrides = extra_training("lucas", extra, tmp_path / "fold")
+    assert overrides == [f"data.train_manifest={tmp_path / 'fold' / 'train_extra.jsonl'}", "data.filter={}"]
+    rows = [json.loads(x) for x in (tmp_path / "fold" / "train_extra.jsonl").read_text().splitlines()]
+    speakers = [r.get("speaker") for r in rows]
+    assert set(speakers) == {"george", "jackson", "nicolas", None} and speakers.count(None) == 1
+    assert rows[-1]["audio_filepath"] == str(extra.parent / "audio" / "a.wav")  # absolute, as every row
+    assert len(rows) == 1 + sum(1 for x in fsdd.read_text().splitlines() if '"lucas"' not in x)
 
 
 def test_benchmarks_md_loso_table_is_what_the_committed_json_renders():

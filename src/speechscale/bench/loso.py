@@ -9,6 +9,7 @@ own validation on that speaker is only logged. The result is the four WERs, thei
 """
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
@@ -30,12 +31,25 @@ def fold_overrides(held_out: str, speakers: tuple[str, ...] = SPEAKERS) -> list[
             f"data.filter={{speaker: [{', '.join(train)}]}}", f"data.val_filter={{speaker: {held_out}}}"]
 
 
+def extra_training(held_out: str, extra: Path, out: Path, speakers: tuple[str, ...] = SPEAKERS) -> list[str]:
+    """Overrides that train on the fold's FSDD speakers plus every utterance of the manifest `extra` (e.g.
+    `speechscale synth --text digits`): one manifest of both, written to OUT/train_extra.jsonl."""
+    out.mkdir(parents=True, exist_ok=True)
+    fsdd = split_manifest(FSDD, {"speaker": [s for s in speakers if s != held_out]}, out / "train_fsdd.jsonl")
+    added = split_manifest(extra, {}, out / "extra.jsonl")
+    mixed = out / "train_extra.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in fsdd + added))
+    return [f"data.train_manifest={mixed}", "data.filter={}"]
+
+
 def run_fold(config: str, held_out: str, out: Path, overrides: list[str], speakers: tuple[str, ...] = SPEAKERS,
-             decoders: tuple[str, ...] = DECODERS) -> dict[str, Any]:
-    """Train `config` without `held_out` into `out` and score `held_out` with its last.pt through `decoders`."""
+             decoders: tuple[str, ...] = DECODERS, extra_train: Path | None = None) -> dict[str, Any]:
+    """Train `config` without `held_out` into `out` and score `held_out` with its last.pt through `decoders`.
+    `extra_train`: a manifest added to the training speakers' utterances (never scored)."""
     started = time.perf_counter()
     spec = {"config": config, "goal_wer": GOALS["greedy"], "scored_on": f"{held_out} (never heard; last.pt)"}
-    row = run_recipe(f"loso-{held_out}", spec, out, [*fold_overrides(held_out, speakers), *overrides])
+    extra = extra_training(held_out, extra_train, out, speakers) if extra_train else []
+    row = run_recipe(f"loso-{held_out}", spec, out, [*fold_overrides(held_out, speakers), *extra, *overrides])
     test = split_manifest(FSDD, {"speaker": [held_out]}, out / "test.jsonl")
     train = split_manifest(FSDD, {"speaker": [s for s in speakers if s != held_out]}, out / "train.jsonl")
     scores = bench_decoding(out / "checkpoints" / "last.pt", out / "test.jsonl", [r["text"] for r in train],
@@ -61,14 +75,21 @@ def summarize(folds: list[dict[str, Any]], decoders: tuple[str, ...] = DECODERS)
 
 def bench_loso(config: str, out: Path, overrides: list[str] | None = None, speakers: tuple[str, ...] = SPEAKERS,
                held_out: tuple[str, ...] | None = None,
-               report: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Every fold (or those of `held_out`), one after another; returns {config, overrides, folds, summary}."""
+               report: Callable[[dict[str, Any]], None] | None = None,
+               extra_train: Path | None = None) -> dict[str, Any]:
+    """Every fold (or those of `held_out`), one after another; returns {config, overrides, folds, summary}
+    (and `extra_train`, the manifest every fold also trained on, when one was given)."""
     if not FSDD.is_file():
         raise FileNotFoundError(f"{FSDD}: the LOSO bench reads FSDD from ../shared/data")
+    if extra_train is not None and not Path(extra_train).is_file():
+        raise FileNotFoundError(f"--extra-train {extra_train}: manifest not found")
     folds = []
     for speaker in held_out or speakers:
-        folds.append(run_fold(config, speaker, out / speaker, overrides or [], speakers))
+        folds.append(run_fold(config, speaker, out / speaker, overrides or [], speakers, extra_train=extra_train))
         if report:
             report({k: v for k, v in folds[-1].items() if k != "val"})
-    return {"config": config, "overrides": overrides or [], "folds": folds,
-            "summary": summarize(folds) if len(folds) == len(speakers) else None}
+    res = {"config": config, "overrides": overrides or [], "folds": folds,
+           "summary": summarize(folds) if len(folds) == len(speakers) else None}
+    if extra_train is not None:
+        res["extra_train"] = str(extra_train)
+    return res

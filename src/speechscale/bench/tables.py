@@ -240,7 +240,8 @@ def render_loso(docs: dict[str, dict[str, Any]]) -> str:
         else:
             rows.append([f"`{name}`", *cells, "-", "-", "-", "incomplete: not every fold ran"])
         ov = " ".join(res["overrides"])
-        notes.append(f"- `{name}`: `{res['config']}`{f' with `{ov}`' if ov else ''}; "
+        extra = f", also trained on `{res['extra_train']}`" if res.get("extra_train") else ""
+        notes.append(f"- `{name}`: `{res['config']}`{f' with `{ov}`' if ov else ''}{extra}; "
                      f"{_provenance(doc).strip().strip('_')}")
     return (_md(head, rows) + "\nEach cell: WER greedy / with the training speakers' lexicon, `last.pt` of the "
             "fold that never heard that speaker.\n\n" + "\n".join(notes) + "\n\n" + render_loso_seeds(docs))
@@ -278,6 +279,8 @@ def loso_by_recipe(docs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dic
         if not res.get("summary"):
             continue
         recipe = " ".join(sorted(dict.fromkeys(o for o in res["overrides"] if not o.startswith(_NOT_RECIPE))))
+        if res.get("extra_train"):
+            recipe = (recipe + " " if recipe else "") + f"+ training on {res['extra_train']}"
         out.setdefault((res["config"], recipe), {})[_trained_seed(res)] = {
             d: res["summary"][d]["mean_wer"] for d in ("greedy", "lexicon")}
     return out

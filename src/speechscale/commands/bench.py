@@ -186,9 +186,13 @@ def loso(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    extra = Path(args.extra_train) if args.extra_train else None
+    if extra is not None and not extra.is_file():
+        raise SystemExit(f"speechscale bench fsdd-loso: --extra-train {extra}: manifest not found")
     res = bench_loso(args.config, Path(args.work) / args.name, args.overrides, held_out=held_out,
-                     report=lambda row: print(json.dumps(row), flush=True))
-    settings = {"config": args.config, "overrides": args.overrides, "held_out": list(held_out)}
+                     report=lambda row: print(json.dumps(row), flush=True), extra_train=extra)
+    settings = {"config": args.config, "overrides": args.overrides, "held_out": list(held_out),
+                **({"extra_train": str(extra)} if extra else {})}
     doc = write_json(out / f"{args.name}.json", res, seconds=round(time.perf_counter() - started, 1),
                      settings=settings)
     print(json.dumps({"summary": res["summary"]}), flush=True)
@@ -303,6 +307,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bo.add_argument("--out", default="docs/figures/loso", help="folder for NAME.json")
     bo.add_argument("--work", default="runs/loso", help="the folds' runs go to WORK/NAME/SPEAKER")
     bo.add_argument("--held-out", default=None, help="comma-separated speakers to hold out (default: all four)")
+    bo.add_argument("--extra-train", default=None, help="a manifest every fold also trains on (e.g. `speechscale "
+                    "synth --text digits --sample-rate 8000`); never scored")
     bo.add_argument("--benchmarks", default="BENCHMARKS.md",
                     help="re-render its LOSO table from every JSON in --out ('' = leave it alone)")
     bo.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every fold")

@@ -14,7 +14,7 @@ def synth(args: argparse.Namespace) -> int:
     from ..data.synth import synthesize_corpus
 
     counts = synthesize_corpus(args.out, minutes=args.minutes, seed=args.seed, test_minutes=args.test_minutes,
-                               progress=not args.quiet)
+                               progress=not args.quiet, text=args.text, sample_rate=args.sample_rate)
     print(json.dumps({"out": str(args.out), **counts}))
     return 0
 
@@ -46,6 +46,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     s.add_argument("--test-minutes", type=positive(float), default=None,
                    help="minutes of test audio (default 10%% of --minutes)")
     s.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same corpus")
+    s.add_argument("--text", choices=["grammar", "digits"], default="grammar",
+                   help="grammar: the demo's sentences in 12 voices; digits: one digit word each, in 344 voices")
+    s.add_argument("--sample-rate", type=positive(int), default=16000, help="sample rate of the written audio")
     s.set_defaults(func=synth)
 
     d = command(sub, "data", "corpora: import a downloaded corpus into a manifest; shard a manifest")

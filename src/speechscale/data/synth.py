@@ -88,10 +88,24 @@ TRAIN_VOICES = ["en-us", "en-us+m1", "en-us+m3", "en-us+f1", "en-us+f2", "en+m2"
                 "en-gb-x-rp+f5", "en-029+m7", "en-gb-scotland+m5", "en-us-nyc+f4"]
 TEST_VOICE = "en-us+m6"
 
+# `--text digits`: one digit word an utterance, as FSDD speaks them, in many more voices: every English accent
+# espeak-ng has crossed with its human-sounding variants (the robotic, whispered and croaking ones left out)
+DIGITS = W("zero one two three four five six seven eight nine")
+DIGIT_ACCENTS = ["en-us", "en", "en-gb-x-rp", "en-029", "en-gb-scotland", "en-us-nyc", "en-gb-x-gbclan",
+                 "en-gb-x-gbcwmd"]
+DIGIT_VARIANTS = W("m1 m2 m3 m4 m5 m7 m8 f1 f2 f3 f4 f5 adam alex andy annie antonio aunty belinda benjamin "
+                   "caleb david ed edward gene grandma grandpa ian john linda max michael mike norbert paul quincy "
+                   "rob robert shelby steph travis victor zac")
+DIGIT_VOICES = [f"{a}+{v}" for a in DIGIT_ACCENTS for v in DIGIT_VARIANTS]
+TEXTS = ("grammar", "digits")  # synth --text
+
 
 def synthesize_corpus(out: str | Path, minutes: float = 30.0, seed: int = 0, sample_rate: int = 16000,
-                      test_minutes: float | None = None, progress: bool = True) -> dict[str, int]:
-    """Write OUT/train.jsonl, OUT/test.jsonl and OUT/audio/*.wav; returns utterance counts.
+                      test_minutes: float | None = None, progress: bool = True, text: str = "grammar"
+                      ) -> dict[str, int]:
+    """Write OUT/train.jsonl, OUT/test.jsonl and OUT/audio/*.wav; returns utterance counts. `text`: sentences
+    of the grammar in TRAIN_VOICES (the demo), or one digit word each in DIGIT_VOICES (`digits`: more voices for
+    a few-speaker digit corpus such as FSDD). Either way the test split is TEST_VOICE alone.
 
     espeak-ng keeps synthesis state from one utterance to the next inside a process (seeding does not reset
     it), so each corpus is made in a fresh process: the same seed then gives the same bytes.
@@ -99,17 +113,20 @@ def synthesize_corpus(out: str | Path, minutes: float = 30.0, seed: int = 0, sam
     Espeak()  # fail here, in the caller, with the one-line hint when espeak-ng is missing
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        return pool.submit(_synthesize, str(out), minutes, seed, sample_rate, test_minutes, progress).result()
+        return pool.submit(_synthesize, str(out), minutes, seed, sample_rate, test_minutes, progress, text).result()
 
 
 def _synthesize(out_dir: str, minutes: float, seed: int, sample_rate: int, test_minutes: float | None,
-                progress: bool) -> dict[str, int]:
+                progress: bool, text_kind: str = "grammar") -> dict[str, int]:
+    if text_kind not in TEXTS:
+        raise ValueError(f"synth: text must be one of {', '.join(TEXTS)}, not {text_kind!r}")
+    digits = text_kind == "digits"
     out = Path(out_dir)
     tts = Espeak()
     tts.seed(seed)
     rng = random.Random(seed)
     test_minutes = test_minutes if test_minutes is not None else max(0.5, 0.1 * minutes)
-    plan = [("train", minutes * 60, TRAIN_VOICES), ("test", test_minutes * 60, [TEST_VOICE])]
+    plan = [("train", minutes * 60, DIGIT_VOICES if digits else TRAIN_VOICES), ("test", test_minutes * 60, [TEST_VOICE])]
     counts = {}
     for split, seconds, voices in plan:
         folder = out / "audio" / split
@@ -117,7 +134,7 @@ def _synthesize(out_dir: str, minutes: float, seed: int, sample_rate: int, test_
         records, total, i = [], 0.0, 0
         bar = tqdm(total=int(seconds), desc=f"synth {split}", unit="s", disable=not progress, leave=False)
         while total < seconds:
-            text = sentence(rng)
+            text = rng.choice(DIGITS) if digits else sentence(rng)
             voice = rng.choice(voices)
             if split == "train":
                 rate, pitch = rng.randint(140, 200), rng.randint(25, 75)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from speechscale.bench import tables
-from speechscale.bench.loso import SPEAKERS, extra_training, fold_overrides, summarize
+from speechscale.bench.loso import SPEAKERS, extra_training, fold_overrides, fold_train, summarize
 from tests.conftest import ROOT, run_cli, shared
 
 
@@ -63,7 +63,7 @@ def test_extra_training_data_joins_the_folds_speakers_and_never_the_held_out_one
     extra.parent.mkdir()
     extra.write_text(json.dumps({"audio_filepath": "audio/a.wav", "duration": 0.5, "text": "five",
                                  "voice": "en-us+m1"}) + "\n")
-    overrides = extra_training("lucas", extra, tmp_path / "fold")
+    overrides = extra_training(fold_train("lucas", tmp_path / "fold"), extra, tmp_path / "fold")
     assert overrides == [f"data.train_manifest={tmp_path / 'fold' / 'train_extra.jsonl'}", "data.filter={}"]
     rows = [json.loads(x) for x in (tmp_path / "fold" / "train_extra.jsonl").read_text().splitlines()]
     speakers = [r.get("speaker") for r in rows]

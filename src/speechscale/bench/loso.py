@@ -31,14 +31,18 @@ def fold_overrides(held_out: str, speakers: tuple[str, ...] = SPEAKERS) -> list[
             f"data.filter={{speaker: [{', '.join(train)}]}}", f"data.val_filter={{speaker: {held_out}}}"]
 
 
-def extra_training(held_out: str, extra: Path, out: Path, speakers: tuple[str, ...] = SPEAKERS) -> list[str]:
-    """Overrides that train on the fold's FSDD speakers plus every utterance of the manifest `extra` (e.g.
-    `speechscale synth --text digits`): one manifest of both, written to OUT/train_extra.jsonl."""
+def fold_train(held_out: str, out: Path, speakers: tuple[str, ...] = SPEAKERS) -> list[dict[str, Any]]:
+    """The fold's training rows (every speaker but `held_out`), written to OUT/train.jsonl."""
     out.mkdir(parents=True, exist_ok=True)
-    fsdd = split_manifest(FSDD, {"speaker": [s for s in speakers if s != held_out]}, out / "train_fsdd.jsonl")
+    return split_manifest(FSDD, {"speaker": [s for s in speakers if s != held_out]}, out / "train.jsonl")
+
+
+def extra_training(train: list[dict[str, Any]], extra: Path, out: Path) -> list[str]:
+    """Overrides that train on the fold's rows `train` plus every utterance of the manifest `extra` (e.g.
+    `speechscale synth --text digits`): one manifest of both, written to OUT/train_extra.jsonl."""
     added = split_manifest(extra, {}, out / "extra.jsonl")
     mixed = out / "train_extra.jsonl"
-    mixed.write_text("".join(json.dumps(r) + "\n" for r in fsdd + added))
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in train + added))
     return [f"data.train_manifest={mixed}", "data.filter={}"]
 
 
@@ -48,10 +52,10 @@ def run_fold(config: str, held_out: str, out: Path, overrides: list[str], speake
     `extra_train`: a manifest added to the training speakers' utterances (never scored)."""
     started = time.perf_counter()
     spec = {"config": config, "goal_wer": GOALS["greedy"], "scored_on": f"{held_out} (never heard; last.pt)"}
-    extra = extra_training(held_out, extra_train, out, speakers) if extra_train else []
+    train = fold_train(held_out, out, speakers)
+    extra = extra_training(train, extra_train, out) if extra_train else []
     row = run_recipe(f"loso-{held_out}", spec, out, [*fold_overrides(held_out, speakers), *extra, *overrides])
     test = split_manifest(FSDD, {"speaker": [held_out]}, out / "test.jsonl")
-    train = split_manifest(FSDD, {"speaker": [s for s in speakers if s != held_out]}, out / "train.jsonl")
     scores = bench_decoding(out / "checkpoints" / "last.pt", out / "test.jsonl", [r["text"] for r in train],
                             out / "lm", decoders=decoders)
     return {"held_out": held_out, "utterances": len(test), "epochs": row["epochs"], "steps": row["steps"],
@@ -81,8 +85,6 @@ def bench_loso(config: str, out: Path, overrides: list[str] | None = None, speak
     (and `extra_train`, the manifest every fold also trained on, when one was given)."""
     if not FSDD.is_file():
         raise FileNotFoundError(f"{FSDD}: the LOSO bench reads FSDD from ../shared/data")
-    if extra_train is not None and not Path(extra_train).is_file():
-        raise FileNotFoundError(f"--extra-train {extra_train}: manifest not found")
     folds = []
     for speaker in held_out or speakers:
         folds.append(run_fold(config, speaker, out / speaker, overrides or [], speakers, extra_train=extra_train))

@@ -256,17 +256,15 @@ def _trained_seed(res: dict[str, Any]) -> int | None:
     for o in reversed(res["overrides"]):
         if o.startswith("trainer.seed="):
             return int(o.split("=", 1)[1])
+    from ..config import ConfigError
+    from ..recipe import load_recipe
+
+    path = Path(res["config"])  # relative to the checkout the bench ran in
+    if not path.is_file():
+        path = Path(__file__).resolve().parents[3] / res["config"]
     try:
-        import yaml
-
-        from ..config import TrainerConfig
-
-        path = Path(res["config"])  # relative to the checkout the bench ran in
-        if not path.is_file():
-            path = Path(__file__).resolve().parents[3] / res["config"]
-        cfg = yaml.safe_load(path.read_text()) or {}
-        return int((cfg.get("trainer") or {}).get("seed", TrainerConfig.seed))
-    except (OSError, ValueError, TypeError, AttributeError):
+        return load_recipe(path).trainer.seed
+    except ConfigError:
         return None
 
 
@@ -278,7 +276,7 @@ def loso_by_recipe(docs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dic
         res = doc["results"]
         if not res.get("summary"):
             continue
-        recipe = " ".join(sorted(dict.fromkeys(o for o in res["overrides"] if not o.startswith(_NOT_RECIPE))))
+        recipe = " ".join(sorted({o for o in res["overrides"] if not o.startswith(_NOT_RECIPE)}))
         if res.get("extra_train"):
             recipe = (recipe + " " if recipe else "") + f"+ training on {res['extra_train']}"
         out.setdefault((res["config"], recipe), {})[_trained_seed(res)] = {

@@ -110,6 +110,8 @@ def synthesize_corpus(out: str | Path, minutes: float = 30.0, seed: int = 0, sam
     espeak-ng keeps synthesis state from one utterance to the next inside a process (seeding does not reset
     it), so each corpus is made in a fresh process: the same seed then gives the same bytes.
     """
+    if text not in TEXTS:
+        raise ValueError(f"synth: text must be one of {', '.join(TEXTS)}, not {text!r}")
     Espeak()  # fail here, in the caller, with the one-line hint when espeak-ng is missing
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
@@ -118,8 +120,6 @@ def synthesize_corpus(out: str | Path, minutes: float = 30.0, seed: int = 0, sam
 
 def _synthesize(out_dir: str, minutes: float, seed: int, sample_rate: int, test_minutes: float | None,
                 progress: bool, text_kind: str = "grammar") -> dict[str, int]:
-    if text_kind not in TEXTS:
-        raise ValueError(f"synth: text must be one of {', '.join(TEXTS)}, not {text_kind!r}")
     digits = text_kind == "digits"
     out = Path(out_dir)
     tts = Espeak()

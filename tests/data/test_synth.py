@@ -21,6 +21,7 @@ def test_corpus_is_deterministic_and_the_test_voice_is_unseen(tmp_path):
     assert sum(r["duration"] for r in train) >= 18 and len({r["voice"] for r in train}) > 3
     assert {r["voice"] for r in test} == {TEST_VOICE} and TEST_VOICE not in TRAIN_VOICES
     assert all((tmp_path / "a" / r["audio_filepath"]).is_file() for r in train + test)
+    assert all(r["speaker"] == r["voice"] for r in train + test)  # what features.normalize=speaker groups by
     c = synthesize_corpus(tmp_path / "c", minutes=0.3, seed=8, test_minutes=0.1, progress=False)
     assert _digest(tmp_path / "c") != _digest(tmp_path / "a") or c != a
 

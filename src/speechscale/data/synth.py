@@ -147,8 +147,9 @@ def _synthesize(out_dir: str, minutes: float, seed: int, sample_rate: int, test_
             name = f"{split}_{i:06d}.wav"
             sf.write(folder / name, wav, sample_rate, subtype="PCM_16")
             dur = wav.shape[0] / sample_rate
+            # `speaker`: the voice, so that features.normalize=speaker gathers each voice's statistics
             records.append({"audio_filepath": f"audio/{split}/{name}", "duration": round(dur, 4), "text": text,
-                            "voice": voice, "rate": rate, "pitch": pitch})
+                            "speaker": voice, "voice": voice, "rate": rate, "pitch": pitch})
             total += dur
             i += 1
             bar.update(int(total) - bar.n)

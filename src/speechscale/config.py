@@ -48,6 +48,8 @@ class TextConfig:
 @dataclass
 class AugmentConfig:
     speed: list[float] = field(default_factory=list)  # e.g. [0.9, 1.1]: uniform speed factor range; [] = off
+    tempo: list[float] = field(default_factory=list)  # e.g. [0.85, 1.15]: tempo factor range, pitch kept (WSOLA,
+                                       # like sox `tempo`; applied before speed); [] = off
     word_crop: float = 0.0             # probability of cutting an utterance down to a random run of its words,
                                        # where pauses split it into exactly one segment per word (else no cut);
                                        # for connected-word corpora (yesno, digit strings)

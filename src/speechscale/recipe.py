@@ -113,6 +113,8 @@ def check_recipe(cfg: Config) -> None:
         (0.0 <= a.freq_warp < 0.5, "augment.freq_warp must be in [0, 0.5)"),
         (_pair(a.speed) and all(s > 0 for s in a.speed),
          f"augment.speed={a.speed} must be [] or [low, high] with 0 < low <= high"),
+        (_pair(a.tempo) and all(s > 0 for s in a.tempo),
+         f"augment.tempo={a.tempo} must be [] or [low, high] with 0 < low <= high"),
         (_pair(a.noise_snr_db), f"augment.noise_snr_db={a.noise_snr_db} must be [] or [low, high] with low <= high"),
         (len(a.noise_manifest_snr_db) == 2 and _pair(a.noise_manifest_snr_db),
          f"augment.noise_manifest_snr_db={a.noise_manifest_snr_db} must be [low, high] with low <= high"),

@@ -1,4 +1,4 @@
-"""Augmentation: speed perturbation, gain, reverberation and noise from recordings (recorded.py) and white
+"""Augmentation: tempo (pitch kept) and speed perturbation, gain, reverberation and noise from recordings (recorded.py) and white
 noise on the waveform; SpecAugment on features.
 
 All randomness comes from a `torch.Generator` the caller seeds, so a run is reproducible.
@@ -13,6 +13,7 @@ import torch
 
 from ..config import AugmentConfig
 from .recorded import RecordedAugment
+from .wsola import wsola
 
 
 def _uniform(gen: torch.Generator, low: float, high: float) -> float:
@@ -20,7 +21,7 @@ def _uniform(gen: torch.Generator, low: float, high: float) -> float:
 
 
 class WaveAugment:
-    """Speed (resampling, like sox `speed`), gain, a room's reverberation and recorded noise (when their
+    """Tempo (WSOLA, like sox `tempo`: the pitch stays), speed (resampling, like sox `speed`), gain, a room's reverberation and recorded noise (when their
     manifests are set), and additive white noise at a random SNR."""
 
     def __init__(self, cfg: AugmentConfig, sample_rate: int) -> None:
@@ -32,11 +33,15 @@ class WaveAugment:
     @property
     def active(self) -> bool:
         c = self.cfg
-        return bool(c.speed) or c.gain_db > 0 or bool(c.noise_snr_db) or self.recorded.active
+        return bool(c.tempo) or bool(c.speed) or c.gain_db > 0 or bool(c.noise_snr_db) or self.recorded.active
 
     def __call__(self, wav: np.ndarray, gen: torch.Generator) -> np.ndarray:
         """(T,) float32 -> (T',) float32."""
         c = self.cfg
+        if c.tempo:
+            factor = _uniform(gen, c.tempo[0], c.tempo[1])
+            if abs(factor - 1.0) > 1e-3:
+                wav = wsola(wav, factor, self.sample_rate)
         if c.speed:
             factor = _uniform(gen, c.speed[0], c.speed[1])
             if abs(factor - 1.0) > 1e-3:

@@ -21,8 +21,8 @@ def _uniform(gen: torch.Generator, low: float, high: float) -> float:
 
 
 class WaveAugment:
-    """Tempo (WSOLA, like sox `tempo`: the pitch stays), speed (resampling, like sox `speed`), gain, a room's reverberation and recorded noise (when their
-    manifests are set), and additive white noise at a random SNR."""
+    """Tempo (WSOLA, like sox `tempo`: the pitch stays), speed (resampling, like sox `speed`), gain, a room's
+    reverberation and recorded noise (when their manifests are set), and additive white noise at a random SNR."""
 
     def __init__(self, cfg: AugmentConfig, sample_rate: int) -> None:
         self.cfg = cfg

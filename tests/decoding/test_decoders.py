@@ -73,6 +73,25 @@ def test_an_lm_and_a_lexicon_repair_noisy_output(ldc_checkpoint, lm):
     assert _wer(LDC, lexicon) < _wer(LDC, greedy), (greedy, lexicon)
 
 
+def test_the_lexicon_search_ends_the_last_word_without_a_space(ldc_checkpoint, lm):
+    """A model trained on single words (FSDD) never emits a space after its word, and the lexicon trie ends
+    every word with one: the utterance's end must count as a word boundary, or the search drops the last word.
+    Real output, cut before each of greedy's spaces, with the space made unlikely over the last word."""
+    comps, lp, _ = _log_probs(ldc_checkpoint, 0.0)
+    space = comps.tokenizer.encode(" ")[0]
+    best = lp[0].argmax(-1).tolist()
+    runs = [(i, j) for i, j in zip(
+        [i for i, t in enumerate(best) if t == space and (i == 0 or best[i - 1] != space)],
+        [i for i, t in enumerate(best) if t == space and (i + 1 == len(best) or best[i + 1] != space)])]
+    assert len(runs) == len(LDC.split()) - 1
+    decoder = build_decoder(DecoderConfig("lexicon", lexicon=str(lm / "lexicon.txt")), comps.tokenizer,
+                            comps.normalizer)
+    for k, (start, _) in enumerate(runs):
+        cut = lp[:, :start].clone()  # (1, T', V): up to the last letter of word k
+        cut[0, runs[k - 1][1] + 1 if k else 0:, space] = -40.0  # no space after the previous word's
+        assert decoder(cut.log_softmax(-1), torch.tensor([start]))[0] == " ".join(LDC.split()[:k + 1])
+
+
 @pytest.mark.slow  # the CLI end to end, in this process (make test runs it; make test-fast does not)
 def test_cli_builds_an_lm_and_decodes_with_it(ldc_checkpoint, lm, tmp_path, cli):
     text = tmp_path / "t.txt"

@@ -27,6 +27,7 @@ from .alignment import word_times
 from .greedy import greedy_decode
 
 DECODERS = ("greedy", "beam", "lexicon")
+_NEVER = -1e10  # log-probability of a token that may not be emitted (finite: the search adds scores)
 
 
 class Decoder(Protocol):
@@ -138,8 +139,17 @@ class BeamDecoder:
         out = []
         emissions = log_probs.float().cpu().contiguous()  # (B, T, V)
         for b, n in enumerate(lengths.cpu().tolist()):
-            em = emissions[b, :n].contiguous()  # (T, V)
-            best = self.decoder.decode(em.data_ptr(), n, em.shape[1])[0]
+            em = emissions[b, :n]  # (T, V)
+            if self.vocabulary:
+                # The trie ends every word with a space, but a model need not emit one after the last word (one
+                # trained on single words never does): without this frame, a final word costs the model's
+                # least likely token and the search would rather drop it. One more frame where only the space
+                # may be emitted makes the utterance's end a word boundary for free.
+                end = torch.full((1, em.shape[1]), _NEVER)  # (1, V)
+                end[0, self.space] = 0.0
+                em = torch.cat([em, end])  # (T + 1, V)
+            em = em.contiguous()
+            best = self.decoder.decode(em.data_ptr(), em.shape[0], em.shape[1])[0]
             if self.vocabulary:
                 text = " ".join(self.vocabulary[i] for i in best.words if 0 <= i < len(self.vocabulary))
             else:

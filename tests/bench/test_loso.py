@@ -31,10 +31,15 @@ def test_the_summary_and_table_report_mean_worst_and_each_miss():
     prov = {"date": "2026-11-24 15:00 UTC", "machine": "2 cores", "commit": "abc", "torch": "2.13.0",
             "command": "speechscale bench fsdd-loso --name x"}
     doc = {"provenance": prov, "seconds": 10, "results": {"config": "configs/fsdd.yaml", "overrides": [],
-                                                          "folds": folds, "summary": summ}}
+                                                          "folds": folds, "summary": summ,
+                                                          "lexicon_end_boundary": True}}
     table = tables.render_loso({"x": doc})
-    assert "15.0 / 6.0 %" in table and "6.0 %" in table and "15.0 % (nicolas)" in table
+    assert "15.0 / 6.0 %" in table and "6.0 %" in table and "15.0 % (nicolas)" in table and "†" not in table
     assert "greedy: **not reached** (gap 1.0 points)" in table and "lexicon: **not reached** (gap 0.5 points)" in table
+    # a result scored by the lexicon search before 17cb4e7 is marked, and the mark explained
+    del doc["results"]["lexicon_end_boundary"]
+    table = tables.render_loso({"x": doc})
+    assert "15.0 / 6.0† %" in table and "| 2.5† % |" in table and "† lexicon scored before" in table
 
 
 def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no_claim():
@@ -50,11 +55,15 @@ def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no
             "partial": {"provenance": {"date": "x"}, "results": {"config": "c", "overrides": [], "summary": None}}}
     groups = tables.loso_by_recipe(docs)
     assert set(groups) == {("configs/fsdd.yaml", ""), ("configs/fsdd.yaml", "augment.freq_warp=0.1")}
-    assert groups["configs/fsdd.yaml", ""] == {1: {"greedy": 0.30, "lexicon": 0.15}, 2: {"greedy": 0.40,
-                                               "lexicon": 0.20}, 3: {"greedy": 0.38, "lexicon": 0.19}}
+    assert groups["configs/fsdd.yaml", ""] == {
+        1: {"greedy": 0.30, "lexicon": 0.15, "end_boundary": False},
+        2: {"greedy": 0.40, "lexicon": 0.20, "end_boundary": False},
+        3: {"greedy": 0.38, "lexicon": 0.19, "end_boundary": False}}
     table = tables.render_loso_seeds(docs)
-    assert "| `configs/fsdd.yaml` | 1, 2, 3 | 36.0 % (30.0-40.0) | 18.0 % (15.0-20.0) |  |" in table
-    assert "| `configs/fsdd.yaml` with `augment.freq_warp=0.1` | 2 | 20.0 % | 10.0 % | **fewer than 3 seeds**" in table
+    assert "| `configs/fsdd.yaml` | 1, 2, 3 | 36.0 % (30.0-40.0) | 18.0 % (15.0-20.0)† |  |" in table
+    docs["base2"]["results"]["lexicon_end_boundary"] = True  # seed 2 scored by today's lexicon search
+    assert "| 36.0 % (30.0-40.0) | 18.0 % (15.0-20.0)† (2 of 3 seeds) |" in tables.render_loso_seeds(docs)
+    assert "| `configs/fsdd.yaml` with `augment.freq_warp=0.1` | 2 | 20.0 % | 10.0 %† | **fewer than 3 seeds**" in table
 
 
 def test_extra_training_data_joins_the_folds_speakers_and_never_the_held_out_one(tmp_path):
@@ -102,3 +111,21 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
     run_cfg = json.loads(Path(tmp_path / "work" / "probe" / "nicolas" / "config.json").read_text())
     assert "nicolas" not in run_cfg["data"]["filter"]["speaker"]
     assert "incomplete" in tables.loso_block(md.read_text()) and "updated" in proc.stdout
+    assert doc["results"]["lexicon_end_boundary"] and "†" not in tables.loso_block(md.read_text())
+
+    # --rescore: the same last.pt scored again; the earlier figures stay, greedy (same model, same decoder) agrees
+    doc["results"].pop("lexicon_end_boundary")
+    fold["wer_lexicon"] = 9.9  # as if an older search had scored it
+    (tmp_path / "out" / "probe.json").write_text(json.dumps(doc))
+    run_cli("bench", "fsdd-loso", "--name", "probe", "--rescore", "--out", str(tmp_path / "out"),
+            "--work", str(tmp_path / "work"), "--benchmarks", str(md), timeout=600)
+    again = json.loads((tmp_path / "out" / "probe.json").read_text())
+    (new,) = again["results"]["folds"]
+    assert new["before"]["wer_lexicon"] == 9.9 and new["wer_lexicon"] != 9.9
+    assert new["wer_greedy"] == new["before"]["wer_greedy"] == fold["wer_greedy"]
+    assert again["results"]["lexicon_end_boundary"] and "--rescore" in again["rescored"]["command"]
+    assert again["provenance"] == doc["provenance"]  # the training run's provenance stays
+    assert "990.0 →" in tables.loso_block(md.read_text())
+    bad = run_cli("bench", "fsdd-loso", "--name", "probe", "--rescore", "--out", str(tmp_path / "out"),
+                  "--work", str(tmp_path / "elsewhere"), "--benchmarks", "", check=False)
+    assert bad.returncode != 0 and "has no last.pt" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -227,24 +227,63 @@ def render_loso(docs: dict[str, dict[str, Any]]) -> str:
     for name, doc in sorted(docs.items()):
         res = doc["results"]
         folds = {f["held_out"]: f for f in res["folds"]}
-        cells = [f"{100 * folds[s]['wer_greedy']:.1f} / {100 * folds[s]['wer_lexicon']:.1f} %" if s in folds else "-"
-                 for s in SPEAKERS]
+        dag = "" if _end_boundary(res) else "†"
+        cells = [f"{100 * folds[s]['wer_greedy']:.1f} / {100 * folds[s]['wer_lexicon']:.1f}{dag} %" if s in folds
+                 else "-" for s in SPEAKERS]
         summ = res.get("summary")
         if summ:
             g, lx = summ["greedy"], summ["lexicon"]
             goal = "; ".join(f"{d}: " + ("reached" if summ[d]["reached"] else
                                           f"**not reached** (gap {100 * (summ[d]['mean_wer'] - GOALS[d]):.1f} points)")
                              for d in ("greedy", "lexicon"))
-            rows.append([f"`{name}`", *cells, f"{100 * g['mean_wer']:.1f} %", f"{100 * lx['mean_wer']:.1f} %",
+            rows.append([f"`{name}`", *cells, f"{100 * g['mean_wer']:.1f} %", f"{100 * lx['mean_wer']:.1f}{dag} %",
                          f"{100 * g['worst_wer']:.1f} % ({g['worst_speaker']})", goal])
         else:
             rows.append([f"`{name}`", *cells, "-", "-", "-", "incomplete: not every fold ran"])
         ov = " ".join(res["overrides"])
         extra = f", also trained on `{res['extra_train']}`" if res.get("extra_train") else ""
+        again = doc.get("rescored")
+        rescored = (f"; scored again from the same `last.pt` files at {again['commit']} ({again['date']}), earlier "
+                    "figures kept in the JSON" if again else "")
         notes.append(f"- `{name}`: `{res['config']}`{f' with `{ov}`' if ov else ''}{extra}; "
-                     f"{_provenance(doc).strip().strip('_')}")
+                     f"{_provenance(doc).strip().strip('_')}{rescored}")
+    dagger = ("\n† lexicon scored before the search took the utterance's end as a word boundary (17cb4e7): it "
+              "needed a space after the word, which these single-word models never emit, and so dropped or "
+              "replaced words (see the measured effect below the table).\n"
+              if any(not _end_boundary(d["results"]) for d in docs.values()) else "")
     return (_md(head, rows) + "\nEach cell: WER greedy / with the training speakers' lexicon, `last.pt` of the "
-            "fold that never heard that speaker.\n\n" + "\n".join(notes) + "\n\n" + render_loso_seeds(docs))
+            "fold that never heard that speaker.\n" + dagger + "\n" + "\n".join(notes) + "\n\n"
+            + render_loso_seeds(docs) + render_loso_rescored(docs))
+
+
+def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:
+    """Results scored again from their checkpoints (`--rescore`): each fold's figures before and after."""
+    from .loso import SPEAKERS
+
+    rows = []
+    for name, doc in sorted(docs.items()):
+        folds = {f["held_out"]: f for f in doc["results"]["folds"] if "before" in f}
+        if not folds:
+            continue
+        for d in ("lexicon", "greedy"):
+            key = f"wer_{d}"
+            pairs = [(folds[s]["before"][key], folds[s][key]) if s in folds else None for s in SPEAKERS]
+            done = [p for p in pairs if p]
+            rows.append([f"`{name}`", d, *(f"{100 * a:.1f} → {100 * b:.1f}" if (a, b) != (None, None) else "-"
+                                         for a, b in (p or (None, None) for p in pairs)),
+                         f"{100 * sum(a for a, _ in done) / len(done):.1f} → {100 * sum(b for _, b in done) / len(done):.1f}"])
+    if not rows:
+        return ""
+    return ("\n\nScored again from the same `last.pt` files (`bench fsdd-loso --rescore`), WER % before → after; "
+            "greedy is the control (the same model and decoder must give the same figure):\n\n"
+            + _md(["result", "decoder", *SPEAKERS, "mean"], rows))
+
+
+def _end_boundary(res: dict[str, Any]) -> bool:
+    """Whether a LOSO result's lexicon figures come from the search that ends a word at the utterance's end."""
+    from .loso import END_BOUNDARY
+
+    return bool(res.get(END_BOUNDARY))
 
 
 # overrides that change how a run is executed or which seed it draws, not what it trains
@@ -268,10 +307,11 @@ def _trained_seed(res: dict[str, Any]) -> int | None:
         return None
 
 
-def loso_by_recipe(docs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[int | None, dict[str, float]]]:
+def loso_by_recipe(docs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[int | None, dict[str, Any]]]:
     """Complete LOSO results grouped by recipe (config, overrides that change training) -> seed -> the four
-    folds' mean WER per decoder. A seed run twice keeps its latest file (by measurement date)."""
-    out: dict[tuple[str, str], dict[int | None, dict[str, float]]] = {}
+    folds' mean WER per decoder (and `end_boundary`: which lexicon search scored it). A seed run twice keeps its
+    latest file (by measurement date)."""
+    out: dict[tuple[str, str], dict[int | None, dict[str, Any]]] = {}
     for doc in sorted(docs.values(), key=lambda d: d["provenance"]["date"]):
         res = doc["results"]
         if not res.get("summary"):
@@ -280,7 +320,7 @@ def loso_by_recipe(docs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dic
         if res.get("extra_train"):
             recipe = (recipe + " " if recipe else "") + f"+ training on {res['extra_train']}"
         out.setdefault((res["config"], recipe), {})[_trained_seed(res)] = {
-            d: res["summary"][d]["mean_wer"] for d in ("greedy", "lexicon")}
+            **{d: res["summary"][d]["mean_wer"] for d in ("greedy", "lexicon")}, "end_boundary": _end_boundary(res)}
     return out
 
 
@@ -293,7 +333,9 @@ def render_loso_seeds(docs: dict[str, dict[str, Any]]) -> str:
         for d in ("greedy", "lexicon"):
             v = [m[d] for m in seeds.values()]
             spread = f" ({100 * min(v):.1f}-{100 * max(v):.1f})" if len(v) > 1 else ""
-            cells.append(f"{100 * sum(v) / len(v):.1f} %{spread}")
+            old = sum(not m["end_boundary"] for m in seeds.values()) if d == "lexicon" else 0
+            mark = "" if not old else "†" if old == len(seeds) else f"† ({old} of {len(seeds)} seeds)"
+            cells.append(f"{100 * sum(v) / len(v):.1f} %{spread}{mark}")
         named = ", ".join("?" if k is None else str(k) for k in sorted(seeds, key=lambda k: (k is None, k or 0)))
         rows.append([f"`{config}`" + (f" with `{recipe}`" if recipe else ""), named, *cells,
                      "" if len(seeds) >= 3 else "**fewer than 3 seeds**: no claim"])

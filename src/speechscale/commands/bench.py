@@ -178,6 +178,8 @@ def loso(args: argparse.Namespace) -> int:
     from ..bench.loso import SPEAKERS, bench_loso
     from ..recipe import load_recipe
 
+    if args.rescore:
+        return _loso_rescore(args)
     held_out = tuple(args.held_out.split(",")) if args.held_out else SPEAKERS
     for s in held_out:
         if s not in SPEAKERS:
@@ -201,6 +203,29 @@ def loso(args: argparse.Namespace) -> int:
         tables.update_loso(Path(args.benchmarks), docs)
         print(f"updated {args.benchmarks}: the LOSO table ({', '.join(docs)})")
     return 0 if doc else 1
+
+
+def _loso_rescore(args: argparse.Namespace) -> int:
+    """`bench fsdd-loso --rescore`: score OUT/NAME.json's folds again from their checkpoints under WORK/NAME."""
+    from ..bench import tables
+    from ..bench.harness import provenance
+    from ..bench.loso import rescore_loso
+
+    path = Path(args.out) / f"{args.name}.json"
+    if not path.is_file():
+        raise SystemExit(f"speechscale bench fsdd-loso --rescore: {path}: no result to re-score")
+    doc = json.loads(path.read_text())
+    try:
+        res = rescore_loso(doc["results"], Path(args.work) / args.name)
+    except FileNotFoundError as e:
+        raise SystemExit(f"speechscale bench fsdd-loso --rescore: {e}") from None
+    doc = {**doc, "results": res, "rescored": provenance()}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps({"summary": res["summary"]}), flush=True)
+    if args.benchmarks:
+        docs = {p.stem: json.loads(p.read_text()) for p in sorted(path.parent.glob("*.json"))}
+        tables.update_loso(Path(args.benchmarks), docs)
+    return 0
 
 
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -311,5 +336,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     "synth --text digits --sample-rate 8000`); never scored")
     bo.add_argument("--benchmarks", default="BENCHMARKS.md",
                     help="re-render its LOSO table from every JSON in --out ('' = leave it alone)")
+    bo.add_argument("--rescore", action="store_true", help="train nothing: score OUT/NAME.json's folds again "
+                    "from their last.pt under WORK/NAME with today's decoders (earlier figures kept as `before`)")
     bo.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every fold")
     bo.set_defaults(func=loso)

@@ -33,6 +33,7 @@ def test_bad_overrides_raise_config_error(override):
     ("features.window_ms=100000", "features.window_ms=100000.0 must be in (0, 1000]"),
     ("optim.warmup_steps=-5", "optim.warmup_steps=-5 must be 0"),
     ("augment.speed=[1.1, 0.9]", "augment.speed=[1.1, 0.9] must be [] or [low, high] with 0 < low <= high"),
+    ("augment.channel_db=-3", "augment.channel_db=-3.0 must be in [0, 40] (dB)"),
     ("augment.tempo=[0, 1.1]", "augment.tempo=[0.0, 1.1] must be [] or [low, high] with 0 < low <= high"),
     ("augment.noise_snr_db=[40, 20]", "augment.noise_snr_db=[40.0, 20.0]"),
     ("optim.name=adam", "optim.name='adam' is unknown; choose one of adamw, sgd"),

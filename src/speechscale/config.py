@@ -59,6 +59,8 @@ class AugmentConfig:
                                        # itself (speakers whose clips are cut tight; for isolated-word corpora)
     trim_floor_db: float = -20.0       # a 10 ms frame is sound when within this many dB of the loudest
     gain_db: float = 0.0               # random gain in [-gain_db, +gain_db]
+    channel_db: float = 0.0            # a random smooth frequency response (zero phase) whose gain stays within
+                                       # +-channel_db dB: another microphone or room colour (0 = off)
     noise_snr_db: list[float] = field(default_factory=list)  # e.g. [20, 40]: white noise at this SNR range
     noise_manifest: str = ""           # JSONL of real noise recordings (audio_filepath): mixed in at an SNR drawn
     noise_manifest_snr_db: list[float] = field(default_factory=lambda: [5.0, 20.0])  # ... from this range (dB)

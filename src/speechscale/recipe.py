@@ -121,6 +121,7 @@ def check_recipe(cfg: Config) -> None:
         (0.0 <= a.noise_prob <= 1.0 and 0.0 <= a.rir_prob <= 1.0,
          "augment.noise_prob and augment.rir_prob are probabilities in [0, 1]"),
         (a.gain_db >= 0, "augment.gain_db must be >= 0"),
+        (0 <= a.channel_db <= 40, f"augment.channel_db={a.channel_db} must be in [0, 40] (dB)"),
         (min(a.freq_masks, a.time_masks, a.freq_mask_width, a.time_mask_width) >= 0,
          "augment.freq_masks, time_masks and their widths must be >= 0"),
     ]

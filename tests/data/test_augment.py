@@ -107,3 +107,32 @@ def test_freq_warp_moves_a_harmonic_by_the_factor():
         moved.add(new_peak)
     assert len(moved) > 3
     assert freq_warp(feats, AugmentConfig(), torch.Generator()) is feats
+
+
+def test_channel_colours_real_speech_by_a_bounded_smooth_response():
+    from speechscale.data.audio import load_audio
+    from speechscale.data.augment import apply_response, channel_response
+    from tests.conftest import shared
+
+    wav = load_audio(shared("fsdd", "recordings", "6_george_3.wav"), 8000)  # "six": its /s/ lies above 3 kHz
+    n = len(wav)
+    spread = []
+    for seed in range(6):
+        gain = channel_response(n, 12.0, torch.Generator().manual_seed(seed))  # (n + 1,) dB
+        assert gain.shape == (n + 1,) and np.abs(gain).max() <= 12.0 + 1e-9
+        assert np.abs(np.diff(gain)).max() < 0.05  # smooth: a colour, not a comb
+        out = apply_response(wav, gain)
+        assert out.shape == wav.shape and out.dtype == np.float32
+        x = np.abs(np.fft.rfft(wav.astype(np.float64), 2 * n)) ** 2
+        y = np.abs(np.fft.rfft(out.astype(np.float64), 2 * n)) ** 2
+        freqs = np.linspace(0, 4000, n + 1)
+        for lo in range(0, 4000, 500):  # each 500 Hz band changes by the response's (power-weighted) gain there
+            band = (freqs >= lo) & (freqs < lo + 500)
+            want = 10 * np.log10((x[band] * 10 ** (gain[band] / 10)).sum() / x[band].sum())
+            assert abs(10 * np.log10(y[band].sum() / x[band].sum()) - want) < 0.5
+        spread.append(gain.max() - gain.min())
+    assert max(spread) > 6 and len({round(s, 3) for s in spread}) == 6  # the draws differ, some strongly
+    aug = WaveAugment(AugmentConfig(channel_db=12.0), 8000)
+    assert aug.active
+    np.testing.assert_array_equal(aug(wav, torch.Generator().manual_seed(4)), aug(wav, torch.Generator().manual_seed(4)))
+    assert not np.array_equal(aug(wav, torch.Generator().manual_seed(4)), wav)

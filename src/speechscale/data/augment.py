@@ -1,5 +1,6 @@
-"""Augmentation: tempo (pitch kept) and speed perturbation, gain, reverberation and noise from recordings (recorded.py) and white
-noise on the waveform; SpecAugment on features.
+"""Augmentation: tempo (pitch kept) and speed perturbation, a random channel (frequency response), gain,
+reverberation and noise from recordings (recorded.py) and white noise on the waveform; SpecAugment and
+frequency warping on features.
 
 All randomness comes from a `torch.Generator` the caller seeds, so a run is reproducible.
 """
@@ -21,8 +22,9 @@ def _uniform(gen: torch.Generator, low: float, high: float) -> float:
 
 
 class WaveAugment:
-    """Tempo (WSOLA, like sox `tempo`: the pitch stays), speed (resampling, like sox `speed`), gain, a room's
-    reverberation and recorded noise (when their manifests are set), and additive white noise at a random SNR."""
+    """Tempo (WSOLA, like sox `tempo`: the pitch stays), speed (resampling, like sox `speed`), a random
+    channel (`channel_response`), gain, a room's reverberation and recorded noise (when their manifests are
+    set), and additive white noise at a random SNR."""
 
     def __init__(self, cfg: AugmentConfig, sample_rate: int) -> None:
         self.cfg = cfg
@@ -33,7 +35,7 @@ class WaveAugment:
     @property
     def active(self) -> bool:
         c = self.cfg
-        return bool(c.tempo) or bool(c.speed) or c.gain_db > 0 or bool(c.noise_snr_db) or self.recorded.active
+        return bool(c.tempo) or bool(c.speed) or c.channel_db > 0 or c.gain_db > 0 or bool(c.noise_snr_db) or self.recorded.active
 
     def __call__(self, wav: np.ndarray, gen: torch.Generator) -> np.ndarray:
         """(T,) float32 -> (T',) float32."""
@@ -47,6 +49,8 @@ class WaveAugment:
             if abs(factor - 1.0) > 1e-3:
                 # Playing back `factor` times faster == resampling from sr*factor down to sr.
                 wav = soxr.resample(wav, self.sample_rate * factor, self.sample_rate, quality="MQ")
+        if c.channel_db > 0:
+            wav = apply_response(wav, channel_response(wav.shape[0], c.channel_db, gen))
         if c.gain_db > 0:
             wav = wav * (10 ** (_uniform(gen, -c.gain_db, c.gain_db) / 20))
         if self.recorded.active:
@@ -57,6 +61,25 @@ class WaveAugment:
             noise = torch.randn(wav.shape[0], generator=gen).numpy()
             wav = wav + noise * math.sqrt(power / (10 ** (snr / 10)))
         return np.asarray(wav, dtype=np.float32)
+
+
+def channel_response(n: int, max_db: float, gen: torch.Generator, terms: int = 4) -> np.ndarray:
+    """(n + 1,) gain in dB over the rfft bins of a 2n-sample transform: a random smooth curve from 0 Hz to
+    Nyquist (cosines of 1..`terms` half-periods, the k-th weighted 1/k), scaled so its largest magnitude is a
+    level drawn in [0, max_db]. Speakers' recordings differ this way (FSDD: 10-15 dB apart above 3 kHz)."""
+    x = np.linspace(0.0, np.pi, n + 1)
+    weights = (2 * torch.rand(terms, generator=gen).numpy() - 1) / np.arange(1, terms + 1)
+    curve = (weights[:, None] * np.cos(np.arange(1, terms + 1)[:, None] * x[None, :])).sum(axis=0)  # (n + 1,)
+    peak = float(np.abs(curve).max()) or 1.0
+    return curve / peak * _uniform(gen, 0.0, max_db)
+
+
+def apply_response(wav: np.ndarray, gain_db: np.ndarray) -> np.ndarray:
+    """(T,) -> (T,): `wav` through the zero-phase filter whose gain (dB) over the bins of a 2T-point rfft is
+    `gain_db` ((T + 1,)); the zero padding keeps the circular convolution from wrapping the ends together."""
+    n = wav.shape[0]
+    spec = np.fft.rfft(wav.astype(np.float64), 2 * n)  # (n + 1,)
+    return np.fft.irfft(spec * 10 ** (gain_db / 20), 2 * n)[:n].astype(np.float32)
 
 
 def _frame_energy_db(wav: np.ndarray, frame: int, remove_mean: bool = False) -> np.ndarray:

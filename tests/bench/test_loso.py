@@ -40,6 +40,10 @@ def test_the_summary_and_table_report_mean_worst_and_each_miss():
     del doc["results"]["lexicon_end_boundary"]
     table = tables.render_loso({"x": doc})
     assert "15.0 / 6.0† %" in table and "| 2.5† % |" in table and "† lexicon scored before" in table
+    assert "without the held-out speaker's statistics" not in table
+    for f, alone in zip(folds, (0.5, 0.6, 0.7, 0.8)):  # a speaker-CMVN result, also scored file by file
+        f["wer_greedy_no_speaker"] = alone
+    assert "| `x` | 2.0 / 50.0 | 4.0 / 60.0 | 3.0 / 70.0 | 15.0 / 80.0 | 6.0 / 65.0 |" in tables.render_loso({"x": doc})
 
 
 def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no_claim():

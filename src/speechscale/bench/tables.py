@@ -253,7 +253,26 @@ def render_loso(docs: dict[str, dict[str, Any]]) -> str:
               if any(not _end_boundary(d["results"]) for d in docs.values()) else "")
     return (_md(head, rows) + "\nEach cell: WER greedy / with the training speakers' lexicon, `last.pt` of the "
             "fold that never heard that speaker.\n" + dagger + "\n" + "\n".join(notes) + "\n\n"
-            + render_loso_seeds(docs) + render_loso_rescored(docs))
+            + render_loso_seeds(docs) + render_loso_rescored(docs) + render_loso_alone(docs))
+
+
+def render_loso_alone(docs: dict[str, dict[str, Any]]) -> str:
+    """Speaker-CMVN results scored with and without the held-out speaker's statistics (greedy)."""
+    from .loso import SPEAKERS
+
+    rows = []
+    for name, doc in sorted(docs.items()):
+        folds = {f["held_out"]: f for f in doc["results"]["folds"] if "wer_greedy_no_speaker" in f}
+        if not folds:
+            continue
+        with_, alone = (sum(f[k] for f in folds.values()) / len(folds) for k in ("wer_greedy", "wer_greedy_no_speaker"))
+        rows.append([f"`{name}`", *(f"{100 * folds[s]['wer_greedy']:.1f} / {100 * folds[s]['wer_greedy_no_speaker']:.1f}"
+                                    if s in folds else "-" for s in SPEAKERS), f"{100 * with_:.1f} / {100 * alone:.1f}"])
+    if not rows:
+        return ""
+    return ("\nSpeaker CMVN with / without the held-out speaker's statistics (greedy WER %; without: each file "
+            "normalized on its own, as `transcribe` and `serve` see a single file):\n\n"
+            + _md(["result", *SPEAKERS, "mean"], rows))
 
 
 def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:
@@ -274,7 +293,7 @@ def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:
                          f"{100 * sum(a for a, _ in done) / len(done):.1f} → {100 * sum(b for _, b in done) / len(done):.1f}"])
     if not rows:
         return ""
-    return ("\n\nScored again from the same `last.pt` files (`bench fsdd-loso --rescore`), WER % before → after; "
+    return ("\nScored again from the same `last.pt` files (`bench fsdd-loso --rescore`), WER % before → after; "
             "greedy is the control (the same model and decoder must give the same figure):\n\n"
             + _md(["result", "decoder", *SPEAKERS, "mean"], rows))
 

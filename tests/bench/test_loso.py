@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from speechscale.bench import tables
+from speechscale.bench import loso_tables
 from speechscale.bench.loso import SPEAKERS, extra_training, fold_overrides, fold_train, summarize
 from tests.conftest import ROOT, run_cli, shared
 
@@ -33,17 +33,17 @@ def test_the_summary_and_table_report_mean_worst_and_each_miss():
     doc = {"provenance": prov, "seconds": 10, "results": {"config": "configs/fsdd.yaml", "overrides": [],
                                                           "folds": folds, "summary": summ,
                                                           "lexicon_end_boundary": True}}
-    table = tables.render_loso({"x": doc})
+    table = loso_tables.render_loso({"x": doc})
     assert "15.0 / 6.0 %" in table and "6.0 %" in table and "15.0 % (nicolas)" in table and "†" not in table
     assert "greedy: **not reached** (gap 1.0 points)" in table and "lexicon: **not reached** (gap 0.5 points)" in table
     # a result scored by the lexicon search before 17cb4e7 is marked, and the mark explained
     del doc["results"]["lexicon_end_boundary"]
-    table = tables.render_loso({"x": doc})
+    table = loso_tables.render_loso({"x": doc})
     assert "15.0 / 6.0† %" in table and "| 2.5† % |" in table and "† lexicon scored before" in table
     assert "without the held-out speaker's statistics" not in table
     for f, alone in zip(folds, (0.5, 0.6, 0.7, 0.8)):  # a speaker-CMVN result, also scored file by file
         f["wer_greedy_no_speaker"] = alone
-    assert "| `x` | 2.0 / 50.0 | 4.0 / 60.0 | 3.0 / 70.0 | 15.0 / 80.0 | 6.0 / 65.0 |" in tables.render_loso({"x": doc})
+    assert "| `x` | 2.0 / 50.0 | 4.0 / 60.0 | 3.0 / 70.0 | 15.0 / 80.0 | 6.0 / 65.0 |" in loso_tables.render_loso({"x": doc})
 
 
 def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no_claim():
@@ -57,16 +57,16 @@ def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no
             "base3-again": doc(["trainer.seed=3"], 0.38, "2026-11-24 13:00 UTC"),  # the later run of seed 3
             "warp": doc(["augment.freq_warp=0.1", "trainer.seed=2"], 0.20, "2026-11-24 14:00 UTC"),
             "partial": {"provenance": {"date": "x"}, "results": {"config": "c", "overrides": [], "summary": None}}}
-    groups = tables.loso_by_recipe(docs)
+    groups = loso_tables.loso_by_recipe(docs)
     assert set(groups) == {("configs/fsdd.yaml", ""), ("configs/fsdd.yaml", "augment.freq_warp=0.1")}
     assert groups["configs/fsdd.yaml", ""] == {
         1: {"greedy": 0.30, "lexicon": 0.15, "end_boundary": False},
         2: {"greedy": 0.40, "lexicon": 0.20, "end_boundary": False},
         3: {"greedy": 0.38, "lexicon": 0.19, "end_boundary": False}}
-    table = tables.render_loso_seeds(docs)
+    table = loso_tables.render_loso_seeds(docs)
     assert "| `configs/fsdd.yaml` | 1, 2, 3 | 36.0 % (30.0-40.0) | 18.0 % (15.0-20.0)† |  |" in table
     docs["base2"]["results"]["lexicon_end_boundary"] = True  # seed 2 scored by today's lexicon search
-    assert "| 36.0 % (30.0-40.0) | 18.0 % (15.0-20.0)† (2 of 3 seeds) |" in tables.render_loso_seeds(docs)
+    assert "| 36.0 % (30.0-40.0) | 18.0 % (15.0-20.0)† (2 of 3 seeds) |" in loso_tables.render_loso_seeds(docs)
     assert "| `configs/fsdd.yaml` with `augment.freq_warp=0.1` | 2 | 20.0 % | 10.0 %† | **fewer than 3 seeds**" in table
 
 
@@ -88,11 +88,11 @@ def test_extra_training_data_joins_the_folds_speakers_and_never_the_held_out_one
 def test_benchmarks_md_loso_table_is_what_the_committed_json_renders():
     folder = ROOT / "docs" / "figures" / "loso"
     docs = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
-    block = tables.loso_block((ROOT / "BENCHMARKS.md").read_text())
+    block = loso_tables.loso_block((ROOT / "BENCHMARKS.md").read_text())
     if not docs:  # nothing measured yet: no table may claim otherwise
         assert block is None
     else:
-        assert block == tables.render_loso(docs), "BENCHMARKS.md's LOSO table drifted from docs/figures/loso/*.json"
+        assert block == loso_tables.render_loso(docs), "BENCHMARKS.md's LOSO table drifted from docs/figures/loso/*.json"
 
 
 @pytest.mark.slow
@@ -114,8 +114,8 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
     assert doc["results"]["summary"] is None  # three folds missing: no mean is claimed
     run_cfg = json.loads(Path(tmp_path / "work" / "probe" / "nicolas" / "config.json").read_text())
     assert "nicolas" not in run_cfg["data"]["filter"]["speaker"]
-    assert "incomplete" in tables.loso_block(md.read_text()) and "updated" in proc.stdout
-    assert doc["results"]["lexicon_end_boundary"] and "†" not in tables.loso_block(md.read_text())
+    assert "incomplete" in loso_tables.loso_block(md.read_text()) and "updated" in proc.stdout
+    assert doc["results"]["lexicon_end_boundary"] and "†" not in loso_tables.loso_block(md.read_text())
 
     # --rescore: the same last.pt scored again; the earlier figures stay, greedy (same model, same decoder) agrees
     doc["results"].pop("lexicon_end_boundary")
@@ -129,7 +129,7 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
     assert new["wer_greedy"] == new["before"]["wer_greedy"] == fold["wer_greedy"]
     assert again["results"]["lexicon_end_boundary"] and "--rescore" in again["rescored"]["command"]
     assert again["provenance"] == doc["provenance"]  # the training run's provenance stays
-    assert "990.0 →" in tables.loso_block(md.read_text())
+    assert "990.0 →" in loso_tables.loso_block(md.read_text())
     bad = run_cli("bench", "fsdd-loso", "--name", "probe", "--rescore", "--out", str(tmp_path / "out"),
                   "--work", str(tmp_path / "elsewhere"), "--benchmarks", "", check=False)
     assert bad.returncode != 0 and "has no last.pt" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -173,7 +173,7 @@ def memory(args: argparse.Namespace) -> int:
 def loso(args: argparse.Namespace) -> int:
     import time
 
-    from ..bench import tables
+    from ..bench import loso_tables
     from ..bench.harness import write_json
     from ..bench.loso import SPEAKERS, bench_loso
     from ..recipe import load_recipe
@@ -200,14 +200,14 @@ def loso(args: argparse.Namespace) -> int:
     print(json.dumps({"summary": res["summary"]}), flush=True)
     if args.benchmarks:
         docs = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
-        tables.update_loso(Path(args.benchmarks), docs)
+        loso_tables.update_loso(Path(args.benchmarks), docs)
         print(f"updated {args.benchmarks}: the LOSO table ({', '.join(docs)})")
     return 0 if doc else 1
 
 
 def _loso_rescore(args: argparse.Namespace) -> int:
     """`bench fsdd-loso --rescore`: score OUT/NAME.json's folds again from their checkpoints under WORK/NAME."""
-    from ..bench import tables
+    from ..bench import loso_tables
     from ..bench.harness import provenance
     from ..bench.loso import rescore_loso
 
@@ -224,7 +224,7 @@ def _loso_rescore(args: argparse.Namespace) -> int:
     print(json.dumps({"summary": res["summary"]}), flush=True)
     if args.benchmarks:
         docs = {p.stem: json.loads(p.read_text()) for p in sorted(path.parent.glob("*.json"))}
-        tables.update_loso(Path(args.benchmarks), docs)
+        loso_tables.update_loso(Path(args.benchmarks), docs)
     return 0
 
 

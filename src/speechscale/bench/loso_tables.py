@@ -1,0 +1,172 @@
+"""The LOSO tables of BENCHMARKS.md (`bench fsdd-loso`), rendered from docs/figures/loso/*.json: one row per
+result, the mean over seeds per recipe, re-scored results before and after, and speaker CMVN without the
+speaker's statistics."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .tables import _md, _provenance, _replace, read_block
+
+
+def render_loso(docs: dict[str, dict[str, Any]]) -> str:
+    """The LOSO table: per recipe (JSON stem), each held-out speaker's WER greedy / lexicon, mean and worst,
+    against the goals; then one provenance line per recipe."""
+    from .loso import GOALS, SPEAKERS
+
+    head = ["recipe", *SPEAKERS, "mean greedy", "mean lexicon", "worst greedy", "goal (mean ≤ 5 % / ≤ 2 %)"]
+    rows, notes = [], []
+    for name, doc in sorted(docs.items()):
+        res = doc["results"]
+        folds = {f["held_out"]: f for f in res["folds"]}
+        dag = "" if _end_boundary(res) else "†"
+        cells = [f"{100 * folds[s]['wer_greedy']:.1f} / {100 * folds[s]['wer_lexicon']:.1f}{dag} %" if s in folds
+                 else "-" for s in SPEAKERS]
+        summ = res.get("summary")
+        if summ:
+            g, lx = summ["greedy"], summ["lexicon"]
+            goal = "; ".join(f"{d}: " + ("reached" if summ[d]["reached"] else
+                                          f"**not reached** (gap {100 * (summ[d]['mean_wer'] - GOALS[d]):.1f} points)")
+                             for d in ("greedy", "lexicon"))
+            rows.append([f"`{name}`", *cells, f"{100 * g['mean_wer']:.1f} %", f"{100 * lx['mean_wer']:.1f}{dag} %",
+                         f"{100 * g['worst_wer']:.1f} % ({g['worst_speaker']})", goal])
+        else:
+            rows.append([f"`{name}`", *cells, "-", "-", "-", "incomplete: not every fold ran"])
+        ov = " ".join(res["overrides"])
+        extra = f", also trained on `{res['extra_train']}`" if res.get("extra_train") else ""
+        again = doc.get("rescored")
+        rescored = (f"; scored again from the same `last.pt` files at {again['commit']} ({again['date']}), earlier "
+                    "figures kept in the JSON" if again else "")
+        notes.append(f"- `{name}`: `{res['config']}`{f' with `{ov}`' if ov else ''}{extra}; "
+                     f"{_provenance(doc).strip().strip('_')}{rescored}")
+    dagger = ("\n† lexicon scored before the search took the utterance's end as a word boundary (17cb4e7): it "
+              "needed a space after the word, which these single-word models never emit, and so dropped or "
+              "replaced words (see the measured effect below the table).\n"
+              if any(not _end_boundary(d["results"]) for d in docs.values()) else "")
+    return (_md(head, rows) + "\nEach cell: WER greedy / with the training speakers' lexicon, `last.pt` of the "
+            "fold that never heard that speaker.\n" + dagger + "\n" + "\n".join(notes) + "\n\n"
+            + render_loso_seeds(docs) + render_loso_rescored(docs) + render_loso_alone(docs))
+
+
+def render_loso_alone(docs: dict[str, dict[str, Any]]) -> str:
+    """Speaker-CMVN results scored with and without the held-out speaker's statistics (greedy)."""
+    from .loso import SPEAKERS
+
+    rows = []
+    for name, doc in sorted(docs.items()):
+        folds = {f["held_out"]: f for f in doc["results"]["folds"] if "wer_greedy_no_speaker" in f}
+        if not folds:
+            continue
+        with_, alone = (sum(f[k] for f in folds.values()) / len(folds) for k in ("wer_greedy", "wer_greedy_no_speaker"))
+        rows.append([f"`{name}`", *(f"{100 * folds[s]['wer_greedy']:.1f} / {100 * folds[s]['wer_greedy_no_speaker']:.1f}"
+                                    if s in folds else "-" for s in SPEAKERS), f"{100 * with_:.1f} / {100 * alone:.1f}"])
+    if not rows:
+        return ""
+    return ("\nSpeaker CMVN with / without the held-out speaker's statistics (greedy WER %; without: each file "
+            "normalized on its own, as `transcribe` and `serve` see a single file):\n\n"
+            + _md(["result", *SPEAKERS, "mean"], rows))
+
+
+def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:
+    """Results scored again from their checkpoints (`--rescore`): each fold's figures before and after."""
+    from .loso import SPEAKERS
+
+    rows = []
+    for name, doc in sorted(docs.items()):
+        folds = {f["held_out"]: f for f in doc["results"]["folds"] if "before" in f}
+        if not folds:
+            continue
+        for d in ("lexicon", "greedy"):
+            key = f"wer_{d}"
+            pairs = [(folds[s]["before"][key], folds[s][key]) if s in folds else None for s in SPEAKERS]
+            done = [p for p in pairs if p]
+            rows.append([f"`{name}`", d, *(f"{100 * a:.1f} → {100 * b:.1f}" if (a, b) != (None, None) else "-"
+                                         for a, b in (p or (None, None) for p in pairs)),
+                         f"{100 * sum(a for a, _ in done) / len(done):.1f} → {100 * sum(b for _, b in done) / len(done):.1f}"])
+    if not rows:
+        return ""
+    return ("\nScored again from the same `last.pt` files (`bench fsdd-loso --rescore`), WER % before → after; "
+            "greedy is the control (the same model and decoder must give the same figure):\n\n"
+            + _md(["result", "decoder", *SPEAKERS, "mean"], rows))
+
+
+def _end_boundary(res: dict[str, Any]) -> bool:
+    """Whether a LOSO result's lexicon figures come from the search that ends a word at the utterance's end."""
+    from .loso import END_BOUNDARY
+
+    return bool(res.get(END_BOUNDARY))
+
+
+# overrides that change how a run is executed or which seed it draws, not what it trains
+_NOT_RECIPE = ("trainer.seed=", "trainer.threads=", "trainer.progress=")
+
+
+def _trained_seed(res: dict[str, Any]) -> int | None:
+    """The seed a LOSO result trained with: its `trainer.seed` override, else its config's."""
+    for o in reversed(res["overrides"]):
+        if o.startswith("trainer.seed="):
+            return int(o.split("=", 1)[1])
+    from ..config import ConfigError
+    from ..recipe import load_recipe
+
+    path = Path(res["config"])  # relative to the checkout the bench ran in
+    if not path.is_file():
+        path = Path(__file__).resolve().parents[3] / res["config"]
+    try:
+        return load_recipe(path).trainer.seed
+    except ConfigError:
+        return None
+
+
+def loso_by_recipe(docs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[int | None, dict[str, Any]]]:
+    """Complete LOSO results grouped by recipe (config, overrides that change training) -> seed -> the four
+    folds' mean WER per decoder (and `end_boundary`: which lexicon search scored it). A seed run twice keeps its
+    latest file (by measurement date)."""
+    out: dict[tuple[str, str], dict[int | None, dict[str, Any]]] = {}
+    for doc in sorted(docs.values(), key=lambda d: d["provenance"]["date"]):
+        res = doc["results"]
+        if not res.get("summary"):
+            continue
+        recipe = " ".join(sorted({o for o in res["overrides"] if not o.startswith(_NOT_RECIPE)}))
+        if res.get("extra_train"):
+            recipe = (recipe + " " if recipe else "") + f"+ training on {res['extra_train']}"
+        out.setdefault((res["config"], recipe), {})[_trained_seed(res)] = {
+            **{d: res["summary"][d]["mean_wer"] for d in ("greedy", "lexicon")}, "end_boundary": _end_boundary(res)}
+    return out
+
+
+def render_loso_seeds(docs: dict[str, dict[str, Any]]) -> str:
+    """Per recipe: the seeds it ran and, for each decoder, the mean over seeds of the fold means with their
+    range; a recipe with one seed is marked as such (one run cannot carry a claim of a few points)."""
+    rows = []
+    for (config, recipe), seeds in sorted(loso_by_recipe(docs).items()):
+        cells = []
+        for d in ("greedy", "lexicon"):
+            v = [m[d] for m in seeds.values()]
+            spread = f" ({100 * min(v):.1f}-{100 * max(v):.1f})" if len(v) > 1 else ""
+            old = sum(not m["end_boundary"] for m in seeds.values()) if d == "lexicon" else 0
+            mark = "" if not old else "†" if old == len(seeds) else f"† ({old} of {len(seeds)} seeds)"
+            cells.append(f"{100 * sum(v) / len(v):.1f} %{spread}{mark}")
+        named = ", ".join("?" if k is None else str(k) for k in sorted(seeds, key=lambda k: (k is None, k or 0)))
+        rows.append([f"`{config}`" + (f" with `{recipe}`" if recipe else ""), named, *cells,
+                     "" if len(seeds) >= 3 else "**fewer than 3 seeds**: no claim"])
+    return ("Over seeds, per recipe (mean of the seeds' fold means; range over seeds):\n\n"
+            + _md(["recipe", "seeds", "mean greedy", "mean lexicon", "note"], rows))
+
+
+def update_loso(path: Path, docs: dict[str, dict[str, Any]]) -> None:
+    """Rewrite the `<!-- loso -->` block of `path` from `docs` (appended under a heading if absent)."""
+    text = path.read_text()
+    block = render_loso(docs)
+    replaced = _replace(text, "loso", block)
+    if replaced is None:
+        replaced = text.rstrip("\n") + "\n\n## Leave-one-speaker-out on FSDD (issue #25)\n\n<!-- loso -->\n" + block \
+            + "<!-- /loso -->\n"
+    path.write_text(replaced)
+
+
+def loso_block(text: str) -> str | None:
+    """The rendered LOSO block in a BENCHMARKS.md text, if any."""
+    return read_block(text, "loso")
+
+

@@ -60,13 +60,19 @@ def run_fold(config: str, held_out: str, out: Path, overrides: list[str], speake
     extra = extra_training(train, extra_train, out) if extra_train else []
     row = run_recipe(f"loso-{held_out}", spec, out, [*fold_overrides(held_out, speakers), *extra, *overrides])
     test = split_manifest(FSDD, {"speaker": [held_out]}, out / "test.jsonl")
-    scores = bench_decoding(out / "checkpoints" / "last.pt", out / "test.jsonl", [r["text"] for r in train],
-                            out / "lm", decoders=decoders)
+    scores = score_fold(out, [r["text"] for r in train], decoders)
     return {"held_out": held_out, "utterances": len(test), "epochs": row["epochs"], "steps": row["steps"],
             "stopped_by": row["stopped_by"], "train_minutes": row["train_minutes"],
-            "wall_seconds": round(time.perf_counter() - started, 1),
-            **{f"wer_{d['decoder']}": d["wer"] for d in scores}, **{f"cer_{d['decoder']}": d["cer"] for d in scores},
-            **without_speaker_stats(out), "val": row["val"]}
+            "wall_seconds": round(time.perf_counter() - started, 1), **scores, "val": row["val"]}
+
+
+def score_fold(fold: Path, train_text: list[str], decoders: tuple[str, ...] = DECODERS) -> dict[str, float]:
+    """wer_/cer_ per decoder of the fold's `last.pt` on its test.jsonl (LM and lexicon from `train_text`), and
+    for a speaker-CMVN fold the greedy figures without the speaker's statistics."""
+    scores = bench_decoding(fold / "checkpoints" / "last.pt", fold / "test.jsonl", train_text, fold / "lm",
+                            decoders=decoders)
+    return {**{f"wer_{d['decoder']}": d["wer"] for d in scores}, **{f"cer_{d['decoder']}": d["cer"] for d in scores},
+            **without_speaker_stats(fold)}
 
 
 def without_speaker_stats(fold: Path) -> dict[str, float]:
@@ -127,9 +133,7 @@ def rescore_loso(res: dict[str, Any], work: Path, decoders: tuple[str, ...] = DE
     for fold in res["folds"]:
         d = work / fold["held_out"]
         train = [json.loads(line)["text"] for line in (d / "train.jsonl").read_text().splitlines()]
-        scores = bench_decoding(d / "checkpoints" / "last.pt", d / "test.jsonl", train, d / "lm", decoders=decoders)
-        now = {**{f"wer_{s['decoder']}": s["wer"] for s in scores}, **{f"cer_{s['decoder']}": s["cer"] for s in scores},
-               **without_speaker_stats(d)}
+        now = score_fold(d, train, decoders)
         # a second re-score keeps the first figures as `before`: they are the ones a fix is measured against
         folds.append({**fold, **now, "before": {**{k: fold[k] for k in now if k in fold}, **fold.get("before", {})}})
     return {**res, "folds": folds, "summary": summarize(folds, decoders) if res.get("summary") else None,

@@ -4,7 +4,7 @@ speaker's statistics."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .tables import _md, _provenance, _replace, read_block
 
@@ -48,6 +48,17 @@ def render_loso(docs: dict[str, dict[str, Any]]) -> str:
             + render_loso_seeds(docs) + render_loso_rescored(docs) + render_loso_alone(docs))
 
 
+def _paired(folds: dict[str, dict[str, Any]], pair: Callable[[dict[str, Any]], tuple[float, float]],
+            sep: str) -> list[str]:
+    """Cells "a SEP b" (WER %) for each speaker's fold in `folds` ("-" where none), then the two means."""
+    from .loso import SPEAKERS
+
+    pairs = {s: pair(f) for s, f in folds.items()}
+    means = [sum(p[i] for p in pairs.values()) / len(pairs) for i in (0, 1)]
+    return [f"{100 * pairs[s][0]:.1f} {sep} {100 * pairs[s][1]:.1f}" if s in pairs else "-" for s in SPEAKERS] + [
+        f"{100 * means[0]:.1f} {sep} {100 * means[1]:.1f}"]
+
+
 def render_loso_alone(docs: dict[str, dict[str, Any]]) -> str:
     """Speaker-CMVN results scored with and without the held-out speaker's statistics (greedy)."""
     from .loso import SPEAKERS
@@ -55,11 +66,8 @@ def render_loso_alone(docs: dict[str, dict[str, Any]]) -> str:
     rows = []
     for name, doc in sorted(docs.items()):
         folds = {f["held_out"]: f for f in doc["results"]["folds"] if "wer_greedy_no_speaker" in f}
-        if not folds:
-            continue
-        with_, alone = (sum(f[k] for f in folds.values()) / len(folds) for k in ("wer_greedy", "wer_greedy_no_speaker"))
-        rows.append([f"`{name}`", *(f"{100 * folds[s]['wer_greedy']:.1f} / {100 * folds[s]['wer_greedy_no_speaker']:.1f}"
-                                    if s in folds else "-" for s in SPEAKERS), f"{100 * with_:.1f} / {100 * alone:.1f}"])
+        if folds:
+            rows.append([f"`{name}`", *_paired(folds, lambda f: (f["wer_greedy"], f["wer_greedy_no_speaker"]), "/")])
     if not rows:
         return ""
     return ("\nSpeaker CMVN with / without the held-out speaker's statistics (greedy WER %; without: each file "
@@ -74,15 +82,9 @@ def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:
     rows = []
     for name, doc in sorted(docs.items()):
         folds = {f["held_out"]: f for f in doc["results"]["folds"] if "before" in f}
-        if not folds:
-            continue
-        for d in ("lexicon", "greedy"):
+        for d in ("lexicon", "greedy") if folds else ():
             key = f"wer_{d}"
-            pairs = [(folds[s]["before"][key], folds[s][key]) if s in folds else None for s in SPEAKERS]
-            done = [p for p in pairs if p]
-            rows.append([f"`{name}`", d, *(f"{100 * a:.1f} → {100 * b:.1f}" if (a, b) != (None, None) else "-"
-                                         for a, b in (p or (None, None) for p in pairs)),
-                         f"{100 * sum(a for a, _ in done) / len(done):.1f} → {100 * sum(b for _, b in done) / len(done):.1f}"])
+            rows.append([f"`{name}`", d, *_paired(folds, lambda f, k=key: (f["before"][k], f[k]), "→")])
     if not rows:
         return ""
     return ("\nScored again from the same `last.pt` files (`bench fsdd-loso --rescore`), WER % before → after; "

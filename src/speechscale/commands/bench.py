@@ -173,7 +173,6 @@ def memory(args: argparse.Namespace) -> int:
 def loso(args: argparse.Namespace) -> int:
     import time
 
-    from ..bench import loso_tables
     from ..bench.harness import write_json
     from ..bench.loso import SPEAKERS, bench_loso
     from ..recipe import load_recipe
@@ -199,15 +198,21 @@ def loso(args: argparse.Namespace) -> int:
                      settings=settings)
     print(json.dumps({"summary": res["summary"]}), flush=True)
     if args.benchmarks:
-        docs = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
-        loso_tables.update_loso(Path(args.benchmarks), docs)
-        print(f"updated {args.benchmarks}: the LOSO table ({', '.join(docs)})")
+        _rerender_loso(out, args.benchmarks)
     return 0 if doc else 1
+
+
+def _rerender_loso(folder: Path, benchmarks: str) -> None:
+    """Rewrite the LOSO block of `benchmarks` from every result JSON in `folder`."""
+    from ..bench import loso_tables
+
+    docs = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    loso_tables.update_loso(Path(benchmarks), docs)
+    print(f"updated {benchmarks}: the LOSO table ({', '.join(docs)})")
 
 
 def _loso_rescore(args: argparse.Namespace) -> int:
     """`bench fsdd-loso --rescore`: score OUT/NAME.json's folds again from their checkpoints under WORK/NAME."""
-    from ..bench import loso_tables
     from ..bench.harness import provenance
     from ..bench.loso import rescore_loso
 
@@ -223,8 +228,7 @@ def _loso_rescore(args: argparse.Namespace) -> int:
     path.write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps({"summary": res["summary"]}), flush=True)
     if args.benchmarks:
-        docs = {p.stem: json.loads(p.read_text()) for p in sorted(path.parent.glob("*.json"))}
-        loso_tables.update_loso(Path(args.benchmarks), docs)
+        _rerender_loso(path.parent, args.benchmarks)
     return 0
 
 

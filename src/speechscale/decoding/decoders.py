@@ -94,6 +94,12 @@ class BeamDecoder:
         if " " not in tokenizer.alphabet:
             raise ConfigError("beam search needs the space character in the alphabet (the word separator)")
         self.space = tokenizer.encode(" ")[0]
+        # The trie ends every word with a space, but a model need not emit one after the last word (one trained on
+        # single words never does): without it, a final word costs the model's least likely token and the search
+        # would rather drop it. A frame where only the space may be emitted, appended to each utterance of a
+        # search with a vocabulary, makes the utterance's end a word boundary for free.
+        self.end_frame = torch.full((1, tokenizer.vocab_size), _NEVER)  # (1, V)
+        self.end_frame[0, self.space] = 0.0
         words = _read_words(cfg.lexicon, normalize) if cfg.lexicon else []
         scorer = None
         if cfg.lm:
@@ -141,13 +147,7 @@ class BeamDecoder:
         for b, n in enumerate(lengths.cpu().tolist()):
             em = emissions[b, :n]  # (T, V)
             if self.vocabulary:
-                # The trie ends every word with a space, but a model need not emit one after the last word (one
-                # trained on single words never does): without this frame, a final word costs the model's
-                # least likely token and the search would rather drop it. One more frame where only the space
-                # may be emitted makes the utterance's end a word boundary for free.
-                end = torch.full((1, em.shape[1]), _NEVER)  # (1, V)
-                end[0, self.space] = 0.0
-                em = torch.cat([em, end])  # (T + 1, V)
+                em = torch.cat([em, self.end_frame])  # (T + 1, V)
             em = em.contiguous()
             best = self.decoder.decode(em.data_ptr(), em.shape[0], em.shape[1])[0]
             if self.vocabulary:

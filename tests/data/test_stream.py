@@ -157,3 +157,31 @@ def test_planning_memory_does_not_grow_with_the_corpus(tmp_path):
     10x more utterances may not cost 2x the memory (BENCHMARKS.md has the loader process's RSS)."""
     small, large = _plan_peak(tmp_path, 5_000), _plan_peak(tmp_path, 50_000)
     assert large < 2 * small, (small, large)
+
+
+def test_a_checkpoint_after_a_learner_ran_past_the_epochs_end_resumes_each_sample_once(tmp_path):
+    """A learner whose loader asks again after the last batch moves the shared counter past the end; the
+    saved position is the epoch's batch count, so a lockstep resume reads the pending batches, then the end
+    (a position past it once dropped a pending batch and read another twice: a load-dependent CI failure)."""
+    index = synthetic_index(tmp_path, [20, 20, 9])
+    units = units_of(index, batch_seconds=12.0)
+    claims = CountingClaims()
+    learners = [ClaimedPlan(units, claims) for _ in range(2)]
+    for s in learners:
+        s.resume(0, 0)
+    fast = list(learners[0])  # learner 0's loader takes every batch left, and asks once more
+    slow = list(learners[1])  # learner 1 asks too: the counter is now 2 past the end
+    assert claims.count(0) > len(learners[0]) and not slow
+    learners[0].advance(0)  # learner 0 trained its first batch, the rest is pending
+    parts = [s.rank_state() for s in learners]
+    assert parts[0]["claimed"] == len(learners[0])
+    from speechscale.training.state import data_part
+
+    older = [{**p, "claimed": claims.count(0)} for p in parts]  # checkpoints written before the fix
+    for saved in (parts, older):
+        lockstep = LockstepPlan(units_of(index, batch_seconds=12.0), 0, 1)
+        consumed = lockstep.resume(0, len(fast[0]), data_part([{"data": p} for p in saved], 0, 1))
+        rest = list(lockstep)
+        consumed += sum(lockstep.advance(i) for i in range(len(rest)))
+        assert sorted(fast[0] + [x for b in rest for x in b]) == list(range(49))
+        assert lockstep.complete(consumed)

@@ -126,7 +126,7 @@ class LockstepPlan:
         n = self.units.num_units(epoch)
         self.head: list[list[int]] = []
         if part and part.get("epoch") == epoch and "claimed" in part:  # saved by asynchronous learners
-            self.start = int(part["claimed"])
+            self.start = min(int(part["claimed"]), n)  # older checkpoints counted claims past the end
             self.head = [self.units.unit(epoch, k) for k in part["all_pending"]]
             consumed = self.units.offset(epoch, self.start) - sum(len(b) for b in self.head)
         else:
@@ -224,4 +224,6 @@ class ClaimedPlan:
 
     def rank_state(self) -> dict[str, Any]:
         """Collective-safe (called at sync points): the epoch, batches handed out, this learner's pending ones."""
-        return {"epoch": self.epoch, "claimed": self.claims.count(self.epoch), "pending": self.claimed[self.trained:]}
+        # a learner's loader asking after the last batch moves the counter past the end: the position is n
+        return {"epoch": self.epoch, "claimed": min(self.claims.count(self.epoch), self.n),
+                "pending": self.claimed[self.trained:]}

@@ -63,6 +63,7 @@ def check_recipe(cfg: Config) -> None:
         (f.sample_rate * f.window_ms / 1000 >= 2, "features.window_ms is shorter than two samples"),
         (f.n_mels >= 1, "features.n_mels must be at least 1"),
         (0.0 <= f.preemphasis < 1.0, "features.preemphasis must be in [0, 1)"),
+        (f.speaker_prior_frames >= 0, f"features.speaker_prior_frames={f.speaker_prior_frames} must be 0 or more"),
         (len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet,
          "text.alphabet must be non-empty without repeated characters"),
         (d.batch_seconds > 0, "data.batch_seconds must be positive"),

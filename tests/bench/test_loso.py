@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from speechscale.bench import loso_tables
 from speechscale.bench.loso import SPEAKERS, extra_training, fold_overrides, fold_train, summarize
@@ -43,7 +44,15 @@ def test_the_summary_and_table_report_mean_worst_and_each_miss():
     assert "without the held-out speaker's statistics" not in table
     for f, alone in zip(folds, (0.5, 0.6, 0.7, 0.8)):  # a speaker-CMVN result, also scored file by file
         f["wer_greedy_no_speaker"] = alone
-    assert "| `x` | 2.0 / 50.0 | 4.0 / 60.0 | 3.0 / 70.0 | 15.0 / 80.0 | 6.0 / 65.0 |" in loso_tables.render_loso({"x": doc})
+    own = "| `x` | its own | 2.0 / 50.0 | 4.0 / 60.0 | 3.0 / 70.0 | 15.0 / 80.0 | 6.0 / 65.0 |"
+    assert own in loso_tables.render_loso({"x": doc})
+    for f, alone in zip(folds, (0.1, 0.2, 0.3, 0.4)):  # re-scored with the training speakers' prior added
+        f.update(before={k: f[k] for k in ("wer_greedy", "wer_lexicon", "wer_greedy_no_speaker")},
+                 wer_greedy_no_speaker=alone,
+                 no_speaker_prior="train.jsonl, added at scoring")
+    table = loso_tables.render_loso({"x": doc})
+    assert own in table and "| `x` | its own + training speakers' (400 frames) | 2.0 / 10.0 | 4.0 / 20.0 | " \
+        "3.0 / 30.0 | 15.0 / 40.0 | 6.0 / 25.0 |" in table
 
 
 def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no_claim():
@@ -105,7 +114,7 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
                    "--work", str(tmp_path / "work"), "--benchmarks", str(md), "trainer.max_epochs=1",
                    "model.overrides={rnn_hidden: 32, rnn_layers: 1}", "data.cache_audio=false",
                    "data.filter={speaker: [george, jackson, lucas], split: test}",
-                   "data.val_filter={speaker: nicolas, split: test}", timeout=600)
+                   "data.val_filter={speaker: nicolas, split: test}", "features.normalize=speaker", timeout=600)
     doc = json.loads((tmp_path / "out" / "probe.json").read_text())
     assert doc["provenance"]["command"].startswith("speechscale bench fsdd-loso")
     (fold,) = doc["results"]["folds"]
@@ -116,17 +125,25 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
     assert "nicolas" not in run_cfg["data"]["filter"]["speaker"]
     assert "incomplete" in loso_tables.loso_block(md.read_text()) and "updated" in proc.stdout
     assert doc["results"]["lexicon_end_boundary"] and "†" not in loso_tables.loso_block(md.read_text())
+    assert fold["no_speaker_prior"] == "checkpoint" and 0 <= fold["wer_greedy_no_speaker"]  # training saved it
 
     # --rescore: the same last.pt scored again; the earlier figures stay, greedy (same model, same decoder) agrees
     doc["results"].pop("lexicon_end_boundary")
     fold["wer_lexicon"] = 9.9  # as if an older search had scored it
     (tmp_path / "out" / "probe.json").write_text(json.dumps(doc))
+    last = tmp_path / "work" / "probe" / "nicolas" / "checkpoints" / "last.pt"
+    ckpt = torch.load(last, weights_only=True)
+    prior = ckpt["config"]["features"].pop("speaker_prior")
+    torch.save(ckpt, last)  # as a run saved it before training wrote the prior
     run_cli("bench", "fsdd-loso", "--name", "probe", "--rescore", "--out", str(tmp_path / "out"),
             "--work", str(tmp_path / "work"), "--benchmarks", str(md), timeout=600)
     again = json.loads((tmp_path / "out" / "probe.json").read_text())
     (new,) = again["results"]["folds"]
     assert new["before"]["wer_lexicon"] == 9.9 and new["wer_lexicon"] != 9.9
     assert new["wer_greedy"] == new["before"]["wer_greedy"] == fold["wer_greedy"]
+    # the prior added at scoring is the one training wrote: the same figures without the speaker
+    assert new["no_speaker_prior"] == "added at scoring" and new["wer_greedy_no_speaker"] == fold["wer_greedy_no_speaker"]
+    assert torch.load(last.with_name("last-prior.pt"), weights_only=True)["config"]["features"]["speaker_prior"] == prior
     assert again["results"]["lexicon_end_boundary"] and "--rescore" in again["rescored"]["command"]
     assert again["provenance"] == doc["provenance"]  # the training run's provenance stays
     assert "990.0 →" in loso_tables.loso_block(md.read_text())

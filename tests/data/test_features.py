@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from speechscale.config import FeatureConfig
@@ -107,3 +108,43 @@ def test_without_a_speaker_each_utterance_normalizes_per_bin_on_its_own(tmp_path
     alone = FeatureExtractor(FeatureConfig(**cfg, normalize="speaker"))(wav)
     torch.testing.assert_close(alone, FeatureExtractor(FeatureConfig(**cfg, normalize="feature"))(wav))
     assert alone.mean(dim=1).abs().max() < 1e-4
+
+
+def test_a_file_without_its_speaker_is_shrunk_toward_the_training_speakers_prior(tmp_path):
+    """transcribe and serve see one file, never its speaker's other clips: its own statistics are pooled with
+    the training speakers' (features.speaker_prior, worth speaker_prior_frames frames). With the prior worth
+    nothing it is plain per-bin CMVN; worth everything, the prior's own normalization; in between, closer to
+    what its speaker's statistics give than its own alone (the LOSO figures are in BENCHMARKS.md)."""
+    from speechscale.data.dataset import SpeechDataset
+    from speechscale.data.features import pooled_prior
+    from speechscale.data.text import CharTokenizer
+
+    utts = [u for u in _fsdd_speakers(tmp_path) if u.extra["speaker"] == "tilted"]
+    cfg = dict(kind="logmel", n_mels=40, sample_rate=8000, normalize="speaker")
+    ds = SpeechDataset(utts, FeatureExtractor(FeatureConfig(**cfg)), CharTokenizer())
+    prior = pooled_prior(ds.speakers)
+    assert len(prior) == 80 and min(prior[40:]) > 0
+    wavs = [torch.from_numpy(ds._wave(i)) for i in range(len(utts))]
+    with_speaker = [ds[i]["feats"] for i in range(len(utts))]
+
+    def alone(frames):
+        fx = FeatureExtractor(FeatureConfig(**cfg, speaker_prior=prior, speaker_prior_frames=frames))
+        return [fx(w) for w in wavs]
+
+    own = [FeatureExtractor(FeatureConfig(**{**cfg, "normalize": "feature"}))(w) for w in wavs]
+    for a, b in zip(alone(0), own):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(alone(1e12), with_speaker):  # the prior here is this speaker's: the same features
+        torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
+
+    def gap(feats):
+        return float(np.mean([float((f - s).abs().mean()) for f, s in zip(feats, with_speaker)]))
+
+    assert gap(alone(400)) < 0.5 * gap(own), (gap(alone(400)), gap(own))
+
+
+def test_a_prior_of_the_wrong_size_is_one_clear_error():
+    from speechscale.config import ConfigError
+
+    with pytest.raises(ConfigError, match="speaker_prior holds 3 values; these features need 80"):
+        FeatureExtractor(FeatureConfig(kind="logmel", n_mels=40, normalize="speaker", speaker_prior=[0.0, 1.0, 2.0]))

@@ -157,3 +157,26 @@ def test_a_time_cap_is_named_in_the_log_and_summary_and_logs_carry_no_progress_b
     assert "\r" not in proc.stderr and "it/s" not in proc.stderr  # no tqdm output off a terminal
     assert "epoch 1/50 step" in proc.stderr and "ETA" in proc.stderr  # 1-based, like the bar
     assert proc.stdout.count('"stopped_by"') == 1 and "done:" not in proc.stderr  # the summary once
+
+
+def test_speaker_cmvn_training_saves_its_speakers_prior_for_files_that_come_alone(tmp_path):
+    """normalize=speaker: the checkpoint's config carries the training speakers' pooled statistics, so
+    transcribe and serve (one file, no speaker) shrink each file toward them (data/features.py)."""
+    from speechscale.components import load_components
+    from speechscale.data.features import pooled_prior
+
+    src = shared("fsdd", "manifest.jsonl")
+    rows = [json.loads(x) for x in src.read_text().splitlines()]
+    rows = [r for r in rows if r["speaker"] == "jackson"][:4] + [r for r in rows if r["speaker"] == "lucas"][:4]
+    for r in rows:
+        r["audio_filepath"] = str(src.parent / r["audio_filepath"])
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trainer = Trainer(load_recipe(None, [
+        f"data.train_manifest={tmp_path}/m.jsonl", f"data.val_manifest={tmp_path}/m.jsonl", "data.num_workers=0",
+        f"trainer.out_dir={tmp_path}/run", "trainer.max_steps=1", "trainer.progress=false", "features.sample_rate=8000",
+        "features.normalize=speaker", "model.overrides={rnn_hidden: 16, rnn_layers: 1}"]))
+    assert set(trainer.dataset.speakers) == {"jackson", "lucas"}
+    trainer.fit()
+    saved = load_components(tmp_path / "run" / "checkpoints" / "last.pt").features.cfg
+    assert saved.speaker_prior == pooled_prior(trainer.dataset.speakers)
+    assert len(saved.speaker_prior) == 2 * trainer.comps.features.num_features and saved.speaker_prior_frames == 400

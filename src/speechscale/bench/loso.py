@@ -85,9 +85,37 @@ def without_speaker_stats(fold: Path) -> dict[str, float]:
     rows = [json.loads(line) for line in (fold / "test.jsonl").read_text().splitlines()]
     alone = fold / "test_no_speaker.jsonl"
     alone.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "speaker"}) + "\n" for r in rows))
-    res = json.loads(run_cli(["eval", "--checkpoint", str(fold / "checkpoints" / "last.pt"), "--manifest",
-                              str(alone), "--json", "--decoder", "greedy"], timeout=1800).strip().splitlines()[-1])
-    return {"wer_greedy_no_speaker": res["wer"], "cer_greedy_no_speaker": res["cer"]}
+    checkpoint, prior = with_prior(fold)
+    res = json.loads(run_cli(["eval", "--checkpoint", str(checkpoint), "--manifest", str(alone), "--json",
+                              "--decoder", "greedy"], timeout=1800).strip().splitlines()[-1])
+    return {"wer_greedy_no_speaker": res["wer"], "cer_greedy_no_speaker": res["cer"], "no_speaker_prior": prior}
+
+
+def with_prior(fold: Path) -> tuple[Path, str]:
+    """The fold's last.pt and where its features.speaker_prior comes from. A checkpoint saved before training
+    wrote the prior gets a copy (last-prior.pt) with the one training writes: the pooled statistics of the
+    speakers of the run's training utterances (config.json's manifest and filter). Every one of them has its
+    speaker, so the prior never touched training: the copy is the checkpoint a run saves today."""
+    import torch
+
+    from ..components import describe, load_components
+    from ..config import Config, from_dict
+    from ..data.dataset import SpeechDataset
+    from ..data.features import pooled_prior
+    from ..data.loading import load_utterances
+    from ..storage.checkpoints import load_checkpoint
+
+    last = fold / "checkpoints" / "last.pt"
+    ckpt = load_checkpoint(last)
+    if describe(ckpt)["config"]["features"].get("speaker_prior"):
+        return last, "checkpoint"
+    data = from_dict(Config, json.loads((fold / "config.json").read_text())).data
+    comps = load_components(last)
+    utts, _ = load_utterances(data.train_manifest, comps, data, data.filter, data.train_slice)
+    ckpt["config"]["features"]["speaker_prior"] = pooled_prior(SpeechDataset(utts, comps.features,
+                                                                             comps.tokenizer).speakers)
+    torch.save(ckpt, fold / "checkpoints" / "last-prior.pt")
+    return fold / "checkpoints" / "last-prior.pt", "added at scoring"
 
 
 def summarize(folds: list[dict[str, Any]], decoders: tuple[str, ...] = DECODERS) -> dict[str, Any]:

@@ -59,20 +59,35 @@ def _paired(folds: dict[str, dict[str, Any]], pair: Callable[[dict[str, Any]], t
         f"{100 * means[0]:.1f} {sep} {100 * means[1]:.1f}"]
 
 
+def _alone(fold: dict[str, Any], prior: bool) -> float | None:
+    """A speaker-CMVN fold's greedy WER with each file alone: its own statistics, or shrunk toward the training
+    speakers' (`prior`); None where not scored. A re-score that added the prior keeps the own figure in `before`."""
+    before = fold.get("before", {})
+    if prior:
+        return fold["wer_greedy_no_speaker"] if "no_speaker_prior" in fold else None
+    if "no_speaker_prior" not in fold:
+        return fold.get("wer_greedy_no_speaker")
+    return before.get("wer_greedy_no_speaker") if "no_speaker_prior" not in before else None
+
+
 def render_loso_alone(docs: dict[str, dict[str, Any]]) -> str:
-    """Speaker-CMVN results scored with and without the held-out speaker's statistics (greedy)."""
+    """Speaker-CMVN results scored with and without the held-out speaker's statistics (greedy): each file on
+    its own statistics alone, and shrunk toward the training speakers' (features.speaker_prior)."""
     from .loso import SPEAKERS
 
     rows = []
     for name, doc in sorted(docs.items()):
-        folds = {f["held_out"]: f for f in doc["results"]["folds"] if "wer_greedy_no_speaker" in f}
-        if folds:
-            rows.append([f"`{name}`", *_paired(folds, lambda f: (f["wer_greedy"], f["wer_greedy_no_speaker"]), "/")])
+        for prior, label in ((False, "its own"), (True, "its own + training speakers' (400 frames)")):
+            folds = {f["held_out"]: f for f in doc["results"]["folds"] if _alone(f, prior) is not None}
+            if folds:
+                rows.append([f"`{name}`", label,
+                             *_paired(folds, lambda f, p=prior: (f["wer_greedy"], _alone(f, p)), "/")])
     if not rows:
         return ""
     return ("\nSpeaker CMVN with / without the held-out speaker's statistics (greedy WER %; without: each file "
-            "normalized on its own, as `transcribe` and `serve` see a single file):\n\n"
-            + _md(["result", *SPEAKERS, "mean"], rows))
+            "normalized as `transcribe` and `serve` see a single file, on its own statistics, or on them pooled "
+            "with the training speakers' saved in the checkpoint, `features.speaker_prior`):\n\n"
+            + _md(["result", "a file alone uses", *SPEAKERS, "mean"], rows))
 
 
 def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from ..config import FeatureConfig
+from ..config import ConfigError, FeatureConfig
 
 FEATURE_KINDS = ("spectrogram", "logmel")
 # per utterance: one mean/std | per bin (CMVN) | per bin over the speaker's utterances (speaker CMVN) | none
@@ -36,6 +36,16 @@ class SpeakerStats:
         self.sumsq += x.pow(2).sum(dim=1)
         self.frames += x.shape[1]
 
+    @classmethod
+    def prior(cls, values: list[float], frames: float) -> "SpeakerStats":
+        """Statistics worth `frames` frames with the per-bin mean and std `values` (mean then std, 2F values;
+        `pooled_prior`'s output), to add one file's own to."""
+        f = len(values) // 2
+        mean, std = torch.tensor(values[:f], dtype=torch.float64), torch.tensor(values[f:], dtype=torch.float64)
+        stats = cls(f)
+        stats.sum, stats.sumsq, stats.frames = frames * mean, frames * (std.pow(2) + mean.pow(2)), frames
+        return stats
+
     @property
     def mean(self) -> torch.Tensor:
         return (self.sum / max(1, self.frames)).float()  # (F,)
@@ -44,6 +54,18 @@ class SpeakerStats:
     def std(self) -> torch.Tensor:
         var = self.sumsq / max(1, self.frames) - (self.sum / max(1, self.frames)).pow(2)
         return var.clamp_min(0).sqrt().float()  # (F,)
+
+
+def pooled_prior(speakers: dict[str, SpeakerStats]) -> list[float]:
+    """The per-bin mean then std (2F values, rounded to 1e-5) of every speaker's frames together: what a
+    file without its speaker's statistics is shrunk toward (features.speaker_prior); [] without speakers."""
+    if not speakers:
+        return []
+    pooled = SpeakerStats(next(iter(speakers.values())).sum.shape[0])
+    for stats in speakers.values():
+        pooled.sum, pooled.sumsq = pooled.sum + stats.sum, pooled.sumsq + stats.sumsq
+        pooled.frames += stats.frames
+    return [round(float(v), 5) for v in torch.cat([pooled.mean, pooled.std])]
 
 
 def _mel_filterbank(n_freqs: int, n_mels: int, sample_rate: int) -> torch.Tensor:
@@ -75,6 +97,9 @@ class FeatureExtractor:
         n_freqs = self.n_fft // 2 + 1
         self.mel = _mel_filterbank(n_freqs, cfg.n_mels, cfg.sample_rate) if cfg.kind == "logmel" else None
         self.num_features = cfg.n_mels if cfg.kind == "logmel" else n_freqs
+        if cfg.speaker_prior and len(cfg.speaker_prior) != 2 * self.num_features:
+            raise ConfigError(f"features.speaker_prior holds {len(cfg.speaker_prior)} values; these features "
+                              f"need {2 * self.num_features} (a per-bin mean, then std) or none")
 
     def num_frames(self, num_samples: int) -> int:
         """Frames produced for `num_samples` (torch.stft with center=True)."""
@@ -85,7 +110,8 @@ class FeatureExtractor:
 
     def __call__(self, wav: torch.Tensor, speaker: SpeakerStats | None = None) -> torch.Tensor:
         """(T,) float32 -> (F, frames) float32. With normalize=speaker, `speaker` holds the statistics of the
-        utterance's speaker; without them (a single file, a stream) the utterance's own per-bin ones serve."""
+        utterance's speaker; without them (a single file, a stream) its own, shrunk toward the training speakers'
+        (features.speaker_prior; its own alone where a checkpoint has none)."""
         return self.normalize(self.raw(wav), speaker)
 
     def raw(self, wav: torch.Tensor) -> torch.Tensor:
@@ -108,9 +134,20 @@ class FeatureExtractor:
         mode = self.cfg.normalize
         if mode == "utterance":
             return (feats - feats.mean()) / (feats.std() + 1e-5)
-        if mode == "speaker" and speaker is not None and speaker.frames > 0:
-            level_free = feats - feats.mean()  # as SpeakerStats.add saw it
-            return (level_free - speaker.mean[:, None]) / (speaker.std[:, None] + 1e-5)
+        if mode == "speaker":
+            stats = speaker if speaker is not None and speaker.frames > 0 else self._alone(feats)
+            if stats is not None:
+                level_free = feats - feats.mean()  # as SpeakerStats.add saw it
+                return (level_free - stats.mean[:, None]) / (stats.std[:, None] + 1e-5)
         if mode in ("feature", "speaker"):  # per-bin mean/variance over the utterance's frames (CMVN)
             return (feats - feats.mean(dim=1, keepdim=True)) / (feats.std(dim=1, keepdim=True) + 1e-5)
         return feats
+
+    def _alone(self, feats: torch.Tensor) -> SpeakerStats | None:
+        """A file without its speaker's statistics: its own (F, T) frames added to the training speakers' pooled
+        ones, worth features.speaker_prior_frames; None (its own alone) without a prior."""
+        if not self.cfg.speaker_prior or self.cfg.speaker_prior_frames <= 0:
+            return None
+        stats = SpeakerStats.prior(self.cfg.speaker_prior, self.cfg.speaker_prior_frames)
+        stats.add(feats)
+        return stats

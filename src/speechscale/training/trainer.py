@@ -21,6 +21,7 @@ from .. import storage
 from ..components import build_components
 from ..config import Config, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
+from ..data.features import pooled_prior
 from ..data.loading import training_data
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
@@ -86,6 +87,8 @@ class Trainer:
         self.data = data = training_data(cfg.data, cfg.augment, t.seed, self.comps, self.rank, self.world,
                                          self.strategy.make_plan, pin_memory=self.device.type == "cuda")
         self.domains = data.domains  # data.mix: samples of each domain per epoch (logged with validation)
+        if cfg.features.normalize == "speaker" and (prior := pooled_prior(getattr(data.dataset, "speakers", {}))):
+            cfg.features.speaker_prior = prior  # saved with the config: what a file without a speaker meets
         self.loader, self.plan, self.dataset, self.val_loader = data.loader, data.plan, data.dataset, data.val_loader
         # Compiled (conv models) and/or strategy-wrapped module for training steps; same parameters.
         self.forward = self.strategy.wrap(torch.compile(self.model, dynamic=True) if t.compile else self.model)

@@ -53,6 +53,10 @@ def test_the_summary_and_table_report_mean_worst_and_each_miss():
     table = loso_tables.render_loso({"x": doc})
     assert own in table and "| `x` | its own + training speakers' (400 frames) | 2.0 / 10.0 | 4.0 / 20.0 | " \
         "3.0 / 30.0 | 15.0 / 40.0 | 6.0 / 25.0 |" in table
+    assert "average of the fold's last epoch checkpoints" not in table
+    for f, avg in zip(folds, (0.01, 0.03, 0.05, 0.11)):  # also scored: the average of the last 3 checkpoints
+        f.update(wer_greedy_average=avg, average_of=3)
+    assert "| `x` | 3 | 2.0 / 1.0 | 4.0 / 3.0 | 3.0 / 5.0 | 15.0 / 11.0 | 6.0 / 5.0 |" in loso_tables.render_loso({"x": doc})
 
 
 def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no_claim():
@@ -109,16 +113,17 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
     shared("fsdd", "manifest.jsonl")
     md = tmp_path / "B.md"
     md.write_text("# B\n")
-    # one fold, one epoch of a narrow model on the dataset's own test split of the training speakers
+    # one fold, two epochs of a narrow model on the dataset's own test split of the training speakers
     proc = run_cli("bench", "fsdd-loso", "--name", "probe", "--held-out", "nicolas", "--out", str(tmp_path / "out"),
-                   "--work", str(tmp_path / "work"), "--benchmarks", str(md), "trainer.max_epochs=1",
+                   "--work", str(tmp_path / "work"), "--benchmarks", str(md), "trainer.max_epochs=2",
                    "model.overrides={rnn_hidden: 32, rnn_layers: 1}", "data.cache_audio=false",
                    "data.filter={speaker: [george, jackson, lucas], split: test}",
                    "data.val_filter={speaker: nicolas, split: test}", "features.normalize=speaker", timeout=600)
     doc = json.loads((tmp_path / "out" / "probe.json").read_text())
     assert doc["provenance"]["command"].startswith("speechscale bench fsdd-loso")
     (fold,) = doc["results"]["folds"]
-    assert fold["held_out"] == "nicolas" and fold["utterances"] == 500 and fold["epochs"] == 1
+    assert fold["held_out"] == "nicolas" and fold["utterances"] == 500 and fold["epochs"] == 2
+    assert fold["average_of"] == 2 and 0 <= fold["wer_greedy_average"]  # the two epoch checkpoints averaged
     assert fold["wer_greedy"] >= 0 and fold["wer_lexicon"] >= 0  # an untrained model's lexicon output can be > 1
     assert doc["results"]["summary"] is None  # three folds missing: no mean is claimed
     run_cfg = json.loads(Path(tmp_path / "work" / "probe" / "nicolas" / "config.json").read_text())

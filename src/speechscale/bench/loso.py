@@ -72,7 +72,24 @@ def score_fold(fold: Path, train_text: list[str], decoders: tuple[str, ...] = DE
     scores = bench_decoding(fold / "checkpoints" / "last.pt", fold / "test.jsonl", train_text, fold / "lm",
                             decoders=decoders)
     return {**{f"wer_{d['decoder']}": d["wer"] for d in scores}, **{f"cer_{d['decoder']}": d["cer"] for d in scores},
-            **without_speaker_stats(fold)}
+            **without_speaker_stats(fold), **averaged(fold)}
+
+
+AVERAGE_LAST = 3  # the fold's newest step-N.pt (its last epochs) averaged: `speechscale average --last`
+
+
+def averaged(fold: Path) -> dict[str, Any]:
+    """Greedy WER/CER of the average of the fold's newest AVERAGE_LAST epoch checkpoints (fewer if it kept
+    fewer; {} below two), beside `last.pt`'s: the checkpoint-averaging ablation of issue #25."""
+    steps = sorted((fold / "checkpoints").glob("step-*.pt"))
+    n = min(AVERAGE_LAST, len(steps))
+    if n < 2:
+        return {}
+    out = fold / "checkpoints" / f"average-last-{n}.pt"
+    run_cli(["average", "--last", str(n), "--dir", str(fold / "checkpoints"), "--out", str(out)], timeout=600)
+    res = json.loads(run_cli(["eval", "--checkpoint", str(out), "--manifest", str(fold / "test.jsonl"), "--json",
+                              "--decoder", "greedy"], timeout=1800).strip().splitlines()[-1])
+    return {"wer_greedy_average": res["wer"], "cer_greedy_average": res["cer"], "average_of": n}
 
 
 def without_speaker_stats(fold: Path) -> dict[str, float]:

@@ -45,7 +45,8 @@ def render_loso(docs: dict[str, dict[str, Any]]) -> str:
               if any(not _end_boundary(d["results"]) for d in docs.values()) else "")
     return (_md(head, rows) + "\nEach cell: WER greedy / with the training speakers' lexicon, `last.pt` of the "
             "fold that never heard that speaker.\n" + dagger + "\n" + "\n".join(notes) + "\n\n"
-            + render_loso_seeds(docs) + render_loso_rescored(docs) + render_loso_alone(docs))
+            + render_loso_seeds(docs) + render_loso_rescored(docs) + render_loso_alone(docs)
+            + render_loso_averaged(docs))
 
 
 def _paired(folds: dict[str, dict[str, Any]], pair: Callable[[dict[str, Any]], tuple[float, float]],
@@ -88,6 +89,23 @@ def render_loso_alone(docs: dict[str, dict[str, Any]]) -> str:
             "normalized as `transcribe` and `serve` see a single file, on its own statistics, or on them pooled "
             "with the training speakers' saved in the checkpoint, `features.speaker_prior`):\n\n"
             + _md(["result", "a file alone uses", *SPEAKERS, "mean"], rows))
+
+
+def render_loso_averaged(docs: dict[str, dict[str, Any]]) -> str:
+    """Results whose folds also scored the average of their last epoch checkpoints (greedy)."""
+    from .loso import SPEAKERS
+
+    rows = []
+    for name, doc in sorted(docs.items()):
+        folds = {f["held_out"]: f for f in doc["results"]["folds"] if "wer_greedy_average" in f}
+        if folds:
+            n = sorted({f["average_of"] for f in folds.values()})
+            rows.append([f"`{name}`", "/".join(map(str, n)),
+                         *_paired(folds, lambda f: (f["wer_greedy"], f["wer_greedy_average"]), "/")])
+    if not rows:
+        return ""
+    return ("\n`last.pt` / the average of the fold's last epoch checkpoints (`speechscale average --last N`; greedy "
+            "WER %):\n\n" + _md(["result", "N", *SPEAKERS, "mean"], rows))
 
 
 def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:

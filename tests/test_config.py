@@ -21,7 +21,8 @@ def test_overrides_are_typed_and_round_trip_as_plain_data():
 @pytest.mark.parametrize("override", ["trainer", "=3", "features.kind=wavelet", "trainer.progress=maybe",
                                       "data.batch_seconds=-1", "nosuch.key=1",
                                       "model.overrides={rnn_hidden:", "features.preemphasis=1.5",
-                                      "augment.trim_silence=2", "augment.freq_warp=0.7"])
+                                      "augment.trim_silence=2", "augment.freq_warp=0.7",
+                                      "features.speaker_prior_frames=-1"])
 def test_bad_overrides_raise_config_error(override):
     with pytest.raises(ConfigError):
         load_recipe("configs/yesno.yaml", [override])

@@ -65,7 +65,7 @@ def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no
         return {"provenance": {"date": date}, "results": {"config": config, "overrides": overrides,
                                                           "folds": [], "summary": summ}}
     docs = {"base": doc(["trainer.progress=false"], 0.30, "2026-11-24 10:00 UTC"),  # configs/fsdd.yaml: seed 1
-            "base2": doc(["trainer.seed=2"], 0.40, "2026-11-24 11:00 UTC"),
+            "base2": doc(["trainer.seed=2", "trainer.max_minutes=0"], 0.40, "2026-11-24 11:00 UTC"),  # no guard
             "base3": doc(["trainer.seed=3", "trainer.threads=1"], 0.35, "2026-11-24 12:00 UTC"),
             "base3-again": doc(["trainer.seed=3"], 0.38, "2026-11-24 13:00 UTC"),  # the later run of seed 3
             "warp": doc(["augment.freq_warp=0.1", "trainer.seed=2"], 0.20, "2026-11-24 14:00 UTC"),
@@ -128,6 +128,7 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
     assert doc["results"]["summary"] is None  # three folds missing: no mean is claimed
     run_cfg = json.loads(Path(tmp_path / "work" / "probe" / "nicolas" / "config.json").read_text())
     assert "nicolas" not in run_cfg["data"]["filter"]["speaker"]
+    assert run_cfg["trainer"]["resume"] == "auto"  # the same command again continues a fold cut short
     assert "incomplete" in loso_tables.loso_block(md.read_text()) and "updated" in proc.stdout
     assert doc["results"]["lexicon_end_boundary"] and "†" not in loso_tables.loso_block(md.read_text())
     assert fold["no_speaker_prior"] == "checkpoint" and 0 <= fold["wer_greedy_no_speaker"]  # training saved it

@@ -95,7 +95,7 @@ def interleave(variants: dict[str, Callable[[], Any]], repeats: int, warmup: int
     return {n: summarize(times[n], extra[n]) for n in names}
 
 
-def run_cli(args: list[str], timeout: float = 3600, launcher: list[str] | None = None,
+def run_cli(args: list[str], timeout: float | None = 3600, launcher: list[str] | None = None,
             env: dict[str, str] | None = None) -> str:
     """Run `speechscale -q ARGS` in a fresh process (under `launcher`, e.g. torchrun's flags, when given) and
     return its stdout; RuntimeError with the last error lines of its stderr when it fails."""

@@ -58,7 +58,10 @@ def run_fold(config: str, held_out: str, out: Path, overrides: list[str], speake
     spec = {"config": config, "goal_wer": GOALS["greedy"], "scored_on": f"{held_out} (never heard; last.pt)"}
     train = fold_train(held_out, out, speakers)
     extra = extra_training(train, extra_train, out) if extra_train else []
-    row = run_recipe(f"loso-{held_out}", spec, out, [*fold_overrides(held_out, speakers), *extra, *overrides])
+    # a fold cut short (killed, a machine lost) continues from its last epoch checkpoint when the command runs
+    # again; no wall-clock limit but the recipe's own guard (a slow day once cost two runs an hour each)
+    row = run_recipe(f"loso-{held_out}", spec, out, [*fold_overrides(held_out, speakers), "trainer.resume=auto",
+                                                     *extra, *overrides], timeout=None)
     test = split_manifest(FSDD, {"speaker": [held_out]}, out / "test.jsonl")
     scores = score_fold(out, [r["text"] for r in train], decoders)
     return {"held_out": held_out, "utterances": len(test), "epochs": row["epochs"], "steps": row["steps"],

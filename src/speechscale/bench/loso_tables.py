@@ -133,7 +133,7 @@ def _end_boundary(res: dict[str, Any]) -> bool:
 
 
 # overrides that change how a run is executed or which seed it draws, not what it trains
-_NOT_RECIPE = ("trainer.seed=", "trainer.threads=", "trainer.progress=")
+_NOT_RECIPE = ("trainer.seed=", "trainer.threads=", "trainer.progress=", "trainer.max_minutes=")  # the guard
 
 
 def _trained_seed(res: dict[str, Any]) -> int | None:

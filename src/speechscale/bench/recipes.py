@@ -42,8 +42,9 @@ def _synth(out: Path, minutes: float) -> list[str]:
 
 
 def run_recipe(name: str, spec: dict[str, Any], out: Path, overrides: list[str] | None = None,
-               timeout: float = 3600) -> dict[str, Any]:
-    """Train recipe `name` to its end in a fresh process; returns its result row."""
+               timeout: float | None = 3600) -> dict[str, Any]:
+    """Train recipe `name` to its end in a fresh process; returns its result row. `timeout` (s): None leaves
+    the end to the recipe (its epochs, and trainer.max_minutes as the guard)."""
     started = time.perf_counter()
     data = _synth(out, spec["synth_minutes"]) if spec.get("synth_minutes") else []
     overrides = [*spec.get("overrides", []), *(overrides or [])]

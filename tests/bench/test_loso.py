@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from speechscale.bench import loso_tables
-from speechscale.bench.loso import SPEAKERS, extra_training, fold_overrides, fold_train, summarize
+from speechscale.bench.loso import (
+    SPEAKERS,
+    STAMP,
+    check_fold,
+    extra_training,
+    fold_overrides,
+    fold_train,
+    summarize,
+)
 from tests.conftest import ROOT, run_cli, shared
 
 
@@ -83,6 +91,20 @@ def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no
     assert "| `configs/fsdd.yaml` with `augment.freq_warp=0.1` | 2 | 20.0 % | 10.0 %† | **fewer than 3 seeds**" in table
 
 
+def test_a_fold_folder_is_continued_only_by_the_recipe_that_started_it(tmp_path):
+    fold = tmp_path / "george"
+    check_fold(fold, "configs/fsdd.yaml", ["augment.tempo=[0.9, 1.1]"])  # nothing there yet
+    fold.mkdir()
+    (fold / STAMP).write_text(json.dumps({"config": "configs/fsdd.yaml", "overrides": ["augment.tempo=[0.9, 1.1]"],
+                                          "extra_train": None}))
+    check_fold(fold, "configs/fsdd.yaml", ["augment.tempo=[0.9, 1.1]", "trainer.max_minutes=0"])  # a guard only
+    for config, overrides, extra in [("configs/fsdd.yaml", [], None), ("configs/fsdd_conformer.yaml",
+                                      ["augment.tempo=[0.9, 1.1]"], None),
+                                     ("configs/fsdd.yaml", ["augment.tempo=[0.9, 1.1]"], Path("synth.jsonl"))]:
+        with pytest.raises(ValueError, match="holds a fold of another recipe"):
+            check_fold(fold, config, overrides, extra)
+
+
 def test_extra_training_data_joins_the_folds_speakers_and_never_the_held_out_one(tmp_path):
     fsdd = shared("fsdd", "manifest.jsonl")
     extra = tmp_path / "synth" / "train.jsonl"
@@ -155,6 +177,10 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
     assert again["results"]["lexicon_end_boundary"] and "--rescore" in again["rescored"]["command"]
     assert again["provenance"] == doc["provenance"]  # the training run's provenance stays
     assert "990.0 →" in loso_tables.loso_block(md.read_text())
+    other = run_cli("bench", "fsdd-loso", "--name", "probe", "--held-out", "nicolas", "--out", str(tmp_path / "out"),
+                    "--work", str(tmp_path / "work"), "--benchmarks", "", "trainer.max_epochs=3", check=False)
+    assert other.returncode != 0 and "holds a fold of another recipe" in other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1  # before any training, in one line
     bad = run_cli("bench", "fsdd-loso", "--name", "probe", "--rescore", "--out", str(tmp_path / "out"),
                   "--work", str(tmp_path / "elsewhere"), "--benchmarks", "", check=False)
     assert bad.returncode != 0 and "has no last.pt" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -50,11 +50,31 @@ def extra_training(train: list[dict[str, Any]], extra: Path, out: Path) -> list[
     return [f"data.train_manifest={mixed}", "data.filter={}"]
 
 
+STAMP = "loso_recipe.json"  # what a fold folder trains: a later run may continue it only with the same recipe
+_GUARDS = ("trainer.max_minutes=", "trainer.threads=", "trainer.progress=")  # change no weights
+
+
+def _recipe(config: str, overrides: list[str], extra_train: Path | None) -> dict[str, Any]:
+    return {"config": config, "overrides": [o for o in overrides if not o.startswith(_GUARDS)],
+            "extra_train": str(extra_train) if extra_train else None}
+
+
+def check_fold(out: Path, config: str, overrides: list[str], extra_train: Path | None = None) -> None:
+    """ValueError (one line) when the fold folder `out` holds a fold of another recipe: continuing its
+    checkpoint (trainer.resume=auto) would mix two recipes in one result."""
+    stamp = out / STAMP
+    if stamp.is_file() and json.loads(stamp.read_text()) != _recipe(config, overrides, extra_train):
+        raise ValueError(f"{out} holds a fold of another recipe ({stamp}); give another --work or --name")
+
+
 def run_fold(config: str, held_out: str, out: Path, overrides: list[str], speakers: tuple[str, ...] = SPEAKERS,
              decoders: tuple[str, ...] = DECODERS, extra_train: Path | None = None) -> dict[str, Any]:
     """Train `config` without `held_out` into `out` and score `held_out` with its last.pt through `decoders`.
     `extra_train`: a manifest added to the training speakers' utterances (never scored)."""
     started = time.perf_counter()
+    check_fold(out, config, overrides, extra_train)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / STAMP).write_text(json.dumps(_recipe(config, overrides, extra_train)) + "\n")
     spec = {"config": config, "goal_wer": GOALS["greedy"], "scored_on": f"{held_out} (never heard; last.pt)"}
     train = fold_train(held_out, out, speakers)
     extra = extra_training(train, extra_train, out) if extra_train else []

@@ -111,13 +111,28 @@ class CountingClaims:
         return self.counters[epoch]
 
 
-def test_asynchronous_learners_claim_stream_batches_and_resume_their_pending_ones(tmp_path):
+def _two_learners(tmp_path):
+    """Two asynchronous learners at the start of epoch 0 of a 49-utterance shard set; (index, claims, learners)."""
     index = synthetic_index(tmp_path, [20, 20, 9])
-    units = units_of(index, batch_seconds=12.0)
     claims = CountingClaims()
-    learners = [ClaimedPlan(units, claims) for _ in range(2)]
+    learners = [ClaimedPlan(units_of(index, batch_seconds=12.0), claims) for _ in range(2)]
     for s in learners:
         s.resume(0, 0)
+    return index, claims, learners
+
+
+def _lockstep_rest(index, parts, consumed=0):
+    """One lockstep rank resuming the learners' saved `parts`: (its plan, its batches, the position after them)."""
+    from speechscale.training.state import data_part
+
+    lockstep = LockstepPlan(units_of(index, batch_seconds=12.0), 0, 1)
+    consumed = lockstep.resume(0, consumed, data_part([{"data": p} for p in parts], 0, 1))
+    rest = list(lockstep)
+    return lockstep, rest, consumed + sum(lockstep.advance(i) for i in range(len(rest)))
+
+
+def test_asynchronous_learners_claim_stream_batches_and_resume_their_pending_ones(tmp_path):
+    index, claims, learners = _two_learners(tmp_path)
     its = [iter(s) for s in learners]
     got = [[], []]
     for turn in [0, 0, 1, 0, 1, 0, 0]:  # learner 0 is faster
@@ -130,13 +145,8 @@ def test_asynchronous_learners_claim_stream_batches_and_resume_their_pending_one
     assert parts[0]["pending"] and not parts[1]["pending"]
     done = [x for g, n in zip(got, trained) for b in g[:n] for x in b]
     # continue on one lockstep rank: the pending batch first, then everything not yet claimed
-    from speechscale.training.state import data_part
-
-    part = data_part([{"data": p} for p in parts], 0, 1)
-    lockstep = LockstepPlan(units_of(index, batch_seconds=12.0), 0, 1)
-    lockstep.resume(0, 0, part)
-    rest = [x for b in lockstep for x in b]
-    assert sorted(done + rest) == list(range(49))
+    _, rest, _ = _lockstep_rest(index, parts)
+    assert sorted(done + [x for b in rest for x in b]) == list(range(49))
 
 
 def _plan_peak(tmp_path, utterances):
@@ -163,25 +173,15 @@ def test_a_checkpoint_after_a_learner_ran_past_the_epochs_end_resumes_each_sampl
     """A learner whose loader asks again after the last batch moves the shared counter past the end; the
     saved position is the epoch's batch count, so a lockstep resume reads the pending batches, then the end
     (a position past it once dropped a pending batch and read another twice: a load-dependent CI failure)."""
-    index = synthetic_index(tmp_path, [20, 20, 9])
-    units = units_of(index, batch_seconds=12.0)
-    claims = CountingClaims()
-    learners = [ClaimedPlan(units, claims) for _ in range(2)]
-    for s in learners:
-        s.resume(0, 0)
+    index, claims, learners = _two_learners(tmp_path)
     fast = list(learners[0])  # learner 0's loader takes every batch left, and asks once more
     slow = list(learners[1])  # learner 1 asks too: the counter is now 2 past the end
     assert claims.count(0) > len(learners[0]) and not slow
     learners[0].advance(0)  # learner 0 trained its first batch, the rest is pending
     parts = [s.rank_state() for s in learners]
     assert parts[0]["claimed"] == len(learners[0])
-    from speechscale.training.state import data_part
-
     older = [{**p, "claimed": claims.count(0)} for p in parts]  # checkpoints written before the fix
     for saved in (parts, older):
-        lockstep = LockstepPlan(units_of(index, batch_seconds=12.0), 0, 1)
-        consumed = lockstep.resume(0, len(fast[0]), data_part([{"data": p} for p in saved], 0, 1))
-        rest = list(lockstep)
-        consumed += sum(lockstep.advance(i) for i in range(len(rest)))
+        lockstep, rest, consumed = _lockstep_rest(index, saved, len(fast[0]))
         assert sorted(fast[0] + [x for b in rest for x in b]) == list(range(49))
         assert lockstep.complete(consumed)

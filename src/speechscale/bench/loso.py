@@ -59,12 +59,16 @@ def _recipe(config: str, overrides: list[str], extra_train: Path | None) -> dict
             "extra_train": str(extra_train) if extra_train else None}
 
 
+class FoldConflict(ValueError):
+    """A fold folder holds a fold of another recipe (the message is one line)."""
+
+
 def check_fold(out: Path, config: str, overrides: list[str], extra_train: Path | None = None) -> None:
-    """ValueError (one line) when the fold folder `out` holds a fold of another recipe: continuing its
-    checkpoint (trainer.resume=auto) would mix two recipes in one result."""
+    """FoldConflict when the fold folder `out` holds a fold of another recipe: continuing its checkpoint
+    (trainer.resume=auto) would mix two recipes in one result."""
     stamp = out / STAMP
     if stamp.is_file() and json.loads(stamp.read_text()) != _recipe(config, overrides, extra_train):
-        raise ValueError(f"{out} holds a fold of another recipe ({stamp}); give another --work or --name")
+        raise FoldConflict(f"{out} holds a fold of another recipe ({stamp}); give another --work or --name")
 
 
 def run_fold(config: str, held_out: str, out: Path, overrides: list[str], speakers: tuple[str, ...] = SPEAKERS,
@@ -72,7 +76,6 @@ def run_fold(config: str, held_out: str, out: Path, overrides: list[str], speake
     """Train `config` without `held_out` into `out` and score `held_out` with its last.pt through `decoders`.
     `extra_train`: a manifest added to the training speakers' utterances (never scored)."""
     started = time.perf_counter()
-    check_fold(out, config, overrides, extra_train)
     out.mkdir(parents=True, exist_ok=True)
     (out / STAMP).write_text(json.dumps(_recipe(config, overrides, extra_train)) + "\n")
     spec = {"config": config, "goal_wer": GOALS["greedy"], "scored_on": f"{held_out} (never heard; last.pt)"}
@@ -125,20 +128,20 @@ def without_speaker_stats(fold: Path) -> dict[str, float]:
     rows = [json.loads(line) for line in (fold / "test.jsonl").read_text().splitlines()]
     alone = fold / "test_no_speaker.jsonl"
     alone.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "speaker"}) + "\n" for r in rows))
-    checkpoint, prior = with_prior(fold)
+    checkpoint, prior = with_prior(fold, cfg)
     res = json.loads(run_cli(["eval", "--checkpoint", str(checkpoint), "--manifest", str(alone), "--json",
                               "--decoder", "greedy"], timeout=1800).strip().splitlines()[-1])
     return {"wer_greedy_no_speaker": res["wer"], "cer_greedy_no_speaker": res["cer"], "no_speaker_prior": prior}
 
 
-def with_prior(fold: Path) -> tuple[Path, str]:
+def with_prior(fold: Path, run_config: dict[str, Any]) -> tuple[Path, str]:
     """The fold's last.pt and where its features.speaker_prior comes from. A checkpoint saved before training
     wrote the prior gets a copy (last-prior.pt) with the one training writes: the pooled statistics of the
-    speakers of the run's training utterances (config.json's manifest and filter). Every one of them has its
+    speakers of the run's training utterances (`run_config`, its config.json: manifest and filter). Every one of them has its
     speaker, so the prior never touched training: the copy is the checkpoint a run saves today."""
     import torch
 
-    from ..components import describe, load_components
+    from ..components import components_from_description, describe
     from ..config import Config, from_dict
     from ..data.dataset import SpeechDataset
     from ..data.features import pooled_prior
@@ -147,10 +150,11 @@ def with_prior(fold: Path) -> tuple[Path, str]:
 
     last = fold / "checkpoints" / "last.pt"
     ckpt = load_checkpoint(last)
-    if describe(ckpt)["config"]["features"].get("speaker_prior"):
+    desc = describe(ckpt)
+    if desc["config"]["features"].get("speaker_prior"):
         return last, "checkpoint"
-    data = from_dict(Config, json.loads((fold / "config.json").read_text())).data
-    comps = load_components(last)
+    data = from_dict(Config, run_config).data
+    comps = components_from_description(desc)  # features and tokenizer; the weights are not needed
     utts, _ = load_utterances(data.train_manifest, comps, data, data.filter, data.train_slice)
     ckpt["config"]["features"]["speaker_prior"] = pooled_prior(SpeechDataset(utts, comps.features,
                                                                              comps.tokenizer).speakers)
@@ -179,6 +183,8 @@ def bench_loso(config: str, out: Path, overrides: list[str] | None = None, speak
     if not FSDD.is_file():
         raise FileNotFoundError(f"{FSDD}: the LOSO bench reads FSDD from ../shared/data")
     folds = []
+    for speaker in held_out or speakers:  # before any fold trains
+        check_fold(out / speaker, config, overrides or [], extra_train)
     for speaker in held_out or speakers:
         folds.append(run_fold(config, speaker, out / speaker, overrides or [], speakers, extra_train=extra_train))
         if report:

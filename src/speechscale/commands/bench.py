@@ -174,7 +174,7 @@ def loso(args: argparse.Namespace) -> int:
     import time
 
     from ..bench.harness import write_json
-    from ..bench.loso import SPEAKERS, bench_loso, check_fold
+    from ..bench.loso import SPEAKERS, FoldConflict, bench_loso
     from ..recipe import load_recipe
 
     if args.rescore:
@@ -190,13 +190,11 @@ def loso(args: argparse.Namespace) -> int:
     extra = Path(args.extra_train) if args.extra_train else None
     if extra is not None and not extra.is_file():
         raise SystemExit(f"speechscale bench fsdd-loso: --extra-train {extra}: manifest not found")
-    for s in held_out:  # before any training: a fold folder of another recipe is not continued
-        try:
-            check_fold(Path(args.work) / args.name / s, args.config, args.overrides, extra)
-        except ValueError as e:
-            raise SystemExit(f"speechscale bench fsdd-loso: {e}") from None
-    res = bench_loso(args.config, Path(args.work) / args.name, args.overrides, held_out=held_out,
-                     report=lambda row: print(json.dumps(row), flush=True), extra_train=extra)
+    try:  # a fold folder of another recipe is found before any training
+        res = bench_loso(args.config, Path(args.work) / args.name, args.overrides, held_out=held_out,
+                         report=lambda row: print(json.dumps(row), flush=True), extra_train=extra)
+    except FoldConflict as e:
+        raise SystemExit(f"speechscale bench fsdd-loso: {e}") from None
     settings = {"config": args.config, "overrides": args.overrides, "held_out": list(held_out),
                 **({"extra_train": str(extra)} if extra else {})}
     doc = write_json(out / f"{args.name}.json", res, seconds=round(time.perf_counter() - started, 1),

@@ -64,7 +64,12 @@ def test_the_summary_and_table_report_mean_worst_and_each_miss():
     assert "average of the fold's last epoch checkpoints" not in table
     for f, avg in zip(folds, (0.01, 0.03, 0.05, 0.11)):  # also scored: the average of the last 3 checkpoints
         f.update(wer_greedy_average=avg, average_of=3)
-    assert "| `x` | 3 | 2.0 / 1.0 | 4.0 / 3.0 | 3.0 / 5.0 | 15.0 / 11.0 | 6.0 / 5.0 |" in loso_tables.render_loso({"x": doc})
+    table = loso_tables.render_loso({"x": doc})
+    assert "| `x` | 3 | 2.0 / 1.0 | 4.0 / 3.0 | 3.0 / 5.0 | 15.0 / 11.0 | 6.0 / 5.0 |" in table
+    assert "its EMA weights" not in table
+    for f, ema in zip(folds, (0.04, 0.02, 0.03, 0.07)):  # trained with trainer.ema_decay: its EMA weights scored
+        f.update(wer_greedy_ema=ema, ema_decay=0.999)
+    assert "| `x` | 0.999 | 2.0 / 4.0 | 4.0 / 2.0 | 3.0 / 3.0 | 15.0 / 7.0 | 6.0 / 4.0 |" in loso_tables.render_loso({"x": doc})
 
 
 def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no_claim():
@@ -140,7 +145,8 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
                    "--work", str(tmp_path / "work"), "--benchmarks", str(md), "trainer.max_epochs=2",
                    "model.overrides={rnn_hidden: 32, rnn_layers: 1}", "data.cache_audio=false",
                    "data.filter={speaker: [george, jackson, lucas], split: test}",
-                   "data.val_filter={speaker: nicolas, split: test}", "features.normalize=speaker", timeout=600)
+                   "data.val_filter={speaker: nicolas, split: test}", "features.normalize=speaker",
+                   "trainer.ema_decay=0.9", timeout=600)
     doc = json.loads((tmp_path / "out" / "probe.json").read_text())
     assert doc["provenance"]["command"].startswith("speechscale bench fsdd-loso")
     (fold,) = doc["results"]["folds"]
@@ -154,6 +160,8 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
     assert "incomplete" in loso_tables.loso_block(md.read_text()) and "updated" in proc.stdout
     assert doc["results"]["lexicon_end_boundary"] and "†" not in loso_tables.loso_block(md.read_text())
     assert fold["no_speaker_prior"] == "checkpoint" and 0 <= fold["wer_greedy_no_speaker"]  # training saved it
+    assert fold["ema_decay"] == 0.9 and 0 <= fold["wer_greedy_ema"]  # the EMA weights last.pt carries, scored
+    assert "its EMA weights" in loso_tables.loso_block(md.read_text())
 
     # --rescore: the same last.pt scored again; the earlier figures stay, greedy (same model, same decoder) agrees
     doc["results"].pop("lexicon_end_boundary")
@@ -171,6 +179,7 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path):
     (new,) = again["results"]["folds"]
     assert new["before"]["wer_lexicon"] == 9.9 and new["wer_lexicon"] != 9.9
     assert new["wer_greedy"] == new["before"]["wer_greedy"] == fold["wer_greedy"]
+    assert new["wer_greedy_ema"] == fold["wer_greedy_ema"]  # the same EMA weights written out again
     # the prior added at scoring is the one training wrote: the same figures without the speaker
     assert new["no_speaker_prior"] == "added at scoring" and new["wer_greedy_no_speaker"] == fold["wer_greedy_no_speaker"]
     assert torch.load(last.with_name("last-prior.pt"), weights_only=True)["config"]["features"]["speaker_prior"] == prior

@@ -98,7 +98,13 @@ def score_fold(fold: Path, train_text: list[str], decoders: tuple[str, ...] = DE
     scores = bench_decoding(fold / "checkpoints" / "last.pt", fold / "test.jsonl", train_text, fold / "lm",
                             decoders=decoders)
     return {**{f"wer_{d['decoder']}": d["wer"] for d in scores}, **{f"cer_{d['decoder']}": d["cer"] for d in scores},
-            **without_speaker_stats(fold), **averaged(fold)}
+            **without_speaker_stats(fold), **averaged(fold), **ema_weights(fold)}
+
+
+def _greedy(checkpoint: Path, manifest: Path) -> dict[str, float]:
+    """`speechscale eval --decoder greedy` of `checkpoint` on `manifest`: its {wer, cer, ...}."""
+    return json.loads(run_cli(["eval", "--checkpoint", str(checkpoint), "--manifest", str(manifest), "--json",
+                               "--decoder", "greedy"], timeout=1800).strip().splitlines()[-1])
 
 
 AVERAGE_LAST = 3  # the fold's newest step-N.pt (its last epochs) averaged: `speechscale average --last`
@@ -113,9 +119,20 @@ def averaged(fold: Path) -> dict[str, Any]:
         return {}
     out = fold / "checkpoints" / f"average-last-{n}.pt"
     run_cli(["average", "--last", str(n), "--dir", str(fold / "checkpoints"), "--out", str(out)], timeout=600)
-    res = json.loads(run_cli(["eval", "--checkpoint", str(out), "--manifest", str(fold / "test.jsonl"), "--json",
-                              "--decoder", "greedy"], timeout=1800).strip().splitlines()[-1])
+    res = _greedy(out, fold / "test.jsonl")
     return {"wer_greedy_average": res["wer"], "cer_greedy_average": res["cer"], "average_of": n}
+
+
+def ema_weights(fold: Path) -> dict[str, Any]:
+    """For a fold trained with trainer.ema_decay > 0: greedy WER/CER of the EMA weights its `last.pt` carries
+    (`speechscale average --ema`), beside `last.pt`'s own; {} else. The EMA ablation of issue #25."""
+    decay = json.loads((fold / "config.json").read_text())["trainer"].get("ema_decay") or 0.0
+    if decay <= 0:
+        return {}
+    out = fold / "checkpoints" / "ema.pt"
+    run_cli(["average", "--ema", str(fold / "checkpoints" / "last.pt"), "--out", str(out)], timeout=600)
+    res = _greedy(out, fold / "test.jsonl")
+    return {"wer_greedy_ema": res["wer"], "cer_greedy_ema": res["cer"], "ema_decay": decay}
 
 
 def without_speaker_stats(fold: Path) -> dict[str, float]:
@@ -129,8 +146,7 @@ def without_speaker_stats(fold: Path) -> dict[str, float]:
     alone = fold / "test_no_speaker.jsonl"
     alone.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "speaker"}) + "\n" for r in rows))
     checkpoint, prior = with_prior(fold, cfg)
-    res = json.loads(run_cli(["eval", "--checkpoint", str(checkpoint), "--manifest", str(alone), "--json",
-                              "--decoder", "greedy"], timeout=1800).strip().splitlines()[-1])
+    res = _greedy(checkpoint, alone)
     return {"wer_greedy_no_speaker": res["wer"], "cer_greedy_no_speaker": res["cer"], "no_speaker_prior": prior}
 
 

@@ -46,7 +46,7 @@ def render_loso(docs: dict[str, dict[str, Any]]) -> str:
     return (_md(head, rows) + "\nEach cell: WER greedy / with the training speakers' lexicon, `last.pt` of the "
             "fold that never heard that speaker.\n" + dagger + "\n" + "\n".join(notes) + "\n\n"
             + render_loso_seeds(docs) + render_loso_rescored(docs) + render_loso_alone(docs)
-            + render_loso_averaged(docs))
+            + render_loso_averaged(docs) + render_loso_ema(docs))
 
 
 def _paired(folds: dict[str, dict[str, Any]], pair: Callable[[dict[str, Any]], tuple[float, float]],
@@ -106,6 +106,23 @@ def render_loso_averaged(docs: dict[str, dict[str, Any]]) -> str:
         return ""
     return ("\n`last.pt` / the average of the fold's last epoch checkpoints (`speechscale average --last N`; greedy "
             "WER %):\n\n" + _md(["result", "N", *SPEAKERS, "mean"], rows))
+
+
+def render_loso_ema(docs: dict[str, dict[str, Any]]) -> str:
+    """Results trained with trainer.ema_decay whose folds also scored the EMA weights (greedy)."""
+    from .loso import SPEAKERS
+
+    rows = []
+    for name, doc in sorted(docs.items()):
+        folds = {f["held_out"]: f for f in doc["results"]["folds"] if "wer_greedy_ema" in f}
+        if folds:
+            decay = sorted({f["ema_decay"] for f in folds.values()})
+            rows.append([f"`{name}`", "/".join(map(str, decay)),
+                         *_paired(folds, lambda f: (f["wer_greedy"], f["wer_greedy_ema"]), "/")])
+    if not rows:
+        return ""
+    return ("\n`last.pt` / its EMA weights (`trainer.ema_decay`, written out by `speechscale average --ema`; greedy "
+            "WER %):\n\n" + _md(["result", "decay", *SPEAKERS, "mean"], rows))
 
 
 def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:

@@ -61,11 +61,12 @@ def test_the_summary_and_table_report_mean_worst_and_each_miss():
     table = loso_tables.render_loso({"x": doc})
     assert own in table and "| `x` | its own + training speakers' (400 frames) | 2.0 / 10.0 | 4.0 / 20.0 | " \
         "3.0 / 30.0 | 15.0 / 40.0 | 6.0 / 25.0 |" in table
-    assert "average of the fold's last epoch checkpoints" not in table
+    assert "average of the fold's last N epoch checkpoints" not in table
     for f, avg in zip(folds, (0.01, 0.03, 0.05, 0.11)):  # also scored: the average of the last 3 checkpoints
         f.update(wer_greedy_average=avg, average_of=3)
     table = loso_tables.render_loso({"x": doc})
     assert "| `x` | 3 | 2.0 / 1.0 | 4.0 / 3.0 | 3.0 / 5.0 | 15.0 / 11.0 | 6.0 / 5.0 |" in table
+    assert "average of the fold's last N epoch checkpoints" in table
     assert "its EMA weights" not in table
     for f, ema in zip(folds, (0.04, 0.02, 0.03, 0.07)):  # trained with trainer.ema_decay: its EMA weights scored
         f.update(wer_greedy_ema=ema, ema_decay=0.999)

@@ -91,38 +91,30 @@ def render_loso_alone(docs: dict[str, dict[str, Any]]) -> str:
             + _md(["result", "a file alone uses", *SPEAKERS, "mean"], rows))
 
 
-def render_loso_averaged(docs: dict[str, dict[str, Any]]) -> str:
-    """Results whose folds also scored the average of their last epoch checkpoints (greedy)."""
+def _beside_last(docs: dict[str, dict[str, Any]], key: str, setting: str, head: str, caption: str) -> str:
+    """A table of results whose folds also scored other weights greedily (fold field `key`), beside `last.pt`:
+    per result its `setting` (fold field, column `head`), each speaker's "last.pt / other" and the means."""
     from .loso import SPEAKERS
 
     rows = []
     for name, doc in sorted(docs.items()):
-        folds = {f["held_out"]: f for f in doc["results"]["folds"] if "wer_greedy_average" in f}
+        folds = {f["held_out"]: f for f in doc["results"]["folds"] if key in f}
         if folds:
-            n = sorted({f["average_of"] for f in folds.values()})
-            rows.append([f"`{name}`", "/".join(map(str, n)),
-                         *_paired(folds, lambda f: (f["wer_greedy"], f["wer_greedy_average"]), "/")])
-    if not rows:
-        return ""
-    return ("\n`last.pt` / the average of the fold's last epoch checkpoints (`speechscale average --last N`; greedy "
-            "WER %):\n\n" + _md(["result", "N", *SPEAKERS, "mean"], rows))
+            rows.append([f"`{name}`", "/".join(map(str, sorted({f[setting] for f in folds.values()}))),
+                         *_paired(folds, lambda f: (f["wer_greedy"], f[key]), "/")])
+    return f"\n{caption} (greedy WER %):\n\n" + _md(["result", head, *SPEAKERS, "mean"], rows) if rows else ""
+
+
+def render_loso_averaged(docs: dict[str, dict[str, Any]]) -> str:
+    """Results whose folds also scored the average of their last epoch checkpoints (greedy)."""
+    return _beside_last(docs, "wer_greedy_average", "average_of", "N", "`last.pt` / the average of the fold's "
+                        "last N epoch checkpoints, `speechscale average --last N`")
 
 
 def render_loso_ema(docs: dict[str, dict[str, Any]]) -> str:
     """Results trained with trainer.ema_decay whose folds also scored the EMA weights (greedy)."""
-    from .loso import SPEAKERS
-
-    rows = []
-    for name, doc in sorted(docs.items()):
-        folds = {f["held_out"]: f for f in doc["results"]["folds"] if "wer_greedy_ema" in f}
-        if folds:
-            decay = sorted({f["ema_decay"] for f in folds.values()})
-            rows.append([f"`{name}`", "/".join(map(str, decay)),
-                         *_paired(folds, lambda f: (f["wer_greedy"], f["wer_greedy_ema"]), "/")])
-    if not rows:
-        return ""
-    return ("\n`last.pt` / its EMA weights (`trainer.ema_decay`, written out by `speechscale average --ema`; greedy "
-            "WER %):\n\n" + _md(["result", "decay", *SPEAKERS, "mean"], rows))
+    return _beside_last(docs, "wer_greedy_ema", "ema_decay", "decay", "`last.pt` / its EMA weights "
+                        "of `trainer.ema_decay`, written out by `speechscale average --ema`")
 
 
 def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:

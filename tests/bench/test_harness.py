@@ -34,6 +34,10 @@ def test_results_carry_machine_date_commit_and_command(tmp_path):
     assert p["command"] == "speechscale bench x" and "cores" in p["machine"] and p["commit"] != "unknown"
     assert json.loads((tmp_path / "x.json").read_text())["settings"] == {"k": 2}
     assert provenance()["date"].endswith("UTC")
+    # the vector extension is named: runs on CPUs with other kernels (AVX2, AVX-512) do not reproduce bit for bit
+    flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    assert ("(AVX-512)" in p["machine"]) == ("avx512f" in flags)
+    assert ("(AVX2)" in p["machine"]) == ("avx2" in flags and "avx512f" not in flags)
 
 
 def test_benchmarks_md_tables_are_exactly_what_the_committed_json_renders():

@@ -112,13 +112,17 @@ def run_cli(args: list[str], timeout: float | None = 3600, launcher: list[str] |
 
 
 def _cpu_model() -> str:
+    """The CPU's model name and its widest vector extension: the same seed trains bit-exactly on one machine,
+    but CPUs whose kernels differ (AVX2, AVX-512) round differently and their runs diverge from the first epoch."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        info = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return platform.processor() or platform.machine()
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+                 platform.machine())
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
+    return f"{model} ({isa})" if isa else model
 
 
 def _commit() -> str:

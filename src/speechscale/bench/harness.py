@@ -118,9 +118,8 @@ def _cpu_model() -> str:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor() or platform.machine()
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
-                 platform.machine())
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in info.splitlines())}
+    model, flags = fields.get("model name", platform.machine()), set(fields.get("flags", "").split())
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
     return f"{model} ({isa})" if isa else model
 

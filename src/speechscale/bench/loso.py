@@ -97,8 +97,9 @@ def score_fold(fold: Path, train_text: list[str], decoders: tuple[str, ...] = DE
     for a speaker-CMVN fold the greedy figures without the speaker's statistics."""
     scores = bench_decoding(fold / "checkpoints" / "last.pt", fold / "test.jsonl", train_text, fold / "lm",
                             decoders=decoders)
+    cfg = json.loads((fold / "config.json").read_text())  # the run's config, as training wrote it
     return {**{f"wer_{d['decoder']}": d["wer"] for d in scores}, **{f"cer_{d['decoder']}": d["cer"] for d in scores},
-            **without_speaker_stats(fold), **averaged(fold), **ema_weights(fold)}
+            **without_speaker_stats(fold, cfg), **averaged(fold), **ema_weights(fold, cfg)}
 
 
 def _greedy(checkpoint: Path, manifest: Path) -> dict[str, float]:
@@ -123,10 +124,11 @@ def averaged(fold: Path) -> dict[str, Any]:
     return {"wer_greedy_average": res["wer"], "cer_greedy_average": res["cer"], "average_of": n}
 
 
-def ema_weights(fold: Path) -> dict[str, Any]:
-    """For a fold trained with trainer.ema_decay > 0: greedy WER/CER of the EMA weights its `last.pt` carries
-    (`speechscale average --ema`), beside `last.pt`'s own; {} else. The EMA ablation of issue #25."""
-    decay = json.loads((fold / "config.json").read_text())["trainer"].get("ema_decay") or 0.0
+def ema_weights(fold: Path, run_config: dict[str, Any]) -> dict[str, Any]:
+    """For a fold trained with trainer.ema_decay > 0 (`run_config`, its config.json): greedy WER/CER of the EMA
+    weights its `last.pt` carries (`speechscale average --ema`), beside `last.pt`'s own; {} else. The EMA
+    ablation of issue #25."""
+    decay = run_config["trainer"].get("ema_decay") or 0.0
     if decay <= 0:
         return {}
     out = fold / "checkpoints" / "ema.pt"
@@ -135,17 +137,17 @@ def ema_weights(fold: Path) -> dict[str, Any]:
     return {"wer_greedy_ema": res["wer"], "cer_greedy_ema": res["cer"], "ema_decay": decay}
 
 
-def without_speaker_stats(fold: Path) -> dict[str, float]:
-    """For a fold trained with features.normalize=speaker: greedy WER/CER when the held-out speaker's files
-    come without a `speaker` (each normalized on its own, as `transcribe` and `serve` see one file); {} else.
-    LOSO gives speaker CMVN the held-out speaker's 500 unlabelled clips, which a single request never has."""
-    cfg = json.loads((fold / "config.json").read_text())
-    if cfg["features"]["normalize"] != "speaker":
+def without_speaker_stats(fold: Path, run_config: dict[str, Any]) -> dict[str, float]:
+    """For a fold trained with features.normalize=speaker (`run_config`, its config.json): greedy WER/CER when
+    the held-out speaker's files come without a `speaker` (each normalized on its own, as `transcribe` and
+    `serve` see one file); {} else. LOSO gives speaker CMVN the held-out speaker's 500 unlabelled clips, which
+    a single request never has."""
+    if run_config["features"]["normalize"] != "speaker":
         return {}
     rows = [json.loads(line) for line in (fold / "test.jsonl").read_text().splitlines()]
     alone = fold / "test_no_speaker.jsonl"
     alone.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "speaker"}) + "\n" for r in rows))
-    checkpoint, prior = with_prior(fold, cfg)
+    checkpoint, prior = with_prior(fold, run_config)
     res = _greedy(checkpoint, alone)
     return {"wer_greedy_no_speaker": res["wer"], "cer_greedy_no_speaker": res["cer"], "no_speaker_prior": prior}
 

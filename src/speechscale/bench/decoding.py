@@ -1,10 +1,11 @@
-"""Decoders compared on one checkpoint and one held-out set, each run as a user would run it:
+"""Decoders compared on one checkpoint and one held-out set, each as a user would run it:
 
     speechscale lm build train.txt --order 2 --out lm.arpa
     speechscale eval --checkpoint last.pt --manifest test.jsonl --json --decoder greedy | beam | lexicon ...
 
-The LM is built from the training transcripts only (never the scored set's); the lexicon is every word
-of the training transcripts. Each row is the `eval --json` line of one decoder setting.
+(here the functions behind those two commands, in this process). The LM is built from the training
+transcripts only (never the scored set's); the lexicon is every word of the training transcripts. Each row is
+the `eval --json` figures of one decoder setting, at eval's defaults (alpha 0.5, beta 1.0: nothing is tuned).
 """
 from __future__ import annotations
 
@@ -12,20 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .harness import run_cli
-
-# name -> eval arguments ({lm} and {lexicon} are filled in)
-DECODERS: dict[str, list[str]] = {
-    "greedy": ["--decoder", "greedy"],
-    "beam, no LM": ["--decoder", "beam", "--beam-width", "50"],
-    "beam + 2-gram LM": ["--decoder", "beam", "--beam-width", "50", "--lm", "{lm}"],
-    "lexicon": ["--decoder", "lexicon", "--lexicon", "{lexicon}"],
-    "lexicon + LM": ["--decoder", "lexicon", "--lexicon", "{lexicon}", "--lm", "{lm}"],
+# name -> the eval flags' DecoderConfig fields ({lm} and {lexicon} are filled in)
+DECODERS: dict[str, dict[str, Any]] = {
+    "greedy": {"name": "greedy"},
+    "beam, no LM": {"name": "beam", "beam_width": 50},
+    "beam + 2-gram LM": {"name": "beam", "beam_width": 50, "lm": "{lm}"},
+    "lexicon": {"name": "lexicon", "lexicon": "{lexicon}"},
+    "lexicon + LM": {"name": "lexicon", "lexicon": "{lexicon}", "lm": "{lm}"},
 }
-
-
-def _cli(*args: str, timeout: float = 1800) -> str:
-    return run_cli(list(args), timeout=timeout)
 
 
 def split_manifest(manifest: Path, keep: dict[str, list[str]], out: Path) -> list[dict[str, Any]]:
@@ -44,18 +39,23 @@ def split_manifest(manifest: Path, keep: dict[str, list[str]], out: Path) -> lis
 def bench_decoding(checkpoint: Path, test_manifest: Path, train_text: list[str], work: Path,
                    order: int = 2, decoders: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """Each decoder of DECODERS (or the named ones) on `test_manifest`; the LM and lexicon come from `train_text`."""
+    from ..decoding.decoders import DecoderConfig
+    from ..decoding.lm import build_arpa
+    from ..decoding.scoring import score_checkpoint
+
     work.mkdir(parents=True, exist_ok=True)
     text, lexicon, lm = work / "train.txt", work / "lexicon.txt", work / "lm.arpa"
     text.write_text("\n".join(train_text) + "\n")
     lexicon.write_text("\n".join(sorted({w for t in train_text for w in t.split()})) + "\n")
-    _cli("lm", "build", str(text), "--order", str(order), "--out", str(lm))
+    build_arpa(text, order, lm)
     rows = []
-    for name, args in DECODERS.items():
+    for name, fields in DECODERS.items():
         if decoders is not None and name not in decoders:
             continue
-        args = [a.format(lm=lm, lexicon=lexicon) for a in args]
-        res = json.loads(_cli("eval", "--checkpoint", str(checkpoint), "--manifest", str(test_manifest), "--json",
-                              *args).strip().splitlines()[-1])
+        dcfg = DecoderConfig(**{k: v.format(lm=lm, lexicon=lexicon) if isinstance(v, str) else v
+                                for k, v in fields.items()})
+        res, _, _ = score_checkpoint(str(checkpoint), str(test_manifest), dcfg)
         rows.append({"decoder": name, "wer": res["wer"], "cer": res["cer"], "utterances": res["utterances"],
-                     "alpha": res.get("alpha"), "beta": res.get("beta"), "lm_order": order if "--lm" in args else None})
+                     "alpha": dcfg.alpha if dcfg.lm else None, "beta": dcfg.beta if dcfg.lm else None,
+                     "lm_order": order if dcfg.lm else None})
     return rows

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .decoding import bench_decoding, split_manifest
-from .harness import run_cli
 from .recipes import run_recipe
 from .suite import FSDD
 
@@ -103,9 +102,11 @@ def score_fold(fold: Path, train_text: list[str], decoders: tuple[str, ...] = DE
 
 
 def _greedy(checkpoint: Path, manifest: Path) -> dict[str, float]:
-    """`speechscale eval --decoder greedy` of `checkpoint` on `manifest`: its {wer, cer, ...}."""
-    return json.loads(run_cli(["eval", "--checkpoint", str(checkpoint), "--manifest", str(manifest), "--json",
-                               "--decoder", "greedy"], timeout=1800).strip().splitlines()[-1])
+    """What `speechscale eval --decoder greedy --json` gives for `checkpoint` on `manifest` ({wer, cer, ...}),
+    scored in this process."""
+    from ..decoding.scoring import score_checkpoint
+
+    return score_checkpoint(str(checkpoint), str(manifest))[0]
 
 
 AVERAGE_LAST = 3  # the fold's newest step-N.pt (its last epochs) averaged: `speechscale average --last`
@@ -118,8 +119,11 @@ def averaged(fold: Path) -> dict[str, Any]:
     n = min(AVERAGE_LAST, len(steps))
     if n < 2:
         return {}
-    out = fold / "checkpoints" / f"average-last-{n}.pt"
-    run_cli(["average", "--last", str(n), "--dir", str(fold / "checkpoints"), "--out", str(out)], timeout=600)
+    from ..storage.averaging import average_checkpoints, newest_steps
+    from ..storage.checkpoints import save_checkpoint
+
+    out = fold / "checkpoints" / f"average-last-{n}.pt"  # `speechscale average --last N --dir ... --out ...`
+    save_checkpoint(str(out), average_checkpoints(newest_steps(str(fold / "checkpoints"), n)))
     res = _greedy(out, fold / "test.jsonl")
     return {"wer_greedy_average": res["wer"], "cer_greedy_average": res["cer"], "average_of": n}
 
@@ -131,8 +135,11 @@ def ema_weights(fold: Path, run_config: dict[str, Any]) -> dict[str, Any]:
     decay = run_config["trainer"].get("ema_decay") or 0.0
     if decay <= 0:
         return {}
-    out = fold / "checkpoints" / "ema.pt"
-    run_cli(["average", "--ema", str(fold / "checkpoints" / "last.pt"), "--out", str(out)], timeout=600)
+    from ..storage.averaging import ema_checkpoint
+    from ..storage.checkpoints import save_checkpoint
+
+    out = fold / "checkpoints" / "ema.pt"  # `speechscale average --ema last.pt --out ema.pt`
+    save_checkpoint(str(out), ema_checkpoint(str(fold / "checkpoints" / "last.pt")))
     res = _greedy(out, fold / "test.jsonl")
     return {"wer_greedy_ema": res["wer"], "cer_greedy_ema": res["cer"], "ema_decay": decay}
 

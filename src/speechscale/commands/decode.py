@@ -23,34 +23,15 @@ def _write_details(path: str, res: Any, loader: Any) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def _eval_loader(checkpoint: str, manifest: str, batch_seconds: float = 60.0) -> tuple[Any, Any, Any]:
-    """The checkpoint's components and a loader over `manifest` with no duration bound."""
-    from ..components import load_components
-    from ..config import DataConfig
-    from ..data.loading import eval_loader
-
-    comps = load_components(checkpoint)
-    data = DataConfig(batch_seconds=batch_seconds, max_duration=1e9)
-    loader, report, _ = eval_loader(manifest, comps, data)
-    return comps, loader, report
-
-
 def evaluate(args: argparse.Namespace) -> int:
-    from ..decoding.decoders import build_decoder
-    from ..decoding.evaluate import evaluate as run_eval
+    from ..decoding.scoring import score_checkpoint
 
-    comps, loader, report = _eval_loader(args.checkpoint, args.manifest, args.batch_seconds)
     dcfg = decoder_config(args)
-    decoder = build_decoder(dcfg, comps.tokenizer, comps.normalizer)
-    res = run_eval(comps.model, loader, comps.tokenizer, decoder=decoder)
+    scores, res, loader = score_checkpoint(args.checkpoint, args.manifest, dcfg, args.batch_seconds)
     if args.details:
         _write_details(args.details, res, loader)
-    reasons = dict(report.reasons)
-    for reason, n in res.skipped_reasons.items():
-        reasons[reason] = reasons.get(reason, 0) + n
-    out = {"wer": res.wer, "cer": res.cer, "utterances": res.utterances, "skipped": report.skipped + res.skipped,
-           "skipped_reasons": reasons, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint),
-           "decoder": args.decoder, **({"alpha": dcfg.alpha, "beta": dcfg.beta} if dcfg.lm else {})}
+    out = {**scores, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint), "decoder": args.decoder,
+           **({"alpha": dcfg.alpha, "beta": dcfg.beta} if dcfg.lm else {})}
     if args.json:
         print(json.dumps(out))
     else:
@@ -103,9 +84,10 @@ def transcribe(args: argparse.Namespace) -> int:
 
 
 def tune_lm(args: argparse.Namespace) -> int:
+    from ..decoding.scoring import checkpoint_loader
     from ..decoding.tune import cache_log_probs, tune, write_tuned
 
-    comps, loader, _ = _eval_loader(args.checkpoint, args.manifest)
+    comps, loader, _ = checkpoint_loader(args.checkpoint, args.manifest)
     cache = cache_log_probs(comps.model, loader)
     best = tune(cache, comps.tokenizer, args.lm, args.trials, args.beam_width, args.lexicon or "")
     print(json.dumps({**best, "written": str(write_tuned(args.lm, best, args.manifest))}))

@@ -65,7 +65,9 @@ def _rank0_count(out: Path, world: int) -> int:
     return sum(1 for r in trace(out) if r["rank"] == 0 and r["world"] == world)
 
 
-@pytest.mark.parametrize("strategy", ["allreduce", "fixed_ring"])
+# The ring only: allreduce went through the same kill and join until issue #20 §4 cut the suite's repeats of one
+# torchrun pattern (its figures: docs/figures/multinode/nodes.jsonl); allreduce loses a node in the stuck test.
+@pytest.mark.parametrize("strategy", ["fixed_ring"])
 def test_a_lost_node_shrinks_the_job_and_a_new_node_grows_it_back(tmp_path, strategy):
     """Two agents (4 ranks) train; one whole agent is SIGKILLed with its workers (the node is gone): the
     other restarts its workers, which resume from the last checkpoint on 2 ranks. A third agent started later
@@ -147,8 +149,11 @@ def test_a_stuck_node_fails_the_collective_in_bounded_time_and_the_job_goes_on_w
                 signal_tree(a, signal.SIGCONT)
                 kill_group(a)
     assert worlds(out) == [4, 2]
-    for epoch, ids in ids_by_epoch(accepted(list(trace(out)))).items():
+    rows = list(trace(out))
+    for epoch, ids in ids_by_epoch(accepted(rows)).items():
         assert sorted(ids) == list(range(40)), epoch
+    first, resumed_at = [r for r in rows if r["resumed_at"] == 0], max(r["resumed_at"] for r in rows)
+    assert 0 <= max(r["step"] for r in first) - resumed_at <= 3 + 1  # at most one checkpoint interval (+1 in flight)
     print(json.dumps({"test": "stuck node, allreduce", "distributed.timeout_s": timeout_s,
                       "seconds_to_train_again_on_2": recovered}))
 

@@ -96,3 +96,23 @@ def test_every_shipped_recipe_ends_by_its_epochs_and_a_time_cap_is_only_a_guard(
         if trainer.get("max_minutes"):
             line = next(x for x in path.read_text().splitlines() if x.strip().startswith("max_minutes:"))
             assert "only a guard" in line and re.search(r"20\d\d-\d\d-\d\d", line), (path.name, line)
+
+
+def _min_s(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)  # as pytest prints it (0:07:07)
+    return f"{m} min {s:02d} s" if m else f"{s} s"
+
+
+def test_the_quoted_test_suite_times_are_the_committed_runs():
+    """README and BENCHMARKS quote `make test` / `make test-fast` times: each is a run recorded, with its commit
+    and command, in docs/figures/test-time (issue #20 §2: no figure without its data)."""
+    rows = [json.loads(x) for x in (ROOT / "docs/figures/test-time/2026-11-25.jsonl").read_text().splitlines()]
+    bench = (ROOT / "BENCHMARKS.md").read_text()
+    for r in rows:
+        quoted = _min_s(r["pytest_seconds"])
+        assert quoted in bench, (quoted, r["provenance"])
+        if r["provenance"]["command"] == "CI=true bash .ci/run":
+            assert quoted in README and _min_s(r["wall_seconds"]) in README, (quoted, r["provenance"])
+            assert r["passed"] == 489 and r["pytest_seconds"] <= 8 * 60  # the goal, on a normal day
+    fast = [r for r in rows if r["provenance"]["command"].startswith("make test-fast")]
+    assert fast and all(r["pytest_seconds"] <= 120 and f"took {_min_s(r['pytest_seconds'])}" in README for r in fast)

@@ -25,12 +25,20 @@ def score_checkpoint(checkpoint: str, manifest: str, decoder: DecoderConfig | No
     """WER/CER of `checkpoint` on `manifest` through `decoder` (greedy by default), batches of `batch_seconds`
     of audio (eval's default): {wer, cer, utterances, skipped, skipped_reasons} (skips of the loader and of
     decoding together), the EvalResult and the loader."""
-    decoder = decoder or DecoderConfig()
     comps, loader, report = checkpoint_loader(checkpoint, manifest, batch_seconds)
+    scores, res = score_loaded(comps, loader, report, decoder)
+    return scores, res, loader
+
+
+def score_loaded(comps: Components, loader: Any, report: Any,
+                 decoder: DecoderConfig | None = None) -> tuple[dict[str, Any], EvalResult]:
+    """`score_checkpoint` for a checkpoint and loader already built (`checkpoint_loader`): several decoders
+    over one set load the model and check the manifest once."""
+    decoder = decoder or DecoderConfig()
     res = evaluate(comps.model, loader, comps.tokenizer,
                    decoder=build_decoder(decoder, comps.tokenizer, comps.normalizer))
     reasons = dict(report.reasons)
     for reason, n in res.skipped_reasons.items():
         reasons[reason] = reasons.get(reason, 0) + n
     return ({"wer": res.wer, "cer": res.cer, "utterances": res.utterances, "skipped": report.skipped + res.skipped,
-             "skipped_reasons": reasons}, res, loader)
+             "skipped_reasons": reasons}, res)

@@ -47,7 +47,9 @@ def test_loader_memory_stays_flat_with_shards_and_grows_with_a_manifest(tmp_path
 
     shared("fsdd", "manifest.jsonl")
     rows = bench_memory(tmp_path, [1000, 20000], ["shards", "manifest"], batches=5, per_shard=100)
-    mb = {(r["source"], r["utterances"]): r["data_mb"] for r in rows}
-    assert all(r["utterances_read"] > 0 for r in rows)
-    assert mb[("shards", 20000)] - mb[("shards", 1000)] < 5
-    assert mb[("manifest", 20000)] - mb[("manifest", 1000)] > 5
+    # the listing (held before the first batch), not the peak: the batches' transient peak varies by ~10 MB
+    # from run to run (CI saw 29 and 41 MB for the same shard stream)
+    mb = {(r["source"], r["utterances"]): r["listing_mb"] for r in rows}
+    assert all(r["utterances_read"] > 0 and r["data_mb"] >= r["listing_mb"] - 1 for r in rows)
+    assert mb[("shards", 20000)] - mb[("shards", 1000)] < 2
+    assert mb[("manifest", 20000)] - mb[("manifest", 1000)] > 10

@@ -58,6 +58,7 @@ def test_bench_straggler_runs_each_strategy_with_and_without_a_slow_learner(tmp_
     shared("yesno", "manifest.jsonl")
     proc = run_cli("bench", "straggler", "--procs", "2", "--epochs", "1", "--out", str(tmp_path),
                    "--strategies", "allreduce,adpsgd-fixed_ring", "--seeds", "4", "--target-wer", "1.5",
+                   "--slowdown", "4",
                    "model.overrides={rnn_hidden: 64, rnn_layers: 1}", timeout=900)
     lines = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     rows = [x for x in lines if "summary" not in x]
@@ -69,8 +70,9 @@ def test_bench_straggler_runs_each_strategy_with_and_without_a_slow_learner(tmp_
     assert [(r["strategy"], r["straggler"] is not None) for r in rows] == [
         ("allreduce", False), ("allreduce", True), ("adpsgd-fixed_ring", False), ("adpsgd-fixed_ring", True)]
     assert all(r["epochs"] == 1 and r["utterances_per_second"] > 0 for r in rows)
-    # DDP waits for the slow learner at every allreduce (it takes twice as long per step); these runs are
-    # seconds long, so the gossip variant's ratio is too noisy to assert on here (BENCHMARKS.md has figures)
+    # DDP waits for the slow learner at every allreduce (4x as long per step: 0.28 here, 0.50 at x2). The runs
+    # are seconds long and another test shares the machine, so each run's speed varies: at x2 CI once measured
+    # 1.08. The gossip variant's ratio is too noisy to assert on here (BENCHMARKS.md has figures)
     assert rows[1]["throughput_vs_no_straggler"] < 0.85
     assert rows[2]["loss_vs_allreduce_max"] > 0 and "loss_vs_allreduce_max" not in rows[0]
     saved = json.loads((tmp_path / "results.json").read_text())

@@ -8,6 +8,9 @@ in one index (every entry names a real shard, so every batch read is real), and 
 same files again and again. Each measurement runs in a fresh process: build the model's components (the
 baseline), plan the epoch and read `batches` batches through the DataLoader; the process reports its
 resident set (VmRSS) and peak (VmHWM) from /proc, and the peak over the baseline is what the data costs.
+`listing_mb` is the part of it held before the first batch (the corpus listing and the epoch's plan): the
+part that grows with the corpus, without the batches' transient tensors (whose peak varies by ~10 MB from
+run to run with the allocator).
 """
 from __future__ import annotations
 
@@ -71,6 +74,7 @@ def measure_here(source: str, batches: int) -> dict[str, Any]:
     base = _status()
     started = time.perf_counter()
     loader, n, audio = _loader(source, cfg)  # no augmentation configured
+    indexed = _status()  # the corpus listing and the epoch's plan: what grows with the corpus
     it = iter(loader)
     first = next(it)
     planned = time.perf_counter() - started
@@ -81,6 +85,7 @@ def measure_here(source: str, batches: int) -> dict[str, Any]:
     return {"utterances": n, "batches_read": batches, "utterances_read": read,
             "baseline_mb": round(base["VmRSS"], 1), "rss_mb": round(now["VmRSS"], 1),
             "peak_mb": round(now["VmHWM"], 1), "data_mb": round(now["VmHWM"] - base["VmRSS"], 1),
+            "listing_mb": round(indexed["VmRSS"] - base["VmRSS"], 1),
             "plan_s": round(planned, 2), "total_s": round(time.perf_counter() - started, 2)}
 
 

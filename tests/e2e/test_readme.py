@@ -113,6 +113,6 @@ def test_the_quoted_test_suite_times_are_the_committed_runs():
         assert quoted in bench, (quoted, r["provenance"])
         if r["provenance"]["command"] == "CI=true bash .ci/run":
             assert quoted in README and _min_s(r["wall_seconds"]) in README, (quoted, r["provenance"])
-            assert r["passed"] == 489 and r["pytest_seconds"] <= 8 * 60  # the goal, on a normal day
+            assert r["passed"] >= 489 and r["pytest_seconds"] <= 8 * 60  # the goal, on a normal day
     fast = [r for r in rows if r["provenance"]["command"].startswith("make test-fast")]
     assert fast and all(r["pytest_seconds"] <= 120 and f"took {_min_s(r['pytest_seconds'])}" in README for r in fast)

@@ -41,14 +41,14 @@ def bench_decoding(checkpoint: Path, test_manifest: Path, train_text: list[str],
     """Each decoder of DECODERS (or the named ones) on `test_manifest`; the LM and lexicon come from `train_text`."""
     from ..decoding.decoders import DecoderConfig
     from ..decoding.lm import build_arpa
-    from ..decoding.scoring import checkpoint_loader, score_loaded
+    from ..decoding.scoring import EVAL_BATCH_SECONDS, checkpoint_loader, score_loaded
 
     work.mkdir(parents=True, exist_ok=True)
     text, lexicon, lm = work / "train.txt", work / "lexicon.txt", work / "lm.arpa"
     text.write_text("\n".join(train_text) + "\n")
     lexicon.write_text("\n".join(sorted({w for t in train_text for w in t.split()})) + "\n")
     build_arpa(text, order, lm)
-    loaded = checkpoint_loader(str(checkpoint), str(test_manifest), batch_seconds=120.0)  # built once for every decoder
+    loaded = checkpoint_loader(str(checkpoint), str(test_manifest), EVAL_BATCH_SECONDS)  # once for every decoder
     rows = []
     for name, fields in DECODERS.items():
         if decoders is not None and name not in decoders:

@@ -111,6 +111,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     e.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     e.add_argument("--details", default=None, help="write per-utterance reference, hypothesis and alignment (JSONL)")
     decoder_args(e)
+    # decoding.scoring.EVAL_BATCH_SECONDS, written out: the parser is built before torch is imported
     e.add_argument("--batch-seconds", type=positive(float), default=120.0,
                    help="audio seconds per evaluation batch (lower it if memory runs out)")
     e.set_defaults(func=evaluate)

@@ -11,6 +11,8 @@ from ..data.loading import eval_loader
 from .decoders import DecoderConfig, build_decoder
 from .evaluate import EvalResult, evaluate
 
+EVAL_BATCH_SECONDS = 120.0  # audio seconds per batch when scoring: `speechscale eval --batch-seconds`'s default
+
 
 def checkpoint_loader(checkpoint: str, manifest: str, batch_seconds: float = 60.0) -> tuple[Components, Any, Any]:
     """The checkpoint's components and a loader over `manifest` with no duration bound (and its skip report)."""
@@ -21,7 +23,7 @@ def checkpoint_loader(checkpoint: str, manifest: str, batch_seconds: float = 60.
 
 
 def score_checkpoint(checkpoint: str, manifest: str, decoder: DecoderConfig | None = None,
-                     batch_seconds: float = 120.0) -> tuple[dict[str, Any], EvalResult, Any]:
+                     batch_seconds: float = EVAL_BATCH_SECONDS) -> tuple[dict[str, Any], EvalResult, Any]:
     """WER/CER of `checkpoint` on `manifest` through `decoder` (greedy by default), batches of `batch_seconds`
     of audio (eval's default): {wer, cer, utterances, skipped, skipped_reasons} (skips of the loader and of
     decoding together), the EvalResult and the loader."""

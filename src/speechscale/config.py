@@ -91,7 +91,8 @@ class DataConfig:
     max_duration: float = 30.0         # longer utterances are skipped and counted
     min_duration: float = 0.05         # shorter ones too
     sortagrad: bool = True             # first epoch shortest-first
-    num_workers: int = 0               # DataLoader worker processes (0 = in the main process)
+    num_workers: int = 0               # DataLoader worker processes (0 = in the main process); a forkserver starts
+                                       # them (a script that builds a Trainer needs `if __name__ == "__main__":`)
     cache_audio: bool = False          # keep un-augmented audio in memory after the first epoch (small corpora;
                                        # with num_workers > 0 the workers persist, each caching what it loaded)
     filter: dict[str, Any] = field(default_factory=dict)      # keep only lines whose key equals (or is in) the value

@@ -87,14 +87,36 @@ def start(cmd: list[str], log: Path) -> subprocess.Popen:
 
 
 def run(cmd: list[str], log: Path, timeout: float = 300) -> subprocess.Popen:
-    """Run `cmd` to completion (killing its process group on timeout); assert it succeeded."""
+    """Run `cmd` to completion (killing its process group on timeout); assert it succeeded. A run that hangs
+    fails with the log's tail and every process's Python stacks (also written beside the log)."""
     proc = start(cmd, log)
+    hung = ""
     try:
         proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        hung = stacks(proc)
+        log.with_suffix(".stacks").write_text(hung)
     finally:
         kill_group(proc)
+    assert not hung, f"hung past {timeout:g} s; the log's tail:\n{log.read_text()[-3000:]}\n{hung[-12000:]}"
     assert proc.returncode == 0, log.read_text()[-4000:]
     return proc
+
+
+def stacks(proc: subprocess.Popen) -> str:
+    """The Python stacks of `proc` and every process below it, by py-spy (the dev extra installs it)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        return "(no py-spy beside the interpreter: stacks not taken)"
+    out = []
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+            dump = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+            out.append(f"== pid {pid}: {cmdline}\n{dump.stdout}{dump.stderr}")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            out.append(f"== pid {pid}: {e}")
+    return "\n".join(out)
 
 
 def descendants(pid: int) -> list[int]:

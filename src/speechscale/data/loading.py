@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -96,19 +98,46 @@ class Strided:
         return len(range(self.rank, self.units.num_units(0), self.world))
 
 
-def _ignore_stop_signals(worker_id: int) -> None:
-    """Loader workers leave Ctrl-C and SIGTERM (a launcher may signal the whole process group) to the main
-    process, which checkpoints and then stops them; they also exit by themselves when it dies."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+class WorkerStart:
+    """What a loader worker does first: take the environment its trainer had when the loader was built (a
+    forkserver started earlier holds an older one: S3 endpoints and credentials come from it), and leave
+    Ctrl-C and SIGTERM (a launcher may signal the whole process group) to the main process, which
+    checkpoints and then stops its workers; they also exit by themselves when it dies."""
+
+    def __init__(self) -> None:
+        self.environ = dict(os.environ)
+
+    def __call__(self, worker_id: int) -> None:
+        os.environ.clear()
+        os.environ.update(self.environ)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+# What the forkserver imports once, so that each worker it forks starts with them (milliseconds, not seconds);
+# worker_server also leaves SIGTERM to the trainer, as the workers do.
+WORKER_PRELOAD = ["speechscale.data.worker_server", "speechscale.data.dataset", "speechscale.data.stream"]
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """Loader workers are forked by a single-threaded server, never by the trainer itself: a trainer has
+    threads (gloo's, the ADPSGD gossip thread, tqdm's monitor), and a child forked while one of them holds a
+    lock can hang inside fork() for good, deaf to the SIGTERM its parent's handler left it (seen in CI: a
+    validation worker of an ADPSGD learner, and that learner waiting for it at exit). Python 3.14 makes
+    forkserver the default for the same reason."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(WORKER_PRELOAD)  # takes effect when the server starts (once per process)
+    return ctx
 
 
 def build_loader(dataset: torch.utils.data.Dataset, batches: Any, data: DataConfig, pin_memory: bool,
-            persistent: bool = False) -> torch.utils.data.DataLoader:
-    return torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
-                                       num_workers=data.num_workers, persistent_workers=persistent,
-                                       pin_memory=pin_memory,
-                                       worker_init_fn=_ignore_stop_signals if data.num_workers else None)
+                 persistent: bool = False) -> torch.utils.data.DataLoader:
+    """Batches of `dataset` in the order `batches` gives, read by data.num_workers worker processes."""
+    workers = data.num_workers
+    return torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate, num_workers=workers,
+                                       persistent_workers=persistent, pin_memory=pin_memory,
+                                       multiprocessing_context=worker_context() if workers else None,
+                                       worker_init_fn=WorkerStart() if workers else None)
 
 
 def make_loader(utts: list[Utterance], comps: "Components", data: DataConfig, augment: AugmentConfig | None,

@@ -76,9 +76,11 @@ def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, npr
     a, b = _weights(straight), _weights(killed)
     floats = [k for k, v in a["model"].items() if v.is_floating_point()]
     if atol is None:  # asynchronous: the first learner at max_steps stops all; each epoch's data read once
-        # rank 0 may be behind: learners keep their own pace, and two legs of 3 learners share 2 cores here
-        # (CI once saw rank 0 of the straight leg 4 steps behind the learner that reached max_steps)
-        assert min(a["training"]["step"], b["training"]["step"]) >= target - 5
+        # the furthest learner of each leg reached max_steps; rank 0 (whose step the checkpoint records) may be
+        # far behind: learners keep their own pace, and two legs of 3 learners share 2 cores (CI once saw rank 0
+        # 4 steps behind; beside two other trainings here, 6)
+        for leg in (straight, killed):
+            assert max(r["step"] for r in trace(leg)) == target
         wa, wb = (torch.cat([w["model"][k].double().flatten() for k in floats]) for w in (a, b))
         assert torch.isfinite(wb).all() and float((wb - wa).norm() / wa.norm()) < 0.1  # the same course
         resumed = [r for r in trace(killed) if r["resumed_at"]]

@@ -2,12 +2,17 @@
 start with the trainer's environment and its signal policy."""
 import os
 import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import torch
 
 from speechscale.config import DataConfig
 from speechscale.data.loading import WorkerStart, worker_context
+from tests.conftest import ROOT
 
 
 class _WhoAmI(torch.utils.data.Dataset):
@@ -16,11 +21,12 @@ class _WhoAmI(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return 1
 
-    def __getitem__(self, i: int) -> tuple[int, str, bool]:
-        return os.getppid(), os.environ.get("SPEECHSCALE_TEST_VAR", ""), signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    def __getitem__(self, i: int) -> tuple[int, str, bool, int]:
+        return (os.getppid(), os.environ.get("SPEECHSCALE_TEST_VAR", ""),
+                signal.getsignal(signal.SIGTERM) == signal.SIG_IGN, os.getpid())
 
 
-def _ask() -> tuple[int, str, bool]:
+def _ask() -> tuple[int, str, bool, int]:
     loader = torch.utils.data.DataLoader(_WhoAmI(), batch_size=None, num_workers=1,
                                          multiprocessing_context=worker_context(), worker_init_fn=WorkerStart())
     return next(iter(loader))
@@ -32,11 +38,11 @@ def test_workers_come_from_a_forkserver_with_the_environment_the_loader_was_buil
     t.start()
     try:
         monkeypatch.setenv("SPEECHSCALE_TEST_VAR", "first")
-        parent, var, ignores_term = _ask()  # starts the forkserver (if no earlier test did)
+        parent, var, ignores_term, _ = _ask()  # starts the forkserver (if no earlier test did)
         assert parent != os.getpid()  # forked by the server, not by this multi-threaded process
         assert var == "first" and ignores_term
         monkeypatch.setenv("SPEECHSCALE_TEST_VAR", "second")  # changed after the server started
-        parent2, var2, _ = _ask()
+        parent2, var2, _, _ = _ask()
         assert parent2 == parent and var2 == "second"
     finally:
         busy.set()
@@ -50,3 +56,35 @@ def test_the_training_loader_uses_them():
     assert loader.multiprocessing_context.get_start_method() == "forkserver"
     assert isinstance(loader.worker_init_fn, WorkerStart)
     assert build_loader(_WhoAmI(), [[0]], DataConfig(num_workers=0), pin_memory=False).worker_init_fn is None
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_trainer_killed_with_sigkill_leaves_no_worker_or_server_behind(tmp_path):
+    """torch's own check watches a worker's parent (the server); the worker watches its trainer instead."""
+    code = ("import time, torch\nfrom tests.data.test_workers import _WhoAmI\n"
+            "from speechscale.data.loading import WorkerStart, worker_context\n"
+            "it = iter(torch.utils.data.DataLoader(_WhoAmI(), batch_size=None, num_workers=1, "
+            "multiprocessing_context=worker_context(), worker_init_fn=WorkerStart()))\n"
+            "server, _, _, worker = next(it)\nprint(server, worker, flush=True)\ntime.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    server = worker = 0
+    try:
+        server, worker = map(int, proc.stdout.readline().split())
+        assert not _gone(server) and not _gone(worker)
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while not (_gone(server) and _gone(worker)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _gone(worker) and _gone(server)
+    finally:
+        proc.kill()
+        for pid in (worker, server):  # on failure: both ignore SIGTERM
+            if pid and not _gone(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -6,7 +6,10 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
@@ -106,12 +109,38 @@ class WorkerStart:
 
     def __init__(self) -> None:
         self.environ = dict(os.environ)
+        self.trainer = os.getpid()
 
     def __call__(self, worker_id: int) -> None:
         os.environ.clear()
         os.environ.update(self.environ)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # torch's own check watches the worker's parent, which is the server here, not the trainer
+        threading.Thread(target=_exit_with, args=(self.trainer,), name="trainer-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (macOS): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+
+
+def _exit_with(pid: int, every_s: float = 1.0) -> None:
+    """In a loader worker: exit once its trainer is gone (killed with SIGKILL, say), so none is left behind."""
+    while _alive(pid):
+        time.sleep(every_s)
+    os._exit(0)
 
 
 # What the forkserver imports once, so that each worker it forks starts with them (milliseconds, not seconds);

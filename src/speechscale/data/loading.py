@@ -123,16 +123,14 @@ class WorkerStart:
 def _alive(pid: int) -> bool:
     """Whether process `pid` runs (a zombie, killed but not yet reaped, does not)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
-    except OSError:  # no /proc (macOS): ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
+    except PermissionError:
+        pass
+    try:  # a zombie still takes signals: its state in /proc tells
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:  # gone meanwhile (the next check says so), or no /proc (macOS)
         return True
 
 

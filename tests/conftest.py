@@ -59,12 +59,21 @@ def cli(capsys):
 
 
 @pytest.fixture(scope="session")
-def ldc_checkpoint(tmp_path_factory) -> Path:
-    """A ds2-tiny model overfit on LDC93S1 by the real CLI (`configs/ldc93s1.yaml`)."""
+def ldc_checkpoint(tmp_path_factory, worker_id) -> Path:
+    """A ds2-tiny model overfit on LDC93S1 by the real CLI (`configs/ldc93s1.yaml`). Trained once per test
+    run: under pytest-xdist the first worker that needs it trains it, holding a lock in the run's shared
+    temporary folder, and the others read it (pytest-xdist's documented pattern; each worker trained its
+    own before). Tests read it and never write beside it."""
+    from filelock import FileLock
+
     shared("ldc93s1", "manifest.jsonl")
-    out = tmp_path_factory.mktemp("ldc")
-    proc = run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={out}")
-    assert (out / "checkpoints" / "best.pt").is_file(), proc.stderr
+    root = tmp_path_factory.getbasetemp()
+    root = root if worker_id == "master" else root.parent
+    out = root / "ldc-checkpoint"
+    with FileLock(str(root / "ldc-checkpoint.lock")):
+        if not (out / "checkpoints" / "best.pt").is_file():
+            proc = run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={out}")
+            assert (out / "checkpoints" / "best.pt").is_file(), proc.stderr
     return out / "checkpoints" / "best.pt"
 
 

@@ -66,12 +66,17 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str,
 
 
 def _onnx(wrapper: nn.Module, example: tuple[torch.Tensor, torch.Tensor], out: Path, desc: str) -> None:
+    """Export in memory, add the description and write the file once (a full-size model is 0.4 GB)."""
+    import io
+
     import onnx
 
-    torch.onnx.export(wrapper, example, str(out), dynamo=False, opset_version=17,
+    buffer = io.BytesIO()
+    torch.onnx.export(wrapper, example, buffer, dynamo=False, opset_version=17,
                       input_names=["features", "lengths"], output_names=["log_probs", "out_lengths"],
                       dynamic_axes={"features": {0: "batch", 2: "frames"}, "lengths": {0: "batch"},
                                     "log_probs": {0: "batch", 1: "out_frames"}, "out_lengths": {0: "batch"}})
-    model = onnx.load(str(out))
+    model = onnx.load_model_from_string(buffer.getvalue())
+    del buffer
     model.metadata_props.add(key=META_KEY, value=desc)
     onnx.save(model, str(out))

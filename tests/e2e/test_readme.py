@@ -105,14 +105,19 @@ def _min_s(seconds: float) -> str:
 
 def test_the_quoted_test_suite_times_are_the_committed_runs():
     """README and BENCHMARKS quote `make test` / `make test-fast` times: each is a run recorded, with its commit
-    and command, in docs/figures/test-time (issue #20 §2: no figure without its data)."""
-    rows = [json.loads(x) for x in (ROOT / "docs/figures/test-time/2026-11-25.jsonl").read_text().splitlines()]
+    and command, in docs/figures/test-time (issue #20 §2: no figure without its data). The README quotes the
+    newest fresh-clone run, and where it is over the goal (8 min on a normal day) it says so, with the gap."""
+    rows = [json.loads(x) for f in sorted((ROOT / "docs/figures/test-time").glob("*.jsonl"))
+            for x in f.read_text().splitlines()]
     bench = (ROOT / "BENCHMARKS.md").read_text()
     for r in rows:
-        quoted = _min_s(r["pytest_seconds"])
-        assert quoted in bench, (quoted, r["provenance"])
-        if r["provenance"]["command"] == "CI=true bash .ci/run":
-            assert quoted in README and _min_s(r["wall_seconds"]) in README, (quoted, r["provenance"])
-            assert r["passed"] >= 489 and r["pytest_seconds"] <= 8 * 60  # the goal, on a normal day
+        assert _min_s(r["pytest_seconds"]) in bench, (_min_s(r["pytest_seconds"]), r["provenance"])
+    ci = [r for r in rows if r["provenance"]["command"] == "CI=true bash .ci/run"]
+    newest = max(ci, key=lambda r: r["provenance"]["date"])
+    quoted = _min_s(newest["pytest_seconds"])
+    assert newest["passed"] >= 489 and quoted in README and _min_s(newest["wall_seconds"]) in README, quoted
+    over = int(newest["pytest_seconds"]) - 8 * 60
+    if over > 0:  # a goal not reached is written so, with the gap
+        assert f"**not reached** (gap {over} s)" in README, quoted
     fast = [r for r in rows if r["provenance"]["command"].startswith("make test-fast")]
     assert fast and all(r["pytest_seconds"] <= 120 and f"took {_min_s(r['pytest_seconds'])}" in README for r in fast)

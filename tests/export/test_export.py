@@ -53,7 +53,7 @@ def test_small_models_export_with_a_dynamic_time_axis(tmp_path, model, fmt):
 # Full-size presets: ONNX for each (the format whose limits grow with the model: protobuf size, the exporter's
 # shape inference over deep graphs). TorchScript traces the same code at any size, so a full-size preset is
 # traced only where it sets options no tiny preset above has: ds2-large (concatenated directions, an FC
-# layer) and ds2-streaming (one direction, lookahead). Issue #20 §4: the other four took 18 s of CPU.
+# layer) and ds2-streaming (one direction, lookahead). Issue #20 §4: the other four took 15 s of CPU.
 TRACED_FULL = ["ds2-large", "ds2-streaming"]
 FULL = [(m, "onnx") for m in LARGE] + [(m, "torchscript") for m in TRACED_FULL]
 

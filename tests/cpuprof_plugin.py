@@ -1,0 +1,34 @@
+"""A pytest plugin that writes each test's CPU time (its worker process and the children it reaped: the
+training processes, torchrun agents, servers it started) and wall time, one JSON line per test, to the file
+named by SPEECHSCALE_CPU_PER_TEST. Where the suite's time goes, not a test (issue #20):
+
+    SPEECHSCALE_CPU_PER_TEST=/tmp/cpu.jsonl OMP_NUM_THREADS=1 .venv/bin/python -m pytest -p tests.cpuprof_plugin \\
+        -n 2 --dist loadfile -q
+
+Processes that the test did not reap itself (SLURM's daemons in deploy-check) are not counted."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+
+import pytest
+
+
+def _cpu() -> tuple[float, float]:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    out = os.environ.get("SPEECHSCALE_CPU_PER_TEST")
+    own, children, started = *_cpu(), time.time()
+    yield
+    if out:
+        own2, children2 = _cpu()
+        with open(out, "a") as f:
+            f.write(json.dumps({"test": item.nodeid, "self": round(own2 - own, 2),
+                                "children": round(children2 - children, 2),
+                                "wall": round(time.time() - started, 2)}) + "\n")

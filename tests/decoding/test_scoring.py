@@ -5,17 +5,17 @@ import sys
 
 from speechscale.decoding.decoders import DecoderConfig
 from speechscale.decoding.scoring import score_checkpoint
-from tests.conftest import ROOT, run_cli, shared
+from tests.conftest import ROOT, shared
 
 
-def test_score_checkpoint_gives_what_eval_prints(ldc_checkpoint, tmp_path):
+def test_score_checkpoint_gives_what_eval_prints(ldc_checkpoint, tmp_path, cli):
     manifest = shared("ldc93s1", "manifest.jsonl")
     for args, dcfg in ((["--decoder", "greedy"], None), (["--decoder", "beam", "--beam-width", "4"],
                                                           DecoderConfig(name="beam", beam_width=4))):
-        cli = json.loads(run_cli("-q", "eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(manifest),
+        printed = json.loads(cli("-q", "eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(manifest),
                                  "--json", *args).stdout.strip().splitlines()[-1])
         scores, res, _ = score_checkpoint(str(ldc_checkpoint), str(manifest), dcfg)
-        assert scores == {k: cli[k] for k in scores} and res.utterances == cli["utterances"] > 0
+        assert scores == {k: printed[k] for k in scores} and res.utterances == printed["utterances"] > 0
 
 
 def test_loading_a_checkpoint_for_inference_leaves_the_compiler_unimported(ldc_checkpoint):

@@ -8,7 +8,7 @@ import torch
 
 from speechscale.recipe import load_recipe
 from speechscale.training.trainer import Trainer
-from tests.conftest import run_cli, shared, start_server
+from tests.conftest import shared, start_server
 from tests.distributed.launch import kill_group
 
 LDC = "she had your dark suit in greasy wash water all year"
@@ -35,10 +35,11 @@ def test_a_resumed_conformer_run_equals_one_trained_straight_through(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_trained_conformer_transcribes_served_and_exported(tmp_path):
+def test_a_trained_conformer_transcribes_served_and_exported(tmp_path, cli):
+    """The CLI commands run in this process (`cli`: no interpreter start-up each); the server is a process."""
     wav = shared("ldc93s1", "LDC93S1.wav")
     out = tmp_path / "run"
-    summary = json.loads(run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={out}",
+    summary = json.loads(cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={out}",
                                  *CONFORMER, "model.overrides={dropout: 0.0}").stdout.strip().splitlines()[-1])
     assert summary["wer"] == 0.0 and summary["stopped_by"] == "target_wer"
     ckpt = out / "checkpoints" / "last.pt"
@@ -51,7 +52,7 @@ def test_a_trained_conformer_transcribes_served_and_exported(tmp_path):
     finally:
         kill_group(proc)
     assert served["text"] == LDC and [w["word"] for w in served["words"]] == LDC.split()
-    run_cli("export", "--checkpoint", str(ckpt), "--format", "onnx", "--out", str(tmp_path / "c.onnx"))
-    exported = json.loads(run_cli("transcribe", "--backend", "onnx", "--checkpoint", str(tmp_path / "c.onnx"),
+    cli("export", "--checkpoint", str(ckpt), "--format", "onnx", "--out", str(tmp_path / "c.onnx"))
+    exported = json.loads(cli("transcribe", "--backend", "onnx", "--checkpoint", str(tmp_path / "c.onnx"),
                                   "--json", str(wav)).stdout)
     assert exported["text"] == LDC

@@ -8,7 +8,7 @@ from speechscale.recipe import load_recipe
 from speechscale.storage.checkpoints import load_checkpoint
 from speechscale.training.precision import LossScaleCollapsed, Precision, resolve_precision, step_if
 from speechscale.training.trainer import Trainer
-from tests.conftest import run_cli, shared
+from tests.conftest import shared
 
 FEATURES = {"ds2-tiny": [], "wav2letter+-tiny": ["features.kind=logmel", "features.n_mels=64"],
             "lstm-ctc-tiny": ["features.kind=logmel", "features.n_mels=40"],
@@ -78,14 +78,14 @@ def test_watchdog_stops_the_run_when_the_loss_scale_collapses(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_reports_a_collapsed_scale_in_one_line(tmp_path):
+def test_cli_reports_a_collapsed_scale_in_one_line(tmp_path, cli):
     m = shared("ldc93s1", "manifest.jsonl")
     # a learning rate of 1e30 blows the weights up after the first steps; fp16 then overflows for good
-    proc = run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={tmp_path}",
-                   "trainer.precision=fp16", "trainer.loss_scale_init=0.01", "optim.lr=1e30", "optim.warmup_steps=0",
-                   "trainer.log_every=1",
-                   "optim.grad_clip=0", "trainer.max_steps=200", f"data.train_manifest={m}",
-                   "features.sample_rate=8000", f"model.overrides={NARROW['ds2-tiny']}", check=False)
+    proc = cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={tmp_path}",
+               "trainer.precision=fp16", "trainer.loss_scale_init=0.01", "optim.lr=1e30", "optim.warmup_steps=0",
+               "trainer.log_every=1",
+               "optim.grad_clip=0", "trainer.max_steps=200", f"data.train_manifest={m}",
+               "features.sample_rate=8000", f"model.overrides={NARROW['ds2-tiny']}", check=False)
     assert proc.returncode == 3, proc.stderr[-2000:]
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert lines[-1].startswith("speechscale train: stopped: fp16 loss scale collapsed")

@@ -10,7 +10,7 @@ import torch
 from speechscale.recipe import load_recipe
 from speechscale.training.prescan import prescan
 from speechscale.training.trainer import Trainer
-from tests.conftest import ROOT, run_cli, shared
+from tests.conftest import ROOT, shared
 
 
 @pytest.fixture
@@ -43,10 +43,10 @@ def test_prescan_measures_the_worst_case_and_leaves_training_exactly_unchanged(l
         assert torch.equal(a, b), name
 
 
-def test_prescan_over_the_memory_budget_stops_before_training_with_one_line(ldc40, tmp_path):
-    proc = run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"data.train_manifest={ldc40}",
-                   f"data.val_manifest={ldc40}", f"trainer.out_dir={tmp_path}", "trainer.prescan=true",
-                   "trainer.memory_budget_mb=1", check=False)
+def test_prescan_over_the_memory_budget_stops_before_training_with_one_line(ldc40, tmp_path, cli):
+    proc = cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"data.train_manifest={ldc40}",
+               f"data.val_manifest={ldc40}", f"trainer.out_dir={tmp_path}", "trainer.prescan=true",
+               "trainer.memory_budget_mb=1", check=False)
     assert proc.returncode == 3
     last = [x for x in proc.stderr.splitlines() if x.strip()][-1]
     assert last.startswith("speechscale train: stopped: pre-scan: a batch of") and "data.batch_seconds" in last

@@ -8,7 +8,7 @@ import pytest
 from speechscale.bench import tables
 from speechscale.bench.harness import interleave, provenance, summarize, write_json
 from speechscale.bench.suite import BENCHES, load_docs
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
 
 
 def test_interleave_rotates_the_order_and_times_each_variant():
@@ -111,14 +111,5 @@ def test_bench_all_tables_only_rerenders_without_running(tmp_path, cli):
     assert bad.returncode != 0 and "unknown" in bad.stderr
 
 
-@pytest.mark.slow
-def test_bench_all_runs_benches_and_writes_json_png_and_tables(tmp_path):
-    md = tmp_path / "B.md"
-    # one bench end to end (the planner's own measurements are run by tests/planning/test_validate.py)
-    proc = run_cli("bench", "all", "--out", str(tmp_path / "out"), "--only", "scaling", "--benchmarks", str(md))
-    assert "bench scaling" in proc.stdout
-    for name in ("scaling",):
-        doc = json.loads((tmp_path / "out" / f"{name}.json").read_text())
-        assert doc["provenance"]["command"].startswith("speechscale bench all") and doc["seconds"] > 0
-        assert (tmp_path / "out" / f"{name}.png").stat().st_size > 10_000
-    assert set(tables.blocks(md.read_text())) == {"scaling"}
+# `bench all` end to end (a bench run, its JSON, plot and table): tests/bench/test_scaling.py, which runs the
+# scaling bench through it.

@@ -200,16 +200,18 @@ def test_ring_skips_a_late_neighbour_in_agreement_and_still_keeps_the_mean(tmp_p
     torch.testing.assert_close(torch.tensor(a["final"]), torch.tensor(a["start"]), rtol=0, atol=1e-6)
 
 
-RUNS = [("random_ring", 3), ("fixed_ring", 4), ("delay_by_one", 3)]  # 2-learner rings: test_elastic.py
+# 2-learner rings: test_elastic.py; delay_by_one with 3 learners: the uninterrupted run of test_resume.py, checked
+# for the same (issue #20 §4: one torchrun of 3 learners fewer)
+RUNS = [("random_ring", 3), ("fixed_ring", 4)]
 
 
 @pytest.mark.parametrize("variant, nproc", RUNS, ids=[f"{v}-{n}" for v, n in RUNS])
 def test_training_with_adpsgd_learns_logs_consensus_and_stops_cleanly(tmp_path, variant, nproc):
     m = ldc_manifest(tmp_path / "data", copies=12)
     out = tmp_path / "run"
-    slow = ["distributed.simulate_straggler={rank: 1, slowdown: 3}"] if variant != "delay_by_one" else []
+    slow = "distributed.simulate_straggler={rank: 1, slowdown: 3}"  # the rings are asynchronous
     run(torchrun(nproc, train_args(m, out, "distributed.strategy=adpsgd", f"distributed.adpsgd.variant={variant}",
-                                   "trainer.max_epochs=4", "trainer.log_every=2", *slow)),
+                                   "trainer.max_epochs=4", "trainer.log_every=2", slow)),
         tmp_path / "log", timeout=400)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     val = [r for r in rows if r["kind"] == "val"]
@@ -221,8 +223,7 @@ def test_training_with_adpsgd_learns_logs_consensus_and_stops_cleanly(tmp_path, 
         assert ids == list(range(12 - 12 % nproc)) or ids == list(range(12))
         for r in trace(out):
             steps[r["rank"]] += r["epoch"] == epoch
-    if slow:  # asynchronous: the 3x slower learner read less than the others
-        assert steps[1] < min(n for r, n in enumerate(steps) if r != 1)
+    assert steps[1] < min(n for r, n in enumerate(steps) if r != 1)  # the 3x slower learner read less
     ckpt = torch.load(out / "checkpoints" / "last.pt", weights_only=True)
     parts = [p["strategy"] for p in ckpt["ranks"]]
     assert [p["name"] for p in parts] == ["adpsgd"] * nproc

@@ -1,5 +1,6 @@
 """The one resume test: every strategy through save -> kill -9 -> restore -> compare with a run that was
 never interrupted."""
+import json
 import signal
 import sys
 
@@ -94,3 +95,24 @@ def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, npr
     for ra, rb in zip(a["ranks"], b["ranks"]):  # every learner's own state, too
         for k, v in ra["strategy"].get("model", {}).items():
             torch.testing.assert_close(rb["strategy"]["model"][k], v, rtol=0, atol=atol)
+    if name == "adpsgd-delay_by_one-3":
+        _learns_as_adpsgd_does(straight, a, nproc)
+
+
+def _learns_as_adpsgd_does(out, ckpt, nproc):
+    """The uninterrupted delay_by_one run also stands for test_adpsgd.py's training test of that variant (issue
+    #20 §4: one set of 3 learners fewer): it learns, logs the consensus distance, reads every sample once per
+    epoch, and saves the learners' average."""
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    val = [r for r in rows if r["kind"] == "val"]
+    assert len(val) >= 3 and val[-1]["train_loss"] < val[0]["train_loss"]  # two epochs and the stop at step 9
+    assert all(r["consensus_distance"] >= 0 for r in val)
+    steps = list(trace(out))
+    for epoch in range(max(r["epoch"] for r in steps)):  # the last epoch is cut short by max_steps
+        assert sorted(i for r in steps if r["epoch"] == epoch for i in r["ids"]) == list(range(12)), epoch
+    parts = [p["strategy"] for p in ckpt["ranks"]]
+    assert [p["name"] for p in parts] == ["adpsgd"] * nproc
+    for k, v in ckpt["model"].items():  # the saved weights are the learners' average
+        if v.is_floating_point():
+            mean = sum(p["model"][k].double() for p in parts) / nproc
+            torch.testing.assert_close(v.double(), mean, rtol=0, atol=1e-6)

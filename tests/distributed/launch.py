@@ -180,6 +180,18 @@ def latest_step(out: Path) -> int:
     return int(torch.load(out / "checkpoints" / name, weights_only=True)["training"]["step"])
 
 
+def assert_saved_average(ckpt: dict, nproc: int) -> None:
+    """An ADPSGD checkpoint holds every learner's weights and, as its model, their average."""
+    import torch
+
+    parts = [p["strategy"] for p in ckpt["ranks"]]
+    assert [p["name"] for p in parts] == ["adpsgd"] * nproc
+    for k, v in ckpt["model"].items():  # floats only: step counters differ per learner
+        if v.is_floating_point():
+            mean = sum(p["model"][k].double() for p in parts) / nproc
+            torch.testing.assert_close(v.double(), mean, rtol=0, atol=1e-6)
+
+
 def accepted(rows: list[dict]) -> list[dict]:
     """Rows that count: an attempt's steps up to where the next attempt resumed (later ones were redone)."""
     starts = sorted({r["resumed_at"] for r in rows})

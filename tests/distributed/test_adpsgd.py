@@ -10,6 +10,7 @@ import torch.multiprocessing as mp
 
 from speechscale.distributed.adpsgd import partner, random_pairs, ring_pairs
 from tests.distributed.launch import (
+    assert_saved_average,
     free_port,
     kill_group,
     ldc_manifest,
@@ -225,12 +226,7 @@ def test_training_with_adpsgd_learns_logs_consensus_and_stops_cleanly(tmp_path, 
             steps[r["rank"]] += r["epoch"] == epoch
     assert steps[1] < min(n for r, n in enumerate(steps) if r != 1)  # the 3x slower learner read less
     ckpt = torch.load(out / "checkpoints" / "last.pt", weights_only=True)
-    parts = [p["strategy"] for p in ckpt["ranks"]]
-    assert [p["name"] for p in parts] == ["adpsgd"] * nproc
-    floats = [k for k, v in ckpt["model"].items() if v.is_floating_point()]  # step counters differ per learner
-    mean = {k: sum(p["model"][k].double() for p in parts) / nproc for k in floats}
-    for k in floats:  # the saved weights are the learners' average
-        torch.testing.assert_close(ckpt["model"][k].double(), mean[k], rtol=0, atol=1e-6)
+    assert_saved_average(ckpt, nproc)
 
 
 def test_ring_stopped_mid_epoch_resumes_without_reading_anything_twice(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.distributed.launch import (
+    assert_saved_average,
     kill_group,
     latest_step,
     ldc_manifest,
@@ -110,9 +111,4 @@ def _learns_as_adpsgd_does(out, ckpt, nproc):
     steps = list(trace(out))
     for epoch in range(max(r["epoch"] for r in steps)):  # the last epoch is cut short by max_steps
         assert sorted(i for r in steps if r["epoch"] == epoch for i in r["ids"]) == list(range(12)), epoch
-    parts = [p["strategy"] for p in ckpt["ranks"]]
-    assert [p["name"] for p in parts] == ["adpsgd"] * nproc
-    for k, v in ckpt["model"].items():  # the saved weights are the learners' average
-        if v.is_floating_point():
-            mean = sum(p["model"][k].double() for p in parts) / nproc
-            torch.testing.assert_close(v.double(), mean, rtol=0, atol=1e-6)
+    assert_saved_average(ckpt, nproc)

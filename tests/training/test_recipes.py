@@ -20,6 +20,12 @@ def test_the_yesno_recipe_runs_through_the_bench_and_scores_kaldis_held_out_file
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     val = [r for r in rows if r["kind"] == "val"]
     assert len(val) == 2 and val[-1]["train_loss"] < val[0]["train_loss"]
+    # the same recipe again with trainer.resume=auto (how `bench fsdd-loso` continues a fold): the run already
+    # ended, nothing trains, and the row is the run's own (its last validation, its training minutes)
+    again = run_recipe("yesno", RECIPES["yesno"], tmp_path, ["trainer.max_epochs=2", "trainer.resume=auto"])
+    keys = ("epochs", "steps", "wer", "cer", "utterances", "val")
+    assert {k: again[k] for k in keys} == {k: row[k] for k in keys}
+    assert again["train_minutes"] >= row["train_minutes"] > 0
 
 
 def test_an_unknown_recipe_is_named():

@@ -281,6 +281,9 @@ class Trainer:
         last: dict[str, Any] = {}
         progress = RunProgress(planned_steps(t.max_steps, t.max_epochs, self.schedule.steps_per_epoch, self.world), s,
                                t.max_epochs, budget, show=t.progress and main)
+        if main and self.resumed_from and 0 < t.max_epochs <= s.epoch:
+            log.warning("%s already ran its %d epochs (step %d): nothing to train; its last validation is in %s",
+                        self.resumed_from, t.max_epochs, s.step, self.out_dir / "metrics.jsonl")
         try:
             with StopSignals(announce=main) as signals:
                 while t.max_epochs <= 0 or s.epoch < t.max_epochs:

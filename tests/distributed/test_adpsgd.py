@@ -53,6 +53,8 @@ def _join(rank, world, port):
 
 
 VARIANTS = ["fixed_ring", "random_ring", "delay_by_one"]
+GOSSIP_WORLDS = [2, 3, 4]
+DRIFT_WORLD = 3
 
 
 def _ports(n):
@@ -99,16 +101,12 @@ def _gossip(strategy, variant, rank, world):
             "keys_added": keys_added}
 
 
-def _gossip_worker(rank, world, ports, out):
-    _each_variant(rank, world, ports, out, _gossip)
-
-
-@pytest.mark.parametrize("world", [2, 3, 4])
-def test_gossip_keeps_the_mean_shrinks_the_spread_and_ends_identical(tmp_path, world):
-    """Every variant in one set of `world` processes (one spawn per world size keeps this test cheap)."""
-    mp.spawn(_gossip_worker, args=(world, _ports(len(VARIANTS)), str(tmp_path)), nprocs=world, join=True)
+@pytest.mark.parametrize("world", GOSSIP_WORLDS)
+def test_gossip_keeps_the_mean_shrinks_the_spread_and_ends_identical(learners, world):
+    """Every variant on `world` learners (ranks 0..world-1 of the module's one set of processes)."""
+    out = learners / f"gossip-{world}"
     for variant in VARIANTS:
-        rows = [json.loads((tmp_path / f"{variant}-{r}.json").read_text()) for r in range(world)]
+        rows = [json.loads((out / f"{variant}-{r}.json").read_text()) for r in range(world)]
         for step in range(len(rows[0]["partners"])):  # partners agree: if a names b, b names a
             for r, row in enumerate(rows):
                 p = row["partners"][step]
@@ -148,21 +146,16 @@ def _drift(strategy, variant, rank, world):
         return {"moved": (_flat(m) - start).tolist()}
 
 
-def _drift_worker(rank, world, ports, out):
-    _each_variant(rank, world, ports, out, _drift)
-
-
-def test_the_mean_moves_by_exactly_the_learners_mean_update(tmp_path):
+def test_the_mean_moves_by_exactly_the_learners_mean_update(learners):
     """Gossip never adds or loses an update: the learners' average moves by the mean of their steps."""
-    world = 3
-    mp.spawn(_drift_worker, args=(world, _ports(len(VARIANTS)), str(tmp_path)), nprocs=world, join=True)
+    world = DRIFT_WORLD
     for variant in VARIANTS:
         steps = [6 + (3 * r if variant != "delay_by_one" else 0) for r in range(world)]
-        moved = torch.tensor(json.loads((tmp_path / f"{variant}-0.json").read_text())["moved"])
+        moved = torch.tensor(json.loads((learners / "drift" / f"{variant}-0.json").read_text())["moved"])
         torch.testing.assert_close(moved, torch.full_like(moved, -0.1 * sum(steps) / world), rtol=0, atol=1e-5)
 
 
-def _async_worker(rank, world, port, out):
+def _late_neighbour(rank, world, port, out):
     """Rank 1 is late for 1 s: rank 0 skips those rounds instead of waiting, and both agree on it."""
     _join(rank, world, port)
     import time
@@ -191,9 +184,34 @@ def _async_worker(rank, world, port, out):
     strategy.close()
 
 
-def test_ring_skips_a_late_neighbour_in_agreement_and_still_keeps_the_mean(tmp_path):
-    mp.spawn(_async_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
-    a, b = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(2)]
+def _learner(rank, ports, out):
+    """One process of the module's set: each experiment runs on the ranks below its world size, one after
+    another, each variant on its own process group (port)."""
+    for world in GOSSIP_WORLDS:
+        if rank < world:
+            _each_variant(rank, world, ports[f"gossip-{world}"], os.path.join(out, f"gossip-{world}"), _gossip)
+    if rank < DRIFT_WORLD:
+        _each_variant(rank, DRIFT_WORLD, ports["drift"], os.path.join(out, "drift"), _drift)
+    if rank < 2:
+        _late_neighbour(rank, 2, ports["late"][0], os.path.join(out, "late"))
+
+
+@pytest.fixture(scope="module")
+def learners(tmp_path_factory):
+    """Every gossip experiment of this module in one set of max(GOSSIP_WORLDS) spawned processes (each process
+    imports torch once: issue #20 §4, the suite's time goes to starting processes); the folder of results."""
+    out = tmp_path_factory.mktemp("learners")
+    names = [f"gossip-{w}" for w in GOSSIP_WORLDS] + ["drift", "late"]
+    for name in names:
+        (out / name).mkdir()
+    free = iter(_ports(len(VARIANTS) * len(names)))
+    ports = {name: [next(free) for _ in VARIANTS] for name in names}
+    mp.spawn(_learner, args=(ports, str(out)), nprocs=max(GOSSIP_WORLDS), join=True)
+    return out
+
+
+def test_ring_skips_a_late_neighbour_in_agreement_and_still_keeps_the_mean(learners):
+    a, b = [json.loads((learners / "late" / f"{r}.json").read_text()) for r in range(2)]
     assert a["skipped_exchanges"] == b["skipped_exchanges"] >= 1  # both sides skipped the same rounds
     assert a["exchanges"] == b["exchanges"] >= 1
     assert a["fast_done"] < 1.0 + 0.2 * 12  # rank 0 never waited for rank 1's steps

@@ -1,6 +1,7 @@
 """Shared fixtures: paths to ../shared/data, a tiny trained checkpoint, a CLI runner."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
+# Seconds each test file held its xdist worker in a profiled run (`python -m tests.cpuprof_plugin`)
+FILE_ORDER = ROOT / "docs" / "figures" / "test-time" / "file-order.json"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The costliest test files first (files never profiled before them all), each file's tests in their own
+    order. With `--dist loadfile --no-loadscope-reorder` (make test) the workers take files in this order, so
+    the run ends on short files instead of one worker finishing a long one alone (longest job first; xdist's
+    default order is the number of tests in a file, which put the few slowest multi-process tests last)."""
+    known = json.loads(FILE_ORDER.read_text())["seconds_per_file"] if FILE_ORDER.is_file() else {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::")[0], i)
+
+    def cost(item: pytest.Item) -> tuple[float, int]:
+        path = item.nodeid.split("::")[0]
+        return -known.get(path, float("inf")), first[path]
+
+    items.sort(key=cost)  # stable: a file's tests keep their order
 
 
 def shared(*parts: str) -> Path:

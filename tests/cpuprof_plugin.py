@@ -1,5 +1,6 @@
 """A pytest plugin that writes each test's CPU time (its worker process and the children it reaped: the
-training processes, torchrun agents, servers it started) and wall time, one JSON line per test, to the file
+training processes, torchrun agents, servers it started), wall time, start time and xdist worker, one JSON
+line per test (a timeline of the workers: where one waits), to the file
 named by SPEECHSCALE_CPU_PER_TEST. Where the suite's time goes, not a test (issue #20):
 
     SPEECHSCALE_CPU_PER_TEST=/tmp/cpu.jsonl OMP_NUM_THREADS=1 .venv/bin/python -m pytest -p tests.cpuprof_plugin \\
@@ -31,4 +32,25 @@ def pytest_runtest_protocol(item, nextitem):
         with open(out, "a") as f:
             f.write(json.dumps({"test": item.nodeid, "self": round(own2 - own, 2),
                                 "children": round(children2 - children, 2),
-                                "wall": round(time.time() - started, 2)}) + "\n")
+                                "wall": round(time.time() - started, 2), "start": round(started, 2),
+                                "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}) + "\n")
+
+
+def file_costs(rows: list[dict]) -> dict[str, float]:
+    """Seconds each test file held its worker (the sum of its tests' wall times), costliest first."""
+    cost: dict[str, float] = {}
+    for row in rows:
+        path = row["test"].split("::")[0]
+        cost[path] = cost.get(path, 0.0) + row["wall"]
+    return {p: round(c, 1) for p, c in sorted(cost.items(), key=lambda kv: -kv[1])}
+
+
+if __name__ == "__main__":  # python -m tests.cpuprof_plugin PROFILE.jsonl COMMIT > docs/figures/test-time/file-order.json
+    import sys
+
+    profile, commit = sys.argv[1:3]
+    rows = [json.loads(x) for x in open(profile)]
+    print(json.dumps({"provenance": {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                     "made_by": f"python -m tests.cpuprof_plugin PROFILE.jsonl {commit}",
+                                     "profile": "SPEECHSCALE_CPU_PER_TEST of make test's pytest (two workers)"},
+                      "seconds_per_file": file_costs(rows)}, indent=1))

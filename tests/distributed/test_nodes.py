@@ -149,6 +149,10 @@ def test_a_stuck_node_fails_the_collective_in_bounded_time_and_the_job_goes_on_w
                 signal_tree(a, signal.SIGCONT)
                 kill_group(a)
     assert worlds(out) == [4, 2]
+    # the survivors' collective timed out once: leaving the group after that failure waits on no barrier (it
+    # timed out a second time, another timeout_s before the agent could restart them)
+    log = (tmp_path / "agent0.log").read_text()
+    assert "Timed out waiting" in log and ", in barrier\n" not in log, log[-3000:]
     rows = list(trace(out))
     for epoch, ids in ids_by_epoch(accepted(rows)).items():
         assert sorted(ids) == list(range(40)), epoch

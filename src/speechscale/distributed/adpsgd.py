@@ -210,7 +210,8 @@ class DelayByOneStrategy(AveragingStrategy):
             self.round = int(state["round"])
             self._done = (state["exchange"][0], state["exchange"][1]) if state["exchange"] else None
 
-    def close(self) -> None:
-        self._drain()
-        self._thread.shutdown(wait=True)
-        super().close()
+    def close(self, failed: bool = False) -> None:
+        if not failed:  # after a failure the exchange in flight may be the one that never completes
+            self._drain()
+        self._thread.shutdown(wait=not failed, cancel_futures=failed)
+        super().close(failed)

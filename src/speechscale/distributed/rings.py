@@ -240,7 +240,7 @@ class RingStrategy(AveragingStrategy):
             with self._cond:
                 self.allowed = self.done = int(state["round"])
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
@@ -248,4 +248,4 @@ class RingStrategy(AveragingStrategy):
         if self._thread.is_alive():
             log.warning("rank %d: the adpsgd thread is still in an exchange after %g s; leaving it", self.rank,
                         self.skip_after_s)
-        super().close()
+        super().close(failed)

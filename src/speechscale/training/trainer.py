@@ -332,6 +332,9 @@ def train(cfg: Config) -> dict[str, Any]:
     """Build a Trainer from `cfg` and run it; leaves the process group when done."""
     trainer = Trainer(cfg)
     try:
-        return trainer.fit()
-    finally:
-        trainer.strategy.close()
+        summary = trainer.fit()
+    except BaseException:
+        trainer.strategy.close(failed=True)
+        raise
+    trainer.strategy.close()
+    return summary

@@ -21,6 +21,7 @@ def test_test_files_run_costliest_first_and_files_never_profiled_before_them(mon
 
     from tests import conftest
 
+    committed = json.loads(conftest.FILE_ORDER.read_text())["seconds_per_file"]
     order = tmp_path / "file-order.json"
     order.write_text(json.dumps({"seconds_per_file": {"tests/a.py": 1.0, "tests/b.py": 50.0, "tests/c.py": 9.0}}))
     monkeypatch.setattr(conftest, "FILE_ORDER", order)
@@ -29,5 +30,4 @@ def test_test_files_run_costliest_first_and_files_never_profiled_before_them(mon
     conftest.pytest_collection_modifyitems(None, items)
     assert [i.nodeid for i in items] == ["tests/new.py::z", "tests/b.py::q[2]", "tests/b.py::q[1]", "tests/c.py::w",
                                          "tests/a.py::x", "tests/a.py::y"]
-    committed = json.loads((conftest.ROOT / "docs/figures/test-time/file-order.json").read_text())["seconds_per_file"]
     assert "tests/distributed/test_resume.py" in committed and all(v >= 0 for v in committed.values())

@@ -53,21 +53,20 @@ def run_recipe(name: str, spec: dict[str, Any], out: Path, overrides: list[str] 
     wall = time.perf_counter() - started
     summary = json.loads(stdout.strip().splitlines()[-1])
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    val = [{"epoch": r["epoch"], "step": r["step"], "wer": r["wer"], "cer": r.get("cer"), "val_loss": r["val_loss"],
-            "utterances": r.get("utterances")} for r in rows if r["kind"] == "val"]
+    val = [{"epoch": r["epoch"], "step": r["step"], "wer": r["wer"], "cer": r.get("cer"), "val_loss": r["val_loss"]}
+           for r in rows if r["kind"] == "val"]
     if not val:
         raise RuntimeError(f"recipe {name}: {out / 'metrics.jsonl'} has no validation row")
     # from the run log, not this process's summary: a run continued (trainer.resume=auto) after it was cut
     # short, or after it had already ended, validates and trains over several legs
-    final = val[-1]
+    final = next(r for r in reversed(rows) if r["kind"] == "val")
     minutes = sum(r["minutes"] for r in rows if r["kind"] == "stop")
     goal, metric = (spec["goal_cer"], "cer") if spec.get("goal_cer") is not None else (spec["goal_wer"], "wer")
     return {"recipe": name, "config": spec["config"], "overrides": overrides, "epochs": summary["epoch"],
             "steps": summary["step"], "wer": final["wer"], "cer": final["cer"],
             "utterances": final["utterances"], "scored_on": spec["scored_on"], "stopped_by": summary["stopped_by"],
             "train_minutes": round(minutes, 2), "wall_seconds": round(wall, 1), "goal_metric": metric,
-            "goal": goal, "goal_wer": spec["goal_wer"], "reached": final[metric] <= goal,
-            "val": [{k: v for k, v in r.items() if k != "utterances"} for r in val]}
+            "goal": goal, "goal_wer": spec["goal_wer"], "reached": final[metric] <= goal, "val": val}
 
 
 def bench_recipes(names: list[str], out: Path, overrides: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:

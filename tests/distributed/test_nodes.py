@@ -35,6 +35,8 @@ from tests.distributed.launch import (
 
 pytestmark = pytest.mark.slow  # real torchrun agents, node failures, restarts
 
+# 24 copies of the one utterance: 12 batches of 2, 3 rounds an epoch on 4 ranks, 6 on 2
+COPIES = 24
 RING = ["distributed.strategy=adpsgd", "distributed.adpsgd.variant=fixed_ring", "distributed.adpsgd.skip_after_s=2"]
 
 
@@ -72,7 +74,7 @@ def test_a_lost_node_shrinks_the_job_and_a_new_node_grows_it_back(tmp_path, stra
     """Two agents (4 ranks) train; one whole agent is SIGKILLed with its workers (the node is gone): the
     other restarts its workers, which resume from the last checkpoint on 2 ranks. A third agent started later
     joins at the next rendezvous (the running workers checkpoint on SIGTERM) and the job ends on 4 ranks."""
-    m = ldc_manifest(tmp_path / "data", copies=40)  # 20 batches of 2: 5 rounds an epoch on 4 ranks
+    m = ldc_manifest(tmp_path / "data", copies=COPIES)
     out = tmp_path / "run"
     extra = RING if strategy == "fixed_ring" else ["trainer.checkpoint_every_steps=3"]
     args = train_args(m, out, "trainer.max_epochs=8", "trainer.resume=auto", *extra)
@@ -106,7 +108,7 @@ def test_a_lost_node_shrinks_the_job_and_a_new_node_grows_it_back(tmp_path, stra
         assert 0 <= lost <= 3 + 1  # at most one checkpoint interval (+1: the step in flight at the kill)
         assert killed_after <= max(r["step"] for r in first)
         for epoch, ids in ids_by_epoch(accepted(rows)).items():
-            assert sorted(ids) == list(range(40)), epoch
+            assert sorted(ids) == list(range(COPIES)), epoch
         figures["lost_steps"] = lost
     else:  # learners checkpoint at epoch ends: the epoch the kill cut short is trained again on 2 ranks, then
         # the join's checkpoint (mid-epoch) hands each learner's position on: each epoch from the resumed one
@@ -114,10 +116,10 @@ def test_a_lost_node_shrinks_the_job_and_a_new_node_grows_it_back(tmp_path, stra
         after_kill = [r for r in rows if r["resumed_at"] > 0]
         resumed_epoch = min(r["epoch"] for r in after_kill)
         for epoch, ids in ids_by_epoch(after_kill).items():
-            assert sorted(ids) == list(range(40)), epoch
+            assert sorted(ids) == list(range(COPIES)), epoch
         before = ids_by_epoch([r for r in rows if r["resumed_at"] == 0])
         for epoch in range(resumed_epoch):
-            assert sorted(before[epoch]) == list(range(40)), epoch
+            assert sorted(before[epoch]) == list(range(COPIES)), epoch
     summary = [json.loads(x) for p in tmp_path.glob("agent*.log") for x in p.read_text().splitlines()
                if x.startswith("{") and '"world_size"' in x]
     assert summary and summary[-1]["epoch"] == 8 and summary[-1]["world_size"] == 4
@@ -128,7 +130,7 @@ def test_a_stuck_node_fails_the_collective_in_bounded_time_and_the_job_goes_on_w
     """SIGSTOP one agent and its workers (alive, not answering): the other node's allreduce fails after
     distributed.timeout_s, its agent restarts the workers, the stopped node's missed heartbeats drop it from
     the rendezvous, and the job resumes on 2 ranks and ends."""
-    m = ldc_manifest(tmp_path / "data", copies=40)
+    m = ldc_manifest(tmp_path / "data", copies=COPIES)
     out = tmp_path / "run"
     timeout_s = 8
     args = train_args(m, out, "trainer.max_epochs=6", "trainer.resume=auto", "trainer.checkpoint_every_steps=3",
@@ -155,7 +157,7 @@ def test_a_stuck_node_fails_the_collective_in_bounded_time_and_the_job_goes_on_w
     assert "Timed out waiting" in log and ", in barrier\n" not in log, log[-3000:]
     rows = list(trace(out))
     for epoch, ids in ids_by_epoch(accepted(rows)).items():
-        assert sorted(ids) == list(range(40)), epoch
+        assert sorted(ids) == list(range(COPIES)), epoch
     first, resumed_at = [r for r in rows if r["resumed_at"] == 0], max(r["resumed_at"] for r in rows)
     assert 0 <= max(r["step"] for r in first) - resumed_at <= 3 + 1  # at most one checkpoint interval (+1 in flight)
     print(json.dumps({"test": "stuck node, allreduce", "distributed.timeout_s": timeout_s,
@@ -165,7 +167,7 @@ def test_a_stuck_node_fails_the_collective_in_bounded_time_and_the_job_goes_on_w
 def test_with_the_store_inside_an_agent_losing_that_node_ends_the_job(tmp_path):
     """What the recipes avoid: torchrun's default c10d store lives in the agent that owns the endpoint; when
     that node is lost the survivors cannot rendezvous again and their agent exits with an error (bounded)."""
-    m = ldc_manifest(tmp_path / "data", copies=40)
+    m = ldc_manifest(tmp_path / "data", copies=COPIES)
     out = tmp_path / "run"
     args = train_args(m, out, "trainer.max_epochs=50", "trainer.resume=auto")
     endpoint, rid = f"127.0.0.1:{free_port()}", f"inside{time.time_ns()}"

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import soundfile as sf
-from num2words import num2words
 
 from .audio import audio_info
 from .manifest import ManifestError, SkipReport, write_manifest
@@ -90,10 +89,13 @@ def tedlium(src: Path, out: Path, split: str) -> Iterator[Row]:
             yield segment if talk.is_file() else talk, text, {"speaker": fields[2], "talk": stm.stem}
 
 
+_DIGITS = "zero one two three four five six seven eight nine".split()  # FSDD's file names hold the digit
+
+
 def fsdd(src: Path, out: Path, split: str) -> Iterator[Row]:
     for wav in sorted((src / "recordings").glob("*.wav")):
         digit, speaker, index = wav.stem.split("_")
-        yield wav, num2words(int(digit)), {"speaker": speaker, "split": "test" if int(index) < 5 else "train"}
+        yield wav, _DIGITS[int(digit)], {"speaker": speaker, "split": "test" if int(index) < 5 else "train"}
 
 
 def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:

@@ -13,8 +13,6 @@ import re
 import unicodedata
 from typing import Any
 
-from num2words import num2words
-
 BLANK = 0
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
@@ -42,6 +40,9 @@ class TextNormalizer:
             return _NUMBER.sub(" ", text)
 
         def spell(m: re.Match[str]) -> str:
+            from num2words import num2words  # here, not at the top: importing it (every language) costs
+            # 0.1 s, paid by every process that imports the data package (training workers, the CLI)
+
             raw = m.group(0).replace(",", "")
             try:
                 return " " + num2words(float(raw) if "." in raw else int(raw)) + " "

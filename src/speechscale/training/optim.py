@@ -1,8 +1,9 @@
 """Optimizers and the learning-rate schedule (warm-up, then decay), as a pure function of the step."""
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -23,12 +24,61 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, fused: bool = True) -> t
     return OPTIMIZERS[cfg.name](groups, cfg, fused or None)
 
 
+# torch keeps its compiler out of an optimizer by wrapping `step` (a graph break) and four other methods (a
+# `torch._dynamo.disable`), and either wrapper imports torch._dynamo on its first call: 1 s of CPU in every
+# training process, more than a test run's training. The trainer never compiles optimizer code (trainer.compile
+# compiles the model's forward), so its optimizers call the methods beneath those wrappers. A wrapper this code
+# does not recognise (another torch) is kept as it is.
+_GUARDED = ("step", "add_param_group", "zero_grad", "state_dict", "load_state_dict")
+try:
+    from torch._compile import _disable_dynamo
+
+    _DISABLE = _disable_dynamo(lambda: None).__code__  # the code of every `_disable_dynamo` wrapper
+except ImportError:  # a torch without it: its methods stay as they are
+    _DISABLE = None
+
+
+def _is_compiler_guard(fn: Any) -> bool:
+    code = getattr(fn, "__code__", None)
+    return code is not None and hasattr(fn, "__wrapped__") and (code is _DISABLE or code.co_name == "_use_grad")
+
+
+def _unguarded(base: type, name: str) -> Callable[..., Any] | None:
+    """`base.name` beneath torch's compiler guard, or None where it has none this code knows."""
+    fn = getattr(base, name)
+    while hasattr(fn, "__wrapped__") and not _is_compiler_guard(fn):  # an optimizer hook's wrapper
+        fn = fn.__wrapped__
+    return inspect.unwrap(fn) if _is_compiler_guard(fn) else None
+
+
+def _without_compiler_guards(base: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
+    """A subclass of `base` (same state, same checkpoints) whose methods skip torch's compiler guards."""
+    plain = {name: _unguarded(base, name) for name in _GUARDED}
+    body: dict[str, Any] = {"__doc__": f"{base.__name__} without importing the compiler (training/optim.py)."}
+    for name, fn in plain.items():
+        if fn is not None and name != "step":
+            body[name] = fn
+    if plain["step"] is not None:
+        impl = plain["step"]
+
+        def step(self: torch.optim.Optimizer, closure: Callable[[], float] | None = None) -> Any:
+            with torch.set_grad_enabled(self.defaults["differentiable"]):  # what the guard does, less the break
+                return impl(self, closure)
+
+        body["step"] = step
+    return type(base.__name__, (base,), body)
+
+
+AdamW = _without_compiler_guards(torch.optim.AdamW)
+SGD = _without_compiler_guards(torch.optim.SGD)
+
+
 def _adamw(groups: list[dict], cfg: OptimConfig, fused: bool | None) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=fused)
+    return AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=fused)
 
 
 def _sgd(groups: list[dict], cfg: OptimConfig, fused: bool | None) -> torch.optim.Optimizer:
-    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=True, fused=fused)
+    return SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=True, fused=fused)
 
 
 # optim.name -> builder(param groups, config, fused); optim.schedule's values

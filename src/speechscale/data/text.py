@@ -41,7 +41,7 @@ class TextNormalizer:
 
         def spell(m: re.Match[str]) -> str:
             from num2words import num2words  # here, not at the top: importing it (every language) costs
-            # 0.1 s, paid by every process that imports the data package (training workers, the CLI)
+            # 34 ms of CPU, which every process that imports the data package (training workers, the CLI) paid
 
             raw = m.group(0).replace(",", "")
             try:

@@ -23,9 +23,9 @@ def _exit_without_teardown() -> None:
     """The last exit handler (registered when this module is imported, before torch or multiprocessing are, and
     handlers run newest first): after a command returned, and after the interpreter joined its threads and
     every other handler ran (torch's, multiprocessing's: loader workers and their server are gone), flush the
-    logs and the standard streams and end the process without tearing the interpreter down. With torch loaded that teardown costs
-    about 1-2 s of CPU (measured: a training process of `tests/distributed/launch.train_args`), paid by every
-    command and every torchrun rank. A command that raised gets the ordinary exit."""
+    logs and the standard streams and end the process without tearing the interpreter down. With torch loaded
+    that teardown costs about 1-2 s of CPU (measured: a training process of `tests/distributed/launch.train_args`),
+    paid by every command and every torchrun rank. A command that raised gets the ordinary exit."""
     if _FINISHED:
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):

@@ -28,7 +28,7 @@ import soundfile as sf
 
 from .audio import audio_info
 from .manifest import ManifestError, SkipReport, write_manifest
-from .text import TextNormalizer
+from .text import DIGIT_WORDS, TextNormalizer
 
 Row = tuple[Path, str, dict[str, Any]]  # audio file, raw transcript, extra manifest fields
 
@@ -89,13 +89,10 @@ def tedlium(src: Path, out: Path, split: str) -> Iterator[Row]:
             yield segment if talk.is_file() else talk, text, {"speaker": fields[2], "talk": stm.stem}
 
 
-_DIGITS = "zero one two three four five six seven eight nine".split()  # FSDD's file names hold the digit
-
-
 def fsdd(src: Path, out: Path, split: str) -> Iterator[Row]:
     for wav in sorted((src / "recordings").glob("*.wav")):
         digit, speaker, index = wav.stem.split("_")
-        yield wav, _DIGITS[int(digit)], {"speaker": speaker, "split": "test" if int(index) < 5 else "train"}
+        yield wav, DIGIT_WORDS[int(digit)], {"speaker": speaker, "split": "test" if int(index) < 5 else "train"}
 
 
 def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:

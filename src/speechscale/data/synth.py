@@ -20,6 +20,7 @@ from tqdm import tqdm
 from .audio import resample
 from .espeak import Espeak
 from .manifest import write_manifest
+from .text import DIGIT_WORDS
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,6 @@ TEST_VOICE = "en-us+m6"
 
 # `--text digits`: one digit word an utterance, as FSDD speaks them, in many more voices: every English accent
 # espeak-ng has crossed with its human-sounding variants (the robotic, whispered and croaking ones left out)
-DIGITS = W("zero one two three four five six seven eight nine")
 DIGIT_ACCENTS = ["en-us", "en", "en-gb-x-rp", "en-029", "en-gb-scotland", "en-us-nyc", "en-gb-x-gbclan",
                  "en-gb-x-gbcwmd"]
 DIGIT_VARIANTS = W("m1 m2 m3 m4 m5 m7 m8 f1 f2 f3 f4 f5 adam alex andy annie antonio aunty belinda benjamin "
@@ -134,7 +134,7 @@ def _synthesize(out_dir: str, minutes: float, seed: int, sample_rate: int, test_
         records, total, i = [], 0.0, 0
         bar = tqdm(total=int(seconds), desc=f"synth {split}", unit="s", disable=not progress, leave=False)
         while total < seconds:
-            text = rng.choice(DIGITS) if digits else sentence(rng)
+            text = rng.choice(DIGIT_WORDS) if digits else sentence(rng)
             voice = rng.choice(voices)
             if split == "train":
                 rate, pitch = rng.randint(140, 200), rng.randint(25, 75)

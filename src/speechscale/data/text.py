@@ -19,6 +19,7 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 
 
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")  # DIGIT_WORDS[d]
 DIGIT_MODES = ("spell", "drop", "keep")  # 12 -> twelve | removed | kept (add digits to the alphabet)
 
 

@@ -1,7 +1,6 @@
 """Optimizers and the learning-rate schedule (warm-up, then decay), as a pure function of the step."""
 from __future__ import annotations
 
-import inspect
 import math
 from typing import Any, Callable
 
@@ -38,17 +37,15 @@ except ImportError:  # a torch without it: its methods stay as they are
     _DISABLE = None
 
 
-def _is_compiler_guard(fn: Any) -> bool:
-    code = getattr(fn, "__code__", None)
-    return code is not None and hasattr(fn, "__wrapped__") and (code is _DISABLE or code.co_name == "_use_grad")
-
-
 def _unguarded(base: type, name: str) -> Callable[..., Any] | None:
-    """`base.name` beneath torch's compiler guard, or None where it has none this code knows."""
-    fn = getattr(base, name)
-    while hasattr(fn, "__wrapped__") and not _is_compiler_guard(fn):  # an optimizer hook's wrapper
+    """The function beneath `base.name`'s wrappers (torch's compiler guard, an optimizer hook's wrapper), or None
+    where none of them is a guard this code knows."""
+    fn, guarded = getattr(base, name), False
+    while hasattr(fn, "__wrapped__"):
+        code = getattr(fn, "__code__", None)
+        guarded |= code is not None and (code is _DISABLE or code.co_name == "_use_grad")
         fn = fn.__wrapped__
-    return inspect.unwrap(fn) if _is_compiler_guard(fn) else None
+    return fn if guarded else None
 
 
 def _without_compiler_guards(base: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:

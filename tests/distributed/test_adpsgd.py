@@ -1,17 +1,19 @@
 """ADPSGD with real gloo processes: pairings agree, gossip keeps the mean and shrinks the spread, the end
 of training leaves identical weights, and training through torchrun learns and stops cleanly."""
+import contextlib
 import json
 import os
 import signal
+import time
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from torch.distributed import TCPStore
 
 from speechscale.distributed.adpsgd import partner, random_pairs, ring_pairs
 from tests.distributed.launch import (
     assert_saved_average,
-    free_port,
     kill_group,
     ldc_manifest,
     run,
@@ -57,23 +59,38 @@ GOSSIP_WORLDS = [2, 3, 4]
 DRIFT_WORLD = 3
 
 
-def _ports(n):
-    ports = set()
-    while len(ports) < n:
-        ports.add(free_port())
-    return sorted(ports)
+@contextlib.contextmanager
+def _group(rank, world, folder, name):
+    """The rendezvous of one process group: rank 0 hosts its store on a port the OS picks (multi-tenant, so that
+    the group's own store on that port shares the server) and writes the port to FOLDER/NAME.port; the other
+    ranks read it there. No port is picked ahead and left free for another test to take."""
+    path = os.path.join(folder, f"{name}.port")
+    store = None
+    if rank == 0:
+        store = TCPStore("127.0.0.1", 0, is_master=True, multi_tenant=True, wait_for_workers=False)
+        with open(path + ".tmp", "w") as f:
+            f.write(str(store.port))
+        os.replace(path + ".tmp", path)
+    while not os.path.exists(path):
+        time.sleep(0.01)
+    with open(path) as f:
+        _join(rank, world, int(f.read()))
+    try:
+        yield
+    finally:
+        del store
 
 
-def _each_variant(rank, world, ports, out, body):
+def _each_variant(rank, world, out, body):
     """Runs `body(strategy, variant)` for every variant in one set of processes, each variant on its own
-    process group (its own port), and writes what it returns to OUT/VARIANT-RANK.json."""
-    for variant, port in zip(VARIANTS, ports):
-        _join(rank, world, port)
-        strategy = _strategy(variant)
-        result = body(strategy, variant, rank, world)
-        with open(os.path.join(out, f"{variant}-{rank}.json"), "w") as f:
-            json.dump(result, f)
-        strategy.close()
+    process group, and writes what it returns to OUT/VARIANT-RANK.json."""
+    for variant in VARIANTS:
+        with _group(rank, world, out, variant):
+            strategy = _strategy(variant)
+            result = body(strategy, variant, rank, world)
+            with open(os.path.join(out, f"{variant}-{rank}.json"), "w") as f:
+                json.dump(result, f)
+            strategy.close()
 
 
 def _gossip(strategy, variant, rank, world):
@@ -126,8 +143,6 @@ def test_gossip_keeps_the_mean_shrinks_the_spread_and_ends_identical(learners, w
 
 def _drift(strategy, variant, rank, world):
     """Every learner's gradient is 1 everywhere; the rings' learners take different numbers of steps."""
-    import time
-
     from speechscale.distributed.adpsgd import _flat
 
     torch.manual_seed(rank)
@@ -155,11 +170,13 @@ def test_the_mean_moves_by_exactly_the_learners_mean_update(learners):
         torch.testing.assert_close(moved, torch.full_like(moved, -0.1 * sum(steps) / world), rtol=0, atol=1e-5)
 
 
-def _late_neighbour(rank, world, port, out):
+def _late_neighbour(rank, world, out):
     """Rank 1 is late for 1 s: rank 0 skips those rounds instead of waiting, and both agree on it."""
-    _join(rank, world, port)
-    import time
+    with _group(rank, world, out, "fixed_ring"):
+        _late_run(rank, out)
 
+
+def _late_run(rank, out):
     from speechscale.distributed.adpsgd import _flat
 
     strategy = _strategy("fixed_ring", skip_after_s=0.2)
@@ -184,16 +201,16 @@ def _late_neighbour(rank, world, port, out):
     strategy.close()
 
 
-def _learner(rank, ports, out):
+def _learner(rank, out):
     """One process of the module's set: each experiment runs on the ranks below its world size, one after
-    another, each variant on its own process group (port)."""
+    another, each variant on its own process group."""
     for world in GOSSIP_WORLDS:
         if rank < world:
-            _each_variant(rank, world, ports[f"gossip-{world}"], os.path.join(out, f"gossip-{world}"), _gossip)
+            _each_variant(rank, world, os.path.join(out, f"gossip-{world}"), _gossip)
     if rank < DRIFT_WORLD:
-        _each_variant(rank, DRIFT_WORLD, ports["drift"], os.path.join(out, "drift"), _drift)
+        _each_variant(rank, DRIFT_WORLD, os.path.join(out, "drift"), _drift)
     if rank < 2:
-        _late_neighbour(rank, 2, ports["late"][0], os.path.join(out, "late"))
+        _late_neighbour(rank, 2, os.path.join(out, "late"))
 
 
 @pytest.fixture(scope="module")
@@ -204,9 +221,7 @@ def learners(tmp_path_factory):
     names = [f"gossip-{w}" for w in GOSSIP_WORLDS] + ["drift", "late"]
     for name in names:
         (out / name).mkdir()
-    free = iter(_ports(len(VARIANTS) * len(names)))
-    ports = {name: [next(free) for _ in VARIANTS] for name in names}
-    mp.spawn(_learner, args=(ports, str(out)), nprocs=max(GOSSIP_WORLDS), join=True)
+    mp.spawn(_learner, args=(str(out),), nprocs=max(GOSSIP_WORLDS), join=True)
     return out
 
 

@@ -35,6 +35,7 @@ from ..storage.checkpoints import (
 from ..storage.seeds import derive_seed, deterministic_algorithms, seed_everything
 from .ema import WeightAverage
 from .evaluate import validate
+from .init import init_weights
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
 from .preflight import check_writable
@@ -77,6 +78,8 @@ class Trainer:
         self.device = resolve_device(self.strategy.device(t.device))
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(self.device)
+        if t.init_from:  # fine-tuning: weights only; a checkpoint found by trainer.resume replaces them
+            init_weights(self.model, t.init_from, cfg)
         self.precision = Precision(resolve_precision(t.precision, self.device), self.device,
                                    init_scale=t.loss_scale_init, min_scale=t.min_loss_scale)
         n_params = sum(p.numel() for p in self.model.parameters())

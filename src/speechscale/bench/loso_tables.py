@@ -46,7 +46,7 @@ def render_loso(docs: dict[str, dict[str, Any]]) -> str:
     return (_md(head, rows) + "\nEach cell: WER greedy / with the training speakers' lexicon, `last.pt` of the "
             "fold that never heard that speaker.\n" + dagger + "\n" + "\n".join(notes) + "\n\n"
             + render_loso_seeds(docs) + render_loso_rescored(docs) + render_loso_alone(docs)
-            + render_loso_averaged(docs) + render_loso_ema(docs))
+            + render_loso_averaged(docs) + render_loso_ema(docs) + render_loso_adapted(docs))
 
 
 def _paired(folds: dict[str, dict[str, Any]], pair: Callable[[dict[str, Any]], tuple[float, float]],
@@ -115,6 +115,25 @@ def render_loso_ema(docs: dict[str, dict[str, Any]]) -> str:
     """Results trained with trainer.ema_decay whose folds also scored the EMA weights (greedy)."""
     return _beside_last(docs, "wer_greedy_ema", "ema_decay", "decay", "`last.pt` / its EMA weights "
                         "of `trainer.ema_decay`, written out by `speechscale average --ema`")
+
+
+def render_loso_adapted(docs: dict[str, dict[str, Any]]) -> str:
+    """Results whose folds were adapted to their held-out speaker (`bench fsdd-loso --adapt`): per speaker
+    "before → adapted", greedy and lexicon, over the same two halves of the speaker's clips."""
+    from .loso import SPEAKERS
+
+    rows = []
+    for name, doc in sorted(docs.items()):
+        folds = {f["held_out"]: f for f in doc["results"]["folds"] if "wer_greedy_adapted" in f}
+        for dec in ("greedy", "lexicon") if folds else ():
+            rows.append([f"`{name}`", dec, *_paired(folds, lambda f, d=dec: (f[f"wer_{d}_adapt_before"],
+                                                                           f[f"wer_{d}_adapted"]), "→")])
+    if not rows:
+        return ""
+    return ("\nUnsupervised speaker adaptation (`bench fsdd-loso --adapt`): `last.pt` labels half of the held-out "
+            "speaker's clips itself (lexicon search), is fine-tuned on them beside its training data, and scores the "
+            "other half; then the halves swap. WER % before → after, over the same halves:\n\n"
+            + _md(["result", "decoder", *SPEAKERS, "mean"], rows))
 
 
 def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:

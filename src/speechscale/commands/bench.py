@@ -177,7 +177,7 @@ def loso(args: argparse.Namespace) -> int:
     from ..bench.loso import SPEAKERS, FoldConflict, bench_loso
     from ..recipe import load_recipe
 
-    if args.rescore:
+    if args.rescore or args.adapt:
         return _loso_rescore(args)
     held_out = tuple(args.held_out.split(",")) if args.held_out else SPEAKERS
     for s in held_out:
@@ -215,19 +215,27 @@ def _rerender_loso(folder: Path, benchmarks: str) -> None:
 
 
 def _loso_rescore(args: argparse.Namespace) -> int:
-    """`bench fsdd-loso --rescore`: score OUT/NAME.json's folds again from their checkpoints under WORK/NAME."""
+    """`bench fsdd-loso --rescore` / `--adapt`: score OUT/NAME.json's folds again from their checkpoints under
+    WORK/NAME, or adapt each to its held-out speaker (bench/adapt.py) and score that."""
     from ..bench.harness import provenance
-    from ..bench.loso import rescore_loso
 
+    flag = "--adapt" if args.adapt else "--rescore"
     path = Path(args.out) / f"{args.name}.json"
     if not path.is_file():
-        raise SystemExit(f"speechscale bench fsdd-loso --rescore: {path}: no result to re-score")
+        raise SystemExit(f"speechscale bench fsdd-loso {flag}: {path}: no result to {flag[2:]}")
     doc = json.loads(path.read_text())
     try:
-        res = rescore_loso(doc["results"], Path(args.work) / args.name)
-    except FileNotFoundError as e:
-        raise SystemExit(f"speechscale bench fsdd-loso --rescore: {e}") from None
-    doc = {**doc, "results": res, "rescored": provenance()}
+        if args.adapt:
+            from ..bench.adapt import adapt_loso
+
+            res = adapt_loso(doc["results"], Path(args.work) / args.name, args.adapt_epochs)
+        else:
+            from ..bench.loso import rescore_loso
+
+            res = rescore_loso(doc["results"], Path(args.work) / args.name)
+    except (FileNotFoundError, ValueError) as e:  # no checkpoint; a fold --adapt cannot read
+        raise SystemExit(f"speechscale bench fsdd-loso {flag}: {e}") from None
+    doc = {**doc, "results": res, ("adapted" if args.adapt else "rescored"): provenance()}
     path.write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps({"summary": res["summary"]}), flush=True)
     if args.benchmarks:
@@ -345,5 +353,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     help="re-render its LOSO table from every JSON in --out ('' = leave it alone)")
     bo.add_argument("--rescore", action="store_true", help="train nothing: score OUT/NAME.json's folds again "
                     "from their last.pt under WORK/NAME with today's decoders (earlier figures kept as `before`)")
+    bo.add_argument("--adapt", action="store_true", help="train no fold: adapt each fold's last.pt under WORK/NAME "
+                    "to its held-out speaker without labels (it labels half of the speaker's clips itself, is "
+                    "fine-tuned on them, and scores the other half) and add the figures to OUT/NAME.json")
+    bo.add_argument("--adapt-epochs", type=positive(int), default=3, help="--adapt: fine-tuning epochs")
     bo.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every fold")
     bo.set_defaults(func=loso)

@@ -37,8 +37,11 @@ def render_loso(docs: dict[str, dict[str, Any]]) -> str:
         again = doc.get("rescored")
         rescored = (f"; scored again from the same `last.pt` files at {again['commit']} ({again['date']}), earlier "
                     "figures kept in the JSON" if again else "")
+        ad = doc.get("adapted")
+        adapted = (f"; adapted to the held-out speaker (`--adapt`, table below) at {ad['commit']} ({ad['date']})"
+                   if ad else "")
         notes.append(f"- `{name}`: `{res['config']}`{f' with `{ov}`' if ov else ''}{extra}; "
-                     f"{_provenance(doc).strip().strip('_')}{rescored}")
+                     f"{_provenance(doc).strip().strip('_')}{rescored}{adapted}")
     dagger = ("\n† lexicon scored before the search took the utterance's end as a word boundary (17cb4e7): it "
               "needed a space after the word, which these single-word models never emit, and so dropped or "
               "replaced words (see the measured effect below the table).\n"

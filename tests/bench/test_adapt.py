@@ -12,8 +12,8 @@ from speechscale.decoding.metrics import ErrorRate
 from speechscale.recipe import load_recipe
 from speechscale.training.trainer import Trainer
 from tests.conftest import main_cli, shared
+from tests.training.tiny import NARROW
 
-NARROW = "{conv: [{channels: 8, kernel: [11, 11], stride: [2, 2]}], rnn_hidden: 32, rnn_layers: 1, dropout: 0.0}"
 WORDS = "eight five four nine one seven six three two zero".split()
 
 

@@ -4,20 +4,11 @@ import json
 import pytest
 import torch
 
-from speechscale.recipe import load_recipe
 from speechscale.storage.checkpoints import load_checkpoint
 from speechscale.training.ema import WeightAverage
 from speechscale.training.trainer import Trainer
 from tests.conftest import main_cli, shared
-
-NARROW = "{conv: [{channels: 8, kernel: [11, 11], stride: [2, 2]}], rnn_hidden: 32, rnn_layers: 1, dropout: 0.0}"
-
-
-def _ldc(out, *extra):
-    m = shared("ldc93s1", "manifest.jsonl")
-    return load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
-                              "trainer.progress=false", "optim.lr=0.003", "features.sample_rate=8000",
-                              f"model.overrides={NARROW}", "trainer.max_epochs=0", *extra])
+from tests.training.tiny import NARROW, ldc_config
 
 
 def test_the_average_moves_by_the_scheduled_rate_and_copies_integer_state():
@@ -40,11 +31,11 @@ def test_the_average_moves_by_the_scheduled_rate_and_copies_integer_state():
 
 @pytest.mark.slow
 def test_the_ema_is_checkpointed_and_a_resumed_run_continues_it_exactly(tmp_path):
-    straight = Trainer(_ldc(tmp_path / "a", "trainer.max_steps=6", "trainer.ema_decay=0.9"))
+    straight = Trainer(ldc_config(tmp_path / "a", "trainer.max_steps=6", "trainer.ema_decay=0.9"))
     straight.fit()
-    first = Trainer(_ldc(tmp_path / "b", "trainer.max_steps=3", "trainer.ema_decay=0.9"))
+    first = Trainer(ldc_config(tmp_path / "b", "trainer.max_steps=3", "trainer.ema_decay=0.9"))
     first.fit()
-    resumed = Trainer(_ldc(tmp_path / "b", "trainer.max_steps=6", "trainer.ema_decay=0.9", "trainer.resume=auto"))
+    resumed = Trainer(ldc_config(tmp_path / "b", "trainer.max_steps=6", "trainer.ema_decay=0.9", "trainer.resume=auto"))
     assert resumed.state.step == 3
     resumed.fit()
     saved = load_checkpoint(tmp_path / "a" / "checkpoints" / "last.pt")
@@ -58,7 +49,7 @@ def test_the_ema_is_checkpointed_and_a_resumed_run_continues_it_exactly(tmp_path
 
 @pytest.mark.slow
 def test_average_writes_checkpoints_that_eval_and_export_use(tmp_path, cli):
-    Trainer(_ldc(tmp_path / "run", "trainer.max_steps=4", "trainer.ema_decay=0.9", "trainer.keep_checkpoints=4",
+    Trainer(ldc_config(tmp_path / "run", "trainer.max_steps=4", "trainer.ema_decay=0.9", "trainer.keep_checkpoints=4",
                  "trainer.checkpoint_every_steps=1")).fit()
     ckpts = tmp_path / "run" / "checkpoints"
     steps = sorted(ckpts.glob("step-*.pt"), key=lambda p: int(p.stem[5:]))
@@ -85,7 +76,7 @@ def test_average_writes_checkpoints_that_eval_and_export_use(tmp_path, cli):
 
 def test_average_refuses_mixed_models_a_missing_ema_and_ambiguous_arguments(tmp_path, capsys):
     for name, over in (("a", NARROW), ("b", "{rnn_hidden: 16, rnn_layers: 1}")):
-        cfg = _ldc(tmp_path / name, "trainer.max_steps=1", f"model.overrides={over}")
+        cfg = ldc_config(tmp_path / name, "trainer.max_steps=1", f"model.overrides={over}")
         trainer = Trainer(cfg)
         trainer.save("x.pt")
     a, b = tmp_path / "a" / "checkpoints" / "x.pt", tmp_path / "b" / "checkpoints" / "x.pt"

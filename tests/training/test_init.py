@@ -3,33 +3,23 @@ import pytest
 import torch
 
 from speechscale.config import ConfigError
-from speechscale.recipe import load_recipe
 from speechscale.storage.checkpoints import load_checkpoint
 from speechscale.training.trainer import Trainer
-from tests.conftest import shared
-
-NARROW = "{conv: [{channels: 8, kernel: [11, 11], stride: [2, 2]}], rnn_hidden: 32, rnn_layers: 1, dropout: 0.0}"
-
-
-def _ldc(out, *extra):
-    m = shared("ldc93s1", "manifest.jsonl")
-    return load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
-                              "trainer.progress=false", "optim.lr=0.003", "features.sample_rate=8000",
-                              f"model.overrides={NARROW}", "trainer.max_epochs=0", *extra])
+from tests.training.tiny import ldc_config
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     """A 3-step run's last.pt."""
     out = tmp_path_factory.mktemp("source")
-    Trainer(_ldc(out, "trainer.max_steps=3")).fit()
+    Trainer(ldc_config(out, "trainer.max_steps=3")).fit()
     return out / "checkpoints" / "last.pt"
 
 
 def test_a_run_starts_from_the_weights_and_nothing_else(source, tmp_path):
     saved = load_checkpoint(source)
-    fresh = Trainer(_ldc(tmp_path / "fresh", "trainer.max_steps=2"))
-    tuned = Trainer(_ldc(tmp_path / "tuned", "trainer.max_steps=2", f"trainer.init_from={source}"))
+    fresh = Trainer(ldc_config(tmp_path / "fresh", "trainer.max_steps=2"))
+    tuned = Trainer(ldc_config(tmp_path / "tuned", "trainer.max_steps=2", f"trainer.init_from={source}"))
     for name, value in tuned.model.state_dict().items():
         assert torch.equal(value, saved["model"][name]), name
     assert not all(torch.equal(v, saved["model"][k]) for k, v in fresh.model.state_dict().items())
@@ -41,9 +31,9 @@ def test_a_run_starts_from_the_weights_and_nothing_else(source, tmp_path):
 
 
 def test_resume_wins_over_init_from(source, tmp_path):
-    Trainer(_ldc(tmp_path / "run", "trainer.max_steps=1")).fit()
+    Trainer(ldc_config(tmp_path / "run", "trainer.max_steps=1")).fit()
     own = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["model"]
-    again = Trainer(_ldc(tmp_path / "run", "trainer.max_steps=2", "trainer.resume=auto",
+    again = Trainer(ldc_config(tmp_path / "run", "trainer.max_steps=2", "trainer.resume=auto",
                          f"trainer.init_from={source}"))
     assert again.state.step == 1
     for name, value in again.model.state_dict().items():
@@ -57,10 +47,10 @@ def test_resume_wins_over_init_from(source, tmp_path):
 ])
 def test_a_checkpoint_that_does_not_fit_is_a_one_line_error(source, tmp_path, extra, message):
     with pytest.raises(ConfigError, match="trainer.init_from") as err:
-        Trainer(_ldc(tmp_path / "x", "trainer.max_steps=1", f"trainer.init_from={source}", *extra))
+        Trainer(ldc_config(tmp_path / "x", "trainer.max_steps=1", f"trainer.init_from={source}", *extra))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
 def test_a_missing_checkpoint_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match="trainer.init_from: checkpoint not found"):
-        Trainer(_ldc(tmp_path / "x", "trainer.max_steps=1", f"trainer.init_from={tmp_path / 'nope.pt'}"))
+        Trainer(ldc_config(tmp_path / "x", "trainer.max_steps=1", f"trainer.init_from={tmp_path / 'nope.pt'}"))

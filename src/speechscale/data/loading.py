@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import threading
@@ -114,8 +115,12 @@ class WorkerStart:
     def __call__(self, worker_id: int) -> None:
         os.environ.clear()
         os.environ.update(self.environ)
+        # a worker starts with both signals blocked (the server's mask), so that one sent between torch's
+        # own SIGTERM handler (installed first thing in the worker) and this line stays pending; ignoring
+        # it discards it, and only then may they arrive
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, LEFT_TO_TRAINER)
         # torch's own check watches the worker's parent, which is the server here, not the trainer
         threading.Thread(target=_exit_with, args=(self.trainer,), name="trainer-watch", daemon=True).start()
 
@@ -141,6 +146,9 @@ def _exit_with(pid: int, every_s: float = 1.0) -> None:
     os._exit(0)
 
 
+# Signals a loader worker leaves to its trainer; blocked from the server's start to the end of WorkerStart.
+LEFT_TO_TRAINER = {signal.SIGINT, signal.SIGTERM}
+
 # What the forkserver imports once, so that each worker it forks starts with them (milliseconds, not seconds);
 # worker_server also leaves SIGTERM to the trainer, as the workers do.
 WORKER_PRELOAD = ["speechscale.data.worker_server", "speechscale.data.dataset", "speechscale.data.stream"]
@@ -154,6 +162,14 @@ def worker_context() -> multiprocessing.context.BaseContext:
     forkserver the default for the same reason."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(WORKER_PRELOAD)  # takes effect when the server starts (once per process)
+    # The server starts with SIGINT and SIGTERM blocked (an exec keeps the mask; the resource tracker is started
+    # the same way), so that a launcher's SIGTERM to the process group in its first milliseconds cannot kill
+    # it, and it forks every worker with them blocked. A signal meanwhile waits for this process, not lost.
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, LEFT_TO_TRAINER)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return ctx
 
 

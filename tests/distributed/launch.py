@@ -165,9 +165,14 @@ def wait_for(predicate, timeout: float = 240, every: float = 0.05) -> None:
 
 
 def trace(out: Path) -> Iterator[dict]:
-    """Every traced step of every rank and attempt."""
-    for path in sorted(out.glob("samples-rank*.jsonl")):
-        for line in path.read_text().splitlines():
+    """Every traced step of every rank and attempt, complete lines only (a trainer may be writing). Polled
+    while a run starts: its pre-flight check creates `out` and removes it again, which a glob can race."""
+    try:
+        paths = sorted(out.glob("samples-rank*.jsonl"))
+    except FileNotFoundError:  # out was there for the glob's is_dir and gone for its scandir: nothing yet
+        return
+    for path in paths:
+        for line in path.read_text().split("\n")[:-1]:
             row = json.loads(line)
             row["rank"] = int(path.stem.split("rank")[1])
             yield row

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import signal
 import threading
@@ -162,9 +163,11 @@ def worker_context() -> multiprocessing.context.BaseContext:
     forkserver the default for the same reason."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(WORKER_PRELOAD)  # takes effect when the server starts (once per process)
-    # The server starts with SIGINT and SIGTERM blocked (an exec keeps the mask; the resource tracker is started
-    # the same way), so that a launcher's SIGTERM to the process group in its first milliseconds cannot kill
-    # it, and it forks every worker with them blocked. A signal meanwhile waits for this process, not lost.
+    # The server starts with SIGINT and SIGTERM blocked (an exec keeps the mask), so that a launcher's SIGTERM
+    # to the process group in its first milliseconds cannot kill it, and it forks every worker with them
+    # blocked. A signal meanwhile waits for this process, not lost. The resource tracker starts first: Python
+    # starts it the same way but then unblocks both signals in the calling thread, whatever they were before.
+    multiprocessing.resource_tracker.ensure_running()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, LEFT_TO_TRAINER)
     try:
         multiprocessing.forkserver.ensure_running()

@@ -77,8 +77,6 @@ def _alone(fold: dict[str, Any], prior: bool) -> float | None:
 def render_loso_alone(docs: dict[str, dict[str, Any]]) -> str:
     """Speaker-CMVN results scored with and without the held-out speaker's statistics (greedy): each file on
     its own statistics alone, and shrunk toward the training speakers' (features.speaker_prior)."""
-    from .loso import SPEAKERS
-
     rows = []
     for name, doc in sorted(docs.items()):
         for prior, label in ((False, "its own"), (True, "its own + training speakers' (400 frames)")):
@@ -86,26 +84,22 @@ def render_loso_alone(docs: dict[str, dict[str, Any]]) -> str:
             if folds:
                 rows.append([f"`{name}`", label,
                              *_paired(folds, lambda f, p=prior: (f["wer_greedy"], _alone(f, p)), "/")])
-    if not rows:
-        return ""
-    return ("\nSpeaker CMVN with / without the held-out speaker's statistics (greedy WER %; without: each file "
-            "normalized as `transcribe` and `serve` see a single file, on its own statistics, or on them pooled "
-            "with the training speakers' saved in the checkpoint, `features.speaker_prior`):\n\n"
-            + _md(["result", "a file alone uses", *SPEAKERS, "mean"], rows))
+    return _speaker_table("Speaker CMVN with / without the held-out speaker's statistics (greedy WER %; without: "
+                          "each file normalized as `transcribe` and `serve` see a single file, on its own statistics, "
+                          "or on them pooled with the training speakers' saved in the checkpoint, "
+                          "`features.speaker_prior`):", "a file alone uses", rows)
 
 
 def _beside_last(docs: dict[str, dict[str, Any]], key: str, setting: str, head: str, caption: str) -> str:
     """A table of results whose folds also scored other weights greedily (fold field `key`), beside `last.pt`:
     per result its `setting` (fold field, column `head`), each speaker's "last.pt / other" and the means."""
-    from .loso import SPEAKERS
-
     rows = []
     for name, doc in sorted(docs.items()):
         folds = {f["held_out"]: f for f in doc["results"]["folds"] if key in f}
         if folds:
             rows.append([f"`{name}`", "/".join(map(str, sorted({f[setting] for f in folds.values()}))),
                          *_paired(folds, lambda f: (f["wer_greedy"], f[key]), "/")])
-    return f"\n{caption} (greedy WER %):\n\n" + _md(["result", head, *SPEAKERS, "mean"], rows) if rows else ""
+    return _speaker_table(f"{caption} (greedy WER %):", head, rows)
 
 
 def render_loso_averaged(docs: dict[str, dict[str, Any]]) -> str:
@@ -123,37 +117,37 @@ def render_loso_ema(docs: dict[str, dict[str, Any]]) -> str:
 def render_loso_adapted(docs: dict[str, dict[str, Any]]) -> str:
     """Results whose folds were adapted to their held-out speaker (`bench fsdd-loso --adapt`): per speaker
     "before → adapted", greedy and lexicon, over the same two halves of the speaker's clips."""
-    from .loso import SPEAKERS
-
     rows = []
     for name, doc in sorted(docs.items()):
         folds = {f["held_out"]: f for f in doc["results"]["folds"] if "wer_greedy_adapted" in f}
         for dec in ("greedy", "lexicon") if folds else ():
             rows.append([f"`{name}`", dec, *_paired(folds, lambda f, d=dec: (f[f"wer_{d}_adapt_before"],
                                                                            f[f"wer_{d}_adapted"]), "→")])
-    if not rows:
-        return ""
-    return ("\nUnsupervised speaker adaptation (`bench fsdd-loso --adapt`): `last.pt` labels half of the held-out "
-            "speaker's clips itself (lexicon search), is fine-tuned on them beside its training data, and scores the "
-            "other half; then the halves swap. WER % before → after, over the same halves:\n\n"
-            + _md(["result", "decoder", *SPEAKERS, "mean"], rows))
+    return _speaker_table("Unsupervised speaker adaptation (`bench fsdd-loso --adapt`): `last.pt` labels half of the "
+                          "held-out speaker's clips itself (lexicon search), is fine-tuned on them beside its training "
+                          "data, and scores the other half; then the halves swap. WER % before → after, over the same "
+                          "halves:", "decoder", rows)
 
 
 def render_loso_rescored(docs: dict[str, dict[str, Any]]) -> str:
     """Results scored again from their checkpoints (`--rescore`): each fold's figures before and after."""
-    from .loso import SPEAKERS
-
     rows = []
     for name, doc in sorted(docs.items()):
         folds = {f["held_out"]: f for f in doc["results"]["folds"] if "before" in f}
         for d in ("lexicon", "greedy") if folds else ():
             key = f"wer_{d}"
             rows.append([f"`{name}`", d, *_paired(folds, lambda f, k=key: (f["before"][k], f[k]), "→")])
-    if not rows:
-        return ""
-    return ("\nScored again from the same `last.pt` files (`bench fsdd-loso --rescore`), WER % before → after; "
-            "greedy is the control (the same model and decoder must give the same figure):\n\n"
-            + _md(["result", "decoder", *SPEAKERS, "mean"], rows))
+    return _speaker_table("Scored again from the same `last.pt` files (`bench fsdd-loso --rescore`), WER % before → "
+                          "after; greedy is the control (the same model and decoder must give the same figure):",
+                          "decoder", rows)
+
+
+def _speaker_table(intro: str, head: str, rows: list[list[str]]) -> str:
+    """A side table under `intro`: per row a result, its `head` column, each held-out speaker and the mean;
+    "" without rows."""
+    from .loso import SPEAKERS
+
+    return f"\n{intro}\n\n" + _md(["result", head, *SPEAKERS, "mean"], rows) if rows else ""
 
 
 def _end_boundary(res: dict[str, Any]) -> bool:

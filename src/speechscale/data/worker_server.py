@@ -7,5 +7,6 @@ blocked (its trainer starts it so), and so forks each worker with them blocked u
 between would otherwise kill the worker (seen in CI: an ADPSGD learner's only worker, and no checkpoint)."""
 import signal
 
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # loading.LEFT_TO_TRAINER (not imported:
+# a restarted server, which Python starts without the trainer's mask, still forks its workers so)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)

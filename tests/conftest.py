@@ -41,6 +41,11 @@ def shared(*parts: str) -> Path:
     return p
 
 
+def data_root(name: str) -> str:
+    """The override that points a built-in recipe at corpus `name` in ../shared/data (data.root=...)."""
+    return f"data.root={shared(name)}"
+
+
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
     """Run `python -m speechscale.cli ARGS` as a real process; returns the completed process."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -92,7 +97,8 @@ def ldc_checkpoint(tmp_path_factory, worker_id) -> Path:
     out = root / "ldc-checkpoint"
     with FileLock(str(root / "ldc-checkpoint.lock")):
         if not (out / "checkpoints" / "best.pt").is_file():
-            proc = run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={out}")
+            proc = run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={out}",
+                           data_root("ldc93s1"))
             assert (out / "checkpoints" / "best.pt").is_file(), proc.stderr
     return out / "checkpoints" / "best.pt"
 

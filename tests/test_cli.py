@@ -37,7 +37,8 @@ def test_quiet_and_verbose_work_before_and_after_the_subcommand(argv):
 
 
 def test_print_config_prints_the_resolved_config_and_exits():
-    proc = run_cli("train", "-q", "--config", "configs/yesno.yaml", "--print-config", "trainer.max_epochs=3")
+    proc = run_cli("train", "-q", "--config", "configs/yesno.yaml", "--print-config", "trainer.max_epochs=3",
+                   "data.root=data/yesno")
     assert "  max_epochs: 3" in proc.stdout and "  name: ds2-tiny" in proc.stdout and proc.stderr == ""
 
 
@@ -86,7 +87,7 @@ def test_a_finished_command_ends_its_process_without_the_teardown_and_keeps_its_
     assert proc.returncode == 2 and "speechscale train: error:" in proc.stderr and "nope.yaml" in proc.stderr
     assert ("torn down" in proc.stderr) == (how == "argv")
     printed = subprocess.run([sys.executable, "-c", _TEARDOWN_PROBE, how, "train", "-q", "--config",
-                              "configs/yesno.yaml", "--print-config"], cwd=ROOT, capture_output=True, text=True,
+                              "configs/yesno.yaml", "--print-config", "data.root=."], cwd=ROOT, capture_output=True, text=True,
                              timeout=120)
     # piped stdout is block-buffered: what the command printed was flushed before the process ended
     assert printed.returncode == 0 and "  max_epochs: " in printed.stdout and printed.stdout.endswith("\n")

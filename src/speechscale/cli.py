@@ -38,11 +38,11 @@ def _exit_without_teardown() -> None:
 
 atexit.register(_exit_without_teardown)
 
-from .commands import average, bench, data, decode, export, plan, rendezvous, report, serve, train  # noqa: E402
+from .commands import average, bench, data, decode, export, info, plan, recipes, rendezvous, report, serve, train  # noqa: E402
 from .commands.args import Parser  # noqa: E402
 
 # the subcommands, in the order `speechscale --help` lists them
-COMMANDS = (data, train, rendezvous, decode, serve, export, average, report, plan, bench)
+COMMANDS = (recipes, data, train, rendezvous, decode, info, serve, export, average, report, plan, bench)
 
 log = logging.getLogger("speechscale")
 

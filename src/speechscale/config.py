@@ -82,6 +82,9 @@ class AugmentConfig:
 
 @dataclass
 class DataConfig:
+    root: str = ""                     # folder the relative data paths below (manifests, shard indexes, noise and
+                                       # RIR manifests) are read from ("" = the current folder); a recipe that
+                                       # says ??? needs it set, e.g. data.root=DIR of `speechscale data download`
     train_manifest: str = ""           # JSONL with audio_filepath, duration, text; or a shard index (index.jsonl
                                        # of `speechscale data shard`, a local path or fsspec URL): streamed
     val_manifest: str = ""             # JSONL (or shard index) used for validation WER/CER and the best checkpoint
@@ -319,14 +322,69 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return tree
 
 
+# The recipes shipped in the package (`speechscale recipes`); `--config NAME` reads RECIPES / NAME.yaml
+RECIPES = Path(__file__).resolve().parent / "recipes"
+# A value the recipe leaves to the user (OmegaConf's spelling): set it with key=value before anything runs
+MISSING = "???"
+
+
+def builtin_recipes() -> list[str]:
+    """The names of the recipes shipped in the package, sorted."""
+    return sorted(p.stem for p in RECIPES.glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe file: `name_or_path` itself when it is a file, else the built-in recipe of that name; raises
+    ConfigError naming the built-in recipes when it is neither."""
+    p = Path(name_or_path)
+    if p.is_file():
+        return p
+    builtin = RECIPES / f"{p.name.removesuffix('.yaml')}.yaml"
+    if p.parent == Path(".") and builtin.is_file():
+        return builtin
+    raise ConfigError(f"config file not found: {p} (built-in recipes: {', '.join(builtin_recipes())}; "
+                      f"`speechscale recipes` lists them)")
+
+
+def _is_local_relative(path: str) -> bool:
+    return bool(path) and "://" not in path and not Path(path).is_absolute()
+
+
+def _under(root: str, path: str) -> str:
+    """`path` read from `root`: unchanged when it is empty, absolute, a URL or already under root (so that a
+    config written out and read back resolves to the same files)."""
+    if not _is_local_relative(path) or not root or Path(path).is_relative_to(root):
+        return path
+    return str(Path(root) / path)
+
+
+def resolve_data_paths(cfg: Config) -> Config:
+    """The data paths of `cfg` read from data.root (in place; returned); ConfigError when the recipe leaves
+    data.root to the user (???) and a relative path needs it."""
+    d, a = cfg.data, cfg.augment
+    paths = {"data.train_manifest": d.train_manifest, "data.val_manifest": d.val_manifest,
+             **{f"data.mix[{i}]": m for i, m in enumerate(d.mix)},
+             "augment.noise_manifest": a.noise_manifest, "augment.rir_manifest": a.rir_manifest}
+    if d.root == MISSING:
+        needs = [f"{k}: {v}" for k, v in paths.items() if _is_local_relative(v)]
+        if needs:
+            raise ConfigError(f"data.root is not set: this recipe reads {', '.join(needs)} from it; add "
+                              f"data.root=DIR (a folder holding them, e.g. the --out of `speechscale data download`)")
+        return cfg
+    root = d.root
+    d.train_manifest, d.val_manifest = _under(root, d.train_manifest), _under(root, d.val_manifest)
+    d.mix = [_under(root, m) for m in d.mix]
+    a.noise_manifest, a.rir_manifest = _under(root, a.noise_manifest), _under(root, a.rir_manifest)
+    return cfg
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML recipe and apply overrides: keys and types are checked, values are not (that is
-    `recipe.load_recipe`, which knows every component's choices); raises ConfigError with one clear line."""
+    """Read a YAML recipe (a file, or a built-in recipe's name) and apply overrides: keys and types are
+    checked, relative data paths read from data.root, values are not checked (that is `recipe.load_recipe`,
+    which knows every component's choices); raises ConfigError with one clear line."""
     tree: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
+        p = recipe_path(path)
         try:
             tree = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:
@@ -334,7 +392,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         if not isinstance(tree, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of sections")
     tree = apply_overrides(tree, overrides or [])
-    return from_dict(Config, tree)
+    return resolve_data_paths(from_dict(Config, tree))
 
 
 def check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -8,7 +8,7 @@ import torch
 
 from speechscale.recipe import load_recipe
 from speechscale.training.trainer import Trainer
-from tests.conftest import shared, start_server
+from tests.conftest import data_root, shared, start_server
 from tests.distributed.launch import kill_group
 
 LDC = "she had your dark suit in greasy wash water all year"
@@ -39,7 +39,7 @@ def test_a_trained_conformer_transcribes_served_and_exported(tmp_path, cli):
     """The CLI commands run in this process (`cli`: no interpreter start-up each); the server is a process."""
     wav = shared("ldc93s1", "LDC93S1.wav")
     out = tmp_path / "run"
-    summary = json.loads(cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={out}",
+    summary = json.loads(cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={out}", data_root("ldc93s1"),
                                  *CONFORMER, "model.overrides={dropout: 0.0}").stdout.strip().splitlines()[-1])
     assert summary["wer"] == 0.0 and summary["stopped_by"] == "target_wer"
     ckpt = out / "checkpoints" / "last.pt"

@@ -7,10 +7,10 @@ import pytest
 
 from speechscale.reporting.report import write_report
 from speechscale.reporting.runs import load_run, throughput
-from tests.conftest import headless_chromium, shared
+from tests.conftest import DATA, headless_chromium, shared
 
 TRAIN = ["-q", "train", "--config", "configs/ldc93s1.yaml", "trainer.log_every=1", "trainer.val_every_steps=2",
-         "trainer.target_wer=-1", "trainer.resume=auto"]
+         "trainer.target_wer=-1", "trainer.resume=auto", f"data.root={DATA / 'ldc93s1'}"]
 
 
 @pytest.fixture(scope="module")

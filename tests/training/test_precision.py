@@ -84,7 +84,7 @@ def test_cli_reports_a_collapsed_scale_in_one_line(tmp_path, cli):
     proc = cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={tmp_path}",
                "trainer.precision=fp16", "trainer.loss_scale_init=0.01", "optim.lr=1e30", "optim.warmup_steps=0",
                "trainer.log_every=1",
-               "optim.grad_clip=0", "trainer.max_steps=200", f"data.train_manifest={m}",
+               "optim.grad_clip=0", "trainer.max_steps=200", f"data.train_manifest={m}", f"data.root={m.parent}",
                "features.sample_rate=8000", f"model.overrides={NARROW['ds2-tiny']}", check=False)
     assert proc.returncode == 3, proc.stderr[-2000:]
     lines = [x for x in proc.stderr.splitlines() if x.strip()]

@@ -9,7 +9,7 @@ import torch
 
 from speechscale.recipe import load_recipe
 from speechscale.training.trainer import Trainer
-from tests.conftest import main_cli, run_cli, shared
+from tests.conftest import DATA, main_cli, run_cli, shared
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_bad_config_is_one_clear_line_before_any_work(override, message, tmp_pat
     if "batch_seconds" in override:
         shared("yesno", "manifest.jsonl")  # the check reads the recipe's manifest
     code, _, err = main_cli(capsys, "train", "--config", "configs/yesno.yaml", f"trainer.out_dir={tmp_path}/r",
-                            override)
+                            f"data.root={DATA / 'yesno'}", override)
     assert code == 2
     lines = [x for x in err.splitlines() if "error" in x]
     assert len(lines) == 1 and message in lines[0], err

@@ -30,7 +30,7 @@ GOALS = {"greedy": 0.05, "lexicon": 0.02}  # mean WER over the folds (issue #25)
 def fold_overrides(held_out: str, speakers: tuple[str, ...] = SPEAKERS) -> list[str]:
     """Config overrides that train on every speaker but `held_out` and validate on it."""
     train = [s for s in speakers if s != held_out]
-    return [f"data.train_manifest={FSDD}", f"data.val_manifest={FSDD}",
+    return ["data.root=.", f"data.train_manifest={FSDD}", f"data.val_manifest={FSDD}",
             f"data.filter={{speaker: [{', '.join(train)}]}}", f"data.val_filter={{speaker: {held_out}}}"]
 
 

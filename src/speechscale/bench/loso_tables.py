@@ -173,7 +173,7 @@ def _trained_seed(res: dict[str, Any]) -> int | None:
     if not path.is_file():
         path = Path(__file__).resolve().parents[3] / res["config"]
     try:
-        return load_recipe(path).trainer.seed
+        return load_recipe(path, ["data.root=."]).trainer.seed  # the seed only: no data is read
     except ConfigError:
         return None
 

@@ -15,18 +15,20 @@ from .harness import run_cli
 
 CONFORMER = ["model.name=conformer-tiny", "features.kind=logmel", "features.n_mels=40"]
 
-# name -> (config, goal WER on its held-out set, what that set is; overrides of the config)
+# name -> (config, goal WER on its held-out set, what that set is; overrides of the config; its data.root, the
+# corpus in ../shared/data, relative to the checkout the bench runs in)
 RECIPES: dict[str, dict[str, Any]] = {
-    "yesno": {"config": "configs/yesno.yaml", "goal_wer": 0.0,
+    "yesno": {"config": "configs/yesno.yaml", "goal_wer": 0.0, "root": "../shared/data/yesno",
               "scored_on": "the 29 files after Kaldi's first 31 (never trained on)"},
-    "ldc93s1": {"config": "configs/ldc93s1.yaml", "goal_wer": 0.0,
+    "ldc93s1": {"config": "configs/ldc93s1.yaml", "goal_wer": 0.0, "root": "../shared/data/ldc93s1",
                 "scored_on": "the training utterance itself (overfit smoke test)"},
-    "fsdd": {"config": "configs/fsdd.yaml", "goal_wer": 0.05,
+    "fsdd": {"config": "configs/fsdd.yaml", "goal_wer": 0.05, "root": "../shared/data/fsdd",
              "scored_on": "nicolas's 500 clips (a speaker never heard; `last.pt`)"},
     # the same recipes with Conformer-CTC (issue #25): conformer-tiny on 40 log-mel bins
     "yesno-conformer": {"config": "configs/yesno.yaml", "goal_wer": 0.0, "overrides": CONFORMER,
+                        "root": "../shared/data/yesno",
                         "scored_on": "the 29 files after Kaldi's first 31 (never trained on)"},
-    "ldc93s1-conformer": {"config": "configs/ldc93s1.yaml", "goal_wer": 0.0,
+    "ldc93s1-conformer": {"config": "configs/ldc93s1.yaml", "goal_wer": 0.0, "root": "../shared/data/ldc93s1",
                           "overrides": [*CONFORMER, "model.overrides={dropout: 0.0}"],
                           "scored_on": "the training utterance itself (overfit smoke test)"},
     # `make demo`: synthesize the corpus (timed with the run), train, score the voice never used in training
@@ -38,7 +40,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 def _synth(out: Path, minutes: float) -> list[str]:
     """`speechscale synth` the demo corpus into OUT/data; returns the overrides that train on it."""
     run_cli(["synth", "--out", str(out / "data"), "--minutes", str(minutes), "--seed", "0"])
-    return [f"data.train_manifest={out / 'data' / 'train.jsonl'}", f"data.val_manifest={out / 'data' / 'test.jsonl'}"]
+    return [f"data.root={out / 'data'}", "data.train_manifest=train.jsonl", "data.val_manifest=test.jsonl"]
 
 
 def run_recipe(name: str, spec: dict[str, Any], out: Path, overrides: list[str] | None = None,
@@ -47,6 +49,7 @@ def run_recipe(name: str, spec: dict[str, Any], out: Path, overrides: list[str] 
     the end to the recipe (its epochs, and trainer.max_minutes as the guard)."""
     started = time.perf_counter()
     data = _synth(out, spec["synth_minutes"]) if spec.get("synth_minutes") else []
+    data += [f"data.root={spec['root']}"] if spec.get("root") else []
     overrides = [*spec.get("overrides", []), *(overrides or [])]
     stdout = run_cli(["train", "--config", spec["config"], f"trainer.out_dir={out}", "trainer.progress=false", *data,
                       *overrides], timeout=timeout)

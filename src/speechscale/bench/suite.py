@@ -30,7 +30,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # each run stops there, and 24 epochs is the cap (12 left 5 of 18 runs short of it on 2026-11-24).
     "straggler": {"procs": 2, "epochs": 24, "slowdown": 2.0, "seeds": [1, 2, 3], "target_wer": 0.05,
                   "strategies": ["allreduce", "adpsgd-fixed_ring", "adpsgd-delay_by_one"],
-                  "config": "configs/yesno.yaml", "overrides": ["data.max_batch_size=2"]},
+                  "config": "configs/yesno.yaml",
+                  "overrides": ["data.root=../shared/data/yesno", "data.max_batch_size=2"]},
     "planner": {"validate_models": ["ds2-tiny", "wav2letter+-tiny"], "world": 2},
     "export": {"models": ["ds2-tiny", "ds2-large", "wav2letter+", "lstm-ctc"], "seconds": 5.0, "repeats": 20},
     # initial ds2-tiny weights (latency does not depend on them), a 5 s clip of JFK

@@ -58,8 +58,9 @@ def straggler(args: argparse.Namespace) -> int:
     strategies = args.strategies.split(",") if args.strategies else list(STRATEGY_RUNS)
     for name in strategies:
         check_choice("--strategies", name, tuple(STRATEGY_RUNS))
-    load_recipe(args.config, args.overrides)  # a bad recipe or override fails here, before any process starts
-    runs = bench_straggler(args.procs, args.epochs, args.slowdown, args.config, args.out, args.overrides, strategies,
+    overrides = [f"data.root={args.data_root}", *args.overrides]
+    load_recipe(args.config, overrides)  # a bad recipe or override fails here, before any process starts
+    runs = bench_straggler(args.procs, args.epochs, args.slowdown, args.config, args.out, overrides, strategies,
                            report=lambda res: print(json.dumps({k: v for k, v in res.items() if k != "val"}),
                                                     flush=True),
                            seeds=args.seeds, target_wer=args.target_wer)
@@ -183,7 +184,7 @@ def loso(args: argparse.Namespace) -> int:
     for s in held_out:
         if s not in SPEAKERS:
             raise SystemExit(f"speechscale bench fsdd-loso: --held-out {s}: unknown; choose from {', '.join(SPEAKERS)}")
-    load_recipe(args.config, args.overrides)  # a bad recipe or override fails here, before any training
+    load_recipe(args.config, ["data.root=.", *args.overrides])  # a bad recipe or override fails here, before training
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -292,7 +293,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bst.add_argument("--procs", type=positive(int), default=4, help="learners (CPU processes, one thread each)")
     bst.add_argument("--epochs", type=positive(int), default=4, help="epochs per run")
     bst.add_argument("--slowdown", type=positive(float), default=2.0, help="how many times slower the last rank is")
-    bst.add_argument("--config", default="configs/yesno.yaml", help="the recipe every run trains")
+    bst.add_argument("--config", default="yesno", help="the recipe every run trains (a built-in name or a file)")
+    bst.add_argument("--data-root", default="../shared/data/yesno", help="the recipe's data.root")
     bst.add_argument("--strategies", default=None, help="comma-separated (default: all)")
     bst.add_argument("--seeds", type=int_list, default=None, help="comma-separated trainer.seed values, one run each")
     bst.add_argument("--target-wer", type=float, default=None,

@@ -16,7 +16,8 @@ def train(args: argparse.Namespace) -> int:
         print(dump_config(load_recipe(args.config, args.overrides)), end="")
         return 0
     if args.config is None:
-        raise ConfigError("--config is required to train, e.g. --config configs/demo.yaml "
+        raise ConfigError("--config is required to train, e.g. --config demo (`speechscale recipes` lists the built-in "
+                          "recipes; a YAML file works too) "
                           "(--print-config shows every key)")
     cfg = load_recipe(args.config, args.overrides)
     summary = run_training(cfg)
@@ -28,7 +29,8 @@ def train(args: argparse.Namespace) -> int:
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `train` to the subcommand table."""
     t = command(sub, "train", "train a model from a YAML config")
-    t.add_argument("--config", default=None, help="YAML recipe, e.g. configs/demo.yaml (required to train)")
+    t.add_argument("--config", default=None,
+                   help="a built-in recipe's name (`speechscale recipes`) or a YAML file, e.g. demo or my.yaml")
     t.add_argument("--print-config", action="store_true",
                    help="print the resolved config (every key, with its comment) as YAML and exit")
     t.add_argument("overrides", nargs="*", metavar="KEY=VALUE",

@@ -1,0 +1,71 @@
+"""`speechscale recipes`: the recipes shipped in the package, and one of them printed to copy.
+
+    speechscale recipes
+    speechscale recipes show yesno > my_yesno.yaml
+    speechscale train --config yesno data.root=data/yesno
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Callable
+
+
+def catalog() -> dict[str, dict[str, Any]]:
+    """Each built-in recipe's entry of recipes/_index.yaml (about, model, data, result, minutes), by name."""
+    import yaml
+
+    from ..config import RECIPES, builtin_recipes
+
+    index = yaml.safe_load((RECIPES / "_index.yaml").read_text()) or {}
+    return {name: index.get(name) or {} for name in builtin_recipes()}
+
+
+def _result(entry: dict[str, Any]) -> str:
+    r = entry.get("result")
+    if not r:
+        return "not measured"
+    seeds = f", {r['seeds']} seed" + ("s" if r["seeds"] != 1 else "")
+    verdict = "reached" if r["reached"] else "not reached"
+    return f"WER {100 * r['wer']:.1f} %, CER {100 * r['cer']:.1f} % (goal {r['goal']}: {verdict}{seeds})"
+
+
+def _minutes(entry: dict[str, Any]) -> str:
+    m = entry.get("minutes")
+    return f"{m['cpu']:g} min on {m['where']}" if m else "-"
+
+
+def recipes(args: argparse.Namespace) -> int:
+    from ..config import recipe_path
+
+    if args.action == "show":
+        print(recipe_path(args.name).read_text(), end="")
+        return 0
+    entries = catalog()
+    if args.json:
+        print(json.dumps(entries, indent=1))
+        return 0
+    width = max(map(len, entries))
+    for name, e in entries.items():
+        print(f"{name:<{width}}  {e.get('model', '?'):<14} {e.get('about', '')}")
+        print(f"{'':<{width}}  {'':<14} result: {_result(e)}; training: {_minutes(e)}")
+        print(f"{'':<{width}}  {'':<14} data: {e.get('data', '-')}")
+    print("\nspeechscale recipes show NAME prints one; speechscale train --config NAME data.root=DIR trains it.")
+    return 0
+
+
+def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `recipes` to the subcommand table."""
+    r = command(sub, "recipes", "list the built-in recipes (train one with --config NAME), or show one")
+    r.add_argument("action", nargs="?", choices=["list", "show"], default="list", help="list (default) or show NAME")
+    r.add_argument("name", nargs="?", default=None, help="the recipe to show")
+    r.add_argument("--json", action="store_true", help="the catalog as JSON")
+    r.set_defaults(func=_checked)
+
+
+def _checked(args: argparse.Namespace) -> int:
+    from ..config import ConfigError
+
+    if args.action == "show" and not args.name:
+        raise ConfigError("recipes show needs a NAME (speechscale recipes lists them)")
+    return recipes(args)

@@ -1,0 +1,56 @@
+"""The built-in recipes: each one listed by `speechscale recipes`, loadable by name, its data behind data.root,
+and each figure the catalog prints equal to the committed measurement it names."""
+import json
+
+import pytest
+
+from speechscale.commands.recipes import catalog
+from speechscale.config import RECIPES, ConfigError, builtin_recipes, load_config
+from tests.conftest import ROOT, main_cli
+
+
+def test_every_recipe_file_has_a_catalog_entry_and_back():
+    import yaml
+
+    index = yaml.safe_load((RECIPES / "_index.yaml").read_text())
+    assert set(index) == set(builtin_recipes()) == {p.stem for p in (ROOT / "configs").glob("[!_]*.yaml")}
+    for name, entry in catalog().items():
+        assert {"about", "model", "data", "result", "minutes"} <= set(entry), name
+        assert load_config(name, ["data.root=/corpus"]).model.name == entry["model"], name
+
+
+@pytest.mark.parametrize("name", [n for n, e in catalog().items() if e["result"]])
+def test_a_catalog_result_is_its_committed_measurement(name):
+    """The figures `speechscale recipes` prints are those of the JSON the entry names (to the printed digits)."""
+    entry = catalog()[name]
+    r = entry["result"]
+    path, _, recipe = r["source"].partition("#")
+    doc = json.loads((ROOT / path).read_text())
+    results = doc["results"]
+    row = next(x for x in results if x["recipe"] == recipe) if isinstance(results, list) else results[recipe]
+    assert r["wer"] == pytest.approx(row["wer"], abs=5e-5) and r["cer"] == pytest.approx(row["cer"], abs=5e-5)
+    assert r["reached"] == row["reached"] and entry["minutes"]["cpu"] == pytest.approx(row["train_minutes"], abs=0.01)
+    assert doc["provenance"]["machine"].startswith("2 cores") and entry["minutes"]["where"] == "2 CPU cores"
+
+
+def test_a_recipe_that_needs_data_root_says_so_in_one_line():
+    with pytest.raises(ConfigError) as info:
+        load_config("yesno")
+    assert "data.root is not set" in str(info.value) and "manifest.jsonl" in str(info.value)
+    cfg = load_config("yesno", ["data.root=/corpus/yesno", "data.val_manifest=/elsewhere/test.jsonl"])
+    assert cfg.data.train_manifest == "/corpus/yesno/manifest.jsonl"  # relative: read from data.root
+    assert cfg.data.val_manifest == "/elsewhere/test.jsonl"          # absolute: as given
+    again = load_config(None, [f"data.root={cfg.data.root}", f"data.train_manifest={cfg.data.train_manifest}"])
+    assert again.data.train_manifest == cfg.data.train_manifest      # a written-out config reads back the same
+
+
+def test_recipes_lists_shows_and_trains_by_name(capsys, tmp_path):
+    code, out, _ = main_cli(capsys, "recipes")
+    assert code == 0 and all(f"\n{n} " in f"\n{out}" for n in builtin_recipes())
+    assert "WER 0.4 %" in out and "not reached" in out  # yesno's committed figure, as measured
+    code, out, _ = main_cli(capsys, "recipes", "show", "yesno")
+    assert code == 0 and out == (RECIPES / "yesno.yaml").read_text()
+    code, _, err = main_cli(capsys, "recipes", "show", "nope")
+    assert code == 2 and "built-in recipes: demo" in err
+    code, out, _ = main_cli(capsys, "train", "--config", "yesno", "--print-config", "data.root=d")
+    assert code == 0 and "  train_manifest: d/manifest.jsonl" in out

@@ -29,6 +29,32 @@ def data_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def data_download(args: argparse.Namespace) -> int:
+    from ..config import ConfigError
+    from ..data.download import CORPORA, download
+
+    if args.list:
+        for name, c in CORPORA.items():
+            print(f"{name:<28} {c.size_mb:>8g} MB  {c.about} [{c.licence}]")
+        return 0
+    if not args.corpus or not args.out:
+        raise ConfigError("data download needs a corpus and --out DIR (--list shows the corpora)")
+    checksums = {}
+    for item in args.checksum or []:
+        file, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--checksum {item!r}: expected FILE=md5:HEX or FILE=sha256:HEX")
+        checksums[file] = value
+    res = download(args.corpus, args.out, args.mirror, checksums, progress=not args.quiet,
+                   keep_archives=args.keep_archives)
+    for f in res["files"]:
+        if f["checked"] == "no published checksum":
+            print(f"speechscale data download: note: {f['file']} has no published checksum; its sha256 is "
+                  f"{f['sha256']} (pin it with --checksum {f['file']}=sha256:{f['sha256']})", file=sys.stderr)
+    print(json.dumps(res))
+    return 0
+
+
 def data_shard(args: argparse.Namespace) -> int:
     from ..data.shards import write_shards
 
@@ -52,7 +78,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     s.add_argument("--sample-rate", type=positive(int), default=16000, help="sample rate of the written audio")
     s.set_defaults(func=synth)
 
-    d = command(sub, "data", "corpora: import a downloaded corpus into a manifest; shard a manifest")
+    d = command(sub, "data", "corpora: download a public corpus, import a downloaded one into a manifest; shard")
     dsub = d.add_subparsers(dest="data", required=True, metavar="ACTION", parser_class=Parser)
     di = command(dsub, "import", "an already-downloaded corpus in its official layout -> OUT/manifest.jsonl")
     di.add_argument("corpus", choices=list(IMPORTERS), help="the corpus layout")
@@ -63,6 +89,15 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     di.add_argument("--min-duration", type=float, default=0.0, help="skip shorter utterances (seconds)")
     di.add_argument("--max-duration", type=float, default=0.0, help="skip longer utterances (seconds; 0 = no bound)")
     di.set_defaults(func=data_import)
+    dd = command(dsub, "download", "a public corpus: download (resumable), check, unpack, import -> OUT/manifest.jsonl")
+    dd.add_argument("corpus", nargs="?", default=None, help="the corpus (--list shows them)")
+    dd.add_argument("--out", type=Path, default=None, help="output folder (manifest.jsonl, the audio, downloads/)")
+    dd.add_argument("--list", action="store_true", help="list the corpora and exit")
+    dd.add_argument("--mirror", default="", help="fetch every file from MIRROR/FILE instead of its published URL")
+    dd.add_argument("--checksum", action="append", metavar="FILE=ALGO:HEX",
+                    help="the checksum FILE must have (md5 or sha256), instead of the published one (repeatable)")
+    dd.add_argument("--keep-archives", action="store_true", help="keep the archives in OUT/downloads after unpacking")
+    dd.set_defaults(func=data_download)
     ds = command(dsub, "shard", "a manifest -> tar shards (WebDataset layout) and OUT/index.jsonl, for streaming")
     ds.add_argument("manifest", help="the manifest to shard (its valid lines)")
     ds.add_argument("--out", required=True, type=Path, help="output folder (shard-NNNNNN.tar, index.jsonl)")

@@ -98,8 +98,31 @@ def components_from_checkpoint(state: dict[str, Any]) -> Components:
     return components_from_description(describe(state), state["model"])
 
 
-def load_components(path: str | Path) -> Components:
-    """Read a checkpoint file (weights_only) and build its components."""
+def load_components(path: str | Path, device: str = "cpu") -> Components:
+    """Read a checkpoint file (weights_only) and build its components, the model on `device` (auto|cpu|cuda[:N])."""
     from .storage.checkpoints import load_checkpoint
 
-    return components_from_checkpoint(load_checkpoint(path))
+    comps = components_from_checkpoint(load_checkpoint(path))
+    comps.model.to(resolve_device(device, "--device"))
+    return comps
+
+
+DEVICES = "auto, cpu, cuda or cuda:N"
+
+
+def resolve_device(name: str, key: str) -> torch.device:
+    """`auto` -> the first CUDA device when there is one, else the CPU; `cpu`, `cuda`, `cuda:N` as torch reads
+    them. ConfigError naming `key` (the flag or config key) for anything else, or for CUDA where there is none."""
+    from .config import ConfigError
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"{key}={name!r} is not a device; use {DEVICES}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"{key}={name!r} is not a device; use {DEVICES}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{key}={name}: no CUDA device is available here; use cpu or auto")
+    return dev

@@ -57,6 +57,12 @@ def yaml_mapping(text: str | None, flag: str) -> dict[str, Any]:
     return value
 
 
+def device_arg(p: argparse.ArgumentParser) -> None:
+    """The --device flag of eval, transcribe and serve."""
+    p.add_argument("--device", default="auto",
+                   help="where the model runs: auto (the first GPU when there is one, else the CPU), cpu, cuda, cuda:N")
+
+
 def decoder_args(p: argparse.ArgumentParser) -> None:
     """The decoder flags of eval, transcribe and serve."""
     p.add_argument("--decoder", default="greedy", choices=["greedy", "beam", "lexicon"],

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .args import Parser, decoder_args, decoder_config, positive
+from .args import Parser, decoder_args, decoder_config, device_arg, positive
 
 
 def _write_details(path: str, res: Any, loader: Any) -> None:
@@ -27,7 +27,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from ..decoding.scoring import score_checkpoint
 
     dcfg = decoder_config(args)
-    scores, res, loader = score_checkpoint(args.checkpoint, args.manifest, dcfg, args.batch_seconds)
+    scores, res, loader = score_checkpoint(args.checkpoint, args.manifest, dcfg, args.batch_seconds, args.device)
     if args.details:
         _write_details(args.details, res, loader)
     out = {**scores, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint), "decoder": args.decoder,
@@ -50,22 +50,36 @@ def _references(manifest: str | None) -> dict[str, str]:
     return {str(Path(u.audio_path).resolve()): u.raw_text for u in utts}
 
 
+def _transcribed(asr: Any, files: list[str], batch_size: int) -> Any:
+    """(file, result) in the order given: files read and run `batch_size` at a time (one padded batch: what a GPU
+    wants); an unreadable file is {"file", "error"} and the others of its batch still run."""
+    from ..data.audio import AudioError, load_audio
+
+    for start in range(0, len(files), batch_size):
+        group, wavs, results = files[start:start + batch_size], [], {}
+        for f in group:
+            try:
+                wavs.append((f, load_audio(f, asr.sample_rate)))
+            except AudioError as e:
+                results[f] = {"file": str(f), "error": str(e)}
+        for (f, _), res in zip(wavs, asr.transcribe_batch([w for _, w in wavs]) if wavs else []):
+            results[f] = {"file": str(f), **res}
+        for f in group:
+            yield f, results[f]
+
+
 def transcribe(args: argparse.Namespace) -> int:
-    from ..data.audio import AudioError
     from ..decoding.metrics import ErrorRate
     from ..serving.transcribe import Transcriber, check_chunk_seconds
 
     check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
     refs = _references(args.manifest)
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
-                      decoder=decoder_config(args))
+                      decoder=decoder_config(args), device=args.device)
     failed = 0
-    for f in args.files:
-        try:
-            res = asr.transcribe_file(f)
-        except AudioError as e:
+    for f, res in _transcribed(asr, args.files, args.batch_size):
+        if "error" in res:
             failed += 1
-            res = {"file": str(f), "error": str(e)}
         ref = refs.get(str(Path(f).resolve()))
         if ref is not None and "text" in res:
             score = ErrorRate()
@@ -110,6 +124,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                         "folder or an fsspec URL)")
     e.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     e.add_argument("--details", default=None, help="write per-utterance reference, hypothesis and alignment (JSONL)")
+    device_arg(e)
     decoder_args(e)
     # decoding.scoring.EVAL_BATCH_SECONDS, written out: the parser is built before torch is imported
     e.add_argument("--batch-seconds", type=positive(float), default=120.0,
@@ -122,6 +137,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                         "file `speechscale export` wrote")
     r.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"],
                    help="run the model in PyTorch, onnxruntime or TorchScript")
+    device_arg(r)
+    r.add_argument("--batch-size", type=positive(int), default=8, help="files run through the model together")
     decoder_args(r)
     r.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, ...) to transcribe")
     r.add_argument("--json", action="store_true", help="one JSON object per file")

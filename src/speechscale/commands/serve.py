@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any, Callable
 
-from .args import decoder_args, decoder_config, positive
+from .args import decoder_args, decoder_config, device_arg, positive
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -14,7 +14,7 @@ def serve(args: argparse.Namespace) -> int:
     from ..serving.transcribe import Transcriber
 
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
-                      decoder=decoder_config(args))
+                      decoder=decoder_config(args), device=args.device)
     limits = Limits(max_bytes=int(args.max_mb * 1024 * 1024), max_seconds=args.max_seconds, max_batch=args.max_batch,
                     max_queue=args.max_queue, request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout,
                     max_connections=args.max_connections, decode_workers=args.decode_workers,
@@ -31,6 +31,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     sv.add_argument("--port", type=int, default=8000, help="TCP port")
     sv.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"], help="model runtime")
+    device_arg(sv)
     sv.add_argument("--max-mb", type=positive(float), default=20.0, help="largest request body (MB)")
     sv.add_argument("--max-seconds", type=positive(float), default=60.0, help="longest audio per request (s)")
     sv.add_argument("--max-batch", type=positive(int), default=16, help="requests transcribed together")

@@ -58,6 +58,7 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
             # the training criterion (mean over the batch of loss per target token), summed back over the batch
             loss_sum += float(ctc(logits.log_softmax(-1).transpose(0, 1), batch.targets, out_lens,
                                   batch.target_lens)) * len(batch)
+            logits, out_lens = logits.cpu(), out_lens.cpu()  # decoders search on the host (no-op on a CPU)
             texts = decoder(logits.log_softmax(-1), out_lens) if decoder else greedy_decode(logits, out_lens, tokenizer)
             metric.update(batch.texts, texts)
             hyps.update(zip(batch.indices, texts))

@@ -14,20 +14,23 @@ from .evaluate import EvalResult, evaluate
 EVAL_BATCH_SECONDS = 120.0  # audio seconds per batch when scoring: `speechscale eval --batch-seconds`'s default
 
 
-def checkpoint_loader(checkpoint: str, manifest: str, batch_seconds: float = 60.0) -> tuple[Components, Any, Any]:
-    """The checkpoint's components and a loader over `manifest` with no duration bound (and its skip report)."""
-    comps = load_components(checkpoint)
+def checkpoint_loader(checkpoint: str, manifest: str, batch_seconds: float = 60.0,
+                      device: str = "cpu") -> tuple[Components, Any, Any]:
+    """The checkpoint's components (the model on `device`) and a loader over `manifest` with no duration bound
+    (and its skip report)."""
+    comps = load_components(checkpoint, device)
     data = DataConfig(batch_seconds=batch_seconds, max_duration=1e9)
     loader, report, _ = eval_loader(manifest, comps, data)
     return comps, loader, report
 
 
 def score_checkpoint(checkpoint: str, manifest: str, decoder: DecoderConfig | None = None,
-                     batch_seconds: float = EVAL_BATCH_SECONDS) -> tuple[dict[str, Any], EvalResult, Any]:
+                     batch_seconds: float = EVAL_BATCH_SECONDS,
+                     device: str = "cpu") -> tuple[dict[str, Any], EvalResult, Any]:
     """WER/CER of `checkpoint` on `manifest` through `decoder` (greedy by default), batches of `batch_seconds`
-    of audio (eval's default): {wer, cer, utterances, skipped, skipped_reasons} (skips of the loader and of
-    decoding together), the EvalResult and the loader."""
-    comps, loader, report = checkpoint_loader(checkpoint, manifest, batch_seconds)
+    of audio (eval's default), the model on `device`: {wer, cer, utterances, skipped, skipped_reasons} (skips of
+    the loader and of decoding together), the EvalResult and the loader."""
+    comps, loader, report = checkpoint_loader(checkpoint, manifest, batch_seconds, device)
     scores, res = score_loaded(comps, loader, report, decoder)
     return scores, res, loader
 

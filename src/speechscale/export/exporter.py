@@ -23,6 +23,7 @@ from torch import nn
 
 from ..components import components_from_checkpoint, describe
 from ..config import ConfigError
+from ..storage.cards import card_of_checkpoint, write_card
 
 FORMATS = ("onnx", "torchscript")
 META_KEY = "speechscale"  # ONNX metadata key / TorchScript extra file stem holding the model description
@@ -49,7 +50,8 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str,
 
     state = load_checkpoint(checkpoint)
     comps = components_from_checkpoint(state)
-    desc = json.dumps(describe(state))
+    card = card_of_checkpoint(state, sum(p.numel() for p in comps.model.parameters()))
+    desc = json.dumps({**describe(state), "card": card})
     wrapper = LogProbs(comps.model).eval()
     example = (torch.randn(1, comps.features.num_features, EXAMPLE_FRAMES), torch.tensor([EXAMPLE_FRAMES]))
     out = Path(out)
@@ -61,6 +63,7 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str,
         else:
             traced = torch.jit.trace(wrapper, example, check_trace=False)
             torch.jit.save(traced, str(out), _extra_files={f"{META_KEY}.json": desc})
+    write_card(out.parent, {**card, "file": f"{out.name} ({fmt}, exported)"}, prefix=f"{out.name}.")
     return {"format": fmt, "out": str(out), "bytes": out.stat().st_size, "model": comps.model_name,
             "parameters": sum(p.numel() for p in comps.model.parameters())}
 

@@ -20,8 +20,10 @@ BACKENDS = ("torch", "onnx", "torchscript")
 class ExportedModel:
     """Callable like the acoustic model: (feats, lengths) -> (log_probs, out_lengths) as torch tensors."""
 
-    def __init__(self, path: str | Path, backend: str) -> None:
+    def __init__(self, path: str | Path, backend: str, device: torch.device | None = None) -> None:
+        """`device`: where the model runs (onnxruntime's CUDA provider, or TorchScript moved there); CPU if None."""
         path = Path(path)
+        self.device = device or torch.device("cpu")
         if not path.is_file():
             raise ConfigError(f"{path}: no such exported model")
         self.backend = backend
@@ -37,13 +39,19 @@ class ExportedModel:
                 raise ConfigError(f"{path}: not an ONNX file written by speechscale export (no model description)")
             self.description = json.loads(meta[META_KEY])
             opts = ort.SessionOptions()
-            self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            providers = ["CPUExecutionProvider"]
+            if self.device.type == "cuda":
+                if "CUDAExecutionProvider" not in ort.get_available_providers():
+                    raise ConfigError("--device cuda with --backend onnx needs onnxruntime-gpu "
+                                      "(pip install onnxruntime-gpu); this onnxruntime runs on the CPU only")
+                providers.insert(0, ("CUDAExecutionProvider", {"device_id": self.device.index or 0}))
+            self.session = ort.InferenceSession(str(path), opts, providers=providers)
         elif backend == "torchscript":
             extra = {f"{META_KEY}.json": ""}
             try:
                 with warnings.catch_warnings():  # torch.jit's deprecation notice: still the TorchScript loader
                     warnings.simplefilter("ignore", DeprecationWarning)
-                    self.module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+                    self.module = torch.jit.load(str(path), map_location=self.device, _extra_files=extra)
             except Exception as e:  # torch.jit raises RuntimeError or ValueError on foreign files
                 raise ConfigError(f"{path}: not a TorchScript file ({type(e).__name__})") from None
             if not extra[f"{META_KEY}.json"]:
@@ -58,8 +66,40 @@ class ExportedModel:
 
     def __call__(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.backend == "onnx":
-            out: Any = self.session.run(None, {"features": feats.numpy().astype(np.float32, copy=False),
-                                                "lengths": lengths.numpy().astype(np.int64, copy=False)})
+            out: Any = self.session.run(None, {"features": feats.cpu().numpy().astype(np.float32, copy=False),
+                                                "lengths": lengths.cpu().numpy().astype(np.int64, copy=False)})
             return torch.from_numpy(out[0]), torch.from_numpy(out[1])
         with torch.no_grad():
             return self.module(feats, lengths)
+
+
+def detect_backend(path: str | Path) -> str:
+    """The runtime a model file needs, from its contents: onnx (a protobuf named .onnx), torchscript (a zip
+    archive holding TorchScript code) or torch (a speechscale checkpoint)."""
+    import zipfile
+
+    path = Path(path)
+    if path.suffix.lower() == ".onnx":
+        return "onnx"
+    if path.is_file() and zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            if any(n.endswith("/constants.pkl") or "/code/" in n for n in z.namelist()):
+                return "torchscript"
+    return "torch"
+
+
+def card_of_file(path: str | Path) -> dict[str, Any]:
+    """The model card a checkpoint or exported file carries (`speechscale info`)."""
+    backend = detect_backend(path)
+    if backend == "torch":
+        from ..components import components_from_checkpoint
+        from ..storage.cards import card_of_checkpoint
+        from ..storage.checkpoints import load_checkpoint
+
+        state = load_checkpoint(path)
+        return card_of_checkpoint(state, sum(p.numel() for p in components_from_checkpoint(state).model.parameters()))
+    model = ExportedModel(path, backend)
+    card = model.description.get("card")
+    if not isinstance(card, dict):
+        raise ConfigError(f"{path}: exported before model cards; export its checkpoint again")
+    return card

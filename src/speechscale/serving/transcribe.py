@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..components import load_components
+from ..components import load_components, resolve_device
 from ..data.audio import load_audio
 from ..data.dataset import pad_features
 
@@ -54,17 +54,19 @@ class Transcriber:
     """A model loaded from a checkpoint, ready to transcribe waveforms or files."""
 
     def __init__(self, checkpoint: str | Path, chunk_seconds: float = 20.0, backend: str = "torch",
-                 decoder: Any = None) -> None:
+                 decoder: Any = None, device: str = "cpu") -> None:
         """`checkpoint`: a speechscale checkpoint (backend torch) or a file of `speechscale export` (backend
-        onnx: onnxruntime; torchscript: torch.jit). `decoder`: a DecoderConfig (default greedy)."""
+        onnx: onnxruntime; torchscript: torch.jit). `decoder`: a DecoderConfig (default greedy). `device`: where
+        the model runs (auto | cpu | cuda[:N]); features and decoding stay on the host."""
         check_chunk_seconds(chunk_seconds)
+        self.device = resolve_device(device, "--device")
         if backend == "torch":
-            self.comps = load_components(checkpoint)
+            self.comps = load_components(checkpoint, str(self.device))
             self.model: Any = self.comps.model
         else:
             from ..export.runtime import ExportedModel
 
-            self.model = ExportedModel(checkpoint, backend)
+            self.model = ExportedModel(checkpoint, backend, self.device)
             self.comps = self.model.components()
         from ..decoding.decoders import build_decoder
 
@@ -88,8 +90,8 @@ class Transcriber:
             return results
         feats = [self.comps.features(torch.from_numpy(np.ascontiguousarray(p))) for _, _, p in pieces]  # (F, T)
         batch, lens = pad_features(feats)  # (B, F, T), (B,)
-        logits, out_lens = self.model(batch, lens)
-        log_probs = logits.float().log_softmax(-1)
+        logits, out_lens = self.model(batch.to(self.device), lens.to(self.device))
+        log_probs, out_lens = logits.float().log_softmax(-1).cpu(), out_lens.cpu()
         texts = self.decoder(log_probs, out_lens)
         hop_s = self.comps.features.hop_length / self.sample_rate
         for i, ((w, offset, _), text) in enumerate(zip(pieces, texts)):

@@ -20,14 +20,9 @@ class LossScaleCollapsed(RuntimeError):
 
 def resolve_device(name: str) -> torch.device:
     """`auto` -> the first CUDA device when there is one, else the CPU; anything else as torch reads it."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        from ..config import ConfigError
+    from ..components import resolve_device as resolve
 
-        raise ConfigError(f"trainer.device={name}: no CUDA device is available here; use cpu or auto")
-    return dev
+    return resolve(name, "trainer.device")
 
 
 def resolve_precision(name: str, device: torch.device) -> str:

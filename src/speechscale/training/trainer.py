@@ -25,6 +25,7 @@ from ..data.features import pooled_prior
 from ..data.loading import training_data
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
+from ..storage.cards import build_card, data_summary, write_card
 from ..storage.checkpoints import (
     CheckpointWriteError,
     error_line,
@@ -90,6 +91,10 @@ class Trainer:
         self.data = data = training_data(cfg.data, cfg.augment, t.seed, self.comps, self.rank, self.world,
                                          self.strategy.make_plan, pin_memory=self.device.type == "cuda")
         self.domains = data.domains  # data.mix: samples of each domain per epoch (logged with validation)
+        utts = getattr(data.plain, "utts", None) or []  # a streamed corpus: counted, not listed
+        self.card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts)
+        if not utts:
+            self.card_data.update(utterances=data.utterances, hours=None)
         if cfg.features.normalize == "speaker" and (prior := pooled_prior(getattr(data.dataset, "speakers", {}))):
             cfg.features.speaker_prior = prior  # saved with the config: what a file without a speaker meets
         self.loader, self.plan, self.dataset, self.val_loader = data.loader, data.plan, data.dataset, data.val_loader
@@ -144,7 +149,10 @@ class Trainer:
                                        optimizer=self.optimizer.state_dict(), precision=self.precision.state_dict(),
                                        training=self.state, ranks=ranks,
                                        ema=self.ema.state_dict() if self.ema is not None else None)
+                ckpt["card"] = build_card(ckpt["config"], sum(p.numel() for p in model.parameters()), self.card_data,
+                                          (self.state.history or [{}])[-1], self.state.step, self.state.epoch)
                 try:
+                    write_card(self.ckpt_dir, {**ckpt["card"], "file": "last.pt (best.pt carries a card of its own)"})
                     if best:
                         save_checkpoint_in(self.ckpt_dir, ckpt, "best.pt", self.state.step, 1)
                     path = save_checkpoint_in(self.ckpt_dir, ckpt, name, self.state.step,

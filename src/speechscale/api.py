@@ -1,0 +1,102 @@
+"""The Python API, mirroring the CLI: `train` a recipe, `load` a model, `transcribe` audio.
+
+    >>> import tempfile, speechscale
+    >>> out = tempfile.mkdtemp()
+    >>> summary = speechscale.train("ldc93s1", data={"root": "../shared/data/ldc93s1"},
+    ...                             trainer={"out_dir": out, "progress": False})
+    >>> summary["wer"], summary["stopped_by"]
+    (0.0, 'target_wer')
+    >>> model = speechscale.load(out + "/checkpoints/best.pt", device="cpu")
+    >>> model.transcribe("../shared/data/ldc93s1/LDC93S1.wav")["text"]
+    'she had your dark suit in greasy wash water all year'
+    >>> import soundfile
+    >>> wav, rate = soundfile.read("../shared/data/ldc93s1/LDC93S1_pcms16le_2_44100.wav", dtype="float32")
+    >>> model.transcribe(wav.mean(axis=1), sample_rate=rate)["text"]   # an array at any rate
+    'she had your dark suit in greasy wash water all year'
+    >>> model.card["model"]["name"], model.sample_rate
+    ('ds2-tiny', 16000)
+
+`speechscale.train` is `speechscale train --config RECIPE` with each section's keys given as a mapping
+(`trainer={"max_epochs": 3}` is `trainer.max_epochs=3`); `overrides` takes `key=value` strings as the CLI does.
+Scripts that train with `data.num_workers > 0` need `if __name__ == "__main__":` (the workers start in a
+forkserver that imports the script).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class Model:
+    """A trained model ready to transcribe: a checkpoint, or an ONNX or TorchScript file of `speechscale export`."""
+
+    def __init__(self, path: str | Path, device: str = "auto", decoder: str = "greedy", beam_width: int = 50,
+                 lm: str | None = None, lexicon: str | None = None, chunk_seconds: float = 20.0) -> None:
+        from .decoding.decoders import DecoderConfig
+        from .export.runtime import card_of_file, detect_backend
+        from .serving.transcribe import Transcriber
+
+        self.path = str(path)
+        self.backend = detect_backend(path)
+        dcfg = DecoderConfig(name=decoder, beam_width=beam_width, lm=lm or "", lexicon=lexicon or "")
+        self._asr = Transcriber(path, chunk_seconds=chunk_seconds, backend=self.backend, decoder=dcfg, device=device)
+        self._card_of_file = card_of_file
+        self.sample_rate: int = self._asr.sample_rate
+        self.device = str(self._asr.device)
+
+    @property
+    def card(self) -> dict[str, Any]:
+        """The model card the file carries (what `speechscale info` prints)."""
+        return self._card_of_file(self.path)
+
+    def transcribe(self, audio: str | Path | np.ndarray, sample_rate: int | None = None) -> dict[str, Any]:
+        """A file (any format soundfile reads) or a mono float waveform at `sample_rate` (default: the model's)
+        -> {"text", "duration", "words"} (greedy: each word with start, end in seconds and a confidence)."""
+        return self.transcribe_batch([audio], sample_rate)[0]
+
+    def transcribe_batch(self, audios: list[str | Path | np.ndarray],
+                         sample_rate: int | None = None) -> list[dict[str, Any]]:
+        """Several files or waveforms run through the model as one padded batch (what a GPU wants)."""
+        from .data.audio import load_audio, resample
+
+        wavs = []
+        for a in audios:
+            if isinstance(a, (str, Path)):
+                wavs.append(load_audio(a, self.sample_rate))
+                continue
+            wav = np.asarray(a, dtype=np.float32)
+            if wav.ndim != 1:
+                raise ValueError(f"expected a mono waveform (T,), got shape {wav.shape}; average the channels first")
+            rate = sample_rate or self.sample_rate
+            wavs.append(wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate))
+        return self._asr.transcribe_batch(wavs)
+
+    def __repr__(self) -> str:
+        return f"speechscale.Model({self.path!r}, backend={self.backend!r}, device={self.device!r})"
+
+
+def load(path: str | Path, device: str = "auto", **options: Any) -> Model:
+    """A checkpoint or exported file ready to transcribe on `device` (auto | cpu | cuda | cuda:N); `options`:
+    decoder (greedy | beam | lexicon), beam_width, lm, lexicon, chunk_seconds."""
+    return Model(path, device=device, **options)
+
+
+def train(recipe: str | Path, overrides: list[str] | None = None, **sections: dict[str, Any]) -> dict[str, Any]:
+    """Train a built-in recipe (its name) or a YAML file, with `section={key: value}` mappings and `key=value`
+    `overrides` applied in that order; returns the run's summary (the JSON line `speechscale train` prints)."""
+    import yaml
+
+    from .config import ConfigError
+    from .recipe import load_recipe
+    from .training.trainer import train as run_training
+
+    pairs: list[str] = []
+    for section, values in sections.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{section}=...: expected a mapping of that section's keys, e.g. "
+                              f"trainer={{'max_epochs': 3}}, got {values!r}")
+        pairs += [f"{section}.{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
+                  for k, v in values.items()]
+    return run_training(load_recipe(recipe, [*pairs, *(overrides or [])]))

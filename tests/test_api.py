@@ -1,0 +1,102 @@
+"""The Python API (`speechscale.load`, `.transcribe`), model cards (`speechscale info`, MODEL.md beside
+checkpoints and exports) and `--device` on the inference commands."""
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+import speechscale
+from speechscale.decoding.scoring import score_checkpoint
+from speechscale.storage.cards import CARD_JSON, CARD_MD
+from speechscale.storage.checkpoints import load_checkpoint
+from tests.conftest import main_cli, shared
+
+LDC_TEXT = "she had your dark suit in greasy wash water all year"
+
+
+def test_importing_the_package_loads_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, speechscale; print('torch' in sys.modules, sorted(speechscale.__all__))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False ['Model', '__version__', 'load', 'train']"
+
+
+def test_a_checkpoint_carries_its_card_and_info_prints_it(ldc_checkpoint, capsys, tmp_path):
+    ckpt = load_checkpoint(ldc_checkpoint)
+    card = ckpt["card"]
+    # recomputed from the weights and the data, not read back from the card
+    model = speechscale.load(ldc_checkpoint)._asr.model
+    assert card["model"]["parameters"] == sum(p.numel() for p in model.parameters())
+    durations = [json.loads(x)["duration"] for x in shared("ldc93s1", "manifest.jsonl").read_text().splitlines()]
+    assert card["training_data"] == {"manifests": ["manifest.jsonl"], "utterances": 1,
+                                     "hours": round(durations[0] / 3600, 3), "speakers": None}
+    first = {**json.loads(shared("ldc93s1", "manifest.jsonl").read_text().splitlines()[0]),
+             "audio_filepath": str(shared("ldc93s1", "LDC93S1.wav"))}  # the recipe's val_slice: [0, 1]
+    (tmp_path / "val.jsonl").write_text(json.dumps(first) + "\n")
+    scores, _, _ = score_checkpoint(str(ldc_checkpoint), str(tmp_path / "val.jsonl"))
+    assert card["validation"]["wer"] == scores["wer"] == 0.0 and card["alphabet"] == "abcdefghijklmnopqrstuvwxyz' "
+    assert card["versions"]["torch"] == torch.__version__
+    code, out, _ = main_cli(capsys, "info", str(ldc_checkpoint))
+    assert code == 0 and out.startswith("# ds2-tiny\n") and f"{card['model']['parameters']:,}" in out
+    assert "WER 0.00 %" in out and "1 utterances" in out
+    # the folder's MODEL.md and model_card.json describe last.pt, the newest checkpoint
+    last = load_checkpoint(ldc_checkpoint.parent / "last.pt")["card"]
+    assert json.loads((ldc_checkpoint.parent / CARD_JSON).read_text())["validation"] == last["validation"]
+    assert "# ds2-tiny" in (ldc_checkpoint.parent / CARD_MD).read_text()
+
+
+def test_an_export_carries_the_card_and_transcribes_through_the_api(ldc_checkpoint, tmp_path, capsys):
+    out = tmp_path / "model.onnx"
+    assert main_cli(capsys, "-q", "export", "--checkpoint", str(ldc_checkpoint), "--format", "onnx", "--out",
+                    str(out))[0] == 0
+    code, text, _ = main_cli(capsys, "info", str(out), "--json")
+    card = json.loads(text)
+    assert code == 0 and card["file"] == str(out)
+    assert {k: v for k, v in card.items() if k != "file"} == load_checkpoint(ldc_checkpoint)["card"]
+    assert (tmp_path / f"model.onnx.{CARD_MD}").is_file() and (tmp_path / f"model.onnx.{CARD_JSON}").is_file()
+    wav = shared("ldc93s1", "LDC93S1.wav")
+    onnx = speechscale.load(out)
+    assert onnx.backend == "onnx" and onnx.transcribe(wav)["text"] == LDC_TEXT
+    model = speechscale.load(ldc_checkpoint, device="cpu")
+    assert model.backend == "torch" and model.device == "cpu"
+    stereo, rate = sf.read(shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav"), dtype="float32")
+    results = model.transcribe_batch([wav, stereo.mean(axis=1)], sample_rate=rate)
+    assert [r["text"] for r in results] == [LDC_TEXT, LDC_TEXT]
+    assert results[0]["words"][0]["word"] == "she" and results[1]["duration"] == pytest.approx(len(stereo) / rate, 1e-3)
+    with pytest.raises(ValueError, match="mono"):
+        model.transcribe(stereo, sample_rate=rate)
+
+
+def test_device_flags_choose_where_the_model_runs(ldc_checkpoint, capsys, tmp_path):
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    code, out, _ = main_cli(capsys, "transcribe", "--device", "cpu", "--checkpoint", str(ldc_checkpoint), "--json", wav)
+    assert code == 0 and json.loads(out)["text"] == LDC_TEXT
+    for device, message in [("tpu", "is not a device"), ("cuda:0", "no CUDA device is available")]:
+        if device.startswith("cuda") and torch.cuda.is_available():
+            continue
+        for cmd in (["transcribe", wav], ["eval", "--manifest", str(shared("ldc93s1", "manifest.jsonl"))],
+                    ["serve", "--port", "0"]):
+            code, _, err = main_cli(capsys, cmd[0], "--device", device, "--checkpoint", str(ldc_checkpoint), *cmd[1:])
+            lines = [x for x in err.splitlines() if x.strip()]
+            assert code == 2 and len(lines) == 1 and message in lines[0], (cmd, err)
+
+
+def test_transcribe_runs_files_in_batches_and_keeps_their_order(ldc_checkpoint, capsys, tmp_path):
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"not audio")
+    wav8 = str(shared("ldc93s1", "LDC93S1_pcms16le_1_8000.wav"))
+    silence = tmp_path / "silence.wav"
+    sf.write(silence, np.zeros(16000, dtype=np.float32), 16000)
+    files = [wav8, str(bad), str(silence), str(shared("ldc93s1", "LDC93S1.wav"))]
+    code, out, _ = main_cli(capsys, "transcribe", "--batch-size", "3", "--checkpoint", str(ldc_checkpoint), "--json",
+                            *files)
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert code == 1 and [r["file"] for r in rows] == files and "error" in rows[1]
+    model = speechscale.load(ldc_checkpoint)
+    for i in (0, 2, 3):  # each file as in a batch of its own
+        assert rows[i] == {"file": files[i], **model.transcribe(files[i])}, files[i]
+    assert rows[3]["text"] == LDC_TEXT and rows[2]["duration"] == 1.0

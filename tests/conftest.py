@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,9 +35,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def shared(*parts: str) -> Path:
-    """A path inside ../shared/data; skips the test when the shared data is absent."""
+    """A path inside ../shared/data; skips the test when the shared data is absent (a failure under CI=true)."""
     p = DATA.joinpath(*parts)
     if not p.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"shared data not found: {p} (CI runs beside ../shared/data)")
         pytest.skip(f"shared data not found: {p}")
     return p
 
@@ -174,3 +177,21 @@ def start_server(checkpoint, log: Path, *args: str) -> tuple[subprocess.Popen, s
             time.sleep(0.1)
     kill_group(proc)
     raise AssertionError(log.read_text())
+
+
+@pytest.fixture
+def serve():
+    """Start an archive server (tests/archives.py) on loopback: serve(files, cut) -> Archives; all stop after."""
+    from tests.archives import Archives
+
+    servers = []
+
+    def start(files: dict[str, bytes], cut: set[str] = frozenset()) -> Archives:
+        server = Archives(files, cut)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()

@@ -91,3 +91,38 @@ def test_a_finished_command_ends_its_process_without_the_teardown_and_keeps_its_
                              timeout=120)
     # piped stdout is block-buffered: what the command printed was flushed before the process ended
     assert printed.returncode == 0 and "  max_epochs: " in printed.stdout and printed.stdout.endswith("\n")
+
+
+def _subparsers(parser, path=()):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _subparsers(sub, (*path, name))
+
+
+def test_every_help_shows_defaults_and_shared_options_agree():
+    """Each option with a default shows it in --help; an option several commands share has one default; every
+    --out says whether it is a file or a folder."""
+    import argparse
+
+    from speechscale.cli import build_parser
+    from speechscale.decoding.decoders import DecoderConfig
+
+    seen: dict[str, set] = {}
+    for path, sub in _subparsers(build_parser()):
+        for action in sub._actions:
+            if not action.option_strings or action.help is None or action.required:
+                continue
+            flag = action.option_strings[-1]
+            if action.default not in (None, False, "", argparse.SUPPRESS) and action.default is not True:
+                entry = " ".join(sub._get_formatter()._format_action(action).split())  # its entry in --help
+                assert "default" in entry, (path, flag, entry)
+            if flag in ("--beam-width", "--device", "--decoder", "--chunk-seconds", "--backend"):
+                seen.setdefault(flag, set()).add(str(action.default))
+            if flag == "--out":
+                assert "file" in action.help or "folder" in action.help, (path, action.help)
+    assert seen["--beam-width"] == {str(DecoderConfig().beam_width)} and seen["--device"] == {"auto"}
+    assert all(len(v) == 1 for v in seen.values()), seen

@@ -7,8 +7,9 @@ from typing import Any
 
 def pyplot() -> Any:
     """`matplotlib.pyplot`, with the Agg backend selected (imported on first use: it is slow to load)."""
-    import matplotlib
+    from .extras import require
 
+    matplotlib = require("matplotlib", "report", "drawing a plot (report, bench, plan --out)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -83,7 +83,7 @@ def test_the_readmes_plan_commands_run(tmp_path, plan_cli):
 
     from tests.conftest import ROOT
 
-    lines = [line.strip() for line in (ROOT / "README.md").read_text().splitlines()
+    lines = [line.strip() for line in (ROOT / "docs" / "evidence.md").read_text().splitlines()
              if line.startswith("speechscale plan")]
     assert len(lines) >= 3
     for line in lines:

@@ -5,90 +5,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import tarfile
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
-
 from speechscale.data.manifest import read_manifest
+from tests.archives import md5, yesno_archive
 from tests.conftest import main_cli, shared
-
-
-class Archives(ThreadingHTTPServer):
-    """Serves `files` (name -> bytes) with Range support; the first GET of a name in `cut` sends half of the file
-    under the whole file's Content-Length and closes. `requests` records (name, Range header)."""
-
-    daemon_threads = True
-
-    def __init__(self, files: dict[str, bytes], cut: set[str] = frozenset()) -> None:
-        self.files, self.cut, self.requests = files, set(cut), []
-        super().__init__(("127.0.0.1", 0), Handler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def do_GET(self) -> None:
-        server: Archives = self.server  # type: ignore[assignment]
-        name = self.path.lstrip("/")
-        rng = self.headers.get("Range")
-        server.requests.append((name, rng))
-        if name not in server.files:
-            self.send_error(404)
-            return
-        body = server.files[name]
-        start = int(rng.removeprefix("bytes=").split("-")[0]) if rng else 0
-        if start >= len(body) and rng:
-            self.send_error(416)
-            return
-        self.send_response(206 if rng else 200)
-        self.send_header("Content-Length", str(len(body) - start))
-        if rng:
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        self.end_headers()
-        if name in server.cut:
-            server.cut.discard(name)
-            self.wfile.write(body[start:start + (len(body) - start) // 2])
-            self.wfile.flush()
-            self.close_connection = True
-            return
-        self.wfile.write(body[start:])
-
-
-@pytest.fixture
-def serve():
-    servers = []
-
-    def start(files: dict[str, bytes], cut: set[str] = frozenset()) -> Archives:
-        server = Archives(files, cut)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
-
-
-def yesno_archive() -> bytes:
-    """waves_yesno.tar.gz as OpenSLR lays it out, from the real yesno recordings."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for wav in sorted(shared("yesno").glob("*.wav")):
-            tar.add(wav, arcname=f"waves_yesno/{wav.name}")
-    return buf.getvalue()
-
-
-def md5(data: bytes) -> str:
-    return hashlib.md5(data).hexdigest()
 
 
 def test_yesno_is_downloaded_resumed_after_a_cut_checked_and_imported(tmp_path, serve, capsys):

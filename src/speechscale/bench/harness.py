@@ -124,6 +124,16 @@ def _cpu_model() -> str:
     return f"{model} ({isa})" if isa else model
 
 
+def shared_data(*parts: str) -> Path:
+    """A file of the real recordings the benches read: under $SPEECHSCALE_SHARED_DATA, else ../shared/data from
+    the current folder, else beside the checkout this package runs from (the first that exists; else the
+    current folder's, for the caller's own error)."""
+    roots = [Path(os.environ["SPEECHSCALE_SHARED_DATA"])] if os.environ.get("SPEECHSCALE_SHARED_DATA") else []
+    roots += [Path("../shared/data"), Path(__file__).resolve().parents[3].parent / "shared" / "data"]
+    found = [r.joinpath(*parts) for r in roots if r.joinpath(*parts).exists()]
+    return found[0] if found else roots[-2].joinpath(*parts)
+
+
 def _commit() -> str:
     if os.environ.get("SPEECHSCALE_COMMIT"):  # the launcher knows best (a copy's .git may be older than its tree)
         return os.environ["SPEECHSCALE_COMMIT"]

@@ -16,19 +16,23 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import soundfile as sf
 
 from ..data.audio import load_audio
+from .harness import shared_data
 from .ports import free_port
 
 
 def _clip(seconds: float) -> bytes:
     """`seconds` of real speech (JFK, repeated if needed) as 16 kHz 16-bit WAV bytes."""
-    src = Path(__file__).resolve().parents[3].parent / "shared/data/jfk/jfk.flac"
+    src = shared_data("jfk", "jfk.flac")
+    if not src.is_file():
+        from ..config import ConfigError
+
+        raise ConfigError(f"{src}: bench serve sends real speech from ../shared/data (set SPEECHSCALE_SHARED_DATA)")
     wav = load_audio(src, 16000)
     wav = np.tile(wav, int(np.ceil(seconds * 16000 / len(wav))))[: int(seconds * 16000)]
     buf = io.BytesIO()

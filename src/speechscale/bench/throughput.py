@@ -28,7 +28,7 @@ from ..models.registry import RECOMMENDED_FEATURES
 from ..training.optim import build_optimizer
 from ..training.precision import Precision, resolve_device
 from ..training.step import TrainStep
-from .harness import interleave
+from .harness import interleave, shared_data
 
 TEXT = "she had your dark suit in greasy wash water all year"
 
@@ -215,5 +215,5 @@ def default_manifest(given: str | None) -> str | None:
     """The manifest to cut benchmark batches from: the given one ('' = noise), else LDC93S1 when present."""
     if given is not None:
         return given or None
-    default = Path(__file__).resolve().parents[3].parent / "shared/data/ldc93s1/manifest.jsonl"
+    default = shared_data("ldc93s1", "manifest.jsonl")
     return str(default) if default.is_file() else None

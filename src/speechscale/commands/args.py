@@ -5,8 +5,28 @@ import argparse
 from typing import Any, Callable
 
 
+class DefaultsShown(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless it has none (None, False, a required flag) or the help
+    already says what it is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default is argparse.SUPPRESS or action.required
+                or not action.option_strings or "default" in text or "%(default)" in text):
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+        shown = str(shown).replace("%", "%%")  # argparse formats the help with %
+        return f"{text} (default: {shown})" if shown else text
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: what was wrong, and where to look, without the usage block."""
+    """argparse with one-line errors: what was wrong, and where to look, without the usage block; every
+    option's default shown in --help."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsShown)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> Any:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -57,6 +77,13 @@ def yaml_mapping(text: str | None, flag: str) -> dict[str, Any]:
     return value
 
 
+class DecoderDefaults:
+    """The decoder flags' defaults, one place for every command (decoding.decoders.DecoderConfig's, written out:
+    the parser is built before torch is imported; tests/test_cli.py keeps them equal)."""
+
+    beam_width = 50
+
+
 def device_arg(p: argparse.ArgumentParser) -> None:
     """The --device flag of eval, transcribe and serve."""
     p.add_argument("--device", default="auto",
@@ -67,7 +94,8 @@ def decoder_args(p: argparse.ArgumentParser) -> None:
     """The decoder flags of eval, transcribe and serve."""
     p.add_argument("--decoder", default="greedy", choices=["greedy", "beam", "lexicon"],
                    help="greedy, beam search (with --lm: over the LM's words), or lexicon (only --lexicon's words)")
-    p.add_argument("--beam-width", type=positive(int), default=50, help="beam search: hypotheses kept")
+    p.add_argument("--beam-width", type=positive(int), default=DecoderDefaults.beam_width,
+                   help="beam search: hypotheses kept")
     p.add_argument("--lm", default=None, help="a KenLM word model (ARPA or binary), e.g. from `speechscale lm build`")
     p.add_argument("--alpha", type=float, default=None, help="LM weight (default: tune-lm's, else 0.5)")
     p.add_argument("--beta", type=float, default=None, help="bonus per word (default: tune-lm's, else 1.0)")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .args import Parser, decoder_args, decoder_config, device_arg, positive
+from .args import DecoderDefaults, Parser, decoder_args, decoder_config, device_arg, positive
 
 
 def _write_details(path: str, res: Any, loader: Any) -> None:
@@ -154,7 +154,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     tl.add_argument("--lm", required=True, help="the KenLM model to tune for")
     tl.add_argument("--lexicon", default=None, help="tune the lexicon decoder with this word list instead")
     tl.add_argument("--trials", type=positive(int), default=30, help="decoding passes over the cached output")
-    tl.add_argument("--beam-width", type=positive(int), default=32, help="beam width during the search")
+    tl.add_argument("--beam-width", type=positive(int), default=DecoderDefaults.beam_width,
+                    help="beam width during the search (eval, transcribe and serve decode with the same default)")
     tl.set_defaults(func=tune_lm)
 
     lm = command(sub, "lm", "language models: build a Kneser-Ney ARPA model from text")

@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="report the cheapest GPU count and pricing that finishes in time")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the plan as JSON")
-    o.add_argument("--out", type=Path, default=None, help="write plan.json and plan.png here")
+    o.add_argument("--out", type=Path, default=None, help="folder for plan.json and plan.png")
     o.add_argument("--calibrate", action="store_true", help="print the calibration against published runs and exit")
     o.add_argument("--validate", action="store_true",
                    help="measure gloo allreduce here and compare the model with real DDP steps, then exit")

@@ -35,6 +35,14 @@ def _minutes(entry: dict[str, Any]) -> str:
     return f"{m['cpu']:g} min on {m['where']}" if m else "-"
 
 
+def markdown_table() -> str:
+    """The catalog as the README's recipes table (a test keeps the README's copy equal to it)."""
+    rows = ["| recipe | model | what | last result | training time |", "|---|---|---|---|---|"]
+    for name, e in catalog().items():
+        rows.append(f"| `{name}` | {e.get('model', '?')} | {e.get('about', '')} | {_result(e)} | {_minutes(e)} |")
+    return "\n".join(rows) + "\n"
+
+
 def recipes(args: argparse.Namespace) -> int:
     from ..config import recipe_path
 

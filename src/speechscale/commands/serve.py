@@ -9,6 +9,10 @@ from .args import decoder_args, decoder_config, device_arg, positive
 
 
 def serve(args: argparse.Namespace) -> int:
+    from ..extras import require
+
+    for module in ("fastapi", "uvicorn", "multipart"):
+        require(module, "serve", "speechscale serve")
     from ..serving.server import Limits
     from ..serving.server import serve as run_server
     from ..serving.transcribe import Transcriber

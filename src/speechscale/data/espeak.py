@@ -19,8 +19,8 @@ _POS_CHARACTER = 1
 _CHARS_UTF8 = 1
 _PARAM_RATE, _PARAM_VOLUME, _PARAM_PITCH, _PARAM_RANGE = 1, 2, 3, 4
 
-HOW_TO_GET = ("espeak-ng not found: run `pip install espeakng-loader` (ships the library, no root needed) "
-              "or `apt-get install espeak-ng`")
+HOW_TO_GET = ("espeak-ng not found: pip install 'speechscale[synth]' (espeakng-loader ships the library, no root "
+              "needed) or apt-get install espeak-ng")
 
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
 

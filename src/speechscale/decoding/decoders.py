@@ -88,7 +88,9 @@ class BeamDecoder:
 
     def __init__(self, cfg: DecoderConfig, tokenizer: CharTokenizer,
                  normalize: Callable[[str], str] | None = None) -> None:
-        from flashlight.lib.text import decoder as fl
+        from ..extras import require
+
+        fl = require("flashlight.lib.text.decoder", "decode", f"the {cfg.name} decoder")
 
         self.tokenizer = tokenizer
         if " " not in tokenizer.alphabet:

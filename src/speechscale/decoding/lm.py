@@ -25,9 +25,10 @@ def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callabl
                ) -> dict[str, Any]:
     """Write a Kneser-Ney ARPA model of `order` from the lines of `text` (normalized by `normalize`, default
     the default TextNormalizer) to `out`; returns counts."""
-    from kaldingram.train import NgramCounts
-
     from ..data.text import TextNormalizer
+    from ..extras import require
+
+    NgramCounts = require("kaldingram.train", "decode", "lm build").NgramCounts
 
     normalize = normalize or TextNormalizer()
     if order < 1:
@@ -65,7 +66,9 @@ class KenLMScorer:
     """log10 word probabilities from a KenLM model (ARPA or binary), with the state API."""
 
     def __init__(self, path: str | Path) -> None:
-        import kenlm
+        from ..extras import require
+
+        kenlm = require("kenlm", "decode", "a KenLM language model")
 
         if not Path(path).is_file():
             raise ConfigError(f"language model not found: {path}")

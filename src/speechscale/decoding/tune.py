@@ -65,8 +65,9 @@ def wer_of(cache: list[tuple[torch.Tensor, int, str]], decoder: Any) -> float:
 def tune(cache: list[tuple[torch.Tensor, int, str]], tokenizer: Any, lm: str, trials: int = 30, beam_width: int = 32,
          lexicon: str = "", seed: int = 0) -> dict[str, Any]:
     """Search (alpha, beta) on cached log-probabilities; the defaults are the first trial."""
-    import optuna
+    from ..extras import require
 
+    optuna = require("optuna", "decode", "tune-lm")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     name = "lexicon" if lexicon else "beam"
 

@@ -72,8 +72,9 @@ def _onnx(wrapper: nn.Module, example: tuple[torch.Tensor, torch.Tensor], out: P
     """Export in memory, add the description and write the file once (a full-size model is 0.4 GB)."""
     import io
 
-    import onnx
+    from ..extras import require
 
+    onnx = require("onnx", "export", "export --format onnx")
     buffer = io.BytesIO()
     torch.onnx.export(wrapper, example, buffer, dynamo=False, opset_version=17,
                       input_names=["features", "lengths"], output_names=["log_probs", "out_lengths"],

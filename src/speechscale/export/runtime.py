@@ -28,8 +28,10 @@ class ExportedModel:
             raise ConfigError(f"{path}: no such exported model")
         self.backend = backend
         if backend == "onnx":
-            import onnx
-            import onnxruntime as ort
+            from ..extras import require
+
+            onnx = require("onnx", "export", "an ONNX model")
+            ort = require("onnxruntime", "export", "an ONNX model")
 
             try:
                 meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}

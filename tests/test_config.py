@@ -104,7 +104,7 @@ def test_model_constructors_raise_the_config_error_type():
 
 
 def test_print_config_lists_every_key_with_its_comment_and_loads_back(tmp_path):
-    from speechscale.config import dump_config
+    from speechscale.config_dump import dump_config
 
     cfg = load_recipe("configs/demo.yaml", ["trainer.max_epochs=3", "augment.speed=[0.8, 1.2]"])
     text = dump_config(cfg)

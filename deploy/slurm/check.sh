@@ -20,7 +20,7 @@ deploy/slurm/local-cluster.sh start
 
 work=$(mktemp -d /tmp/speechscale-slurm.XXXXXX)
 export NPROC_PER_NODE=${NPROC_PER_NODE:-2} CONFIG=configs/yesno.yaml OUT_DIR="$work/run" RDZV_PORT=${RDZV_PORT:-29411}
-export OVERRIDES="trainer.max_epochs=${EPOCHS:-6} trainer.threads=1 trainer.progress=false trainer.target_wer=-1"
+export OVERRIDES="data.root=$root/../shared/data/yesno trainer.max_epochs=${EPOCHS:-6} trainer.threads=1 trainer.progress=false trainer.target_wer=-1"
 started=$(date +%s.%N)
 job=$(sbatch --parsable --nodes=1 --gpus-per-node=0 --cpus-per-task="$(nproc)" --time=30:00 \
   --output="$work/%x-%j.out" deploy/slurm/train.sbatch)

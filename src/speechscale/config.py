@@ -108,6 +108,8 @@ class DataConfig:
     shuffle_shards: int = 4            # shard streams: shards whose utterances are shuffled and bucketed together
     allow_external_shards: bool = False  # let a shard index name shards outside its own folder (absolute
                                        # paths, URLs, ..): only for indexes you trust
+    fixed_shapes: int = 0              # pad each training batch to one of this many (batch size, frames) shapes with
+                                       # zero-weight fillers, same gradients (0 = off; a CUDA graph per shape)
 
 
 @dataclass
@@ -324,8 +326,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 # The recipes shipped in the package (`speechscale recipes`); `--config NAME` reads RECIPES / NAME.yaml
 RECIPES = Path(__file__).resolve().parent / "recipes"
-# A value the recipe leaves to the user (OmegaConf's spelling): set it with key=value before anything runs
-MISSING = "???"
+MISSING = "???"  # a value the recipe leaves to the user (OmegaConf's spelling): set it with key=value
 
 
 def builtin_recipes() -> list[str]:
@@ -334,8 +335,7 @@ def builtin_recipes() -> list[str]:
 
 
 def recipe_path(name_or_path: str | Path) -> Path:
-    """A recipe file: `name_or_path` itself when it is a file, else the built-in recipe of that name; raises
-    ConfigError naming the built-in recipes when it is neither."""
+    """A recipe file: `name_or_path` itself when it is a file, else the built-in recipe of that name."""
     p = Path(name_or_path)
     if p.is_file():
         return p
@@ -346,13 +346,12 @@ def recipe_path(name_or_path: str | Path) -> Path:
                       f"`speechscale recipes` lists them)")
 
 
-def _is_local_relative(path: str) -> bool:
+def _is_local_relative(path: str) -> bool:  # a path data.root applies to
     return bool(path) and "://" not in path and not Path(path).is_absolute()
 
 
 def _under(root: str, path: str) -> str:
-    """`path` read from `root`: unchanged when it is empty, absolute, a URL or already under root (so that a
-    config written out and read back resolves to the same files)."""
+    """`path` read from `root`; as it is when empty, absolute, a URL or under root (a config read back is the same)."""
     if not _is_local_relative(path) or not root or Path(path).is_relative_to(root):
         return path
     return str(Path(root) / path)
@@ -399,40 +398,3 @@ def check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
     """One-line ConfigError when `value` is not one of `allowed` for config choice (or flag) `key`."""
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is unknown; choose one of {', '.join(allowed)}")
-
-
-def _field_comments(cls: type) -> dict[str, str]:
-    """Each field's trailing `# comment` in this module's source (continuation comment lines joined)."""
-    import inspect
-
-    comments: dict[str, str] = {}
-    last = None
-    for line in inspect.getsource(cls).splitlines():
-        code, _, comment = line.partition("#")
-        name = code.strip().split(":", 1)[0] if ":" in code and not code.strip().startswith(('"', "'")) else ""
-        if name.isidentifier():
-            last = name
-            comments[name] = comment.strip()
-        elif not code.strip() and comment and last:  # a comment line continuing the field above
-            comments[last] = f"{comments[last]} {comment.strip()}".strip()
-        else:
-            last = None
-    return comments
-
-
-def dump_config(cfg: Config) -> str:
-    """The whole config as YAML, every key with its one-line comment; `load_config` reads it back."""
-    def flow(value: Any) -> str:
-        text = yaml.safe_dump(value, default_flow_style=True, width=10 ** 6, sort_keys=False)
-        return text.removesuffix("\n...\n").strip()
-
-    lines = []
-    for section in dataclasses.fields(cfg):
-        sub = getattr(cfg, section.name)
-        lines.append(f"{section.name}:")
-        comments = _field_comments(type(sub))
-        for f in dataclasses.fields(sub):
-            entry = f"  {f.name}: {flow(to_dict(sub)[f.name])}"
-            note = comments.get(f.name, "")
-            lines.append(f"{entry:<40} # {note}" if note else entry)
-    return "\n".join(lines) + "\n"

@@ -77,6 +77,7 @@ def check_recipe(cfg: Config) -> None:
          f"data.mix_weights={d.mix_weights} must be [] or one positive weight per data.mix manifest"),
         (d.mix_temperature > 0, "data.mix_temperature must be positive"),
         (d.shuffle_shards >= 1, f"data.shuffle_shards={d.shuffle_shards} must be at least 1"),
+        (0 <= d.fixed_shapes <= 16, f"data.fixed_shapes={d.fixed_shapes} must be 0 (off) to 16 shapes"),
         (len(d.train_slice) <= 2 and len(d.val_slice) <= 2,
          "data.train_slice/val_slice must be [], [start] or [start, stop]"),
         (o.lr > 0, "optim.lr must be positive"),

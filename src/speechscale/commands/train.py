@@ -8,7 +8,8 @@ from typing import Any, Callable
 
 
 def train(args: argparse.Namespace) -> int:
-    from ..config import ConfigError, dump_config
+    from ..config import ConfigError
+    from ..config_dump import dump_config
     from ..recipe import load_recipe
     from ..training.trainer import train as run_training
 

@@ -45,6 +45,7 @@ class Batch:
     texts: list[str]
     indices: list[int]
     skipped: dict[str, int] = dataclasses.field(default_factory=dict)  # reason -> utterances dropped
+    weights: torch.Tensor | None = None  # (B,) a batch padded to a fixed shape (data/shapes.py): 1 real, 0 filler
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -56,11 +57,17 @@ class Batch:
 
     def to(self, device: torch.device) -> "Batch":
         """Features and targets on `device` (copies from pinned memory do not block the host). Lengths stay
-        on the CPU: packed cuDNN RNNs and CTC read them there, so the GPU never has to report them back."""
+        on the CPU (packed cuDNN RNNs and CTC read them there, so the GPU never has to report them back), except
+        in a batch of a fixed shape: its lengths and weights go to the device too, where nothing in the model's
+        forward and backward reads them back (the padded RNN path), as a captured graph requires."""
         if device.type == "cpu":
             return self
-        return dataclasses.replace(self, feats=self.feats.to(device, non_blocking=True),
-                                   targets=self.targets.to(device, non_blocking=True))
+        moved = dataclasses.replace(self, feats=self.feats.to(device, non_blocking=True),
+                                    targets=self.targets.to(device, non_blocking=True))
+        if self.weights is not None:
+            moved.feat_lens = self.feat_lens.to(device, non_blocking=True)
+            moved.weights = self.weights.to(device, non_blocking=True)
+        return moved
 
 
 class SpeechDataset(torch.utils.data.Dataset):

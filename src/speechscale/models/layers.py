@@ -45,10 +45,11 @@ class MaskedBatchNorm(nn.Module):
         """x (B, C, ..., T), mask (B, T) -> same shape as x."""
         shape = [1] * x.dim()
         shape[0], shape[-1] = x.shape[0], x.shape[-1]
-        m = mask.view(shape).to(torch.float32)  # (B, 1, [1,] T)
+        stats = torch.promote_types(x.dtype, torch.float32)  # at least fp32 (float64 stays float64)
+        m = mask.view(shape).to(stats)  # (B, 1, [1,] T)
         cshape = [1] * x.dim()
         cshape[1] = self.num_features
-        xf = x.float()
+        xf = x.to(stats)
         if self.training:
             dims = [d for d in range(x.dim()) if d != 1]
             count = (m.sum() * (xf.numel() // (x.shape[0] * x.shape[1] * x.shape[-1]))).clamp(min=1.0)

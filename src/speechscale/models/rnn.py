@@ -62,8 +62,9 @@ class RecurrentLayer(nn.Module):
         return inp + rec, (inp if first else 2 * inp) + 2 * rec - h0
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x (B, T, H_in), lengths (B,) (CPU on GPUs: packing reads them there), mask (B, T) on x's device
-        -> (B, T, H_out); padded frames are zero."""
+        """x (B, T, H_in), lengths (B,), mask (B, T) on x's device -> (B, T, H_out); padded frames are zero.
+        On a GPU, lengths on the CPU take cuDNN's packed path (packing reads them there); lengths on the GPU (a
+        batch of a fixed shape) take the padded path, which never reads them back: capturable in a CUDA graph."""
         if self.norm is not None:
             x = self.norm(x.transpose(1, 2), mask).transpose(1, 2)  # BN over (B, H, T)
         dev = x.device.type
@@ -71,7 +72,7 @@ class RecurrentLayer(nn.Module):
         with torch.autocast(dev, enabled=False):
             if dtype is not None:
                 x = x.to(dtype)
-            if x.is_cuda:
+            if x.is_cuda and not lengths.is_cuda:
                 out = self._packed(x, lengths, dtype)
             else:
                 out = self._unpacked(x, lengths, dtype) * mask[..., None].to(x.dtype)
@@ -118,7 +119,9 @@ class RecurrentLayer(nn.Module):
             if (self.rnn_type == "gru" and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
                     and torch.is_grad_enabled()):  # training: backward through time as a few large products
                 return GRUDirection.apply(x, *(weights[n] for n in self._weight_names))
-            return functional_call(self._one_way, weights, (x,))[0]
+            with warnings.catch_warnings():  # cuDNN: the weights are not one flat buffer (it packs them per call)
+                warnings.simplefilter("ignore", UserWarning)
+                return functional_call(self._one_way, weights, (x,))[0]
         h0 = x.new_zeros(1, x.shape[0], self.hidden)
         params = [weights[n] for n in self._weight_names]  # w_ih, w_hh, b_ih, b_hh: the op's order
         if self.rnn_type == "gru":

@@ -50,14 +50,21 @@ class TrainStep:
         self.precision, self.strategy, self.device = precision, strategy, device
         self.grad_clip = grad_clip if grad_clip > 0 else math.inf
         self.placeholder, self.clock = placeholder, clock
-        self.ctc = ctc_criterion()
+        self.ctc, self.ctc_rows = ctc_criterion(), ctc_criterion("none")
 
     def loss(self, batch: Batch) -> torch.Tensor:
-        """Mean CTC loss of a batch on the device: the forward pass autocast, log-softmax and CTC in fp32."""
+        """Mean CTC loss of a batch on the device: the forward pass autocast, log-softmax and CTC in fp32. In a
+        batch of a fixed shape the fillers weigh 0: the mean over the real rows, as of the unpadded batch."""
         with self.precision.autocast():
             logits, out_lens = self.forward(batch.feats, batch.feat_lens)  # (B, T', V)
         log_probs = logits.float().log_softmax(-1).transpose(0, 1)  # (T', B, V), fp32 outside autocast
-        return self.ctc(log_probs, batch.targets, out_lens, batch.target_lens)
+        if batch.weights is None:
+            return self.ctc(log_probs, batch.targets, out_lens, batch.target_lens)
+        # CTCLoss's "mean": each row's loss over its target length, averaged; here averaged over the real rows
+        rows = self.ctc_rows(log_probs, batch.targets, out_lens, batch.target_lens)  # (B,)
+        rows = rows / batch.target_lens.to(rows.device).clamp(min=1)
+        w = batch.weights.to(rows.device)
+        return torch.where(w > 0, rows, 0.0).mul(w).sum() / w.sum()
 
     def forward_backward(self, batch: Batch, parts: int = 1, weight: float = 1.0) -> torch.Tensor:
         """Loss of one (micro-)batch on the device, divided by `parts` and multiplied by `weight` (0 keeps a

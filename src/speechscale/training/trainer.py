@@ -23,6 +23,7 @@ from ..config import Config, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
 from ..data.features import pooled_prior
 from ..data.loading import training_data
+from ..data.shapes import BatchShapes
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
 from ..storage.cards import build_card, data_summary, write_card
@@ -92,6 +93,7 @@ class Trainer:
                                          self.strategy.make_plan, pin_memory=self.device.type == "cuda")
         self.domains = data.domains  # data.mix: samples of each domain per epoch (logged with validation)
         utts = getattr(data.plain, "utts", None) or []  # a streamed corpus: counted, not listed
+        self.shapes, self.unshaped = (fixed_shapes(cfg, self.comps, utts) if cfg.data.fixed_shapes else None), 0
         self.card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts)
         if not utts:
             self.card_data.update(utterances=data.utterances, hours=None)
@@ -174,6 +176,10 @@ class Trainer:
         Returns the detached mean loss on the device. A non-finite loss or gradient skips the update (fused
         optimizers and the fp16 scaler decide on the device) and is counted at the next `sync()`."""
         s, micro = self.state, (batch if isinstance(batch, list) else [batch])
+        if self.shapes is not None:  # data.fixed_shapes: padded with zero-weight fillers, the same gradients
+            padded = [self.shapes.pad(b) for b in micro]
+            micro = [b for b, _ in padded]
+            self.unshaped += sum(not ok for b, ok in padded if len(b))
         # the samples of the batches about to be trained on are already counted
         set_lr(self.optimizer, self.schedule.lr(s.samples_seen - sum(len(b) for b in micro) * self.world, s.step))
         # Dropout draws from torch's global generator, which loaders and validation also draw from (a new
@@ -336,7 +342,21 @@ class Trainer:
         return {**last, "epoch": s.epoch, "step": s.step, "best_wer": s.best_wer,
                 "train_utterances": self.data.utterances, "train_skipped": skipped,
                 "minutes": budget.elapsed_minutes(), "precision": self.precision.mode, "device": str(self.device),
-                "world_size": self.world, "stopped_by": self.stopped_by, **s.counters}
+                "world_size": self.world, "stopped_by": self.stopped_by, **s.counters,
+                **({"unshaped_batches": self.unshaped} if self.shapes is not None else {})}
+
+
+def fixed_shapes(cfg: Config, comps: Any, utts: list[Any]) -> BatchShapes:
+    """data.fixed_shapes' shapes from the training utterances' durations, frames stretched by the slowest speed
+    and tempo perturbation (and 2 frames of margin for a manifest's rounded durations)."""
+    from ..config import ConfigError
+
+    if not utts:
+        raise ConfigError("data.fixed_shapes needs the training durations up front: a manifest, not a shard index")
+    a, d = cfg.augment, cfg.data
+    stretch = 1 / min(a.speed or [1.0]) / min(a.tempo or [1.0])
+    return BatchShapes.from_durations([u.duration for u in utts], d.fixed_shapes, d.batch_seconds, d.max_batch_size,
+                                      lambda s: comps.features.frames_for_seconds(s) + 2, stretch)
 
 
 def train(cfg: Config) -> dict[str, Any]:

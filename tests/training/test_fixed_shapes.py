@@ -1,0 +1,37 @@
+"""data.fixed_shapes in the real trainer: the same utterances in the same steps, every batch fitting a shape,
+and the same training (SGD: an update linear in the gradient, so rounding stays at rounding's size)."""
+import json
+
+import torch
+
+from speechscale.training.trainer import Trainer
+from tests.conftest import shared
+from tests.training.tiny import NARROW
+
+
+def _run(out, *extra):
+    from speechscale.recipe import load_recipe
+
+    m = shared("fsdd", "manifest.jsonl")
+    cfg = load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
+                             "data.filter={speaker: george, split: test}", "data.val_filter={speaker: jackson, "
+                             "split: test}", "data.batch_seconds=4", "data.max_batch_size=12", "features.sample_rate=8000",
+                             "augment.speed=[0.9, 1.1]", "trainer.max_epochs=2", "trainer.progress=false",
+                             "trainer.trace_samples=true", "optim.name=sgd", "optim.lr=0.01", "optim.warmup_steps=0",
+                             f"model.overrides={NARROW}", *extra])
+    trainer = Trainer(cfg)
+    summary = trainer.fit()
+    trace = [json.loads(x)["ids"] for x in (out / "samples-rank0.jsonl").read_text().splitlines()]
+    return summary, trace, trainer.model.state_dict(), trainer.shapes
+
+
+def test_fixed_shapes_train_the_same_steps_on_the_same_utterances(tmp_path):
+    plain, plain_trace, plain_w, _ = _run(tmp_path / "plain")
+    shaped, shaped_trace, shaped_w, shapes = _run(tmp_path / "shaped", "data.fixed_shapes=3")
+    assert shaped_trace == plain_trace and len(plain_trace) == plain["step"] > 4  # sampling untouched
+    assert shaped["unshaped_batches"] == 0 and "unshaped_batches" not in plain
+    assert 2 <= len(shapes.shapes) <= 3
+    for k, v in plain_w.items():
+        if v.is_floating_point():
+            torch.testing.assert_close(shaped_w[k], v, atol=1e-5, rtol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
+    assert abs(shaped["val_loss"] - plain["val_loss"]) < 1e-4 * abs(plain["val_loss"])

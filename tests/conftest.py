@@ -106,6 +106,25 @@ def ldc_checkpoint(tmp_path_factory, worker_id) -> Path:
     return out / "checkpoints" / "best.pt"
 
 
+@pytest.fixture(scope="session")
+def streaming_checkpoint(tmp_path_factory, worker_id) -> Path:
+    """A narrow ds2-streaming-tiny (unidirectional, lookahead; features not normalized) overfit on LDC93S1 by
+    the real CLI, once per test run (as `ldc_checkpoint`)."""
+    from filelock import FileLock
+
+    shared("ldc93s1", "manifest.jsonl")
+    root = tmp_path_factory.getbasetemp()
+    root = root if worker_id == "master" else root.parent
+    out = root / "streaming-checkpoint"
+    with FileLock(str(root / "streaming-checkpoint.lock")):
+        if not (out / "checkpoints" / "best.pt").is_file():
+            proc = run_cli("-q", "train", "--config", "ldc93s1", f"trainer.out_dir={out}", data_root("ldc93s1"),
+                           "model.name=ds2-streaming-tiny", "model.overrides={rnn_hidden: 128, rnn_layers: 2}",
+                           "features.normalize=none", "trainer.max_epochs=120")
+            assert (out / "checkpoints" / "best.pt").is_file(), proc.stderr
+    return out / "checkpoints" / "best.pt"
+
+
 @pytest.fixture
 def s3(monkeypatch):
     """A moto S3 server on a free loopback port with one bucket; s3fs pointed at it."""

@@ -10,8 +10,8 @@
     >>> model.transcribe("../shared/data/ldc93s1/LDC93S1.wav")["text"]
     'she had your dark suit in greasy wash water all year'
     >>> import soundfile
-    >>> wav, rate = soundfile.read("../shared/data/ldc93s1/LDC93S1_pcms16le_2_44100.wav", dtype="float32")
-    >>> model.transcribe(wav.mean(axis=1), sample_rate=rate)["text"]   # an array at any rate
+    >>> wav, rate = soundfile.read("../shared/data/ldc93s1/LDC93S1.wav", dtype="float32")
+    >>> model.transcribe(wav, sample_rate=rate)["text"]   # an array (any rate: it is resampled)
     'she had your dark suit in greasy wash water all year'
     >>> model.card["model"]["name"], model.sample_rate
     ('ds2-tiny', 16000)

@@ -68,9 +68,75 @@ def _transcribed(asr: Any, files: list[str], batch_size: int) -> Any:
             yield f, results[f]
 
 
+def stream(args: argparse.Namespace) -> int:
+    """transcribe --stream: feed FILE (or raw 16-bit mono PCM from standard input, '-') in 100 ms chunks, in real
+    time unless --no-realtime; partials in place on a terminal, finals as lines (JSON lines with --json)."""
+    import sys
+    import time
+
+    import numpy as np
+
+    from ..components import load_components
+    from ..config import ConfigError
+    from ..serving.streaming import StreamingRefused, StreamingSession
+
+    if len(args.files) != 1:
+        raise ConfigError("--stream takes one FILE (or - for raw 16-bit mono PCM on standard input)")
+    comps = load_components(args.checkpoint, args.device)
+    source = args.files[0]
+    if source == "-":
+        rate = args.rate or comps.features.cfg.sample_rate
+        chunks = _pcm_chunks(sys.stdin.buffer, rate)
+    else:
+        import soundfile as sf
+
+        from ..data.audio import AudioError, check_file
+
+        check_file(source, AudioError)
+        info = sf.info(source)
+        rate = info.samplerate
+        chunks = (block.mean(axis=1) for block in sf.blocks(source, blocksize=max(1, rate // 10), dtype="float32",
+                                                            always_2d=True))
+    try:
+        session = StreamingSession(comps, sample_rate=rate, endpoint_frames=args.endpoint_frames)
+    except StreamingRefused as e:
+        raise ConfigError(f"--stream: {e}") from None
+    tty = sys.stdout.isatty() and not args.json
+    started = time.monotonic()
+    fed = 0.0
+
+    def show(events: list[dict]) -> None:
+        for e in events:
+            if args.json:
+                print(json.dumps(e), flush=True)
+            elif e["type"] == "final":
+                print(("\r\033[K" if tty else "") + e["text"], flush=True)
+            elif tty:
+                print("\r\033[K" + e["text"], end="", flush=True)
+
+    for chunk in chunks:
+        show(session.accept(np.asarray(chunk, dtype=np.float32)))
+        fed += len(chunk) / rate
+        if args.realtime:  # as a microphone delivers it
+            time.sleep(max(0.0, started + fed - time.monotonic()))
+    show(session.finish())
+    return 0
+
+
+def _pcm_chunks(stream: Any, rate: int) -> Any:
+    import numpy as np
+
+    size = 2 * max(1, rate // 10)  # 100 ms of 16-bit samples
+    while data := stream.read(size):
+        yield np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.float32) / 32768.0
+
+
 def transcribe(args: argparse.Namespace) -> int:
     from ..decoding.metrics import ErrorRate
     from ..serving.transcribe import Transcriber, check_chunk_seconds
+
+    if args.stream:
+        return stream(args)
 
     check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
     refs = _references(args.manifest)
@@ -146,6 +212,15 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="long audio is cut at quiet points into chunks of at most this length (>= 1)")
     r.add_argument("--manifest", default=None,
                    help="a manifest holding these files: print each one's reference text and WER beside it")
+    r.add_argument("--stream", action="store_true",
+                   help="live transcription of one FILE (or - : raw 16-bit mono PCM on standard input) by a "
+                        "streaming model: partial text in place, a line per phrase")
+    r.add_argument("--no-realtime", dest="realtime", action="store_false",
+                   help="--stream: feed the audio as fast as it is computed, not in real time")
+    r.add_argument("--rate", type=positive(int), default=None,
+                   help="--stream -: the sample rate of standard input's PCM (default: the model's)")
+    r.add_argument("--endpoint-frames", type=positive(int), default=30,
+                   help="--stream: output frames of blank or space that end a phrase")
     r.set_defaults(func=transcribe)
 
     tl = command(sub, "tune-lm", "search the LM weight and word bonus on a dev set (the model runs once)")

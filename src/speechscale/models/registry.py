@@ -32,6 +32,11 @@ MODELS: dict[str, tuple[type, Callable[..., nn.Module], dict[str, Any]]] = {
     # Streaming variant: unidirectional GRU with a 20-frame lookahead convolution.
     "ds2-streaming": (DS2Config, DeepSpeech2, {"conv": _CONV_DS2, "rnn_layers": 5, "rnn_hidden": 800,
                                                "bidirectional": False, "lookahead": 20}),
+    # ds2-tiny's shapes, streaming: unidirectional GRU and the 20-frame lookahead (trains on a CPU)
+    "ds2-streaming-tiny": (DS2Config, DeepSpeech2, {
+        "conv": [{"channels": 16, "kernel": [21, 11], "stride": [2, 2]},
+                 {"channels": 16, "kernel": [11, 11], "stride": [2, 1]}],
+        "rnn_layers": 3, "rnn_hidden": 256, "bidirectional": False, "lookahead": 20}),
     # OpenSeq2Seq's w2lplus_large (the W2LConfig default); meant for 64 log-mel features.
     "wav2letter+": (W2LConfig, Wav2LetterPlus, {}),
     "wav2letter+-tiny": (W2LConfig, Wav2LetterPlus, {"blocks": [

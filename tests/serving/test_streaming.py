@@ -1,0 +1,119 @@
+"""Streaming transcription: the streamed logits and text equal the offline ones of the same model on the whole
+file, for 20 real files (8, 16 and 44.1 kHz, mono and stereo, 0.3-11 s) and chunks from 20 ms to 1 s and odd
+sizes; dropping any carried state breaks it; endpointing splits phrases at pauses; other models are refused."""
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from speechscale.components import build_components, load_components
+from speechscale.config import load_config
+from speechscale.data.audio import load_audio
+from speechscale.decoding.greedy import greedy_decode
+from speechscale.serving.streaming import StreamingRefused, StreamingSession
+from tests.conftest import shared
+
+CHUNKS_MS = [20, 100, 320, 1000, 37, 777 / 44.1]  # 777/44.1 ms: 777 samples at 44.1 kHz, odd elsewhere too
+
+
+def _files():
+    fsdd = sorted(shared("fsdd", "recordings").glob("*_jackson_4*.wav"))[:12]
+    yesno = sorted(shared("yesno").glob("*.wav"))[::15]
+    ldc = sorted(shared("ldc93s1").glob("*.wav"))
+    return [*fsdd, *yesno, *ldc, shared("jfk", "jfk.flac")]
+
+
+@pytest.fixture(scope="module")
+def comps(streaming_checkpoint):
+    """A streaming model trained on LDC93S1 (conftest.streaming_checkpoint): every output frame's logits are
+    compared, not only its text."""
+    return load_components(streaming_checkpoint)
+
+
+def _offline(comps, path):
+    wav = load_audio(path, comps.features.cfg.sample_rate)
+    feats = comps.features(torch.from_numpy(wav))
+    with torch.no_grad():
+        logits, lens = comps.model.eval()(feats[None], torch.tensor([feats.shape[1]]))
+    return logits[0, : int(lens[0])], greedy_decode(logits, lens, comps.tokenizer)[0]
+
+
+def _stream(comps, path, chunk_ms, **kwargs):
+    raw, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    raw = raw.mean(axis=1)
+    session = StreamingSession(comps, sample_rate=rate, **kwargs)
+    session.logits = []
+    n = max(1, int(round(rate * chunk_ms / 1000)))
+    events = []
+    for i in range(0, len(raw), n):
+        events += session.accept(raw[i:i + n])
+    events += session.finish()
+    return session, events
+
+
+def test_streamed_logits_and_text_equal_the_offline_ones_for_every_file_and_chunk_size(comps):
+    files = _files()
+    assert len(files) >= 20 and {sf.info(str(f)).samplerate for f in files} == {8000, 16000, 44100}
+    for k, path in enumerate(files):
+        logits, text = _offline(comps, path)
+        sizes = CHUNKS_MS if path.parent.name == "ldc93s1" else [CHUNKS_MS[k % 5], CHUNKS_MS[-1]]  # all on 3 files
+        for ms in sizes:
+            session, events = _stream(comps, path, ms)
+            streamed = torch.cat(session.logits)
+            assert streamed.shape == logits.shape, (path.name, ms)
+            torch.testing.assert_close(streamed, logits, atol=2e-4, rtol=1e-4, msg=lambda m, p=path.name, c=ms: f"{p} {c}: {m}")
+            assert session.text == text, (path.name, ms)
+            assert all(e["type"] in ("partial", "final") for e in events)
+
+
+@pytest.mark.parametrize("drop", ["rnn state", "conv context", "lookahead", "stft overlap"])
+def test_dropping_any_carried_state_breaks_exactness(comps, drop, monkeypatch):
+    """The test above fails when a piece of state is not carried: each is reset after every chunk here."""
+    path = shared("ldc93s1", "LDC93S1.wav")
+    logits, _ = _offline(comps, path)
+    original = StreamingSession.accept
+
+    def forgetful(self, samples):
+        out = original(self, samples)
+        if drop == "rnn state":
+            self.hidden = [None] * len(self.hidden)
+        elif drop == "conv context" and self.convs[1].buf is not None:
+            self.convs[1].buf = torch.zeros_like(self.convs[1].buf)
+        elif drop == "lookahead" and self.look.buf is not None:
+            self.look.buf = torch.zeros_like(self.look.buf)
+        elif drop == "stft overlap":
+            self.features.wav = np.zeros_like(self.features.wav)
+        return out
+    monkeypatch.setattr(StreamingSession, "accept", forgetful)
+    session, _ = _stream(comps, path, 100)
+    streamed = torch.cat(session.logits)
+    assert streamed.shape != logits.shape or not torch.allclose(streamed, logits, atol=1e-2)
+
+
+def test_models_that_need_the_whole_utterance_are_refused_in_one_line():
+    for overrides, reason in [(["model.name=ds2-tiny", "features.normalize=none"], "bidirectional"),
+                              (["model.name=conformer-tiny", "features.normalize=none"], "whole utterance"),
+                              (["model.name=ds2-streaming-tiny"], "features.normalize=none")]:
+        c = build_components(load_config(None, overrides))
+        with pytest.raises(StreamingRefused) as info:
+            StreamingSession(c)
+        assert reason in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_pause_ends_a_phrase_with_word_times_from_the_stream_start(comps):
+    """Speech, 1.5 s of silence, speech: with an endpoint of 0.4 s the stream's events split where the model's
+    output goes quiet, finals carry increasing word times inside the stream, and their texts are the transcript."""
+    wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    audio = np.concatenate([wav, np.zeros(24000, np.float32), wav])
+    session = StreamingSession(comps, endpoint_frames=20)  # 20 output frames: 0.4 s
+    events = []
+    for i in range(0, len(audio), 1600):
+        events += session.accept(audio[i:i + 1600])
+    events += session.finish()
+    finals = [e for e in events if e["type"] == "final"]
+    assert finals and " ".join(f["text"] for f in finals).replace(" ", "") == session.text.replace(" ", "")
+    starts = [w["start"] for f in finals for w in f["words"]]
+    assert starts == sorted(starts) and all(0 <= s <= len(audio) / 16000 for s in starts)
+    quiet = session.frame_s * 20  # the endpoint span
+    for a, b in zip(finals, finals[1:]):  # a phrase ends only after a quiet span
+        assert b["words"][0]["start"] - a["words"][-1]["end"] >= quiet - 1e-6

@@ -111,9 +111,33 @@ def test_a_pause_ends_a_phrase_with_word_times_from_the_stream_start(comps):
         events += session.accept(audio[i:i + 1600])
     events += session.finish()
     finals = [e for e in events if e["type"] == "final"]
-    assert finals and " ".join(f["text"] for f in finals).replace(" ", "") == session.text.replace(" ", "")
+    assert len(finals) == 2 and " ".join(f["text"] for f in finals).replace(" ", "") == session.text.replace(" ", "")
     starts = [w["start"] for f in finals for w in f["words"]]
     assert starts == sorted(starts) and all(0 <= s <= len(audio) / 16000 for s in starts)
     quiet = session.frame_s * 20  # the endpoint span
     for a, b in zip(finals, finals[1:]):  # a phrase ends only after a quiet span
         assert b["words"][0]["start"] - a["words"][-1]["end"] >= quiet - 1e-6
+    assert finals[1]["words"][0]["start"] > (len(wav) + 24000) / 16000 - 0.5  # the second utterance's own time
+
+
+def test_transcribe_stream_prints_json_lines_from_a_file_and_from_standard_input(streaming_checkpoint, ldc_checkpoint,
+                                                                                capsys):
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import main_cli
+
+    path = shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav")
+    comps = load_components(streaming_checkpoint)
+    _, text = _offline(comps, path)
+    code, out, err = main_cli(capsys, "transcribe", "--stream", "--no-realtime", "--json", "--checkpoint",
+                              str(streaming_checkpoint), str(path))
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert code == 0 and rows[-1]["type"] == "final" and rows[-1]["text"] == text and rows[0]["type"] == "partial"
+    pcm = (load_audio(path, 16000) * 32767).astype("<i2").tobytes()  # raw 16-bit PCM at the model's rate
+    proc = subprocess.run([sys.executable, "-m", "speechscale.cli", "transcribe", "--stream", "--no-realtime",
+                           "--checkpoint", str(streaming_checkpoint), "-"], input=pcm, capture_output=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.decode().strip().splitlines()[-1] == text, proc.stderr[-2000:]
+    code, _, err = main_cli(capsys, "transcribe", "--stream", "--checkpoint", str(ldc_checkpoint), str(path))
+    assert code == 2 and "bidirectional" in err and len(err.strip().splitlines()) == 1

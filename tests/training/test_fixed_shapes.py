@@ -35,3 +35,27 @@ def test_fixed_shapes_train_the_same_steps_on_the_same_utterances(tmp_path):
         if v.is_floating_point():
             torch.testing.assert_close(shaped_w[k], v, atol=1e-5, rtol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
     assert abs(shaped["val_loss"] - plain["val_loss"]) < 1e-4 * abs(plain["val_loss"])
+
+
+def test_the_run_log_reports_audio_seconds_per_second_and_the_wait_for_data(tmp_path):
+    """Each train row's audio_s_per_s times the wall time since the previous row is the audio of the utterances
+    traced in those steps (their manifest durations, recomputed here), and the wait is a part of that time."""
+    from speechscale.data.manifest import read_manifest
+
+    summary, trace, _, _ = _run(tmp_path / "run", "trainer.log_every=2", "augment.speed=[]")
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    utts, _ = read_manifest(str(shared("fsdd", "manifest.jsonl")))
+    george = [u for u in utts if u.extra.get("speaker") == "george" and u.extra.get("split") == "test"]
+    train = [r for r in rows if r["kind"] == "train"]
+    start = next(r for r in rows if r["kind"] == "start")
+    assert len(train) >= 3
+    previous = start
+    for r in train:
+        ids = [i for step in trace[previous["step"]:r["step"]] for i in step]
+        audio = sum(george[i].duration for i in ids)
+        span = r["time"] - previous["time"]
+        assert 0 < r["data_wait_fraction"] < 1 and r["audio_s_per_s"] > 0
+        # the row's own clock starts a little before the previous row's time stamp: a few % apart at most
+        assert abs(r["audio_s_per_s"] * span - audio) <= 0.1 * audio + 0.02 * r["audio_s_per_s"], (r, audio, span)
+        previous = r
+    assert summary["audio_s_per_s"] > 0 and 0 < summary["data_wait_fraction"] < 1

@@ -37,6 +37,7 @@ from ..storage.checkpoints import (
 from ..storage.seeds import derive_seed, deterministic_algorithms, seed_everything
 from .ema import WeightAverage
 from .evaluate import validate
+from .feeding import FeedMeter
 from .init import init_weights
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
@@ -108,6 +109,7 @@ class Trainer:
                                        self.strategy.lr_scale(cfg.distributed.scale_lr))
         self.state = TrainingState()
         self.tally = StepTally(self.device)
+        self.feed = FeedMeter(self.comps.features.hop_length / cfg.features.sample_rate)
         slow = cfg.distributed.simulate_straggler
         self.straggler = Straggler(self.rank, slow.rank, slow.slowdown, self.device)
         placeholder = placeholder_batch(self.comps.features.num_features, self.comps.features.frames_for_seconds(1))
@@ -176,6 +178,8 @@ class Trainer:
         Returns the detached mean loss on the device. A non-finite loss or gradient skips the update (fused
         optimizers and the fp16 scaler decide on the device) and is counted at the next `sync()`."""
         s, micro = self.state, (batch if isinstance(batch, list) else [batch])
+        for b in micro:
+            self.feed.trained(b.feat_lens)
         if self.shapes is not None:  # data.fixed_shapes: padded with zero-weight fillers, the same gradients
             padded = [self.shapes.pad(b) for b in micro]
             micro = [b for b, _ in padded]
@@ -228,8 +232,9 @@ class Trainer:
         self.precision.check()
         if runlog is not None:
             progress.show_loss(loss)
-            runlog.write("train", self.state.step, train_row(self.state.epoch, self.optimizer.param_groups[0]["lr"],
-                                                             loss, self.precision, self.device, self.state.samples_seen))
+            runlog.write("train", self.state.step, {**train_row(self.state.epoch, self.optimizer.param_groups[0]["lr"],
+                                                                loss, self.precision, self.device,
+                                                                self.state.samples_seen), **self.feed.take()})
 
     def _train_epoch(self, runlog: RunLog | None, progress: RunProgress, signals: StopSignals) -> bool:
         """Train on the rest of the current epoch; True when the run must stop before the epoch's end
@@ -240,7 +245,7 @@ class Trainer:
         self.dataset.set_epoch(s.epoch)
         progress.new_epoch()
         micro: list[Batch] = []
-        for i, batch in enumerate(self.loader):
+        for i, batch in enumerate(self.feed.timed(self.loader)):
             n = self.plan.advance(i)
             s.consumed += n
             s.samples_seen += n
@@ -342,7 +347,7 @@ class Trainer:
         return {**last, "epoch": s.epoch, "step": s.step, "best_wer": s.best_wer,
                 "train_utterances": self.data.utterances, "train_skipped": skipped,
                 "minutes": budget.elapsed_minutes(), "precision": self.precision.mode, "device": str(self.device),
-                "world_size": self.world, "stopped_by": self.stopped_by, **s.counters,
+                "world_size": self.world, "stopped_by": self.stopped_by, **s.counters, **self.feed.summary(),
                 **({"unshaped_batches": self.unshaped} if self.shapes is not None else {})}
 
 

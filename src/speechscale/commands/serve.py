@@ -11,7 +11,7 @@ from .args import decoder_args, decoder_config, device_arg, positive
 def serve(args: argparse.Namespace) -> int:
     from ..extras import require
 
-    for module in ("fastapi", "uvicorn", "multipart"):
+    for module in ("fastapi", "uvicorn", "multipart", "wsproto"):
         require(module, "serve", "speechscale serve")
     from ..serving.server import Limits
     from ..serving.server import serve as run_server
@@ -22,6 +22,8 @@ def serve(args: argparse.Namespace) -> int:
     limits = Limits(max_bytes=int(args.max_mb * 1024 * 1024), max_seconds=args.max_seconds, max_batch=args.max_batch,
                     max_queue=args.max_queue, request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout,
                     max_connections=args.max_connections, decode_workers=args.decode_workers,
+                    max_streams=args.max_streams, stream_max_seconds=args.stream_max_seconds,
+                    stream_idle_s=args.stream_idle,
                     allowed_hosts=args.allowed_host or [], docs=args.docs)
     print(f"speechscale serve: http://{args.host}:{args.port}/ ({asr.comps.model_name})", file=sys.stderr, flush=True)
     run_server(asr, args.host, args.port, limits)
@@ -52,5 +54,10 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     sv.add_argument("--allowed-host", action="append", default=None, metavar="HOST",
                     help="a Host name clients may use besides loopback and --host (repeatable; '*' allows any)")
     sv.add_argument("--docs", action="store_true", help="serve the OpenAPI page at /docs")
+    sv.add_argument("--max-streams", type=positive(int), default=32,
+                    help="WS /v1/stream: open streams; more are closed (1013, try again later)")
+    sv.add_argument("--stream-max-seconds", type=positive(float), default=3600.0, help="audio per stream")
+    sv.add_argument("--stream-idle", type=positive(float), default=30.0,
+                    help="seconds a stream may send nothing before it is closed")
     decoder_args(sv)
     sv.set_defaults(func=serve)

@@ -5,6 +5,7 @@
 - `POST /v1/transcribe`: a multipart upload (field `file`) or the raw audio bytes as the body -> JSON
   {text, duration, words: [{word, start, end, confidence}]}.
 - `GET /healthz` -> {status, model} (503 when the model's batcher has stopped); `GET /` -> the page.
+- `WS /v1/stream`: live transcription with a streaming model (serving/stream_ws.py has the protocol).
 
 Requests that arrive together are transcribed as one padded batch (up to `max_batch`, waiting at most
 `batch_ms` for company). Hostile input is refused before it costs memory or model time:
@@ -35,6 +36,7 @@ from fastapi import FastAPI, HTTPException, Request  # the `serve` extra (module
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from ..data.audio import AudioError, AudioTooLong, decode_audio
+from .stream_ws import add_stream_route
 from .transcribe import Transcriber
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,10 @@ class Limits:
     decode_workers: int = 4             # threads that decode audio
     allowed_hosts: list[str] = field(default_factory=list)  # Host names besides the bound address and loopback
     docs: bool = False                  # serve the OpenAPI page at /docs
+    max_streams: int = 32               # WS /v1/stream: open streams; more are closed (1013)
+    stream_max_seconds: float = 3600.0  # audio per stream (1008 past it)
+    stream_idle_s: float = 30.0         # a stream that sends nothing this long is closed (1008)
+    stream_max_frame_bytes: int = 1 << 20  # one message (1009 past it)
 
 
 class Batcher:
@@ -166,6 +172,8 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
                                            f"--allowed-host {name or 'NAME'} to allow it"}, status_code=400)
         return await call_next(request)
 
+    add_stream_route(app, asr.comps, limits, hosts, host_name)
+
     @app.get("/", response_class=HTMLResponse)
     async def page() -> str:
         return PAGE.read_text(encoding="utf-8")
@@ -234,4 +242,4 @@ def serve(asr: Transcriber, host: str = "127.0.0.1", port: int = 8000, limits: L
 
     limits = limits or Limits()
     uvicorn.run(create_app(asr, limits, host), host=host, port=port, log_level="warning",
-                limit_concurrency=limits.max_connections, timeout_keep_alive=5)
+                limit_concurrency=limits.max_connections, timeout_keep_alive=5, ws="wsproto")

@@ -1,0 +1,154 @@
+"""`WS /v1/stream`: live transcription over a WebSocket (serving/streaming.py's StreamingSession per connection).
+
+The protocol, in order:
+1. client: a text message `{"type": "start", "sample_rate": 16000, "encoding": "pcm16" | "float32"}`
+   (optionally `"endpoint_frames": N`); server: `{"type": "ready", "model", "sample_rate"}`.
+2. client: binary messages of mono samples (little-endian int16 or float32) at that rate, any size; server:
+   `{"type": "partial", "text"}` as the phrase's text changes, `{"type": "final", "text", "words"}` as a phrase
+   ends (word times in seconds from the stream's start).
+3. client: `{"type": "end"}`; server: the rest of the events, `{"type": "end", "text"}` (the whole transcript),
+   and a normal close (1000).
+
+Limits, as the HTTP side has them: the Host (and an Origin, when sent) must be on the allow-list (else the
+handshake is refused, 403); at most `max_streams` at once (more are closed with 1013, try again later); a stream
+longer than `stream_max_seconds` of audio or idle for `stream_idle_s` is closed (1008); a message over
+`stream_max_frame_bytes` is closed (1009); a model that cannot stream, a malformed or out-of-order message is
+closed with 1003 or 1007 and a reason in words, never internals. Each stream's model work runs in a thread and
+the server reads the next message only after answering the last, so a client that sends faster than the model
+runs, or reads slower, is throttled by its own connection instead of growing the server's memory.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+
+from .streaming import StreamingRefused, StreamingSession, streaming_problem
+
+log = logging.getLogger(__name__)
+ENCODINGS = {"pcm16": ("<i2", 32768.0), "float32": ("<f4", 1.0)}
+
+
+class Closed(Exception):
+    """Close the stream with this code and reason."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
+
+def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], host_name: Any) -> None:
+    """Register `WS /v1/stream` on `app` for the model of `comps` under `limits` (serving.server.Limits)."""
+    active = {"streams": 0}
+
+    @app.websocket("/v1/stream")
+    async def stream(ws: WebSocket) -> None:
+        name = host_name(ws.headers.get("host") or "")
+        origin = ws.headers.get("origin")
+        if "*" not in hosts and (name not in hosts or (origin and (urlsplit(origin).hostname or "") not in hosts)):
+            await ws.close(code=1008)  # before accept: the handshake is refused (HTTP 403)
+            return
+        await ws.accept()
+        if active["streams"] >= limits.max_streams:
+            await ws.close(code=1013, reason=f"busy: {limits.max_streams} streams are open; try again later")
+            return
+        active["streams"] += 1
+        try:
+            await _serve(ws, comps, limits)
+        except Closed as e:
+            await _close(ws, e.code, e.reason)
+        except WebSocketDisconnect:
+            pass
+        except Exception:
+            log.exception("a stream failed")
+            await _close(ws, 1011, "the stream failed on the server; see its log")
+        finally:
+            active["streams"] -= 1
+
+
+async def _close(ws: WebSocket, code: int, reason: str) -> None:
+    try:
+        await ws.close(code=code, reason=reason[:120])
+    except (RuntimeError, WebSocketDisconnect):  # already closed by the client
+        pass
+
+
+async def _receive(ws: WebSocket, limits: Any) -> dict[str, Any]:
+    try:
+        message = await asyncio.wait_for(ws.receive(), limits.stream_idle_s)
+    except asyncio.TimeoutError:
+        raise Closed(1008, f"idle for {limits.stream_idle_s:g} s") from None
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    size = len(message.get("bytes") or b"") + len(message.get("text") or "")
+    if size > limits.stream_max_frame_bytes:
+        raise Closed(1009, f"a message of {size} bytes is over the limit of {limits.stream_max_frame_bytes}")
+    return message
+
+
+def _start(message: dict[str, Any], comps: Any) -> tuple[int, str, int]:
+    """(sample rate, encoding, endpoint frames) of a start message; Closed otherwise."""
+    if message.get("text") is None:
+        raise Closed(1003, "the first message must be the JSON start message, not audio")
+    try:
+        start = json.loads(message["text"])
+    except ValueError:
+        raise Closed(1007, "the start message is not JSON") from None
+    if not isinstance(start, dict) or start.get("type") != "start":
+        raise Closed(1007, 'the first message must be {"type": "start", "sample_rate": ..., "encoding": ...}')
+    rate, encoding, endpoint = start.get("sample_rate"), start.get("encoding", "pcm16"), start.get("endpoint_frames", 30)
+    if not isinstance(rate, int) or not 4000 <= rate <= 384000:
+        raise Closed(1007, "sample_rate must be an integer from 4000 to 384000")
+    if encoding not in ENCODINGS:
+        raise Closed(1007, f"encoding must be one of {', '.join(ENCODINGS)}")
+    if not isinstance(endpoint, int) or not 1 <= endpoint <= 1000:
+        raise Closed(1007, "endpoint_frames must be an integer from 1 to 1000")
+    problem = streaming_problem(comps)
+    if problem:
+        raise Closed(1003, f"this model cannot stream: {problem}")
+    return rate, encoding, endpoint
+
+
+async def _serve(ws: WebSocket, comps: Any, limits: Any) -> None:
+    rate, encoding, endpoint = _start(await _receive(ws, limits), comps)
+    try:
+        session = StreamingSession(comps, sample_rate=rate, endpoint_frames=endpoint)
+    except StreamingRefused as e:
+        raise Closed(1003, f"this model cannot stream: {e}") from None
+    await ws.send_json({"type": "ready", "model": comps.model_name, "sample_rate": rate})
+    dtype, scale = ENCODINGS[encoding]
+    width = np.dtype(dtype).itemsize
+    seconds = 0.0
+    while True:
+        message = await _receive(ws, limits)
+        if message.get("bytes") is not None:
+            data = message["bytes"]
+            if len(data) % width:
+                raise Closed(1007, f"{encoding} audio must come in whole samples of {width} bytes")
+            samples = np.frombuffer(data, dtype=dtype).astype(np.float32) / scale
+            if not np.isfinite(samples).all():
+                raise Closed(1007, "the audio holds non-finite samples")
+            seconds += len(samples) / rate
+            if seconds > limits.stream_max_seconds:
+                raise Closed(1008, f"the stream is over the limit of {limits.stream_max_seconds:g} s of audio")
+            events = await asyncio.to_thread(session.accept, samples)
+        else:
+            try:
+                control = json.loads(message.get("text") or "")
+            except ValueError:
+                raise Closed(1007, "a text message must be JSON") from None
+            if not isinstance(control, dict) or control.get("type") != "end":
+                raise Closed(1003, 'after the start message: audio, then {"type": "end"}')
+            events = await asyncio.to_thread(session.finish)
+            for event in events:
+                await ws.send_json(event)
+            await ws.send_json({"type": "end", "text": session.text})
+            await ws.close(code=1000)
+            return
+        for event in events:
+            await ws.send_json(event)

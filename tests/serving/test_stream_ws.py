@@ -1,0 +1,129 @@
+"""`WS /v1/stream` on a real `speechscale serve` process, with a real WebSocket client: a stream's text equals the
+offline transcript; malformed, out-of-order, oversized and idle streams, one stream too many, a foreign Host
+and a model that cannot stream are each closed with their code and a reason in words; /healthz stays up."""
+import json
+import struct
+import urllib.request
+
+import numpy as np
+import pytest
+import websocket
+
+from speechscale.components import load_components
+from speechscale.data.audio import load_audio
+from tests.conftest import shared, start_server
+from tests.distributed.launch import kill_group
+from tests.serving.test_streaming import _offline
+
+
+def _talk(url: str, first: object | None, frames: list[bytes] = (), end: bool = True, wait: float = 0.0,
+          **kwargs) -> tuple[list[dict], int | None, str]:
+    """Open /v1/stream, send `first` (a dict as JSON text, or bytes), the binary `frames`, then the end message;
+    return the JSON messages received and the close code and reason."""
+    import time
+
+    ws = websocket.create_connection(url.replace("http", "ws") + "/v1/stream", timeout=60, **kwargs)
+    if isinstance(first, dict):
+        ws.send(json.dumps(first))
+    elif isinstance(first, (bytes, str)):
+        ws.send(first, opcode=websocket.ABNF.OPCODE_BINARY if isinstance(first, bytes) else websocket.ABNF.OPCODE_TEXT)
+    time.sleep(wait)
+    messages, code, reason = [], None, ""
+    try:
+        for f in frames:
+            ws.send_binary(f)
+        if end and first is not None:
+            ws.send(json.dumps({"type": "end"}))
+    except (websocket.WebSocketConnectionClosedException, BrokenPipeError, ConnectionResetError):
+        pass
+    while True:
+        try:
+            opcode, data = ws.recv_data(control_frame=True)
+        except (websocket.WebSocketConnectionClosedException, ConnectionResetError):
+            break
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            code = struct.unpack("!H", data[:2])[0] if len(data) >= 2 else None
+            reason = data[2:].decode()
+            break
+        if opcode == websocket.ABNF.OPCODE_TEXT:
+            messages.append(json.loads(data))
+    ws.close()
+    return messages, code, reason
+
+
+@pytest.fixture(scope="module")
+def server(streaming_checkpoint, tmp_path_factory):
+    proc, url = start_server(streaming_checkpoint, tmp_path_factory.mktemp("ws") / "serve.log", "--max-streams", "2",
+                             "--stream-idle", "3")
+    yield url
+    kill_group(proc)
+
+
+def test_a_stream_over_the_websocket_is_the_offline_transcript(server, streaming_checkpoint):
+    path = shared("ldc93s1", "LDC93S1_pcms16le_1_8000.wav")
+    _, text = _offline(load_components(streaming_checkpoint), path)
+    pcm = (load_audio(path, 8000) * 32767).round().astype("<i2").tobytes()
+    frames = [pcm[i:i + 1600] for i in range(0, len(pcm), 1600)]  # 100 ms at 8 kHz
+    messages, code, _ = _talk(server, {"type": "start", "sample_rate": 8000, "encoding": "pcm16"}, frames)
+    assert code == 1000 and messages[0] == {"type": "ready", "model": "ds2-streaming-tiny", "sample_rate": 8000}
+    assert messages[-1] == {"type": "end", "text": text}
+    finals = [m for m in messages if m["type"] == "final"]
+    assert " ".join(f["text"] for f in finals) == text and any(m["type"] == "partial" for m in messages)
+    floats = np.asarray(np.frombuffer(pcm, "<i2") / 32768.0, dtype="<f4").tobytes()
+    messages, code, _ = _talk(server, {"type": "start", "sample_rate": 8000, "encoding": "float32"}, [floats])
+    assert code == 1000 and messages[-1] == {"type": "end", "text": text}
+
+
+@pytest.mark.parametrize("first, frames, code, words", [
+    (b"\x00\x01" * 100, [], 1003, "first message must be the JSON start"),
+    ("not json", [], 1007, "not JSON"),
+    ({"type": "start", "sample_rate": 10, "encoding": "pcm16"}, [], 1007, "sample_rate"),
+    ({"type": "start", "sample_rate": 16000, "encoding": "mp3"}, [], 1007, "encoding"),
+    ({"type": "start", "sample_rate": 16000}, [b"\x00\x01\x02"], 1007, "whole samples"),
+    ({"type": "start", "sample_rate": 16000}, [b"\x00" * (2 << 20)], 1009, "over the limit"),
+])
+def test_bad_streams_are_closed_with_a_code_and_a_reason(server, first, frames, code, words):
+    messages, got, reason = _talk(server, first, frames, end=False)
+    assert got == code and words in reason and "Traceback" not in reason, (got, reason)
+
+
+def test_idle_busy_and_foreign_streams_are_refused_and_the_server_stays_up(server):
+    _, code, reason = _talk(server, {"type": "start", "sample_rate": 16000}, end=False, wait=4.0)
+    assert code == 1008 and "idle" in reason
+    start = json.dumps({"type": "start", "sample_rate": 16000})
+    held = [websocket.create_connection(server.replace("http", "ws") + "/v1/stream", timeout=30) for _ in range(2)]
+    for ws in held:
+        ws.send(start)
+        assert json.loads(ws.recv())["type"] == "ready"
+    _, code, reason = _talk(server, {"type": "start", "sample_rate": 16000}, end=False)
+    assert code == 1013 and "try again later" in reason
+    for ws in held:
+        ws.close()
+    with pytest.raises(websocket.WebSocketBadStatusException) as info:
+        websocket.create_connection(server.replace("http", "ws") + "/v1/stream", timeout=30, host="evil.example")
+    assert info.value.status_code == 403
+    with urllib.request.urlopen(server + "/healthz", timeout=10) as r:
+        assert json.load(r)["status"] == "ok"
+
+
+def test_a_model_that_cannot_stream_says_why(ldc_checkpoint, tmp_path):
+    proc, url = start_server(ldc_checkpoint, tmp_path / "serve.log")
+    try:
+        _, code, reason = _talk(url, {"type": "start", "sample_rate": 16000}, end=False)
+    finally:
+        kill_group(proc)
+    assert code == 1003 and "cannot stream" in reason and "bidirectional" in reason
+
+
+def test_the_readmes_websocket_client_runs(server, streaming_checkpoint, tmp_path, capsys):
+    """The README's 10-line client, against this server, on a 16 kHz recording: it prints ready, then text."""
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    code = next(b for b in readme.split("```python\n")[1:] if "/v1/stream" in b).split("```")[0]
+    _, text = _offline(load_components(streaming_checkpoint), shared("ldc93s1", "LDC93S1.wav"))
+    code = code.replace("ws://127.0.0.1:8000", server.replace("http", "ws"))
+    code = code.replace("speech16k.wav", str(shared("ldc93s1", "LDC93S1.wav")))
+    exec(compile(code, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("ready") and lines[-1] == f"final {text}"

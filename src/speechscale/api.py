@@ -15,6 +15,10 @@
     'she had your dark suit in greasy wash water all year'
     >>> model.card["model"]["name"], model.sample_rate
     ('ds2-tiny', 16000)
+    >>> model.stream()   # a bidirectional model reads each utterance from its end too
+    Traceback (most recent call last):
+    ...
+    speechscale.serving.streaming.StreamingRefused: ds2-tiny has bidirectional RNNs, which read ...from its end
 
 `speechscale.train` is `speechscale train --config RECIPE` with each section's keys given as a mapping
 (`trainer={"max_epochs": 3}` is `trainer.max_epochs=3`); `overrides` takes `key=value` strings as the CLI does.
@@ -72,6 +76,16 @@ class Model:
             rate = sample_rate or self.sample_rate
             wavs.append(wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate))
         return self._asr.transcribe_batch(wavs)
+
+    def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30) -> Any:
+        """A live stream (serving.streaming.StreamingSession) of mono audio at `sample_rate` (default: the model's):
+        `.accept(samples)` and `.finish()` return partial and final events, `.text` is the transcript so far.
+        A checkpoint of a streaming model (e.g. the demo_streaming recipe's); others raise with the reason."""
+        from .serving.streaming import StreamingSession
+
+        if self.backend != "torch":
+            raise ValueError(f"streaming runs a checkpoint, not a {self.backend} export")
+        return StreamingSession(self._asr.comps, sample_rate=sample_rate, endpoint_frames=endpoint_frames)
 
     def __repr__(self) -> str:
         return f"speechscale.Model({self.path!r}, backend={self.backend!r}, device={self.device!r})"

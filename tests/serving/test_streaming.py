@@ -141,3 +141,15 @@ def test_transcribe_stream_prints_json_lines_from_a_file_and_from_standard_input
     assert proc.returncode == 0 and proc.stdout.decode().strip().splitlines()[-1] == text, proc.stderr[-2000:]
     code, _, err = main_cli(capsys, "transcribe", "--stream", "--checkpoint", str(ldc_checkpoint), str(path))
     assert code == 2 and "bidirectional" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_python_api_streams_a_streaming_checkpoint(streaming_checkpoint):
+    import speechscale
+
+    path = shared("ldc93s1", "LDC93S1_pcms16le_1_8000.wav")
+    model = speechscale.load(streaming_checkpoint, device="cpu")
+    _, text = _offline(model._asr.comps, path)
+    wav, rate = sf.read(str(path), dtype="float32")
+    stream = model.stream(sample_rate=rate)
+    events = [e for i in range(0, len(wav), 800) for e in stream.accept(wav[i:i + 800])] + stream.finish()
+    assert stream.text == text and events[-1]["type"] == "final" and events[-1]["text"] == text

@@ -13,7 +13,7 @@ from speechscale.components import load_components
 from speechscale.data.audio import load_audio
 from tests.conftest import shared, start_server
 from tests.distributed.launch import kill_group
-from tests.serving.test_streaming import _offline
+from tests.serving.test_streaming import _offline, _offline_wav
 
 
 def _talk(url: str, first: object | None, frames: list[bytes] = (), end: bool = True, wait: float = 0.0,
@@ -60,9 +60,12 @@ def server(streaming_checkpoint, tmp_path_factory):
 
 
 def test_a_stream_over_the_websocket_is_the_offline_transcript(server, streaming_checkpoint):
+    from speechscale.data.audio import resample
+
     path = shared("ldc93s1", "LDC93S1_pcms16le_1_8000.wav")
-    _, text = _offline(load_components(streaming_checkpoint), path)
-    pcm = (load_audio(path, 8000) * 32767).round().astype("<i2").tobytes()
+    samples = (load_audio(path, 8000) * 32767).round().astype("<i2")  # what is sent: 16-bit PCM at 8 kHz
+    _, text = _offline_wav(load_components(streaming_checkpoint), resample(samples / np.float32(32768), 8000, 16000))
+    pcm = samples.tobytes()
     frames = [pcm[i:i + 1600] for i in range(0, len(pcm), 1600)]  # 100 ms at 8 kHz
     messages, code, _ = _talk(server, {"type": "start", "sample_rate": 8000, "encoding": "pcm16"}, frames)
     assert code == 1000 and messages[0] == {"type": "ready", "model": "ds2-streaming-tiny", "sample_rate": 8000}

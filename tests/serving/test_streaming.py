@@ -31,8 +31,12 @@ def comps(streaming_checkpoint):
 
 
 def _offline(comps, path):
-    wav = load_audio(path, comps.features.cfg.sample_rate)
-    feats = comps.features(torch.from_numpy(wav))
+    return _offline_wav(comps, load_audio(path, comps.features.cfg.sample_rate))
+
+
+def _offline_wav(comps, wav):
+    """The model on a whole waveform at its rate: logits (T', V) and the greedy transcript."""
+    feats = comps.features(torch.from_numpy(np.ascontiguousarray(wav, dtype=np.float32)))
     with torch.no_grad():
         logits, lens = comps.model.eval()(feats[None], torch.tensor([feats.shape[1]]))
     return logits[0, : int(lens[0])], greedy_decode(logits, lens, comps.tokenizer)[0]
@@ -135,10 +139,12 @@ def test_transcribe_stream_prints_json_lines_from_a_file_and_from_standard_input
                               str(streaming_checkpoint), str(path))
     rows = [json.loads(x) for x in out.splitlines()]
     assert code == 0 and rows[-1]["type"] == "final" and rows[-1]["text"] == text and rows[0]["type"] == "partial"
-    pcm = (load_audio(path, 16000) * 32767).astype("<i2").tobytes()  # raw 16-bit PCM at the model's rate
+    pcm = (load_audio(path, 16000) * 32767).astype("<i2")  # raw 16-bit PCM at the model's rate: quantized audio,
+    _, quantized = _offline_wav(comps, pcm.astype(np.float32) / 32768.0)  # so its own offline transcript
     proc = subprocess.run([sys.executable, "-m", "speechscale.cli", "transcribe", "--stream", "--no-realtime",
-                           "--checkpoint", str(streaming_checkpoint), "-"], input=pcm, capture_output=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.decode().strip().splitlines()[-1] == text, proc.stderr[-2000:]
+                           "--checkpoint", str(streaming_checkpoint), "-"], input=pcm.tobytes(), capture_output=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.decode().strip().splitlines()[-1] == quantized, proc.stderr[-2000:]
     code, _, err = main_cli(capsys, "transcribe", "--stream", "--checkpoint", str(ldc_checkpoint), str(path))
     assert code == 2 and "bidirectional" in err and len(err.strip().splitlines()) == 1
 

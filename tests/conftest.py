@@ -86,43 +86,37 @@ def cli(capsys):
     return call
 
 
-@pytest.fixture(scope="session")
-def ldc_checkpoint(tmp_path_factory, worker_id) -> Path:
-    """A ds2-tiny model overfit on LDC93S1 by the real CLI (`configs/ldc93s1.yaml`). Trained once per test
-    run: under pytest-xdist the first worker that needs it trains it, holding a lock in the run's shared
-    temporary folder, and the others read it (pytest-xdist's documented pattern; each worker trained its
-    own before). Tests read it and never write beside it."""
+def _trained_once(tmp_path_factory, worker_id, name: str, *overrides: str) -> Path:
+    """OUT/checkpoints/best.pt of `speechscale train --config ldc93s1 OVERRIDES`, trained by the real CLI once per
+    test run: under pytest-xdist the first worker that needs it trains it, holding a lock in the run's shared
+    temporary folder, and the others read it (pytest-xdist's documented pattern). Tests never write beside it."""
     from filelock import FileLock
 
     shared("ldc93s1", "manifest.jsonl")
     root = tmp_path_factory.getbasetemp()
     root = root if worker_id == "master" else root.parent
-    out = root / "ldc-checkpoint"
-    with FileLock(str(root / "ldc-checkpoint.lock")):
+    out = root / name
+    with FileLock(str(root / f"{name}.lock")):
         if not (out / "checkpoints" / "best.pt").is_file():
             proc = run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"trainer.out_dir={out}",
-                           data_root("ldc93s1"))
+                           data_root("ldc93s1"), *overrides)
             assert (out / "checkpoints" / "best.pt").is_file(), proc.stderr
     return out / "checkpoints" / "best.pt"
+
+
+@pytest.fixture(scope="session")
+def ldc_checkpoint(tmp_path_factory, worker_id) -> Path:
+    """A ds2-tiny model overfit on LDC93S1 (`configs/ldc93s1.yaml`), trained once per test run."""
+    return _trained_once(tmp_path_factory, worker_id, "ldc-checkpoint")
 
 
 @pytest.fixture(scope="session")
 def streaming_checkpoint(tmp_path_factory, worker_id) -> Path:
-    """A narrow ds2-streaming-tiny (unidirectional, lookahead; features not normalized) overfit on LDC93S1 by
-    the real CLI, once per test run (as `ldc_checkpoint`)."""
-    from filelock import FileLock
-
-    shared("ldc93s1", "manifest.jsonl")
-    root = tmp_path_factory.getbasetemp()
-    root = root if worker_id == "master" else root.parent
-    out = root / "streaming-checkpoint"
-    with FileLock(str(root / "streaming-checkpoint.lock")):
-        if not (out / "checkpoints" / "best.pt").is_file():
-            proc = run_cli("-q", "train", "--config", "ldc93s1", f"trainer.out_dir={out}", data_root("ldc93s1"),
-                           "model.name=ds2-streaming-tiny", "model.overrides={rnn_hidden: 128, rnn_layers: 2}",
-                           "features.normalize=none", "trainer.max_epochs=120")
-            assert (out / "checkpoints" / "best.pt").is_file(), proc.stderr
-    return out / "checkpoints" / "best.pt"
+    """A narrow ds2-streaming-tiny (unidirectional, lookahead; features not normalized) overfit on LDC93S1, trained
+    once per test run."""
+    return _trained_once(tmp_path_factory, worker_id, "streaming-checkpoint", "model.name=ds2-streaming-tiny",
+                         "model.overrides={rnn_hidden: 128, rnn_layers: 2}", "features.normalize=none",
+                         "trainer.max_epochs=120")
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ forkserver that imports the script).
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -39,21 +40,22 @@ class Model:
     def __init__(self, path: str | Path, device: str = "auto", decoder: str = "greedy", beam_width: int = 50,
                  lm: str | None = None, lexicon: str | None = None, chunk_seconds: float = 20.0) -> None:
         from .decoding.decoders import DecoderConfig
-        from .export.runtime import card_of_file, detect_backend
+        from .export.runtime import detect_backend
         from .serving.transcribe import Transcriber
 
         self.path = str(path)
         self.backend = detect_backend(path)
         dcfg = DecoderConfig(name=decoder, beam_width=beam_width, lm=lm or "", lexicon=lexicon or "")
         self._asr = Transcriber(path, chunk_seconds=chunk_seconds, backend=self.backend, decoder=dcfg, device=device)
-        self._card_of_file = card_of_file
         self.sample_rate: int = self._asr.sample_rate
         self.device = str(self._asr.device)
 
-    @property
+    @functools.cached_property
     def card(self) -> dict[str, Any]:
-        """The model card the file carries (what `speechscale info` prints)."""
-        return self._card_of_file(self.path)
+        """The model card the file carries (what `speechscale info` prints); read once, when first asked."""
+        from .export.runtime import card_of_file
+
+        return card_of_file(self.path)
 
     def transcribe(self, audio: str | Path | np.ndarray, sample_rate: int | None = None) -> dict[str, Any]:
         """A file (any format soundfile reads) or a mono float waveform at `sample_rate` (default: the model's)
@@ -100,9 +102,8 @@ def load(path: str | Path, device: str = "auto", **options: Any) -> Model:
 def train(recipe: str | Path, overrides: list[str] | None = None, **sections: dict[str, Any]) -> dict[str, Any]:
     """Train a built-in recipe (its name) or a YAML file, with `section={key: value}` mappings and `key=value`
     `overrides` applied in that order; returns the run's summary (the JSON line `speechscale train` prints)."""
-    import yaml
-
     from .config import ConfigError
+    from .config_dump import flow
     from .recipe import load_recipe
     from .training.trainer import train as run_training
 
@@ -111,6 +112,5 @@ def train(recipe: str | Path, overrides: list[str] | None = None, **sections: di
         if not isinstance(values, dict):
             raise ConfigError(f"{section}=...: expected a mapping of that section's keys, e.g. "
                               f"trainer={{'max_epochs': 3}}, got {values!r}")
-        pairs += [f"{section}.{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
-                  for k, v in values.items()]
+        pairs += [f"{section}.{k}={flow(v)}" for k, v in values.items()]
     return run_training(load_recipe(recipe, [*pairs, *(overrides or [])]))

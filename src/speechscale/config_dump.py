@@ -34,12 +34,14 @@ def _field_comments(cls: type) -> dict[str, str]:
     return comments
 
 
+def flow(value: Any) -> str:
+    """One value as single-line YAML: what a `key=value` override or a line of dump_config holds."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10 ** 6, sort_keys=False)
+    return text.removesuffix("\n...\n").strip()
+
+
 def dump_config(cfg: Config) -> str:
     """The whole config as YAML, every key with its one-line comment; `load_config` reads it back."""
-    def flow(value: Any) -> str:
-        text = yaml.safe_dump(value, default_flow_style=True, width=10 ** 6, sort_keys=False)
-        return text.removesuffix("\n...\n").strip()
-
     lines = []
     for section in dataclasses.fields(cfg):
         sub = getattr(cfg, section.name)

@@ -126,12 +126,13 @@ class FeatureExtractor:
             wav = torch.cat([wav[:1], wav[1:] - self.cfg.preemphasis * wav[:-1]])  # (T,)
         spec = torch.stft(wav, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
                           window=self.window, center=True, return_complex=True)  # (F, frames)
-        mag = spec.abs()
+        return self.compress(spec.abs())
+
+    def compress(self, mag: torch.Tensor) -> torch.Tensor:
+        """STFT magnitudes (n_fft // 2 + 1, frames) -> log features (F, frames): log-mel or log1p."""
         if self.mel is not None:
-            feats = torch.log(self.mel @ mag.pow(2) + 1e-6)  # (n_mels, F) @ (F, frames) -> (n_mels, frames)
-        else:
-            feats = torch.log1p(mag)
-        return feats
+            return torch.log(self.mel @ mag.pow(2) + 1e-6)  # (n_mels, F) @ (F, frames) -> (n_mels, frames)
+        return torch.log1p(mag)
 
     def normalize(self, feats: torch.Tensor, speaker: SpeakerStats | None = None) -> torch.Tensor:
         """(F, T) raw features -> normalized as features.normalize says."""

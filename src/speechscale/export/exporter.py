@@ -50,7 +50,8 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str,
 
     state = load_checkpoint(checkpoint)
     comps = components_from_checkpoint(state)
-    card = card_of_checkpoint(state, sum(p.numel() for p in comps.model.parameters()))
+    parameters = sum(p.numel() for p in comps.model.parameters())
+    card = card_of_checkpoint(state, lambda: parameters)
     desc = json.dumps({**describe(state), "card": card})
     wrapper = LogProbs(comps.model).eval()
     example = (torch.randn(1, comps.features.num_features, EXAMPLE_FRAMES), torch.tensor([EXAMPLE_FRAMES]))
@@ -65,7 +66,7 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str,
             torch.jit.save(traced, str(out), _extra_files={f"{META_KEY}.json": desc})
     write_card(out.parent, {**card, "file": f"{out.name} ({fmt}, exported)"}, prefix=f"{out.name}.")
     return {"format": fmt, "out": str(out), "bytes": out.stat().st_size, "model": comps.model_name,
-            "parameters": sum(p.numel() for p in comps.model.parameters())}
+            "parameters": parameters}
 
 
 def _onnx(wrapper: nn.Module, example: tuple[torch.Tensor, torch.Tensor], out: Path, desc: str) -> None:

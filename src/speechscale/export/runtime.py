@@ -99,7 +99,7 @@ def card_of_file(path: str | Path) -> dict[str, Any]:
         from ..storage.checkpoints import load_checkpoint
 
         state = load_checkpoint(path)
-        return card_of_checkpoint(state, sum(p.numel() for p in components_from_checkpoint(state).model.parameters()))
+        return card_of_checkpoint(state, lambda: sum(p.numel() for p in components_from_checkpoint(state).model.parameters()))
     model = ExportedModel(path, backend)
     card = model.description.get("card")
     if not isinstance(card, dict):

@@ -29,19 +29,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 from fastapi import FastAPI, HTTPException, Request  # the `serve` extra (module-level: FastAPI reads annotations)
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from ..data.audio import AudioError, AudioTooLong, decode_audio
+from .origins import allowed_hosts, host_allowed, host_name, origin_allowed
 from .stream_ws import add_stream_route
 from .transcribe import Transcriber
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).with_name("page.html")
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 @dataclass
@@ -130,21 +129,6 @@ def _settle(fut: asyncio.Future, result: Any = None, error: Exception | None = N
         fut.set_exception(error) if error is not None else fut.set_result(result)
 
 
-def allowed_hosts(bound: str, extra: list[str]) -> list[str]:
-    """Host names a request may carry: loopback, the bound address (unless it is a wildcard) and `extra`."""
-    hosts = [*LOCAL_HOSTS, *extra]
-    if bound not in ("0.0.0.0", "::", ""):
-        hosts.append(bound)
-    return list(dict.fromkeys(hosts))
-
-
-def host_name(header: str) -> str:
-    """The name in a Host header without its port: 'asr.example:8000' -> 'asr.example', '[::1]:80' -> '[::1]'."""
-    if header.startswith("["):
-        return header[: header.find("]") + 1]
-    return header.split(":", 1)[0]
-
-
 def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.0.0.1") -> Any:
     """The FastAPI application around a loaded Transcriber."""
     limits = limits or Limits()
@@ -166,13 +150,13 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
     @app.middleware("http")
     async def check_host(request: Request, call_next: Any) -> Any:
         """A Host outside the allow-list is 400: a DNS-rebinding page must not reach this service."""
-        name = host_name(request.headers.get("host") or "")
-        if "*" not in hosts and name not in hosts:
+        if not host_allowed(hosts, request.headers.get("host")):
+            name = host_name(request.headers.get("host") or "")
             return JSONResponse({"detail": f"Host {name!r} is not served here; start the server with "
                                            f"--allowed-host {name or 'NAME'} to allow it"}, status_code=400)
         return await call_next(request)
 
-    add_stream_route(app, asr.comps, limits, hosts, host_name)
+    add_stream_route(app, asr.comps, limits, hosts)
 
     @app.get("/", response_class=HTMLResponse)
     async def page() -> str:
@@ -186,8 +170,7 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
 
     @app.post("/v1/transcribe")
     async def transcribe(request: Request) -> dict[str, Any]:
-        origin = request.headers.get("origin")
-        if origin is not None and "*" not in hosts and (urlsplit(origin).hostname or "") not in hosts:
+        if not origin_allowed(hosts, request.headers.get("origin")):
             raise HTTPException(403, "cross-origin requests are refused; serve the page from this server or "
                                      "add its host with --allowed-host")
         declared = request.headers.get("content-length") or "0"

@@ -23,11 +23,11 @@ import asyncio
 import json
 import logging
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
+from .origins import host_allowed, origin_allowed
 from .streaming import StreamingRefused, StreamingSession, streaming_problem
 
 log = logging.getLogger(__name__)
@@ -42,15 +42,13 @@ class Closed(Exception):
         self.code, self.reason = code, reason
 
 
-def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], host_name: Any) -> None:
+def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str]) -> None:
     """Register `WS /v1/stream` on `app` for the model of `comps` under `limits` (serving.server.Limits)."""
     active = {"streams": 0}
 
     @app.websocket("/v1/stream")
     async def stream(ws: WebSocket) -> None:
-        name = host_name(ws.headers.get("host") or "")
-        origin = ws.headers.get("origin")
-        if "*" not in hosts and (name not in hosts or (origin and (urlsplit(origin).hostname or "") not in hosts)):
+        if not (host_allowed(hosts, ws.headers.get("host")) and origin_allowed(hosts, ws.headers.get("origin"))):
             await ws.close(code=1008)  # before accept: the handshake is refused (HTTP 403)
             return
         await ws.accept()

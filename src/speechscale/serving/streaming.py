@@ -131,8 +131,7 @@ class StreamFeatures:
         seg = np.where(inside, self.wav[np.clip(idx - self.start, 0, len(self.wav) - 1)], seg).astype(np.float32)
         spec = torch.stft(torch.from_numpy(seg), n_fft=self.n_fft, hop_length=self.hop, win_length=self.fx.win_length,
                           window=self.fx.window, center=False, return_complex=True)  # (F, total - frames)
-        mag = spec.abs()
-        feats = torch.log(self.fx.mel @ mag.pow(2) + 1e-6) if self.fx.mel is not None else torch.log1p(mag)
+        feats = self.fx.compress(spec.abs())
         self.frames = total
         keep_from = max(0, self.frames * self.hop - self.pad - self.start)  # later windows start at or after this
         if not final:

@@ -11,14 +11,16 @@ it written beside the checkpoints and beside each export.
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 CARD_JSON = "model_card.json"
 CARD_MD = "MODEL.md"
 
 
+@functools.cache
 def versions() -> dict[str, str]:
     """The speechscale and torch versions of this process."""
     from importlib.metadata import PackageNotFoundError, version
@@ -87,12 +89,12 @@ def write_card(folder: str | Path, card: dict[str, Any], prefix: str = "") -> No
     files.write_bytes(files.join(folder, prefix + CARD_MD), render_markdown(card).encode())
 
 
-def card_of_checkpoint(state: dict[str, Any], parameters: int) -> dict[str, Any]:
+def card_of_checkpoint(state: dict[str, Any], parameters: Callable[[], int]) -> dict[str, Any]:
     """The card a loaded checkpoint carries; for a checkpoint written before cards, one made from its config
-    and training history (no training-data figures), stating `parameters` (the model's count)."""
+    and training history (no training-data figures), stating `parameters()` (the model's count, asked only then)."""
     if isinstance(state.get("card"), dict):
         return state["card"]
-    params = parameters
+    params = parameters()
     if "config" not in state:  # format 2: the description is `meta`
         meta = state["meta"]
         return {"model": {"name": meta["model_name"], "parameters": params, "overrides": meta["model_overrides"]},

@@ -85,7 +85,7 @@ class Trainer:
             init_weights(self.model, t.init_from, cfg)
         self.precision = Precision(resolve_precision(t.precision, self.device), self.device,
                                    init_scale=t.loss_scale_init, min_scale=t.min_loss_scale)
-        n_params = sum(p.numel() for p in self.model.parameters())
+        self.n_params = n_params = sum(p.numel() for p in self.model.parameters())
         if self.rank == 0:
             log.info("model %s: %d parameters (%.2fM); device %s, precision %s, %d rank(s), strategy %s",
                      cfg.model.name, n_params, n_params / 1e6, self.device, self.precision.mode, self.world,
@@ -153,7 +153,7 @@ class Trainer:
                                        optimizer=self.optimizer.state_dict(), precision=self.precision.state_dict(),
                                        training=self.state, ranks=ranks,
                                        ema=self.ema.state_dict() if self.ema is not None else None)
-                ckpt["card"] = build_card(ckpt["config"], sum(p.numel() for p in model.parameters()), self.card_data,
+                ckpt["card"] = build_card(ckpt["config"], self.n_params, self.card_data,
                                           (self.state.history or [{}])[-1], self.state.step, self.state.epoch)
                 try:
                     write_card(self.ckpt_dir, {**ckpt["card"], "file": "last.pt (best.pt carries a card of its own)"})

@@ -43,6 +43,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "fsdd": {"recipe": "fsdd", "lm_order": 2, "train_speakers": ["george", "jackson", "lucas"],
              "test_speakers": ["nicolas"]},
     "demo": {"recipes": ["demo"]},
+    # the same with the streaming model (configs/demo_streaming.yaml), what `transcribe --stream` runs
+    "demo-streaming": {"recipes": ["demo_streaming"]},
 }
 BENCHES = tuple(SETTINGS)
 
@@ -157,13 +159,13 @@ def _fsdd(s: dict[str, Any], out: Path) -> dict[str, Any]:
     return {"recipe": row, "decoders": decoders}
 
 
-def _demo(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
+def _demo(s: dict[str, Any], out: Path, name: str = "demo") -> list[dict[str, Any]]:
     from .plots import plot_recipes
     from .recipes import bench_recipes
 
     with tempfile.TemporaryDirectory() as tmp:
         rows = bench_recipes(s["recipes"], Path(tmp))
-    plot_recipes(rows, out / "demo.png")
+    plot_recipes(rows, out / f"{name}.png")
     return rows
 
 
@@ -205,6 +207,7 @@ def _serve(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
 RUNNERS: dict[str, Callable[[dict[str, Any], Path], Any]] = {
     "train": _train, "loader": _loader, "scaling": _scaling, "straggler": _straggler, "planner": _planner,
     "recipes": _recipes, "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _demo,
+    "demo-streaming": partial(_demo, name="demo-streaming"),
     "gpu-train": partial(_train, name="gpu-train"), "gpu-train-b128": partial(_train, name="gpu-train-b128"),
     "gpu-recipes": _gpu_recipes}
 ALL_SETTINGS = {**SETTINGS, **GPU_SETTINGS}

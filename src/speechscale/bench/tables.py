@@ -161,6 +161,7 @@ def _fsdd(res: dict[str, Any]) -> str:
 RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "scaling": _scaling,
                                            "straggler": _straggler, "planner": _planner, "recipes": _recipes,
                                            "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _recipes,
+                                           "demo-streaming": _recipes,
                                            "gpu-train": _gpu_train, "gpu-train-b128": _gpu_train,
                                            "gpu-recipes": _recipes}
 

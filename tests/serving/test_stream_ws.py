@@ -77,11 +77,29 @@ def test_a_stream_over_the_websocket_is_the_offline_transcript(server, streaming
     assert code == 1000 and messages[-1] == {"type": "end", "text": text}
 
 
+def test_partials_every_answers_each_audio_message_with_the_audio_it_covers(server):
+    path = shared("ldc93s1", "LDC93S1.wav")
+    pcm = (load_audio(path, 16000) * 32767).round().astype("<i2").tobytes()
+    frames = [pcm[i:i + 3200] for i in range(0, len(pcm), 3200)]  # 100 ms at 16 kHz
+    messages, code, _ = _talk(server, {"type": "start", "sample_rate": 16000, "partials": "every"}, frames)
+    assert code == 1000
+    partials = [m for m in messages if m["type"] == "partial"]
+    # one answer per audio message, changed or not (and at most one more: the end's flush changed the text)
+    assert len(partials) in (len(frames), len(frames) + 1)
+    partials = partials[:len(frames)]
+    decided = [p["decided_s"] for p in partials]
+    sent = [min(len(pcm) // 2, 1600 * (i + 1)) / 16000 for i in range(len(frames))]
+    assert decided == sorted(decided) and all(0 <= d <= s for d, s in zip(decided, sent))
+    # what is still undecided is the lookahead (20 frames of 20 ms) and the windows: under a second, never less
+    assert all(0.4 <= s - d <= 1.0 for d, s in zip(decided[10:], sent[10:]))
+
+
 @pytest.mark.parametrize("first, frames, code, words", [
     (b"\x00\x01" * 100, [], 1003, "first message must be the JSON start"),
     ("not json", [], 1007, "not JSON"),
     ({"type": "start", "sample_rate": 10, "encoding": "pcm16"}, [], 1007, "sample_rate"),
     ({"type": "start", "sample_rate": 16000, "encoding": "mp3"}, [], 1007, "encoding"),
+    ({"type": "start", "sample_rate": 16000, "partials": "some"}, [], 1007, "partials"),
     ({"type": "start", "sample_rate": 16000}, [b"\x00\x01\x02"], 1007, "whole samples"),
     ({"type": "start", "sample_rate": 16000}, [b"\x00" * (2 << 20)], 1009, "over the limit"),
 ])

@@ -130,3 +130,27 @@ def plot_serve(rows: list[dict[str, Any]], path: Path) -> None:
     right.legend(fontsize=8, loc="lower right")
     _finish(fig, ax, path, xlabel="concurrent clients", ylabel="requests per second",
             title="Transcription service")
+
+
+def plot_stream(result: dict[str, Any], path: Path) -> None:
+    """Chunk-to-answer latency (p50/p95) against concurrent live streams, and the server's RSS over the memory
+    run's streams."""
+    plt = _plt()
+    fig, (ax, mem) = plt.subplots(1, 2, figsize=(10, 4))
+    levels = [r["streams"] for r in result["levels"]]
+    ax.plot(levels, [r["p50_ms"] for r in result["levels"]], "s--", color="C1", label="p50 ms")
+    ax.plot(levels, [r["p95_ms"] for r in result["levels"]], "^--", color="C2", label="p95 ms")
+    ax.axhline(150, color="grey", lw=0.8, ls=":", label="goal: p95 150 ms")
+    ax.legend(fontsize=8)
+    ax.set_xlabel("concurrent real-time streams")
+    ax.set_ylabel("chunk to answer (ms)")
+    ax.set_title("WS /v1/stream latency")
+    if result.get("memory"):
+        by = result["memory"]["rss_mb_by_streams"]
+        mem.plot([k for k, _ in by], [v for _, v in by], "o-", color="C0")
+    mem.set_xlabel("streams opened and closed")
+    mem.set_ylabel("server VmRSS (MB)")
+    mem.set_title("Server memory")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

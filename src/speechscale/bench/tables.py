@@ -149,6 +149,34 @@ def _serve(res: list[dict[str, Any]]) -> str:
             _md(["concurrency", "requests", "requests/s", "x real time", "p50 latency", "p95 latency"], rows))
 
 
+def _stream(res: dict[str, Any]) -> str:
+    """The live-transcription levels and memory run, each against its goal (fixed in bench/suite.py)."""
+    rows = [[r["streams"], r["chunks"], f"{r['p50_ms']:,.0f} ms", f"{r['p95_ms']:,.0f} ms", f"{r['max_ms']:,.0f} ms",
+             f"{r['behind_s_median']:.2f} s", r["rtf_cpu"], f"{r['healthz']['answered']} of {r['healthz']['polls']}",
+             (f"{r['refused']['code']}" if r["refused"] else "-"), r["failed_streams"]] for r in res["levels"]]
+    first = res["levels"][0]
+    lines = [f"p95 with {first['streams']} streams {first['p95_ms']:,.0f} ms, goal ≤ 150 ms: " +
+             ("reached" if first["p95_ms"] <= 150 else f"**not reached** (gap {first['p95_ms'] - 150:,.0f} ms)")]
+    top = res["levels"][-1]
+    if top["refused"] is not None:
+        lines.append(f"stream {top['streams'] + 1} at a limit of {top['streams']}: closed with "
+                     f"{top['refused']['code']}, goal 1013: " + ("reached" if top["refused"]["code"] == 1013
+                                                                 else "**not reached**"))
+    m = res.get("memory")
+    if m:
+        lines.append(f"server VmRSS over {m['streams']} streams ({m['abandoned']} abandoned mid-stream, {m['failed']} "
+                     f"failed): {m['rss_mb_warm']:,.0f} MB after {m['warm_after']}, {m['rss_mb_end']:,.0f} MB at the end, growth "
+                     f"{m['growth_mb']:+.1f} MB, goal < 50 MB: " + ("reached" if m["growth_mb"] < 50 else
+                                                                    "**not reached**"))
+    return (f"`speechscale serve` in its own process ({res['model']}, {res['weights']} weights); each client sends "
+            f"real speech as 16-bit PCM in {first['chunk_ms']} ms chunks in real time ({first['seconds']:g} s a "
+            "stream) and times each chunk to the partial that answers it; *behind* is the audio sent minus the "
+            "audio that answer covers (the model's lookahead and windows); *CPU/audio s* is the server's CPU "
+            "seconds per second of audio streamed.\n\n" +
+            _md(["streams", "chunks", "p50", "p95", "max", "behind", "CPU/audio s", "/healthz answered",
+                 "one more stream", "failed streams"], rows) + "\n" + "".join(f"- {x}\n" for x in lines))
+
+
 def _fsdd(res: dict[str, Any]) -> str:
     rows = [[d["decoder"], f"{100 * d['wer']:.1f} %", f"{100 * d['cer']:.1f} %", d["utterances"],
              f"{d['alpha']} / {d['beta']}" if d.get("alpha") is not None else "-"] for d in res["decoders"]]
@@ -161,7 +189,7 @@ def _fsdd(res: dict[str, Any]) -> str:
 RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "scaling": _scaling,
                                            "straggler": _straggler, "planner": _planner, "recipes": _recipes,
                                            "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _recipes,
-                                           "demo-streaming": _recipes,
+                                           "demo-streaming": _recipes, "stream": _stream,
                                            "gpu-train": _gpu_train, "gpu-train-b128": _gpu_train,
                                            "gpu-recipes": _recipes}
 

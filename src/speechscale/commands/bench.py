@@ -159,6 +159,15 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def stream(args: argparse.Namespace) -> int:
+    from ..bench.stream import bench_stream
+
+    levels = tuple(int(x) for x in args.streams.split(","))
+    print(json.dumps(bench_stream(args.checkpoint, levels, args.seconds, args.chunk_ms, args.memory_streams,
+                                  args.memory_streams // 4)), flush=True)
+    return 0
+
+
 def memory(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -335,6 +344,16 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bv.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
     bv.add_argument("--requests", type=positive(int), default=64, help="requests per level")
     bv.set_defaults(func=serve)
+    bs = command(bsub, "stream", "live transcription: WS /v1/stream latency with N real-time streams, the server's "
+                 "real-time factor and memory over many streams")
+    bs.add_argument("--checkpoint", default=None,
+                    help="a streaming model's checkpoint (default: ds2-streaming-tiny's initial weights)")
+    bs.add_argument("--streams", default="8,32", help="comma-separated concurrent streams; the server takes the most")
+    bs.add_argument("--seconds", type=positive(float), default=20.0, help="audio per stream (real speech)")
+    bs.add_argument("--chunk-ms", type=positive(int), default=100, help="audio per message, sent in real time")
+    bs.add_argument("--memory-streams", type=int, default=200,
+                    help="streams opened and closed for the memory figure, a quarter abandoned (0: none)")
+    bs.set_defaults(func=stream)
     bm = command(bsub, "memory", "loader process memory (RSS, measured) against corpus size: shards vs a manifest")
     bm.add_argument("--utterances", type=lambda x: [int(v) for v in x.split(",")], default=[10000, 100000],
                     help="comma-separated corpus sizes (a synthetic index over real shards)")

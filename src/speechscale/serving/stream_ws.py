@@ -2,10 +2,12 @@
 
 The protocol, in order:
 1. client: a text message `{"type": "start", "sample_rate": 16000, "encoding": "pcm16" | "float32"}`
-   (optionally `"endpoint_frames": N`); server: `{"type": "ready", "model", "sample_rate"}`.
+   (optionally `"endpoint_frames": N` and `"partials": "changes" | "every"`); server: `{"type": "ready", "model",
+   "sample_rate"}`.
 2. client: binary messages of mono samples (little-endian int16 or float32) at that rate, any size; server:
-   `{"type": "partial", "text"}` as the phrase's text changes, `{"type": "final", "text", "words"}` as a phrase
-   ends (word times in seconds from the stream's start).
+   `{"type": "partial", "text", "decided_s"}` as the phrase's text changes (with `"partials": "every"`: after
+   every audio message, changed or not), `{"type": "final", "text", "words"}` as a phrase ends (word times in
+   seconds from the stream's start). `decided_s`: the seconds of audio the text covers so far.
 3. client: `{"type": "end"}`; server: the rest of the events, `{"type": "end", "text"}` (the whole transcript),
    and a normal close (1000).
 
@@ -89,8 +91,9 @@ async def _receive(ws: WebSocket, limits: Any) -> dict[str, Any]:
     return message
 
 
-def _start(message: dict[str, Any], comps: Any) -> tuple[int, str, int]:
-    """(sample rate, encoding, endpoint frames) of a start message; Closed otherwise."""
+def _start(message: dict[str, Any], comps: Any) -> tuple[int, str, int, bool]:
+    """(sample rate, encoding, endpoint frames, a partial after every audio message) of a start message; Closed
+    otherwise."""
     if message.get("text") is None:
         raise Closed(1003, "the first message must be the JSON start message, not audio")
     try:
@@ -106,14 +109,16 @@ def _start(message: dict[str, Any], comps: Any) -> tuple[int, str, int]:
         raise Closed(1007, f"encoding must be one of {', '.join(ENCODINGS)}")
     if not isinstance(endpoint, int) or not 1 <= endpoint <= 1000:
         raise Closed(1007, "endpoint_frames must be an integer from 1 to 1000")
+    if start.get("partials", "changes") not in ("changes", "every"):
+        raise Closed(1007, 'partials must be "changes" or "every"')
     problem = streaming_problem(comps)
     if problem:
         raise Closed(1003, f"this model cannot stream: {problem}")
-    return rate, encoding, endpoint
+    return rate, encoding, endpoint, start.get("partials") == "every"
 
 
 async def _serve(ws: WebSocket, comps: Any, limits: Any) -> None:
-    rate, encoding, endpoint = _start(await _receive(ws, limits), comps)
+    rate, encoding, endpoint, every = _start(await _receive(ws, limits), comps)
     try:
         session = StreamingSession(comps, sample_rate=rate, endpoint_frames=endpoint)
     except StreamingRefused as e:
@@ -135,6 +140,8 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any) -> None:
             if seconds > limits.stream_max_seconds:
                 raise Closed(1008, f"the stream is over the limit of {limits.stream_max_seconds:g} s of audio")
             events = await asyncio.to_thread(session.accept, samples)
+            if every and not (events and events[-1]["type"] == "partial"):
+                events.append({"type": "partial", "text": session.phrase})
         else:
             try:
                 control = json.loads(message.get("text") or "")
@@ -142,11 +149,14 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any) -> None:
                 raise Closed(1007, "a text message must be JSON") from None
             if not isinstance(control, dict) or control.get("type") != "end":
                 raise Closed(1003, 'after the start message: audio, then {"type": "end"}')
-            events = await asyncio.to_thread(session.finish)
-            for event in events:
-                await ws.send_json(event)
+            await _send(ws, session, await asyncio.to_thread(session.finish))
             await ws.send_json({"type": "end", "text": session.text})
             await ws.close(code=1000)
             return
-        for event in events:
-            await ws.send_json(event)
+        await _send(ws, session, events)
+
+
+async def _send(ws: WebSocket, session: StreamingSession, events: list[dict[str, Any]]) -> None:
+    """The session's events as JSON messages, each partial with the audio it covers (`decided_s`)."""
+    for event in events:
+        await ws.send_json({**event, "decided_s": session.decided_s} if event["type"] == "partial" else event)

@@ -174,6 +174,16 @@ class StreamingSession:
         self.logits: list[torch.Tensor] | None = None  # set to [] to keep every output frame's logits (tests)
 
     @property
+    def decided_s(self) -> float:
+        """Seconds of audio whose output frames are decided (the stream's position minus the model's lookahead)."""
+        return round(self.frame * self.frame_s, 3)
+
+    @property
+    def phrase(self) -> str:
+        """The current (unfinished) phrase's text, as its partials show it."""
+        return self._phrase()
+
+    @property
     def text(self) -> str:
         """Everything decided so far, as the offline transcript writes it."""
         return " ".join(("".join(self.pieces) + "".join(c for c, _ in self.chars)).split())
@@ -252,6 +262,7 @@ class StreamingSession:
         return events
 
     def _phrase(self) -> str:
+        """The current (unfinished) phrase's text."""
         return " ".join("".join(c for c, _ in self.chars).split())
 
     def _final(self) -> dict[str, Any]:

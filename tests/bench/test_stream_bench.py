@@ -1,0 +1,27 @@
+"""The live-transcription benchmark against a real server process and real WebSocket clients."""
+import pytest
+
+from speechscale.bench import tables
+from speechscale.bench.stream import bench_stream
+
+
+@pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
+def test_bench_stream_times_every_chunk_refuses_one_too_many_and_counts_memory(streaming_checkpoint):
+    res = bench_stream(str(streaming_checkpoint), levels=(2,), seconds=3.0, chunk_ms=100, memory_streams=8,
+                       abandoned=2)
+    (level,) = res["levels"]
+    # every 100 ms chunk of both streams answered by its own partial, in real time (each stream takes ~3 s)
+    assert level["chunks"] == 2 * 30 and level["failed_streams"] == 0 and level["wall_s"] >= 3.0, level["errors"]
+    assert 0 < level["p50_ms"] <= level["p95_ms"] <= level["max_ms"] < 3000
+    # the answer covers the audio sent minus the model's lookahead (20 frames of 20 ms) and its windows
+    assert 0.4 <= level["behind_s_median"] <= 1.0
+    assert level["refused"] == {"code": 1013, "reason": "busy: 2 streams are open; try again later"}
+    assert level["healthz"]["polls"] >= 4 and level["healthz"]["answered"] == level["healthz"]["polls"]
+    assert 0 < level["rtf_cpu"] < 2
+    m = res["memory"]
+    assert (m["streams"], m["abandoned"], m["failed"]) == (8, 2, 0)
+    assert [k for k, _ in m["rss_mb_by_streams"]] == [2, 4, 6, 8] and m["warm_after"] == 8
+    assert m["growth_mb"] == round(m["rss_mb_end"] - m["rss_mb_warm"], 1) and m["rss_mb_end"] > 50
+    table = tables.render("stream", {"results": res, "provenance": {"machine": "m", "date": "d", "commit": "c", "torch": "t",
+                                                                    "command": "x"}, "seconds": 1})
+    assert f"| 2 | 60 | {level['p50_ms']:,.0f} ms |" in table and "closed with 1013, goal 1013: reached" in table

@@ -11,7 +11,7 @@ import websocket
 
 from speechscale.components import load_components
 from speechscale.data.audio import load_audio
-from tests.conftest import shared, start_server
+from tests.conftest import headless_chromium, shared, start_server
 from tests.distributed.launch import kill_group
 from tests.serving.test_streaming import _offline, _offline_wav
 
@@ -148,3 +148,41 @@ def test_the_readmes_websocket_client_runs(server, streaming_checkpoint, tmp_pat
     exec(compile(code, "README.md", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("ready") and lines[-1] == f"final {text}"
+
+
+def test_the_page_streams_the_microphone_live_and_shows_partials_then_the_transcript_in_chromium(server, tmp_path):
+    """Chromium's fake capture device plays a real recording into getUserMedia; the page's Live button streams
+    it through an AudioWorklet to WS /v1/stream and shows partial text while it plays, then the transcript."""
+    import time
+
+    import soundfile as sf
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ldc = "she had your dark suit in greasy wash water all year"
+    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="int16")
+    sf.write(tmp_path / "mic.wav", wav, rate, subtype="PCM_16")  # the fake device wants plain 16-bit WAV
+    browser = headless_chromium("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                                f"--use-file-for-fake-audio-capture={tmp_path / 'mic.wav'}%noloop",
+                                "--autoplay-policy=no-user-gesture-required")
+    try:
+        browser.get(server + "/")
+        status, live = (lambda: browser.find_element(By.ID, "status").text), browser.find_element(By.ID, "live-text")
+        started = time.monotonic()
+        browser.find_element(By.ID, "live").click()
+        WebDriverWait(browser, 20).until(lambda b: "Listening" in status() or "closed" in status())
+        assert "Listening (ds2-streaming-tiny)" in status(), status()
+        # text shows while the 2.9 s recording is still playing, before Stop is pressed
+        WebDriverWait(browser, 20, poll_frequency=0.1).until(lambda b: live.text.strip())
+        during, when = live.text.split(), time.monotonic() - started
+        time.sleep(max(0.0, 4.5 - (time.monotonic() - started)))  # the rest of the recording, then silence
+        assert int(live.get_attribute("data-partials")) >= 3
+        browser.find_element(By.ID, "live-stop").click()
+        WebDriverWait(browser, 60).until(lambda b: live.get_attribute("data-text") is not None or "closed" in status())
+        text = live.get_attribute("data-text")
+        assert text is not None, status()
+        assert len(set(text.split()) & set(ldc.split())) >= 6, text  # the recording, heard through the page
+        assert live.text.split() == text.split() and "Stream ended." in status()
+        assert during and set(during) <= set(text.split()) | {during[-1]} and when < 4.5, (during, when)
+    finally:
+        browser.quit()

@@ -82,7 +82,16 @@ def stream(args: argparse.Namespace) -> int:
 
     if len(args.files) != 1:
         raise ConfigError("--stream takes one FILE (or - for raw 16-bit mono PCM on standard input)")
-    comps = load_components(args.checkpoint, args.device)
+    from ..export.stream_runtime import OnnxStep, is_stream_step
+
+    step = OnnxStep(args.checkpoint) if str(args.checkpoint).endswith(".onnx") and is_stream_step(args.checkpoint) \
+        else None
+    if step is not None:  # `export --streaming`'s file: the model's description from it, onnxruntime runs it
+        from ..components import components_from_description
+
+        comps = components_from_description(step.description)
+    else:
+        comps = load_components(args.checkpoint, args.device)
     source = args.files[0]
     if source == "-":
         rate = args.rate or comps.features.cfg.sample_rate
@@ -98,7 +107,7 @@ def stream(args: argparse.Namespace) -> int:
         chunks = (block.mean(axis=1) for block in sf.blocks(source, blocksize=max(1, rate // 10), dtype="float32",
                                                             always_2d=True))
     try:
-        session = StreamingSession(comps, sample_rate=rate, endpoint_frames=args.endpoint_frames)
+        session = StreamingSession(comps, sample_rate=rate, endpoint_frames=args.endpoint_frames, step=step)
     except StreamingRefused as e:
         raise ConfigError(f"--stream: {e}") from None
     tty = sys.stdout.isatty() and not args.json

@@ -8,8 +8,16 @@ from typing import Any, Callable
 
 
 def export(args: argparse.Namespace) -> int:
+    from ..config import ConfigError
     from ..export.exporter import export_model
 
+    if args.streaming:
+        from ..export.stream_step import export_stream_step
+
+        if args.format != "onnx":
+            raise ConfigError("--streaming exports the streaming step as ONNX: use --format onnx")
+        print(json.dumps(export_stream_step(args.checkpoint, args.out, args.chunk)))
+        return 0
     print(json.dumps(export_model(args.checkpoint, args.format, args.out)))
     return 0
 
@@ -20,4 +28,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     x.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
     x.add_argument("--format", required=True, choices=["onnx", "torchscript"], help="the file format")
     x.add_argument("--out", required=True, type=Path, help="the file to write (e.g. model.onnx, model.ts)")
+    x.add_argument("--streaming", action="store_true",
+                   help="a streaming model's step instead (feature chunk + state in, logits + state out), for "
+                        "`transcribe --stream --checkpoint FILE.onnx`")
+    x.add_argument("--chunk", type=int, default=32,
+                   help="--streaming: feature frames per step (a multiple of the front end's time stride)")
     x.set_defaults(func=export)

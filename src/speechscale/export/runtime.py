@@ -40,6 +40,9 @@ class ExportedModel:
             if META_KEY not in meta:
                 raise ConfigError(f"{path}: not an ONNX file written by speechscale export (no model description)")
             self.description = json.loads(meta[META_KEY])
+            if "stream_step" in self.description:
+                raise ConfigError(f"{path}: a streaming step (export --streaming): run it with `speechscale "
+                                  "transcribe --stream --checkpoint FILE`")
             opts = ort.SessionOptions()
             providers = ["CPUExecutionProvider"]
             if self.device.type == "cuda":

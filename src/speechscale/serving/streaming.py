@@ -143,7 +143,10 @@ class StreamFeatures:
 class StreamingSession:
     """One live stream through a streaming-capable model (see the module doc)."""
 
-    def __init__(self, comps: Any, sample_rate: int | None = None, endpoint_frames: int = 30) -> None:
+    def __init__(self, comps: Any, sample_rate: int | None = None, endpoint_frames: int = 30,
+                 step: Any = None) -> None:
+        """`step`: run the model as a fixed-chunk step (export/stream_runtime.py's OnnxStep, an ONNX file through
+        onnxruntime, or TorchStep) instead of layer by layer in PyTorch; the text is the same."""
         problem = streaming_problem(comps)
         if problem:
             raise StreamingRefused(problem)
@@ -155,6 +158,11 @@ class StreamingSession:
         self.resampler = (soxr.ResampleStream(self.in_rate, self.rate, 1, dtype="float32", quality="HQ")
                           if self.in_rate != self.rate else None)
         self.features = StreamFeatures(comps.features)
+        self.feeder = None
+        if step is not None:
+            from ..export.stream_runtime import StepFeeder
+
+            self.feeder = StepFeeder(step, comps.model)
         m = self.model
         self.convs = [StreamConv(c, c.padding[1], c.padding[1]) for c in m.convs]
         self.hidden: list[torch.Tensor | None] = [None] * len(m.rnns)  # (1, 1, H) per layer
@@ -212,6 +220,8 @@ class StreamingSession:
         return events
 
     def _run(self, feats: torch.Tensor | None, final: bool) -> list[dict[str, Any]]:
+        if self.feeder is not None:
+            return self._emit(self.feeder(feats, final))
         m = self.model
         x = None if feats is None else feats[None, None]  # (F, n) -> (1, 1, F, n)
         for stream, norm in zip(self.convs, m.conv_norms):
@@ -239,7 +249,12 @@ class StreamingSession:
             return []
         t = x.shape[1]
         x = m.fc_norm(x.transpose(1, 2), x.new_ones(1, t, dtype=torch.bool)).transpose(1, 2)
-        logits = m.fc(x)[0]  # (n, V)
+        return self._emit(m.fc(x)[0])  # (n, V)
+
+    def _emit(self, logits: torch.Tensor | None) -> list[dict[str, Any]]:
+        """Decided logits (n, V) -> events."""
+        if logits is None:
+            return []
         if self.logits is not None:
             self.logits.append(logits)
         return self._decode(logits.argmax(-1).tolist())

@@ -119,7 +119,7 @@ def _planner(res: dict[str, Any]) -> str:
 def _goal(r: dict[str, Any]) -> str:
     """'WER ≤ 5 %: reached', or not reached with the gap (rows before the CER goals carry goal_wer only)."""
     metric, goal = r.get("goal_metric", "wer"), r.get("goal", r["goal_wer"])
-    head = f"{metric.upper()} ≤ {100 * goal:.0f} %: "
+    head = f"{metric.upper()} ≤ {f'{100 * goal:.1f}'.rstrip('0').rstrip('.')} %: "
     return head + ("reached" if r["reached"] else f"**not reached** (gap {100 * (r[metric] - goal):.1f} points)")
 
 

@@ -47,6 +47,7 @@ class Model:
         self.backend = detect_backend(path)
         dcfg = DecoderConfig(name=decoder, beam_width=beam_width, lm=lm or "", lexicon=lexicon or "")
         self._asr = Transcriber(path, chunk_seconds=chunk_seconds, backend=self.backend, decoder=dcfg, device=device)
+        self._decoder = dcfg
         self.sample_rate: int = self._asr.sample_rate
         self.device = str(self._asr.device)
 
@@ -82,12 +83,19 @@ class Model:
     def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30) -> Any:
         """A live stream (serving.streaming.StreamingSession) of mono audio at `sample_rate` (default: the model's):
         `.accept(samples)` and `.finish()` return partial and final events, `.text` is the transcript so far.
-        A checkpoint of a streaming model (e.g. the demo_streaming recipe's); others raise with the reason."""
+        A checkpoint of a streaming model (e.g. the demo_streaming recipe's); others raise with the reason. With a
+        beam or lexicon decoder, each phrase is searched incrementally as its own utterance."""
         from .serving.streaming import StreamingSession
 
         if self.backend != "torch":
             raise ValueError(f"streaming runs a checkpoint, not a {self.backend} export")
-        return StreamingSession(self._asr.comps, sample_rate=sample_rate, endpoint_frames=endpoint_frames)
+        decoder = None
+        if self._decoder.name != "greedy":  # a search of the stream's own, a phrase at a time
+            from .decoding.decoders import build_decoder
+
+            decoder = build_decoder(self._decoder, self._asr.comps.tokenizer, self._asr.comps.normalizer)
+        return StreamingSession(self._asr.comps, sample_rate=sample_rate, endpoint_frames=endpoint_frames,
+                                decoder=decoder)
 
     def __repr__(self) -> str:
         return f"speechscale.Model({self.path!r}, backend={self.backend!r}, device={self.device!r})"

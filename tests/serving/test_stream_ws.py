@@ -186,3 +186,31 @@ def test_the_page_streams_the_microphone_live_and_shows_partials_then_the_transc
         assert during and set(during) <= set(text.split()) | {during[-1]} and when < 4.5, (during, when)
     finally:
         browser.quit()
+
+
+def test_a_server_with_the_lexicon_decoder_searches_each_stream_on_its_own(streaming_checkpoint, tmp_path):
+    """Two streams at once, each with a search of its own (flashlight's decoder is stateful): both end with the
+    offline lexicon search of the file."""
+    import threading
+
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("she\nhad\nyour\ndark\nsuit\nin\ngreasy\nwash\nwater\nall\nyear\nyes\nno\n")
+    proc, url = start_server(streaming_checkpoint, tmp_path / "serve.log", "--decoder", "lexicon", "--lexicon",
+                             str(lexicon))
+    pcm = (load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000) * 32767).round().astype("<i2").tobytes()
+    frames = [pcm[i:i + 3200] for i in range(0, len(pcm), 3200)]
+    results = {}
+
+    def one(k):
+        results[k] = _talk(url, {"type": "start", "sample_rate": 16000}, frames)
+
+    try:
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        kill_group(proc)
+    for messages, code, _ in results.values():
+        assert code == 1000 and messages[-1] == {"type": "end", "text": "she had your dark suit in greasy wash water all year"}

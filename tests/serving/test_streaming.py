@@ -159,3 +159,61 @@ def test_the_python_api_streams_a_streaming_checkpoint(streaming_checkpoint):
     stream = model.stream(sample_rate=rate)
     events = [e for i in range(0, len(wav), 800) for e in stream.accept(wav[i:i + 800])] + stream.finish()
     assert stream.text == text and events[-1]["type"] == "final" and events[-1]["text"] == text
+
+
+@pytest.mark.parametrize("name", ["beam", "lexicon"])
+def test_a_beam_search_streams_each_phrase_as_the_offline_search_of_its_frames(comps, name, tmp_path):
+    """flashlight's incremental search (decode_begin/step/end) over the streamed frames: each phrase's final is the
+    offline beam (or lexicon) search of that phrase's frames of the offline logits, searched by a decoder of its own;
+    a file without a pause is one phrase, so its text is the offline search of the whole file."""
+    from speechscale.decoding.decoders import DecoderConfig, build_decoder
+
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("\n".join(["she", "had", "your", "dark", "suit", "in", "greasy", "wash", "water", "all",
+                                  "year", "yes", "no", "dart", "sued", "watery"]) + "\n")
+    cfg = DecoderConfig(name=name, beam_width=16, lexicon=str(lexicon) if name == "lexicon" else "")
+    files = [*sorted(shared("ldc93s1").glob("*.wav")), shared("jfk", "jfk.flac"), *_files()[:3]]
+    phrases = {}
+    for k, path in enumerate(files):
+        logits, _ = _offline(comps, path)
+        ms = CHUNKS_MS[k % len(CHUNKS_MS)]
+        session, events = _stream(comps, path, ms, decoder=build_decoder(cfg, comps.tokenizer),
+                                  endpoint_frames=12)
+        reference = build_decoder(cfg, comps.tokenizer)
+        log_probs = logits.float().log_softmax(-1)
+        starts, ends = [0, *session.boundaries], [*session.boundaries, logits.shape[0]]
+        expected = [reference(log_probs[None, a:b], torch.tensor([b - a]))[0] for a, b in zip(starts, ends) if b > a]
+        finals = [e["text"] for e in events if e["type"] == "final"]
+        assert finals == [t for t in expected if t] or (not finals and not any(expected)), (path.name, ms)
+        assert session.text == " ".join(t for t in expected if t)
+        phrases[path.name] = len(finals)
+        if path.name == "LDC93S1.wav":
+            assert len(session.boundaries) == 1 and any(e["type"] == "partial" for e in events)
+    assert phrases["jfk.flac"] >= 2, phrases  # searches restarted at pauses
+
+
+def test_transcribe_stream_and_the_api_take_the_lexicon_decoder(comps, streaming_checkpoint, tmp_path, capsys):
+    import json
+
+    import speechscale
+    from speechscale.decoding.decoders import DecoderConfig, build_decoder
+    from tests.conftest import main_cli
+
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("she\nhad\nyour\ndark\nsuit\nin\ngreasy\nwash\nwater\nall\nyear\n")
+    path = shared("ldc93s1", "LDC93S1.wav")
+    logits, _ = _offline(comps, path)
+    search = build_decoder(DecoderConfig(name="lexicon", beam_width=50, lexicon=str(lexicon)), comps.tokenizer)
+    expected = search(logits.float().log_softmax(-1)[None], torch.tensor([logits.shape[0]]))[0]
+    assert expected == "she had your dark suit in greasy wash water all year"
+    code, out, err = main_cli(capsys, "transcribe", "--stream", "--no-realtime", "--json", "--decoder", "lexicon",
+                              "--lexicon", str(lexicon), "--checkpoint", str(streaming_checkpoint), str(path))
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert code == 0 and [r["text"] for r in rows if r["type"] == "final"] == [expected], err
+    assert rows[-1]["words"] == [{"word": w} for w in expected.split()]
+    stream = speechscale.load(streaming_checkpoint, device="cpu", decoder="lexicon", lexicon=str(lexicon)).stream()
+    wav = load_audio(path, 16000)
+    for i in range(0, len(wav), 1000):
+        stream.accept(wav[i:i + 1000])
+    stream.finish()
+    assert stream.text == expected

@@ -107,7 +107,14 @@ def stream(args: argparse.Namespace) -> int:
         chunks = (block.mean(axis=1) for block in sf.blocks(source, blocksize=max(1, rate // 10), dtype="float32",
                                                             always_2d=True))
     try:
-        session = StreamingSession(comps, sample_rate=rate, endpoint_frames=args.endpoint_frames, step=step)
+        dcfg = decoder_config(args)
+        decoder = None
+        if dcfg.name != "greedy":  # searched incrementally, a phrase at a time
+            from ..decoding.decoders import build_decoder
+
+            decoder = build_decoder(dcfg, comps.tokenizer, comps.normalizer)
+        session = StreamingSession(comps, sample_rate=rate, endpoint_frames=args.endpoint_frames, step=step,
+                                   decoder=decoder)
     except StreamingRefused as e:
         raise ConfigError(f"--stream: {e}") from None
     tty = sys.stdout.isatty() and not args.json

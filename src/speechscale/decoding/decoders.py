@@ -151,19 +151,43 @@ class BeamDecoder:
             if self.vocabulary:
                 em = torch.cat([em, self.end_frame])  # (T + 1, V)
             em = em.contiguous()
-            best = self.decoder.decode(em.data_ptr(), em.shape[0], em.shape[1])[0]
-            if self.vocabulary:
-                text = " ".join(self.vocabulary[i] for i in best.words if 0 <= i < len(self.vocabulary))
-            else:
-                ids = [t for t in torch.tensor(best.tokens).unique_consecutive().tolist() if t != BLANK]
-                text = " ".join(self.tokenizer.decode(ids).split())
-            out.append(text)
+            out.append(self._text(self.decoder.decode(em.data_ptr(), em.shape[0], em.shape[1])[0]))
         return out
 
     def words(self, log_probs: torch.Tensor, frames: int, text: str, frame_s: float, offset_s: float
               ) -> list[dict[str, Any]]:
         """The words of the best beam (no timings: the search does not keep its alignment)."""
         return [{"word": w} for w in text.split()]
+
+    def _text(self, best: Any) -> str:
+        if self.vocabulary:
+            return " ".join(self.vocabulary[i] for i in best.words if 0 <= i < len(self.vocabulary))
+        ids = [t for t in torch.tensor(best.tokens, dtype=torch.long).unique_consecutive().tolist() if t != BLANK]
+        return " ".join(self.tokenizer.decode(ids).split())
+
+    def begin(self) -> None:
+        """Start an incremental search (flashlight's decode_begin): then `step` frames as they come, `best` for the
+        text so far, `end` for the final text. Frames fed in pieces give what `decoder([all frames])` gives. One
+        search at a time per decoder."""
+        self.decoder.decode_begin()
+
+    def step(self, log_probs: torch.Tensor) -> None:
+        """More frames (T, V) of log-probabilities."""
+        if log_probs.shape[0]:
+            em = log_probs.float().cpu().contiguous()
+            self.decoder.decode_step(em.data_ptr(), em.shape[0], em.shape[1])
+
+    def best(self) -> str:
+        """The best beam's text so far (it can still change)."""
+        return self._text(self.decoder.get_best_hypothesis(0))
+
+    def end(self) -> str:
+        """The search's final text (the utterance's end frame as in `__call__`, then decode_end)."""
+        if self.vocabulary:
+            self.step(self.end_frame)
+        self.decoder.decode_end()
+        hyps = self.decoder.get_all_final_hypothesis()
+        return self._text(hyps[0]) if hyps else ""
 
 
 def _read_words(path: str, normalize: Callable[[str], str] | None) -> list[str]:

@@ -156,7 +156,7 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
                                            f"--allowed-host {name or 'NAME'} to allow it"}, status_code=400)
         return await call_next(request)
 
-    add_stream_route(app, asr.comps, limits, hosts)
+    add_stream_route(app, asr.comps, limits, hosts, asr.decoder_cfg)
 
     @app.get("/", response_class=HTMLResponse)
     async def page() -> str:

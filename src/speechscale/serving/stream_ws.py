@@ -44,8 +44,9 @@ class Closed(Exception):
         self.code, self.reason = code, reason
 
 
-def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str]) -> None:
-    """Register `WS /v1/stream` on `app` for the model of `comps` under `limits` (serving.server.Limits)."""
+def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], decoder: Any = "greedy") -> None:
+    """Register `WS /v1/stream` on `app` for the model of `comps` under `limits` (serving.server.Limits); `decoder`
+    (the service's DecoderConfig or name): a beam or lexicon search is built for each stream."""
     active = {"streams": 0}
 
     @app.websocket("/v1/stream")
@@ -59,7 +60,7 @@ def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str]) ->
             return
         active["streams"] += 1
         try:
-            await _serve(ws, comps, limits)
+            await _serve(ws, comps, limits, decoder)
         except Closed as e:
             await _close(ws, e.code, e.reason)
         except WebSocketDisconnect:
@@ -117,10 +118,15 @@ def _start(message: dict[str, Any], comps: Any) -> tuple[int, str, int, bool]:
     return rate, encoding, endpoint, start.get("partials") == "every"
 
 
-async def _serve(ws: WebSocket, comps: Any, limits: Any) -> None:
+async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any) -> None:
     rate, encoding, endpoint, every = _start(await _receive(ws, limits), comps)
+    search = None
+    if getattr(decoder, "name", decoder) != "greedy":
+        from ..decoding.decoders import build_decoder
+
+        search = await asyncio.to_thread(build_decoder, decoder, comps.tokenizer, comps.normalizer)
     try:
-        session = StreamingSession(comps, sample_rate=rate, endpoint_frames=endpoint)
+        session = StreamingSession(comps, sample_rate=rate, endpoint_frames=endpoint, decoder=search)
     except StreamingRefused as e:
         raise Closed(1003, f"this model cannot stream: {e}") from None
     await ws.send_json({"type": "ready", "model": comps.model_name, "sample_rate": rate})

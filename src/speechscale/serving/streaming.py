@@ -144,9 +144,11 @@ class StreamingSession:
     """One live stream through a streaming-capable model (see the module doc)."""
 
     def __init__(self, comps: Any, sample_rate: int | None = None, endpoint_frames: int = 30,
-                 step: Any = None) -> None:
+                 step: Any = None, decoder: Any = None) -> None:
         """`step`: run the model as a fixed-chunk step (export/stream_runtime.py's OnnxStep, an ONNX file through
-        onnxruntime, or TorchStep) instead of layer by layer in PyTorch; the text is the same."""
+        onnxruntime, or TorchStep) instead of layer by layer in PyTorch; the text is the same. `decoder`: a
+        BeamDecoder of its own (decoding.decoders: beam, LM, lexicon) searched incrementally, each phrase as its
+        own utterance (phrases end where the greedy path is quiet); greedy when None."""
         problem = streaming_problem(comps)
         if problem:
             raise StreamingRefused(problem)
@@ -173,6 +175,10 @@ class StreamingSession:
             stride *= c.stride[1]
         self.frame_s = comps.features.hop_length / self.rate * stride  # seconds per output frame
         self.endpoint_frames = endpoint_frames
+        self.beam, self.beam_text = decoder, ""  # the search and its current best text
+        self.boundaries: list[int] = []  # output frames where phrases ended
+        if decoder is not None:
+            decoder.begin()
         self.space = comps.tokenizer.alphabet.index(" ") + 1 if " " in comps.tokenizer.alphabet else -1
         self.frame, self.prev, self.quiet = 0, BLANK, 0
         self.chars: list[tuple[str, int]] = []  # the current phrase: (character, output frame)
@@ -194,6 +200,8 @@ class StreamingSession:
     @property
     def text(self) -> str:
         """Everything decided so far, as the offline transcript writes it."""
+        if self.beam is not None:
+            return " ".join(x for x in [*(f["text"] for f in self.finals), self.beam_text] if x)
         return " ".join(("".join(self.pieces) + "".join(c for c, _ in self.chars)).split())
 
     @torch.no_grad()
@@ -215,8 +223,9 @@ class StreamingSession:
         tail = self.resampler.resample_chunk(np.zeros(0, np.float32), last=True) if self.resampler else np.zeros(0)
         events = self._run(self.features(tail.astype(np.float32), final=True), final=True)
         self.done = True
-        if self.chars:
-            events.append(self._final())
+        last = self.beam.end() if self.beam is not None else None
+        if self.chars or last:
+            events.append(self._final(last))
         return events
 
     def _run(self, feats: torch.Tensor | None, final: bool) -> list[dict[str, Any]]:
@@ -257,31 +266,50 @@ class StreamingSession:
             return []
         if self.logits is not None:
             self.logits.append(logits)
-        return self._decode(logits.argmax(-1).tolist())
+        log_probs = logits.float().log_softmax(-1) if self.beam is not None else None
+        return self._decode(logits.argmax(-1).tolist(), log_probs)
 
-    def _decode(self, best: list[int]) -> list[dict[str, Any]]:
+    def _decode(self, best: list[int], log_probs: torch.Tensor | None) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        before = self._phrase()
-        for token in best:
+        before, fed = self._phrase(), 0
+        for i, token in enumerate(best):
             if token != self.prev and token != BLANK:
                 self.chars.append((self.comps.tokenizer.decode([token]), self.frame))
             self.prev = token
             quiet = token == BLANK or token == self.space
             self.quiet = self.quiet + 1 if quiet else 0
             self.frame += 1
-            if self.quiet >= self.endpoint_frames and self._phrase():
-                events.append(self._final())
+            if self.quiet >= self.endpoint_frames and "".join(c for c, _ in self.chars).strip():
+                text = None
+                if self.beam is not None:  # the phrase's frames end its search; the next phrase starts a new one
+                    self.beam.step(log_probs[fed:i + 1])
+                    fed, text = i + 1, self.beam.end()
+                    self.beam.begin()
+                    self.beam_text = ""
+                events.append(self._final(text))
                 before = ""
+        if self.beam is not None:
+            self.beam.step(log_probs[fed:])
+            self.beam_text = self.beam.best()
         if self._phrase() and self._phrase() != before:
             events.append({"type": "partial", "text": self._phrase()})
         return events
 
     def _phrase(self) -> str:
         """The current (unfinished) phrase's text."""
+        if self.beam is not None:
+            return self.beam_text
         return " ".join("".join(c for c, _ in self.chars).split())
 
-    def _final(self) -> dict[str, Any]:
-        """The current phrase as a final event (words with start and end seconds from the stream's start)."""
+    def _final(self, beam_text: str | None = None) -> dict[str, Any]:
+        """The current phrase as a final event (greedy: words with start and end seconds from the stream's start;
+        a beam's words carry no times: the search keeps no alignment)."""
+        self.boundaries.append(self.frame)
+        if self.beam is not None:
+            self.chars, self.beam_text = [], ""
+            event = {"type": "final", "text": beam_text or "", "words": [{"word": w} for w in (beam_text or "").split()]}
+            self.finals.append(event)
+            return event
         raw = "".join(c for c, _ in self.chars)
         words, cur = [], []
         for c, f in self.chars + [(" ", self.frame)]:

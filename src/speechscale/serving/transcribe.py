@@ -70,7 +70,8 @@ class Transcriber:
             self.comps = self.model.components()
         from ..decoding.decoders import build_decoder
 
-        self.decoder = build_decoder(decoder or "greedy", self.comps.tokenizer, self.comps.normalizer)
+        self.decoder_cfg = decoder or "greedy"  # streams build a search of their own from it
+        self.decoder = build_decoder(self.decoder_cfg, self.comps.tokenizer, self.comps.normalizer)
         self.sample_rate = self.comps.features.cfg.sample_rate
         self.chunk_seconds = chunk_seconds
 

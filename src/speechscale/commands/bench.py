@@ -94,6 +94,10 @@ def all_benches(args: argparse.Namespace) -> int:
     if args.benchmarks:
         tables.update(Path(args.benchmarks), docs)
         print(f"updated {args.benchmarks}: {', '.join(docs)}")
+        from ..bench import summary
+
+        if summary.update(Path(args.benchmarks), out.parent):  # docs/figures/{bench-all,gpu} -> docs/figures
+            print(f"updated {args.benchmarks}: summary")
         runs = tables.gpu_adpsgd_docs(out / "adpsgd") if args.gpu else {}  # docs/figures/gpu/adpsgd.sh's runs
         if runs and tables.update_gpu_adpsgd(Path(args.benchmarks), runs):
             print(f"updated {args.benchmarks}: gpu-adpsgd ({len(runs)} runs)")

@@ -134,7 +134,15 @@ def test_default_rate_is_our_own_measurement_where_one_is_shipped(capsys):
     assert shipped["workload"]["throughput_source"].startswith("measured: 1192 audio-s/s, ds2-large bf16")
     big = plan_json("--model", "ds2-large", "--gpu", "h100", "--batch-seconds", "1280")
     assert big["per_gpu_throughput"] == 2258
-    analytic = plan_json("--model", "ds2-large", "--gpu", "a100")
+    # a GPU with no measurement: the measured H100 figure scaled by the data-sheet peak ratio, said so (issue #43
+    # §2: the H200, the H100's peak, was planned at FLOPs x 0.1 = 4,748 while the H100 measures 1,192)
+    h200 = plan_json("--model", "ds2-large", "--gpu", "h200")
+    assert h200["per_gpu_throughput"] == 1192 and h200["workload"]["throughput_source"].startswith(
+        "estimated: 1192 audio-s/s = the h100 measurement x 1.00, the data-sheet dense amp peak ratio h200/h100")
+    a100 = plan_json("--model", "ds2-large", "--gpu", "a100", "--precision", "fp32")
+    assert a100["per_gpu_throughput"] == pytest.approx(1129 * 19.5 / 67.0)
+    assert "not measured on a100" in a100["workload"]["throughput_source"]
+    analytic = plan_json("--model", "ds2-tiny", "--gpu", "a100")  # measured on no GPU: FLOPs x MFU, said so
     assert "FLOPs x MFU" in analytic["workload"]["throughput_source"]
     given = plan_json("--model", "ds2-large", "--gpu", "h100", "--throughput", "500")
     assert given["per_gpu_throughput"] == 500 and given["workload"]["throughput_source"] == "--throughput"

@@ -48,12 +48,25 @@ SHIPPED = Path(__file__).with_name("data") / "measured.json"
 
 def shipped_throughput(gpu: str, model: str, precision: str, batch_seconds: float) -> tuple[float, str] | None:
     """(audio-s/s, where it comes from) of this project's own measurement of `model` on `gpu` at the
-    measured batch nearest to `batch_seconds`, or None when there is none (planning/data/measured.json)."""
+    measured batch nearest to `batch_seconds` (planning/data/measured.json). On a GPU with no measurement, the
+    measured GPU's figure scaled by the ratio of the two data-sheet dense peaks at that precision (said so in
+    the source: an estimate, not a measurement); None when the model was measured on no GPU."""
+    from .hardware import GPUS
+
     doc = json.loads(SHIPPED.read_text())
     want = {"amp": ("bf16", "fp16")}.get(precision, (precision,))
     rows = [r for r in doc["rows"] if (r["gpu"], r["model"]) == (gpu, model) and r["precision"] in want]
     if not rows:
-        return None
+        measured = sorted({r["gpu"] for r in doc["rows"] if r["model"] == model and r["precision"] in want})
+        if not measured or gpu == "cpu":
+            return None
+        base = min(measured, key=lambda g: abs(GPUS[g][precision] - GPUS[gpu][precision]))  # the nearest peak
+        rate, source = shipped_throughput(base, model, precision, batch_seconds)  # type: ignore[misc]
+        ratio = GPUS[gpu][precision] / GPUS[base][precision]
+        return rate * ratio, (f"estimated: {rate * ratio:.0f} audio-s/s = the {base} measurement x {ratio:.2f}, the "
+                              f"data-sheet dense {precision} peak ratio {gpu}/{base} ({GPUS[gpu][precision]:g} / "
+                              f"{GPUS[base][precision]:g} TFLOP/s); not measured on {gpu}. The {base} figure: "
+                              f"{source}")
     row = min(rows, key=lambda r: (abs(r["batch_seconds"] - batch_seconds), want.index(r["precision"])))
     prov = doc["provenance"]
     return float(row["audio_seconds_per_second"]), (

@@ -91,3 +91,28 @@ def test_the_preemptible_cost_is_the_price_ratio_times_the_preemption_overhead()
     by_hand = 510 * GCP_V100[1] / GCP_V100[0] / (1 - rate * loss_h)
     row = next(r for r in cases() if "preemptible" in r["case"])
     assert row["predicted"] == pytest.approx(by_hand, rel=1e-6) and row["role"] == "check"
+
+
+def test_jasper_predictions_follow_each_rows_step_time_not_the_gpu_count():
+    """Issue #43 §2: with the old model every 8-GPU row came out 7.60-7.61. The jointly fitted constants
+    (overlap, achieved bandwidth, per-hop latency, jitter) are fitted on the rows not held out, and a held-out
+    row's prediction is the step model by hand: compute from its 1-GPU rate, plus the exposed allreduce."""
+    from speechscale.planning.calibration import _held_out, fit_jasper, jasper_fitted_speedup
+
+    f = fit_jasper()
+    assert 0 <= f["overlap"] <= 1 and 0 < f["bandwidth_scale"] <= 1 and f["latency_us"] >= 0
+    held = [r for r in JASPER_ROWS if _held_out(r)]
+    eight = [jasper_fitted_speedup(r) for r in held if r[1] == 8]
+    assert max(eight) - min(eight) > 0.2  # no longer one number per GPU count
+    row = _row("dgx2", 16, 64, "amp")
+    t_c = 64 / 29.22
+    grad = 333e6 * 4
+    buckets = math.ceil(grad / (25 * 2 ** 20))
+    comm = 2 * 15 / 16 * grad / (120e9 * f["bandwidth_scale"]) + buckets * 2 * 15 * f["latency_us"] * 1e-6
+    exposed = max(comm - f["overlap"] * 2 / 3 * t_c, comm / buckets)
+    e_max_16 = 1.7660  # E[max of 16 standard normals]
+    by_hand = 16 * t_c / (t_c + exposed + f["jitter"] * e_max_16 * t_c)
+    assert jasper_fitted_speedup(row) == pytest.approx(by_hand, rel=1e-3)
+    rows = {r["case"]: r for r in cases()}
+    assert rows["Jasper dgx2 16 GPUs, AMP, batch 64: speedup"]["role"] == "prediction"
+    assert rows["Jasper dgx2 4 GPUs, FP32, batch 32: speedup"]["role"] == "fit"

@@ -147,6 +147,15 @@ def calibration_table() -> tuple[str, bool]:
     lines.append(f"{met} of {len(preds)} predictions within ±{GOAL:.0%}; missed: "
                  + (", ".join(f"{r['case']} ({r['error']:+.0%})" for r in preds if not r["ok"]) or "none"))
     lines += [f"{role}: {text}" for role, text in ROLES.items()]
+    from ..planning.calibration import fit_jasper
+
+    f = fit_jasper()
+    eight = [r for r in preds if r["case"].startswith("Jasper") and " 8 GPUs" in r["case"]]
+    lines.append(f"Jasper: overlap {f['overlap']:g}, {f['bandwidth_scale']:g} of the link's bandwidth, "
+                 f"{f['latency_us']:g} us a hop and bucket, jitter {f['jitter']:g}, fitted jointly on the fit rows; "
+                 f"the held-out 8-GPU rows are predicted {min(r['predicted'] for r in eight):.2f}-"
+                 f"{max(r['predicted'] for r in eight):.2f} (published {min(r['published'] for r in eight):.2f}-"
+                 f"{max(r['published'] for r in eight):.2f}): each from its own step time")
     return "\n".join(lines), met == len(preds)
 
 

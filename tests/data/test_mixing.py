@@ -54,7 +54,7 @@ def test_a_run_mixes_two_real_corpora_and_logs_each_domains_samples(tmp_path, so
         d["audio_filepath"] = str(fsdd / d["audio_filepath"])
     (tmp_path / "digits.jsonl").write_text("".join(json.dumps(d) + "\n" for d in digits))
     mix = f"[{tmp_path}/digits.jsonl, {tmp_path}/speech.jsonl]"
-    if source == "shards":  # shard sets mix batch by batch: digits come 9 to a batch, speech 3
+    if source == "shards":  # shard sets mix batch by batch, bucketed as a manifest is (issue #43 §4)
         for name in ("digits", "speech"):
             write_shards(str(tmp_path / f"{name}.jsonl"), tmp_path / "shards" / name, shard_size=4)
         mix = f"[{tmp_path}/shards/digits, {tmp_path}/shards/speech/index.jsonl]"
@@ -65,7 +65,7 @@ def test_a_run_mixes_two_real_corpora_and_logs_each_domains_samples(tmp_path, so
     summary = train(cfg)
     assert summary["epoch"] == 2 and summary["train_utterances"] == 12
     val = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"val"' in x]
-    digits_n = 6 if source == "manifests" else 9
+    digits_n = 6  # 9 digits in 10 duration buckets: 9 batches of one, so batch by batch mixes as item by item
     assert [(r["samples_digits"], r["samples_speech"]) for r in val] == [(digits_n, 6)] * 2
     trained = [json.loads(x) for x in (tmp_path / "run" / "samples-rank0.jsonl").read_text().splitlines()]
     for epoch in (0, 1):

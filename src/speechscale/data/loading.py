@@ -214,7 +214,7 @@ def shard_source(path: str, comps: "Components", data: DataConfig, augment: Augm
     index.check()
     units = ShardUnits(index, data.batch_seconds, data.max_batch_size, seed, shuffle=augment is not None,
                        shuffle_shards=data.shuffle_shards, min_duration=data.min_duration,
-                       max_duration=data.max_duration)
+                       max_duration=data.max_duration, num_buckets=data.num_buckets)
     report = SkipReport(path, kept=units.kept)
     if units.out_of_range:
         report.reasons["duration out of range"] = units.out_of_range

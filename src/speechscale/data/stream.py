@@ -38,8 +38,9 @@ class ShardUnits:
 
     def __init__(self, index: ShardIndex, batch_seconds: float, max_batch_size: int = 64, seed: int = 0,
                  shuffle: bool = True, shuffle_shards: int = 4, min_duration: float = 0.0,
-                 max_duration: float = float("inf")) -> None:
+                 max_duration: float = float("inf"), num_buckets: int = 10) -> None:
         self.index, self.seed, self.shuffle = index, seed, shuffle
+        self.num_buckets = max(1, num_buckets)
         self.batch_seconds, self.max_batch_size = batch_seconds, max_batch_size
         self.window, self.bounds = max(1, shuffle_shards), (min_duration, max_duration)
         self._counts: dict[int, tuple[list[list[int]], list[int], list[int]]] = {}
@@ -66,23 +67,32 @@ class ShardUnits:
         return [order[i:i + self.window] for i in range(0, n, self.window)]
 
     def _make(self, epoch: int, w: int, shards: list[int]) -> list[list[int]]:
-        """Window `w`'s batches: its utterances sorted by duration (seeded tie-breaks), packed, shuffled."""
+        """Window `w`'s batches as the manifest's BucketBatchSampler makes an epoch's: its utterances sorted by
+        duration, cut into `num_buckets` buckets, each shuffled (seeded) and packed, the batches shuffled. The
+        same batch sizes, so a corpus trains the same number of steps from shards as from its manifest."""
         ids, durs = [], []
         for s in shards:
             for m, (_, d, _, _) in enumerate(self.index.members(s)):
                 if self._keeps(d):
                     ids.append(self.index.starts[s] + m)
                     durs.append(d)
-        if self.shuffle:
-            gen = generator(self.seed, "item", epoch, w)
-            tie = torch.randperm(len(ids), generator=gen).tolist()
-            order = sorted(range(len(ids)), key=lambda i: (durs[i], tie[i]))
-        else:
-            order = sorted(range(len(ids)), key=lambda i: (durs[i], ids[i]))
-        batches = [[ids[i] for i in b] for b in pack_batches(order, durs, self.batch_seconds, self.max_batch_size)]
-        if self.shuffle:
-            batches = [batches[p] for p in torch.randperm(len(batches), generator=gen).tolist()]
-        return batches
+        order = sorted(range(len(ids)), key=lambda i: (durs[i], ids[i]))
+        if not self.shuffle:
+            return [[ids[i] for i in b] for b in pack_batches(order, durs, self.batch_seconds, self.max_batch_size)]
+        gen = generator(self.seed, "item", epoch, w)
+        # as many buckets as the manifest has (a window of the whole corpus is cut as the manifest is), fewer
+        # where a bucket would hold fewer than the manifest's or four batches' worth of utterances (a small window:
+        # the batches at each bucket's end would be part-full)
+        n, packed = len(order), []
+        per_batch = self.batch_seconds / max(1e-3, durs[order[n // 2]]) if n else 1.0  # at the median duration
+        least = max(1.0, min(self.kept / self.num_buckets, 4 * per_batch, self.max_batch_size * 4))
+        buckets = max(1, min(self.num_buckets, int(n / least + 1e-9)))
+        for b in range(buckets):
+            bucket = order[b * n // buckets:(b + 1) * n // buckets]
+            perm = torch.randperm(len(bucket), generator=gen).tolist()
+            packed += pack_batches([bucket[p] for p in perm], durs, self.batch_seconds, self.max_batch_size)
+        batches = [[ids[i] for i in b] for b in packed]
+        return [batches[p] for p in torch.randperm(len(batches), generator=gen).tolist()]
 
     def _epoch(self, epoch: int) -> tuple[list[list[int]], list[int], list[int]]:
         """(windows, units before each window, samples before each window); one pass over the index."""

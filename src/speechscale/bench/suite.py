@@ -49,6 +49,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "demo": {"recipes": ["demo"]},
     # the same with the streaming model (configs/demo_streaming.yaml), what `transcribe --stream` runs
     "demo-streaming": {"recipes": ["demo_streaming"]},
+    # issue #43 §4: yesno from its manifest and from shards of 8 files, 3 seeds each (steps and WER side by side)
+    "yesno-shards": {"seeds": [1, 2, 3], "shard_size": 8},
 }
 BENCHES = tuple(SETTINGS)
 
@@ -183,6 +185,12 @@ def _stream(s: dict[str, Any], out: Path) -> dict[str, Any]:
     return result
 
 
+def _yesno_shards(s: dict[str, Any], out: Path) -> dict[str, Any]:
+    from .shard_seeds import bench_shard_seeds
+
+    return bench_shard_seeds(s["seeds"], s["shard_size"])
+
+
 def _gpu_recipes(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
     from .plots import plot_recipes
     from .recipes import RECIPES, run_recipe
@@ -221,6 +229,7 @@ def _serve(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
 RUNNERS: dict[str, Callable[[dict[str, Any], Path], Any]] = {
     "train": _train, "loader": _loader, "scaling": _scaling, "straggler": _straggler, "planner": _planner,
     "recipes": _recipes, "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _demo, "stream": _stream,
+    "yesno-shards": _yesno_shards,
     "demo-streaming": partial(_demo, name="demo-streaming"),
     "gpu-train": partial(_train, name="gpu-train"), "gpu-train-b128": partial(_train, name="gpu-train-b128"),
     "gpu-recipes": _gpu_recipes}

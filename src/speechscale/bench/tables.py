@@ -177,6 +177,18 @@ def _stream(res: dict[str, Any]) -> str:
                  "one more stream", "failed streams"], rows) + "\n" + "".join(f"- {x}\n" for x in lines))
 
 
+def _yesno_shards(res: dict[str, Any]) -> str:
+    rows = [[r["source"], r["seed"], r["epochs"], r["steps"], f"{100 * r['wer']:.1f} %", f"{100 * r['cer']:.1f} %",
+             f"{r['wall_seconds']:.0f} s"] for r in res["rows"]]
+    summ = [[k, f"{v['steps']['median']:.0f} ({v['steps']['min']:.0f}-{v['steps']['max']:.0f})",
+             f"{100 * v['wer']['median']:.1f} % ({100 * v['wer']['min']:.1f}-{100 * v['wer']['max']:.1f} %)"]
+            for k, v in res["summary"].items()]
+    return (f"`{res['recipe']}` trained from its manifest and from shards of {res['shard_size']} files of the same "
+            "31 training files (`speechscale data shard`), each seed both ways.\n\n" +
+            _md(["source", "seed", "epochs", "steps", "WER", "CER", "wall"], rows) + "\n" +
+            _md(["source", "steps: median (range)", "WER: median (range)"], summ))
+
+
 def _fsdd(res: dict[str, Any]) -> str:
     rows = [[d["decoder"], f"{100 * d['wer']:.1f} %", f"{100 * d['cer']:.1f} %", d["utterances"],
              f"{d['alpha']} / {d['beta']}" if d.get("alpha") is not None else "-"] for d in res["decoders"]]
@@ -190,6 +202,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "straggler": _straggler, "planner": _planner, "recipes": _recipes,
                                            "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _recipes,
                                            "demo-streaming": _recipes, "stream": _stream,
+                                           "yesno-shards": _yesno_shards,
                                            "gpu-train": _gpu_train, "gpu-train-b128": _gpu_train,
                                            "gpu-recipes": _recipes}
 

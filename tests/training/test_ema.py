@@ -63,12 +63,28 @@ def test_average_writes_checkpoints_that_eval_and_export_use(tmp_path, cli):
             torch.testing.assert_close(v, (a[k] + b[k]) / 2)
         else:
             assert torch.equal(v, b[k])
-    cli("average", "--ema", str(ckpts / "last.pt"), "--out", str(tmp_path / "ema.pt"))  # asserts a zero exit
-    manifest = str(shared("ldc93s1", "manifest.jsonl"))
+    cli("average", "--ema", str(ckpts / "last.pt"), "--out", str(tmp_path / "ema.pt"))
+    last = load_checkpoint(ckpts / "last.pt")
+    ema = load_checkpoint(tmp_path / "ema.pt")["model"]
+    assert ema.keys() == last["model"].keys()
+    for k, v in ema.items():  # the EMA weights the run kept, written as the model's
+        assert torch.equal(v, last["ema"]["weights"].get(k, last["model"][k]).to(v.dtype)), k
+    assert any(not torch.equal(ema[k], last["model"][k]) for k in ema)  # not the last weights themselves
+    import jiwer
+
+    import speechscale
+
+    manifest = shared("ldc93s1", "manifest.jsonl")
+    rows = [json.loads(x) for x in manifest.read_text().splitlines()]
     for name in ("avg.pt", "ema.pt"):  # each through the CLI, as a user runs them
-        res = json.loads(cli("eval", "--checkpoint", str(tmp_path / name), "--manifest", manifest,
+        res = json.loads(cli("eval", "--checkpoint", str(tmp_path / name), "--manifest", str(manifest),
                              "--json").stdout.strip().splitlines()[-1])
-        assert res["utterances"] == len(open(manifest).read().splitlines()) and 0.0 <= res["wer"]
+        # the same figure recomputed independently: the Python API's transcripts of these weights, scored by jiwer
+        model = speechscale.load(tmp_path / name, device="cpu")
+        hyps = [model.transcribe(manifest.parent / r["audio_filepath"])["text"] for r in rows]
+        refs = [model._asr.comps.normalizer(r["text"]) for r in rows]
+        assert res["utterances"] == len(rows)
+        assert res["wer"] == pytest.approx(jiwer.wer(refs, hyps) if any(hyps) else 1.0, abs=1e-9), (name, hyps)
         summary = json.loads(cli("export", "--checkpoint", str(tmp_path / name), "--format", "onnx", "--out",
                                  str(tmp_path / f"{name}.onnx")).stdout)
         assert summary["format"] == "onnx"

@@ -166,3 +166,18 @@ def test_hotwords_are_favoured_and_join_the_vocabulary(ldc_checkpoint, lm):
     assert "zebra" in decoder.vocabulary  # a hotword outside the lexicon joins the vocabulary
     with pytest.raises(Exception, match="need a word list"):
         build_decoder(DecoderConfig("beam", hotwords=["greasy"]), comps.tokenizer)
+
+
+def test_an_lm_of_one_sentence_prefers_that_sentence(tmp_path):
+    """Kneser-Ney's discount is n1 / (n1 + 2 n2) = 1 when no bigram occurs twice: every seen bigram got
+    probability 0 (-99), and the beam + LM decoder misread the very sentence the LM was built from (found when
+    the decoding bench's test required every decoder to read its overfit utterance exactly, issue #43 §5)."""
+    import kenlm
+
+    (tmp_path / "one.txt").write_text("she had your dark suit in greasy wash water all year\n")
+    build_arpa(tmp_path / "one.txt", 2, tmp_path / "lm.arpa")
+    bigrams = tmp_path.joinpath("lm.arpa").read_text().split("\\2-grams:")[1].splitlines()
+    assert not [b for b in bigrams if b.startswith("-99") and "<s>" not in b and "<unk>" not in b]
+    lm = kenlm.Model(str(tmp_path / "lm.arpa"))
+    seen = lm.score("she had your dark suit in greasy wash water all year")
+    assert seen > lm.score("year all water wash greasy in suit dark your had she") + 5  # log10: 100 000 x likelier

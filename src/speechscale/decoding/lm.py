@@ -52,6 +52,10 @@ def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callabl
             counts = NgramCounts(order)
             counts.add_raw_counts_from_file(corpus.name)
             counts.cal_discounting_constants()
+            # D = n1 / (n1 + 2 n2) is 1 when no n-gram of an order occurs twice (a small corpus, e.g. one
+            # sentence): every seen n-gram would then get probability 0 (-99 in the ARPA) and a search with the LM
+            # would avoid exactly the word sequences it was built from. A typical KN discount instead.
+            counts.d = [0.75 if d >= 1.0 else d for d in counts.d]
             counts.cal_f()
             counts.cal_bow()
             buf = io.StringIO()

@@ -2,13 +2,13 @@
 import pytest
 
 from speechscale.bench import tables
-from speechscale.bench.stream import bench_stream
+from speechscale.bench.stream import bench_stream, exactness
 
 
 @pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
 def test_bench_stream_times_every_chunk_refuses_one_too_many_and_counts_memory(streaming_checkpoint):
     res = bench_stream(str(streaming_checkpoint), levels=(2,), seconds=3.0, chunk_ms=100, memory_streams=8,
-                       abandoned=2)
+                       abandoned=2, exact=False)
     (level,) = res["levels"]
     # every 100 ms chunk of both streams answered by its own partial, in real time (each stream takes ~3 s)
     assert level["chunks"] == 2 * 30 and level["failed_streams"] == 0 and level["wall_s"] >= 3.0, level["errors"]
@@ -25,3 +25,8 @@ def test_bench_stream_times_every_chunk_refuses_one_too_many_and_counts_memory(s
     table = tables.render("stream", {"results": res, "provenance": {"machine": "m", "date": "d", "commit": "c", "torch": "t",
                                                                     "command": "x"}, "seconds": 1})
     assert f"| 2 | 60 | {level['p50_ms']:,.0f} ms |" in table and "closed with 1013, goal 1013: reached" in table
+
+
+def test_the_bench_counts_streamed_texts_equal_to_the_offline_ones(streaming_checkpoint):
+    e = exactness(str(streaming_checkpoint), (320.0,))
+    assert e == {"files": 20, "chunk_ms": [320.0], "pairs": 20, "equal": 20, "rate": 1.0}

@@ -278,12 +278,56 @@ def _memory(server: _Server, audio: np.ndarray, total: int, abandoned: int, seco
             "rss_mb_warm": warm, "rss_mb_end": round(end, 1), "growth_mb": round(end - warm, 1), "rss_mb_by_streams": samples}
 
 
+CHUNKS_MS = (20.0, 100.0, 320.0, 1000.0, 37.0, 777 / 44.1)  # odd sizes too: 777 samples at 44.1 kHz
+
+
+def exactness_files() -> list[Path]:
+    """20 real files at 8, 16 and 44.1 kHz, 0.3-11 s (as tests/serving/test_streaming.py uses)."""
+    fsdd = sorted(shared_data("fsdd", "recordings").glob("*_jackson_4*.wav"))[:12]
+    yesno = sorted(shared_data("yesno").glob("*.wav"))[::15]
+    return [*fsdd, *yesno, *sorted(shared_data("ldc93s1").glob("*.wav")), shared_data("jfk", "jfk.flac")]
+
+
+def exactness(checkpoint: str, chunks_ms: tuple[float, ...] = CHUNKS_MS) -> dict[str, Any]:
+    """Each file streamed in each chunk size: is the streamed text the offline transcript of the whole file?"""
+    import soundfile as sf
+    import torch
+
+    from ..components import load_components
+    from ..data.audio import load_audio
+    from ..decoding.greedy import greedy_decode
+    from ..serving.streaming import StreamingSession
+
+    comps = load_components(checkpoint)
+    model, rate = comps.model.eval(), comps.features.cfg.sample_rate
+    files, equal, pairs = exactness_files(), 0, 0
+    for path in files:
+        feats = comps.features(torch.from_numpy(load_audio(path, rate)))
+        with torch.no_grad():
+            logits, lens = model(feats[None], torch.tensor([feats.shape[1]]))
+        offline = greedy_decode(logits, lens, comps.tokenizer)[0]
+        raw, file_rate = sf.read(str(path), dtype="float32", always_2d=True)
+        raw = raw.mean(axis=1)
+        for ms in chunks_ms:
+            session, n = StreamingSession(comps, sample_rate=file_rate), max(1, round(file_rate * ms / 1000))
+            for i in range(0, len(raw), n):
+                session.accept(raw[i:i + n])
+            session.finish()
+            pairs += 1
+            equal += session.text == offline
+    return {"files": len(files), "chunk_ms": [round(c, 2) for c in chunks_ms], "pairs": pairs, "equal": equal,
+            "rate": round(equal / pairs, 4)}
+
+
 def bench_stream(checkpoint: str | None = None, levels: tuple[int, ...] = (8, 32), seconds: float = 20.0,
-                 chunk_ms: int = 100, memory_streams: int = 200, abandoned: int = 50) -> dict[str, Any]:
-    """The latency levels and the memory run against one server limited to max(levels) streams."""
+                 chunk_ms: int = 100, memory_streams: int = 200, abandoned: int = 50,
+                 exact: bool = True) -> dict[str, Any]:
+    """Exactness over real files and chunk sizes, then the latency levels and the memory run against one server
+    limited to max(levels) streams."""
     audio = speech(max(seconds, 3.0) + 20)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = checkpoint or str(initial_streaming_checkpoint(Path(tmp) / "stream.pt"))
+        same = exactness(ckpt) if exact else None
         server = _Server(ckpt, max(levels))
         try:
             warm = _connect(server.url)  # the first stream pays the model's first run
@@ -297,4 +341,4 @@ def bench_stream(checkpoint: str | None = None, levels: tuple[int, ...] = (8, 32
             server.close()
     return {"model": MODEL if checkpoint is None else checkpoint, "weights": "initial" if checkpoint is None
             else "trained", "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None,
-            "levels": rows, "memory": memory}
+            "exactness": same, "levels": rows, "memory": memory}

@@ -110,6 +110,11 @@ def _service_rows(bench: Path) -> list[dict[str, Any]]:
     stream = _load(bench / "stream.json")
     if stream:
         res, when = stream["results"], _when(stream)
+        e = res.get("exactness")
+        if e:
+            rows.append({"area": f"live streams, exactness over {e['files']} real files x {len(e['chunk_ms'])} chunk sizes",
+                         "figure": f"{e['equal']} of {e['pairs']} streamed texts = offline", "goal": "all",
+                         "status": _status(e["equal"] == e["pairs"]), "date": when, "source": "bench-all/stream.json"})
         for lv in res["levels"]:
             first = lv is res["levels"][0]
             rows.append({"area": f"live streams, {lv['streams']} in real time, chunk to answer",

@@ -162,6 +162,11 @@ def _stream(res: dict[str, Any]) -> str:
         lines.append(f"stream {top['streams'] + 1} at a limit of {top['streams']}: closed with "
                      f"{top['refused']['code']}, goal 1013: " + ("reached" if top["refused"]["code"] == 1013
                                                                  else "**not reached**"))
+    e = res.get("exactness")
+    if e:
+        lines.insert(0, f"streamed text = offline transcript for {e['equal']} of {e['pairs']} (file, chunk size) pairs "
+                        f"({e['files']} real files, chunks of {', '.join(f'{c:g}' for c in e['chunk_ms'])} ms), goal "
+                        "all: " + ("reached" if e["equal"] == e["pairs"] else "**not reached**"))
     m = res.get("memory")
     if m:
         lines.append(f"server VmRSS over {m['streams']} streams ({m['abandoned']} abandoned mid-stream, {m['failed']} "

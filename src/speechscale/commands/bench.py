@@ -74,7 +74,7 @@ def all_benches(args: argparse.Namespace) -> int:
     from ..bench import suite, tables
 
     only = args.only.split(",") if args.only else (list(suite.GPU_BENCHES) if args.gpu else None)
-    known = suite.BENCHES + suite.GPU_BENCHES
+    known = suite.BENCHES + suite.GPU_BENCHES + suite.LONG_BENCHES
     for name in only or []:
         if name not in known:
             raise SystemExit(f"speechscale bench all: --only {name}: unknown; choose from {', '.join(known)}")

@@ -225,4 +225,8 @@ def serve(asr: Transcriber, host: str = "127.0.0.1", port: int = 8000, limits: L
 
     limits = limits or Limits()
     uvicorn.run(create_app(asr, limits, host), host=host, port=port, log_level="warning",
-                limit_concurrency=limits.max_connections, timeout_keep_alive=5, ws="wsproto")
+                limit_concurrency=limits.max_connections, timeout_keep_alive=5, ws="wsproto",
+                # no WebSocket keep-alive pings: uvicorn stops reading a connection until the app takes its last
+                # message, so a stream queued behind busy ones could not answer a ping and was dropped after 20 s
+                # (bench stream, 32 streams). A stream that goes quiet is closed by stream_idle_s instead.
+                ws_ping_interval=None)

@@ -167,6 +167,17 @@ def headless_chromium(*extra_args: str, size: str = "1000,700"):
     return webdriver.Chrome(service=Service(driver), options=opts)
 
 
+def fake_microphone_chromium(folder: Path):
+    """headless_chromium whose fake capture device plays LDC93S1 once into getUserMedia (the caller quits it)."""
+    import soundfile as sf
+
+    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="int16")
+    sf.write(folder / "mic.wav", wav, rate, subtype="PCM_16")  # the fake device wants plain 16-bit WAV
+    return headless_chromium("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                             f"--use-file-for-fake-audio-capture={folder / 'mic.wav'}%noloop",
+                             "--autoplay-policy=no-user-gesture-required")
+
+
 def start_server(checkpoint, log: Path, *args: str) -> tuple[subprocess.Popen, str]:
     """`speechscale serve --checkpoint CHECKPOINT ARGS` on a free loopback port, in its own session, once its
     /healthz says ok; returns (process, base URL). The caller ends it with tests.distributed.launch.kill_group."""

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import headless_chromium, shared, start_server
+from tests.conftest import fake_microphone_chromium, headless_chromium, shared, start_server
 from tests.distributed.launch import kill_group
 
 LDC = "she had your dark suit in greasy wash water all year"
@@ -111,15 +111,10 @@ def test_the_page_uploads_a_file_and_shows_the_transcript_in_chromium(server, tm
 def test_the_page_records_from_a_microphone_and_transcribes_it_in_chromium(server, tmp_path):
     """Chromium's fake capture device plays a real recording into getUserMedia; the page records it as
     WAV, posts it and shows the transcript."""
-    import soundfile as sf
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="int16")
-    sf.write(tmp_path / "mic.wav", wav, rate, subtype="PCM_16")  # the fake device wants plain 16-bit WAV
-    browser = headless_chromium("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-                                f"--use-file-for-fake-audio-capture={tmp_path / 'mic.wav'}%noloop",
-                                "--autoplay-policy=no-user-gesture-required")
+    browser = fake_microphone_chromium(tmp_path)
     try:
         browser.get(server + "/")
         browser.find_element(By.ID, "record").click()

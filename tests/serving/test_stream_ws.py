@@ -11,7 +11,7 @@ import websocket
 
 from speechscale.components import load_components
 from speechscale.data.audio import load_audio
-from tests.conftest import headless_chromium, shared, start_server
+from tests.conftest import fake_microphone_chromium, shared, start_server
 from tests.distributed.launch import kill_group
 from tests.serving.test_streaming import _offline, _offline_wav
 
@@ -155,16 +155,11 @@ def test_the_page_streams_the_microphone_live_and_shows_partials_then_the_transc
     it through an AudioWorklet to WS /v1/stream and shows partial text while it plays, then the transcript."""
     import time
 
-    import soundfile as sf
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     ldc = "she had your dark suit in greasy wash water all year"
-    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="int16")
-    sf.write(tmp_path / "mic.wav", wav, rate, subtype="PCM_16")  # the fake device wants plain 16-bit WAV
-    browser = headless_chromium("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-                                f"--use-file-for-fake-audio-capture={tmp_path / 'mic.wav'}%noloop",
-                                "--autoplay-policy=no-user-gesture-required")
+    browser = fake_microphone_chromium(tmp_path)
     try:
         browser.get(server + "/")
         status, live = (lambda: browser.find_element(By.ID, "status").text), browser.find_element(By.ID, "live-text")

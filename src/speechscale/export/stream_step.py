@@ -25,7 +25,22 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..models.deepspeech2 import DeepSpeech2
+
 UNKNOWN = 1 << 40  # `total` while the stream's length is not known yet
+
+
+def streaming_problem(comps: Any) -> str | None:
+    """Why the model of `comps` cannot stream (one line), or None when it can."""
+    model, fcfg = comps.model, comps.features.cfg
+    if not isinstance(model, DeepSpeech2):
+        return f"{comps.model_name} needs the whole utterance (streaming takes DeepSpeech2 with unidirectional RNNs)"
+    if model.cfg.bidirectional:
+        return f"{comps.model_name} has bidirectional RNNs, which read each utterance backwards from its end"
+    if fcfg.normalize != "none" or fcfg.remove_dc:
+        return (f"{comps.model_name} normalizes its features over the whole utterance (features.normalize="
+                f"{fcfg.normalize}{', remove_dc' if fcfg.remove_dc else ''}); streaming needs features.normalize=none")
+    return None
 
 
 def _conv_layers(model: Any) -> list[tuple[nn.Module, int, int, int]]:
@@ -156,7 +171,6 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32)
     from ..components import components_from_checkpoint, describe
     from ..config import ConfigError
     from ..extras import require
-    from ..models.deepspeech2 import DeepSpeech2
     from ..storage.checkpoints import load_checkpoint
     from .exporter import META_KEY
 
@@ -164,12 +178,9 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32)
     state = load_checkpoint(checkpoint)
     comps = components_from_checkpoint(state)
     model = comps.model
-    if not isinstance(model, DeepSpeech2) or model.cfg.bidirectional or model.lookahead is None:
-        raise ConfigError(f"--streaming: {comps.model_name} cannot stream (it takes DeepSpeech2 with unidirectional "
-                          "RNNs and a lookahead, e.g. ds2-streaming-tiny)")
-    if comps.features.cfg.normalize != "none" or comps.features.cfg.remove_dc:
-        raise ConfigError(f"--streaming: {comps.model_name} normalizes its features over the whole utterance; "
-                          "a stream needs features.normalize=none")
+    problem = streaming_problem(comps)  # the rule StreamingSession applies
+    if problem:
+        raise ConfigError(f"--streaming: this model cannot stream: {problem}")
     try:
         step = StreamStep(model, chunk).eval()
     except ValueError as e:

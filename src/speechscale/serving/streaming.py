@@ -29,24 +29,11 @@ import torch
 from torch import nn
 
 from ..decoding.greedy import BLANK
-from ..models.deepspeech2 import DeepSpeech2
+from ..export.stream_step import streaming_problem
 
 
 class StreamingRefused(ValueError):
     """The model cannot stream (one line: why)."""
-
-
-def streaming_problem(comps: Any) -> str | None:
-    """Why the model of `comps` cannot stream (one line), or None when it can."""
-    model, fcfg = comps.model, comps.features.cfg
-    if not isinstance(model, DeepSpeech2):
-        return f"{comps.model_name} needs the whole utterance (streaming takes DeepSpeech2 with unidirectional RNNs)"
-    if model.cfg.bidirectional:
-        return f"{comps.model_name} has bidirectional RNNs, which read each utterance backwards from its end"
-    if fcfg.normalize != "none" or fcfg.remove_dc:
-        return (f"{comps.model_name} normalizes its features over the whole utterance (features.normalize="
-                f"{fcfg.normalize}{', remove_dc' if fcfg.remove_dc else ''}); streaming needs features.normalize=none")
-    return None
 
 
 class StreamConv:

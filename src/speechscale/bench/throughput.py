@@ -11,6 +11,7 @@ measured here in the mode's dtype (stated in the output as peak_source).
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from ..data.audio import load_audio
 from ..data.dataset import Batch
 from ..distributed.strategy import LocalStrategy
 from ..models.registry import RECOMMENDED_FEATURES
+from ..training.graphs import GraphedModel
 from ..training.optim import build_optimizer
 from ..training.precision import Precision, resolve_device
 from ..training.step import TrainStep
@@ -103,10 +105,32 @@ def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, repeats: int = 
         n *= 2
 
 
-class _Mode:
-    """One precision's model, optimizer and timers."""
+def mode_parts(mode: str) -> tuple[str, bool, bool]:
+    """A bench mode -> (the precision it trains in, whether TF32 is allowed, whether CUDA graphs replay the model).
 
-    def __init__(self, precision: str, cfg: Config, device: torch.device, compile_mode: str | None) -> None:
+    "fp32" is true fp32 on a CUDA device (TF32 off in matmuls and cuDNN), "tf32" fp32 with TF32 on, "bf16"/"fp16"
+    autocast with TF32 on for what stays fp32; a "+graphs" suffix replays the model per fixed batch shape."""
+    base, _, extra = mode.partition("+")
+    if extra not in ("", "graphs") or base not in BENCH_PRECISIONS:
+        raise ValueError(f"bench mode {mode!r}: use one of {', '.join(BENCH_PRECISIONS)}, optionally +graphs")
+    return ("fp32" if base == "tf32" else base), base != "fp32", extra == "graphs"
+
+
+BENCH_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+
+def _set_tf32(on: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+
+
+class _Mode:
+    """One mode's model, optimizer and timers (mode: a precision, optionally "+graphs"; see mode_parts)."""
+
+    def __init__(self, mode: str, cfg: Config, device: torch.device, compile_mode: str | None) -> None:
+        precision, self.tf32, self.graphed = mode_parts(mode)
+        if self.graphed and device.type != "cuda":
+            raise ValueError(f"bench mode {mode!r}: CUDA graphs need a CUDA device")
         torch.manual_seed(0)
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(device).train()
@@ -122,8 +146,9 @@ class _Mode:
             self.marks[phase] = time.perf_counter()
 
         # the trainer's step (grad_clip from the recipe's default), timed phase by phase
+        graphs = GraphedModel(self.model, self.precision) if self.graphed else None
         self.step = TrainStep(self.model, self.forward, self.opt, self.precision, LocalStrategy(), cfg.optim.grad_clip,
-                              device, clock=clock)
+                              device, clock=clock, graphs=graphs)
         self.losses: list[float] = []
 
 
@@ -149,15 +174,19 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
         """One training step of mode `m`; seconds per phase."""
         nonlocal frames
         t0 = time.perf_counter()
-        feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)
+        if dev.type == "cuda":
+            _set_tf32(m.tf32)
+        feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips])  # (B, F, T)
         frames = feats.shape[-1]
-        lens = torch.full((batch_size,), frames, dtype=torch.long)  # lengths stay on the CPU
-        batch = Batch(feats, lens, tgt, tgt_lens, [""] * batch_size, [], {})
+        lens = torch.full((batch_size,), frames, dtype=torch.long)  # eager: lengths stay on the CPU
+        # graphed: a batch of a fixed shape (all rows real), its lengths moved to the device by Batch.to
+        batch = Batch(feats, lens, tgt, tgt_lens, [""] * batch_size, [], {},
+                      torch.ones(batch_size) if m.graphed else None).to(dev)
         _sync(dev)
         t1 = time.perf_counter()
         if m.graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        loss, _ = m.step([batch])
+        loss, _ = m.step([batch] if not m.graphed else [dataclasses.replace(batch, feat_lens=lens)])
         m.losses.append(float(loss))
         t = m.marks
         return {"data": t1 - t0, "forward": t["forward"] - t1, "backward": t["backward"] - t["forward"],
@@ -176,7 +205,9 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
         if peak_tflops:
             peak, source = peak_tflops, "given"
         else:
-            peak, source = matmul_peak_tflops(dev, m.precision.dtype), f"measured {p} matmul"
+            if dev.type == "cuda":
+                _set_tf32(m.tf32)
+            peak, source = matmul_peak_tflops(dev, m.precision.dtype), f"measured {p.partition('+')[0]} matmul"
         res = {
             "model": model, "precision": p, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "params": sum(q.numel() for q in m.model.parameters()), "batch_size": batch_size,
@@ -192,8 +223,21 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             "achieved_tflops": round(achieved, 4), "peak_tflops": round(peak, 4), "peak_source": source,
             "mfu": round(achieved / peak, 4), "final_loss": round(m.losses[-1], 3),
         }
+        # as in training, where loader workers prepare the next batch while the GPU trains: the step without its data
+        # phase (features on the host and the copy to the device), shown apart
+        compute_s = step_s - res["ms_per_phase"]["data"] / 1000
+        res.update(compute_ms_per_step=round(1000 * compute_s, 1),
+                   audio_seconds_per_second_compute=round(batch_size * seconds / compute_s, 2))
+        eager = next((r for r in results if r["precision"] == p.partition("+")[0]), None)
+        if eager is not None and p.endswith("+graphs"):
+            res["graphs_speedup"] = round(res["audio_seconds_per_second_compute"]
+                                          / eager["audio_seconds_per_second_compute"], 3)
         if compile_mode:
             res["compile"] = compile_mode
+        if dev.type == "cuda":
+            res.update(tf32=m.tf32, cuda_graphs=m.graphed)
+            if m.graphed:
+                res["graph_captures"] = m.step.graphs.captures  # type: ignore[union-attr]
         if achieved > peak and not peak_tflops:  # e.g. fp16 on a CPU: the matmul probe hit a slow kernel
             res["mfu"] = None
             res["peak_source"] += " (below the model's own rate: no fast kernel for this dtype; pass --peak-tflops)"

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from .strategy import ProcessGroupStrategy
@@ -31,6 +32,18 @@ class AllReduceStrategy(ProcessGroupStrategy):
 
     def accumulating(self, module: nn.Module) -> contextlib.AbstractContextManager:
         return module.no_sync()  # type: ignore[operator]
+
+    def reduce_gradients(self, model: nn.Module) -> None:
+        """The mean gradient over ranks, as DDP would leave it: one allreduce of all gradients flattened into one
+        buffer (graphed steps run the bare model, outside DDP's hooks)."""
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch._utils._flatten_dense_tensors(grads)
+        dist.all_reduce(flat)
+        flat /= self.world_size
+        for g, avg in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
+            g.copy_(avg)
 
     def lr_scale(self, scale_lr: bool) -> float:
         return float(self.world_size) if scale_lr else 1.0

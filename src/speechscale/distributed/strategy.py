@@ -53,6 +53,10 @@ class Strategy:
         """Factor on the learning rate (distributed.scale_lr: the linear scaling rule for larger batches)."""
         return 1.0
 
+    def reduce_gradients(self, model: nn.Module) -> None:
+        """After the last micro-batch's backward of a step that did not run through `wrap`'s module (CUDA graphs
+        replay the bare model's backward): what that module would have done to the gradients."""
+
     def before_step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Just before the optimizer step."""
 

@@ -47,12 +47,13 @@ class Precision:
         self.scaler = torch.amp.GradScaler(device.type, init_scale=init_scale, enabled=(mode == "fp16"))
 
     @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
-        """Autocast to bf16/fp16 around the model's forward pass; nothing in fp32."""
+    def autocast(self, cache_enabled: bool = True) -> Iterator[None]:
+        """Autocast to bf16/fp16 around the model's forward pass; nothing in fp32. CUDA graph capture needs
+        `cache_enabled=False` (a cached weight cast would be baked into the graph)."""
         if self.mode == "fp32":
             yield
             return
-        with torch.autocast(self.device.type, dtype=self.dtype):
+        with torch.autocast(self.device.type, dtype=self.dtype, cache_enabled=cache_enabled):
             yield
 
     @property

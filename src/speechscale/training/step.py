@@ -21,6 +21,7 @@ from .precision import Precision
 
 if TYPE_CHECKING:
     from ..distributed.strategy import Strategy
+    from .graphs import GraphedModel
 
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -41,22 +42,33 @@ class TrainStep:
     `clock(phase)` is called as "forward", "backward" and "optimizer" end (the benches pass one that syncs the
     device and reads the time). A non-finite loss or gradient skips the update without a host sync (fused
     optimizers and the fp16 scaler decide on the device).
+
+    `graphs` (trainer.cuda_graphs): batches of a fixed shape on a CUDA device run the model's forward and
+    backward as captured graphs; `forward` is then the bare model (never DDP's wrapper), gradients are
+    zeroed in place (graphed backward returns views of its static buffers) and the strategy averages them
+    after the last micro-batch (`Strategy.reduce_gradients`), outside the captured region.
     """
 
     def __init__(self, model: nn.Module, forward: Forward, optimizer: torch.optim.Optimizer, precision: Precision,
                  strategy: "Strategy", grad_clip: float, device: torch.device, placeholder: Batch | None = None,
-                 clock: Callable[[str], None] = _no_clock) -> None:
+                 clock: Callable[[str], None] = _no_clock, graphs: "GraphedModel | None" = None) -> None:
         self.model, self.forward, self.optimizer = model, forward, optimizer
         self.precision, self.strategy, self.device = precision, strategy, device
         self.grad_clip = grad_clip if grad_clip > 0 else math.inf
-        self.placeholder, self.clock = placeholder, clock
+        self.placeholder, self.clock, self.graphs = placeholder, clock, graphs
         self.ctc, self.ctc_rows = ctc_criterion(), ctc_criterion("none")
 
-    def loss(self, batch: Batch) -> torch.Tensor:
+    def loss(self, batch: Batch, host_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Mean CTC loss of a batch on the device: the forward pass autocast, log-softmax and CTC in fp32. In a
-        batch of a fixed shape the fillers weigh 0: the mean over the real rows, as of the unpadded batch."""
-        with self.precision.autocast():
-            logits, out_lens = self.forward(batch.feats, batch.feat_lens)  # (B, T', V)
+        batch of a fixed shape the fillers weigh 0: the mean over the real rows, as of the unpadded batch.
+        `host_lens`: the batch's lengths on the CPU, for a graphed forward (its output lengths are computed
+        there, so CTC reads nothing back from the device)."""
+        if self.graphs is not None and batch.weights is not None and batch.feats.is_cuda and host_lens is not None:
+            logits = self.graphs(batch.feats, batch.feat_lens)  # (B, T', V), replayed (captured in autocast)
+            out_lens = self.model.output_lengths(host_lens)  # type: ignore[operator]
+        else:
+            with self.precision.autocast():
+                logits, out_lens = self.forward(batch.feats, batch.feat_lens)  # (B, T', V)
         log_probs = logits.float().log_softmax(-1).transpose(0, 1)  # (T', B, V), fp32 outside autocast
         if batch.weights is None:
             return self.ctc(log_probs, batch.targets, out_lens, batch.target_lens)
@@ -66,10 +78,11 @@ class TrainStep:
         w = batch.weights.to(rows.device)
         return torch.where(w > 0, rows, 0.0).mul(w).sum() / w.sum()
 
-    def forward_backward(self, batch: Batch, parts: int = 1, weight: float = 1.0) -> torch.Tensor:
+    def forward_backward(self, batch: Batch, parts: int = 1, weight: float = 1.0,
+                         host_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Loss of one (micro-)batch on the device, divided by `parts` and multiplied by `weight` (0 keeps a
         placeholder batch out of the gradient), back-propagated (scaled in fp16); returns it detached."""
-        loss = self.loss(batch) / parts * weight
+        loss = self.loss(batch, host_lens) / parts * weight
         self.clock("forward")
         self.precision.scale(loss).backward()
         out = loss.detach()
@@ -80,15 +93,18 @@ class TrainStep:
     def __call__(self, micro: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
         """One step over micro-batches (gradient accumulation). Returns the detached mean loss and (4,) flags on
         the device: non-finite loss, non-finite gradient, loss if the step counted else 0, counted."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=self.graphs is None)
         losses = []
         for j, b in enumerate(micro):
             weight = 1.0
             if len(b) == 0:  # all of this rank's batch was skipped: a placeholder keeps the ranks matched
                 assert self.placeholder is not None, "an empty batch needs the placeholder"
                 b, weight = self.placeholder, 0.0
-            with self.strategy.accumulating(self.forward) if j < len(micro) - 1 else contextlib.nullcontext():
-                losses.append(self.forward_backward(b.to(self.device), len(micro), weight))
+            last = j == len(micro) - 1 or self.graphs is not None  # graphs: the strategy reduces after the loop
+            with contextlib.nullcontext() if last else self.strategy.accumulating(self.forward):
+                losses.append(self.forward_backward(b.to(self.device), len(micro), weight, b.feat_lens))
+        if self.graphs is not None:
+            self.strategy.reduce_gradients(self.model)
         loss = torch.stack(losses).sum()  # the mean over micro-batches (each was divided by their count)
         self.precision.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)

@@ -23,7 +23,6 @@ from ..config import Config, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
 from ..data.features import pooled_prior
 from ..data.loading import training_data
-from ..data.shapes import BatchShapes
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
 from ..storage.cards import build_card, data_summary, write_card
@@ -38,6 +37,7 @@ from ..storage.seeds import derive_seed, deterministic_algorithms, seed_everythi
 from .ema import WeightAverage
 from .evaluate import validate
 from .feeding import FeedMeter
+from .graphs import GraphedModel, step_shapes
 from .init import init_weights
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
@@ -94,7 +94,8 @@ class Trainer:
                                          self.strategy.make_plan, pin_memory=self.device.type == "cuda")
         self.domains = data.domains  # data.mix: samples of each domain per epoch (logged with validation)
         utts = getattr(data.plain, "utts", None) or []  # a streamed corpus: counted, not listed
-        self.shapes, self.unshaped = (fixed_shapes(cfg, self.comps, utts) if cfg.data.fixed_shapes else None), 0
+        self.shapes, graphs = step_shapes(cfg, self.comps, utts, self.device)  # trainer.cuda_graphs, data.fixed_shapes
+        self.unshaped = 0
         self.card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts)
         if not utts:
             self.card_data.update(utterances=data.utterances, hours=None)
@@ -102,7 +103,8 @@ class Trainer:
             cfg.features.speaker_prior = prior  # saved with the config: what a file without a speaker meets
         self.loader, self.plan, self.dataset, self.val_loader = data.loader, data.plan, data.dataset, data.val_loader
         # Compiled (conv models) and/or strategy-wrapped module for training steps; same parameters.
-        self.forward = self.strategy.wrap(torch.compile(self.model, dynamic=True) if t.compile else self.model)
+        self.forward = self.model if graphs else self.strategy.wrap(
+            torch.compile(self.model, dynamic=True) if t.compile else self.model)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.schedule = SampleSchedule(cfg.optim, self.plan.epoch_samples(1), data.batches_per_epoch, t.grad_accum,
                                        self.world, t.max_steps, t.max_epochs,
@@ -114,7 +116,8 @@ class Trainer:
         self.straggler = Straggler(self.rank, slow.rank, slow.slowdown, self.device)
         placeholder = placeholder_batch(self.comps.features.num_features, self.comps.features.frames_for_seconds(1))
         self.optimizer_step = TrainStep(self.model, self.forward, self.optimizer, self.precision, self.strategy,
-                                        cfg.optim.grad_clip, self.device, placeholder)
+                                        cfg.optim.grad_clip, self.device, placeholder,
+                                        graphs=GraphedModel(self.model, self.precision) if graphs else None)
         self.resumed_from: str | None = None
         self.stopped_by: str | None = None
         self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)
@@ -341,27 +344,21 @@ class Trainer:
             progress.close()
             if runlog is not None:
                 runlog.write("stop", s.step, {"epoch": s.epoch, "samples": s.samples_seen,
-                                              "stopped_by": self.stopped_by, "minutes": budget.elapsed_minutes()})
+                                              "stopped_by": self.stopped_by, "minutes": budget.elapsed_minutes(),
+                                              **self._shape_counts()})
                 runlog.close()
         skipped = self.data.report.skipped + sum(s.counters[r] for r in SKIP_REASONS)
         return {**last, "epoch": s.epoch, "step": s.step, "best_wer": s.best_wer,
                 "train_utterances": self.data.utterances, "train_skipped": skipped,
                 "minutes": budget.elapsed_minutes(), "precision": self.precision.mode, "device": str(self.device),
                 "world_size": self.world, "stopped_by": self.stopped_by, **s.counters, **self.feed.summary(),
-                **({"unshaped_batches": self.unshaped} if self.shapes is not None else {})}
+                **self._shape_counts()}
 
-
-def fixed_shapes(cfg: Config, comps: Any, utts: list[Any]) -> BatchShapes:
-    """data.fixed_shapes' shapes from the training utterances' durations, frames stretched by the slowest speed
-    and tempo perturbation (and 2 frames of margin for a manifest's rounded durations)."""
-    from ..config import ConfigError
-
-    if not utts:
-        raise ConfigError("data.fixed_shapes needs the training durations up front: a manifest, not a shard index")
-    a, d = cfg.augment, cfg.data
-    stretch = 1 / min(a.speed or [1.0]) / min(a.tempo or [1.0])
-    return BatchShapes.from_durations([u.duration for u in utts], d.fixed_shapes, d.batch_seconds, d.max_batch_size,
-                                      lambda s: comps.features.frames_for_seconds(s) + 2, stretch)
+    def _shape_counts(self) -> dict[str, int]:
+        """Batches that fit no fixed shape (ran eagerly) and CUDA graphs captured, when those are in use."""
+        graphs = self.optimizer_step.graphs
+        return {**({"unshaped_batches": self.unshaped} if self.shapes is not None else {}),
+                **({"graph_captures": graphs.captures} if graphs is not None else {})}
 
 
 def train(cfg: Config) -> dict[str, Any]:

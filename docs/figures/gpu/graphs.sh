@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Issue #40 on a lent GPU, in one lease: the gpu test tier, eager against graphed `bench train` (ds2-large in true
+# fp32, TF32 and bf16 at 32 x 10 s and bf16 at 128 x 10 s; the other full-size presets in bf16), the limit probe
+# (../shared/tools/gpu_limit_probe.py, carried in .gpudata) and a real `speechscale train` of ds2-large in bf16
+# with graphs on yesno, its audio-s/s read from its own run log.
+#   bash docs/figures/gpu/graphs.sh OUT [PARTS]      PARTS: tests,bench,b128,others,probe,train (default: all)
+# Carry .whl and .gpudata (see env.sh). Each part has its own time limit, so one failing part keeps the others.
+set -uo pipefail
+out=${1:?usage: graphs.sh OUT [PARTS]}
+parts=${2:-bench,tests,probe,b128,others,train}
+source docs/figures/gpu/env.sh
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c 'import torch; print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version())'
+echo "commit ${SPEECHSCALE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)} date $(date -u '+%F %R UTC')"
+bench() { timeout "$1" python3 -m speechscale.cli -q bench train --warmup 3 --seconds 10 "${@:2}"; }
+has() { [[ ",$parts," == *",$1,"* ]]; }
+if has bench; then  # the headline: ds2-large, eager and graphed, interleaved step by step in one process
+    bench 200 --model ds2-large --precision fp32,tf32,bf16 --graphs both --batch-size 32 --steps 8 \
+        | tee "$out/graphs.jsonl"
+fi
+if has tests; then
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/training/test_cuda_graphs.py -x \
+        2>&1 | tail -25 | tee "$out/gpu-tests.log"
+fi
+if has probe; then
+    B=32 timeout 60 python3 .gpudata/gpu_limit_probe.py tf32,bf16 padded,graphed-model | tee "$out/probe.jsonl"
+fi
+if has b128; then
+    bench 120 --model ds2-large --precision bf16 --graphs both --batch-size 128 --steps 5 | tee "$out/graphs-b128.jsonl"
+fi
+if has others; then
+    bench 200 --model lstm-ctc,conformer,wav2letter+ --precision bf16 --graphs both --batch-size 32 --steps 8 \
+        | tee "$out/graphs-others.jsonl"
+fi
+if has train; then  # yesno x 20 (1,200 files, 2.1 h), batches of 32; 2 shapes; the log's audio_s_per_s per 10 steps
+    python3 - <<'EOF'
+import json
+from pathlib import Path
+src = Path("../shared/data/yesno").resolve()
+lines = [json.loads(x) for x in (src / "manifest.jsonl").read_text().splitlines()]
+with open("/tmp/yesno20.jsonl", "w") as f:
+    for _ in range(20):
+        for u in lines:
+            f.write(json.dumps({**u, "audio_filepath": str(src / u["audio_filepath"])}) + "\n")
+EOF
+    timeout 200 python3 -m speechscale.cli -q train --config yesno data.root=../shared/data/yesno \
+        data.train_manifest=/tmp/yesno20.jsonl data.train_slice=[] data.batch_seconds=215 data.max_batch_size=32 \
+        data.fixed_shapes=2 data.num_workers=12 augment.word_crop=0 model.name=ds2-large features.sample_rate=16000 \
+        trainer.device=cuda trainer.precision=bf16 trainer.max_epochs=1 trainer.max_steps=36 trainer.log_every=6 \
+        trainer.out_dir=/tmp/train-graphs trainer.progress=false
+    cp /tmp/train-graphs/metrics.jsonl "$out/train-metrics.jsonl"
+fi

@@ -1,0 +1,139 @@
+"""The model's forward and backward replayed as CUDA graphs, one per fixed batch shape (`trainer.cuda_graphs`).
+
+On a GPU the eager training step is launch-bound: cuDNN runs every recurrent time step as its own kernels, tens
+of thousands a step, and the host cannot issue them as fast as the GPU runs them. A captured graph replays the
+whole launch sequence at once. Only the model is captured (its forward and backward, through
+`torch.cuda.make_graphed_callables`); log-softmax, CTC (whose native kernel copies host offsets), loss scaling,
+clipping and the fused optimizer stay eager around it, which costs nothing measurable (issue #40's probe).
+
+A graph needs fixed shapes and no host synchronisation: the trainer pads batches to `data.fixed_shapes` shapes
+and moves their lengths to the device, where the models take their padded, read-back-free paths. Each shape is
+captured the first time it is met (after warm-up on a side stream, which runs the real batch three times);
+the warm-up's effect on batch-norm statistics and the random generators is undone, so a graphed run takes the
+same steps as an eager one. All shapes share one memory pool.
+
+    >>> graphs = GraphedModel(model, precision)                   # doctest: +SKIP
+    >>> logits = graphs(feats_on_gpu, lengths_on_gpu)             # doctest: +SKIP   (B, T', V), autograd-aware
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from ..config import Config, ConfigError
+from ..data.shapes import BatchShapes
+from .precision import Precision
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "on", "off")
+DEFAULT_SHAPES = 8  # data.fixed_shapes when graphs are on and it is 0
+
+
+def step_shapes(cfg: Config, comps: Any, utts: list[Any], device: torch.device) -> tuple[BatchShapes | None, bool]:
+    """The batch shapes training pads to and whether CUDA graphs replay the model (`trainer.cuda_graphs`): auto
+    captures on a CUDA device when the training durations are known up front (a manifest) and torch.compile is
+    off; on insists (a clear error where it cannot); off never. Graphs need fixed shapes: data.fixed_shapes=0
+    then means 8."""
+    mode, count = cfg.trainer.cuda_graphs, cfg.data.fixed_shapes
+    if mode not in MODES:
+        raise ConfigError(f"trainer.cuda_graphs: {mode!r} is unknown; use auto, on or off")
+    graphs = mode != "off" and device.type == "cuda" and bool(utts) and not cfg.trainer.compile
+    if mode == "on" and not graphs:
+        why = ("a CUDA device" if device.type != "cuda" else "trainer.compile=false" if cfg.trainer.compile
+               else "the training durations up front (a manifest, not a shard index)")
+        raise ConfigError(f"trainer.cuda_graphs=on needs {why}; use trainer.cuda_graphs=auto or off")
+    if graphs and not count:
+        count = DEFAULT_SHAPES
+    return (fixed_shapes(cfg, comps, utts, count) if count else None), graphs
+
+
+def fixed_shapes(cfg: Config, comps: Any, utts: list[Any], count: int) -> BatchShapes:
+    """`count` batch shapes from the training utterances' durations, frames stretched by the slowest speed and
+    tempo perturbation (and 2 frames of margin for a manifest's rounded durations)."""
+    if not utts:
+        raise ConfigError("data.fixed_shapes needs the training durations up front: a manifest, not a shard index")
+    a, d = cfg.augment, cfg.data
+    stretch = 1 / min(a.speed or [1.0]) / min(a.tempo or [1.0])
+    return BatchShapes.from_durations([u.duration for u in utts], count, d.batch_seconds, d.max_batch_size,
+                                      lambda s: comps.features.frames_for_seconds(s) + 2, stretch)
+
+
+class _Forward(nn.Module):
+    """The model's forward as a module of its own, one per shape: make_graphed_callables replaces a module's
+    forward with the graphed one, which must not happen to the model itself (it serves every shape, eagerly too)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return self.model(feats, lengths)[0]  # (B, T', V)
+
+
+class GraphedModel:
+    """`model`'s training forward+backward captured per input shape, replayed on later batches of that shape.
+
+    Call it with features (B, F, T) and lengths (B,) on the CUDA device, inside the step's autocast region; it
+    returns the logits (B, T', V) as an autograd tensor whose backward replays the captured backward. Output
+    lengths are the caller's to compute on the host (`model.output_lengths`), so CTC never reads the device."""
+
+    def __init__(self, model: nn.Module, precision: Precision, warmup: int = 3) -> None:
+        self.model, self.precision, self.warmup = model, precision, warmup
+        self.graphed: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
+        self.pool = torch.cuda.graph_pool_handle()
+        self.captures = 0
+
+    def key(self, feats: torch.Tensor) -> tuple[Any, ...]:
+        return (tuple(feats.shape), feats.dtype, self.precision.mode, torch.backends.cudnn.allow_tf32,
+                torch.backends.cuda.matmul.allow_tf32)
+
+    def __call__(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        fn = self.graphed.get(self.key(feats))
+        if fn is None:
+            fn = self._capture(feats, lengths)
+        return fn(feats, lengths)
+
+    def _capture(self, feats: torch.Tensor, lengths: torch.Tensor) -> Callable[..., torch.Tensor]:
+        """Capture the forward and backward for this batch's shape, warming up on a copy of the batch itself (real
+        lengths and values: no NaN from random inputs), then restore what warm-up changed."""
+        materialize_grads(self.model)
+        sample = (feats.detach().clone(), lengths.detach().clone())  # the graph's static inputs (outside the pool)
+        with preserved(self.model, feats.device):
+            with self.precision.autocast(cache_enabled=False):
+                fn = torch.cuda.make_graphed_callables(_Forward(self.model), sample, num_warmup_iters=self.warmup,
+                                                       allow_unused_input=True, pool=self.pool)
+        self.graphed[self.key(feats)] = fn
+        self.captures += 1
+        log.info("captured a CUDA graph for batches of shape %s (%d shape(s) so far)", tuple(feats.shape),
+                 self.captures)
+        return fn
+
+
+def materialize_grads(model: nn.Module) -> None:
+    """Give every parameter a gradient tensor of its own. A graphed backward returns views of the graph's static
+    gradient buffers; autograd would adopt such a view as `.grad` when none exists, and the next replay (a second
+    micro-batch) would then overwrite the gradient it accumulates into. The step zeroes gradients in place."""
+    for p in model.parameters():
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
+@contextlib.contextmanager
+def preserved(model: nn.Module, device: torch.device) -> Iterator[None]:
+    """Undo what capture's warm-up runs change: batch-norm statistics (and any other buffer) and the CPU and
+    CUDA random generators (dropout masks)."""
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    cpu_rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state(device)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
+        torch.set_rng_state(cpu_rng)
+        torch.cuda.set_rng_state(cuda_rng, device)

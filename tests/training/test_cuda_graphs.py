@@ -1,0 +1,193 @@
+"""trainer.cuda_graphs: the model's forward and backward replayed as CUDA graphs per fixed batch shape.
+
+The `gpu` tier (`pytest -m gpu` on a GPU machine; skipped here, saying why, where no CUDA device exists): every
+family x precision trains graphed with finite losses, graphed steps equal eager ones, an fp16 overflow is skipped
+and recovers, a resumed graphed run is bit-exact, yesno reaches 0 % WER in bf16 with graphs. The CPU tests check
+the configuration: what auto means, and the one-line errors."""
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from speechscale.components import build_components
+from speechscale.config import Config, ConfigError, from_dict
+from speechscale.data.dataset import Batch
+from speechscale.data.shapes import pad_to
+from speechscale.distributed.strategy import LocalStrategy
+from speechscale.models.registry import RECOMMENDED_FEATURES
+from speechscale.training.graphs import step_shapes
+from speechscale.training.optim import build_optimizer
+from speechscale.training.precision import Precision
+from speechscale.training.step import TrainStep
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the gpu tier: pytest -m gpu on one)")
+# dropout off: the eager and graphed twins must draw nothing from the shared generator to be compared step by step
+FAMILIES = {"ds2-tiny": {"dropout": 0.0}, "wav2letter+-tiny": {"dropout": 0.0}, "lstm-ctc-tiny": {"dropout": 0.0},
+            "conformer-tiny": {"dropout": 0.0}}
+
+
+# ---- CPU: configuration -------------------------------------------------------------------------------------------
+class _Utt:
+    def __init__(self, duration):
+        self.duration = duration
+
+
+def _cfg(**trainer):
+    return from_dict(Config, {"trainer": trainer, "model": {"name": "ds2-tiny"}})
+
+
+def test_auto_captures_on_a_gpu_only_and_then_pads_to_eight_shapes():
+    cfg = _cfg()
+    comps = build_components(cfg)
+    utts = [_Utt(1 + i / 10) for i in range(40)]
+    assert step_shapes(cfg, comps, utts, torch.device("cpu")) == (None, False)  # the CPU path is untouched
+    shapes, graphs = step_shapes(cfg, comps, utts, torch.device("cuda"))  # no allocation: a decision only
+    assert graphs and len(shapes.shapes) == 8
+    assert step_shapes(cfg, comps, [], torch.device("cuda")) == (None, False)  # a shard stream: eager
+    assert step_shapes(_cfg(compile=True), comps, utts, torch.device("cuda")) == (None, False)
+    assert step_shapes(_cfg(cuda_graphs="off"), comps, utts, torch.device("cuda")) == (None, False)
+
+
+@pytest.mark.parametrize("trainer, device, match", [
+    ({"cuda_graphs": "on"}, "cpu", "trainer.cuda_graphs=on needs a CUDA device"),
+    ({"cuda_graphs": "on", "compile": True}, "cuda", "needs trainer.compile=false"),
+    ({"cuda_graphs": "sometimes"}, "cuda", "trainer.cuda_graphs: 'sometimes' is unknown"),
+])
+def test_what_cannot_be_captured_is_a_one_line_config_error(trainer, device, match):
+    cfg = _cfg(**trainer)
+    with pytest.raises(ConfigError, match=match):
+        step_shapes(cfg, build_components(cfg), [_Utt(1.0)], torch.device(device))
+
+
+def test_bench_train_refuses_graphs_on_the_cpu(cli):
+    res = cli("bench", "train", "--graphs", "both", "--device", "cpu", check=False)
+    assert res.returncode != 0 and "--graphs needs a CUDA device" in res.stderr
+
+
+# ---- GPU ----------------------------------------------------------------------------------------------------------
+def _setup(model, precision, graphs, seed=0):
+    from speechscale.training.graphs import GraphedModel
+
+    cfg = from_dict(Config, {"model": {"name": model, "overrides": FAMILIES[model]},
+                             "features": RECOMMENDED_FEATURES.get(model, {})})
+    torch.manual_seed(seed)
+    comps = build_components(cfg)
+    net = comps.model.cuda().train()
+    opt = build_optimizer(net, cfg.optim)
+    prec = Precision(precision, torch.device("cuda"))
+    step = TrainStep(net, net, opt, prec, LocalStrategy(), cfg.optim.grad_clip, torch.device("cuda"),
+                     graphs=GraphedModel(net, prec) if graphs else None)
+    return comps, net, step
+
+
+def _batches(comps, n=20, seed=1):
+    """`n` batches of mixed lengths padded to two shapes (fillers included), features from seeded noise."""
+    g = torch.Generator().manual_seed(seed)
+    f = comps.features.num_features
+    out = []
+    for i in range(n):
+        size, frames = ((3, 160), (2, 240))[i % 2]
+        real = size - 1 if i % 4 < 2 else size  # every other batch of a shape carries a filler row
+        lens = torch.randint(frames // 2, frames + 1, (real,), generator=g)
+        lens[0] = frames
+        feats = torch.randn(real, f, frames, generator=g)
+        tl = torch.randint(2, 6, (real,), generator=g)
+        tgt = torch.randint(1, comps.tokenizer.vocab_size, (int(tl.sum()),), generator=g)
+        b = Batch(feats, lens, tgt, tl, [""] * real, list(range(real)), {})
+        out.append(pad_to(b, size, frames))
+    return out
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("model", list(FAMILIES))
+def test_every_family_trains_twenty_graphed_steps_with_finite_loss(model, precision):
+    comps, net, step = _setup(model, precision, graphs=True)
+    before = {k: v.detach().clone() for k, v in net.named_parameters()}
+    losses = [float(step([b])[0]) for b in _batches(comps)]
+    assert all(torch.isfinite(torch.tensor(losses))), losses
+    assert step.graphs.captures == 2  # one graph per shape, replayed 9 times each
+    assert any(not torch.equal(v, dict(net.named_parameters())[k]) for k, v in before.items())
+
+
+@pytest.fixture
+def no_tf32():
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("model", list(FAMILIES))
+@pytest.mark.usefixtures("no_tf32")
+def test_graphed_steps_equal_eager_steps(model):
+    """The same padded batches, eager (lengths on the device, no capture) and graphed, TF32 off: 20 steps' losses
+    agree to 1e-3 relative, and batch-norm statistics are those of the steps alone (capture's warm-up undone)."""
+    comps, eager_net, eager = _setup(model, "fp32", graphs=False)
+    _, graphed_net, graphed = _setup(model, "fp32", graphs=True)
+    batches = _batches(comps)
+    a = [float(eager([b])[0]) for b in batches]
+    b = [float(graphed([x])[0]) for x in batches]
+    torch.testing.assert_close(torch.tensor(b), torch.tensor(a), rtol=1e-3, atol=1e-5)
+    for (name, x), y in zip(eager_net.named_buffers(), graphed_net.buffers()):
+        torch.testing.assert_close(y.float(), x.float(), rtol=1e-3, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_an_fp16_overflow_is_skipped_and_training_recovers():
+    comps, net, step = _setup("ds2-tiny", "fp16", graphs=True)
+    batches = _batches(comps, n=4)
+    for b in batches[:2]:
+        step([b])  # captures both shapes
+    scale = step.precision.loss_scale()
+    before = {k: v.detach().clone() for k, v in net.named_parameters()}
+    huge = dataclasses.replace(batches[0], feats=batches[0].feats * 1e30)  # overflows fp16 in the replayed forward
+    _, flags = step([huge])
+    assert flags[3] == 0 and (flags[0] + flags[1]) == 1  # not counted: a non-finite loss or gradient
+    assert all(torch.equal(v, dict(net.named_parameters())[k]) for k, v in before.items())  # no update
+    assert step.precision.loss_scale() == scale / 2
+    loss, flags = step([batches[2]])
+    assert torch.isfinite(loss) and flags[3] == 1
+    assert any(not torch.equal(v, dict(net.named_parameters())[k]) for k, v in before.items())
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_resumed_graphed_run_is_bit_exact(tmp_path):
+    from speechscale.training.trainer import Trainer
+    from tests.training.tiny import ldc_config
+
+    gpu_run = ("trainer.device=cuda", "trainer.precision=bf16", "trainer.cuda_graphs=on",
+               "model.overrides={dropout: 0.1, rnn_hidden: 64, rnn_layers: 2}")
+    straight = Trainer(ldc_config(tmp_path / "a", "trainer.max_steps=6", *gpu_run))
+    straight.fit()
+    assert straight.optimizer_step.graphs.captures >= 1
+    Trainer(ldc_config(tmp_path / "b", "trainer.max_steps=3", *gpu_run)).fit()
+    resumed = Trainer(ldc_config(tmp_path / "b", "trainer.max_steps=6", "trainer.resume=auto", *gpu_run))
+    assert resumed.state.step == 3
+    resumed.fit()
+    for (name, x), y in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(x, y), name
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.slow
+def test_yesno_reaches_zero_wer_in_bf16_with_graphs(tmp_path):
+    from speechscale.bench.recipes import RECIPES, run_recipe
+    from tests.conftest import shared
+
+    shared("yesno", "manifest.jsonl")
+    row = run_recipe("yesno", RECIPES["yesno"], tmp_path, ["trainer.device=cuda", "trainer.precision=bf16",
+                                                            "trainer.cuda_graphs=on"])
+    stop = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][-1]
+    assert row["wer"] == 0.0, row
+    assert stop["kind"] == "stop" and stop["graph_captures"] >= 1 and stop["unshaped_batches"] == 0
+
+

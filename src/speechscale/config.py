@@ -157,7 +157,7 @@ class TrainerConfig:
     prescan: bool = False              # before training, run forward+backward on the worst-case batch, report memory
     memory_budget_mb: float = 0.0      # pre-scan: fail when its peak exceeds this (0 = only a real OOM fails)
     compile: bool = False              # torch.compile the model's forward (meant for the conv models)
-    cuda_graphs: str = "auto"          # auto | on | off: replay the model's forward+backward as CUDA graphs, one per
+    cuda_graphs: str | bool = "auto"   # auto | on | off: replay the model's forward+backward as CUDA graphs, one per
                                        # batch shape (data.fixed_shapes; 8 when 0); auto: on a GPU with a manifest
     grad_accum: int = 1                # batches (micro-batches) per optimizer step; DDP syncs on the last only
     checkpoint_every_steps: int = 0    # also write a checkpoint every N steps, without validating (0 = off)

@@ -39,7 +39,7 @@ def test_bench_train_uses_a_given_peak_and_rejects_unknown_precisions(cli):
                              "--steps", "1", "--warmup", "1", "--manifest", m, "--peak-tflops", "0.5").stdout)
     assert res["peak_source"] == "given" and res["mfu"] == pytest.approx(res["achieved_tflops"] / 0.5, rel=0.02)
     proc = cli("bench", "train", "--precision", "fp8", check=False)
-    assert proc.returncode == 2 and "--precision='fp8' is unknown; choose one of fp32, bf16, fp16" in proc.stderr
+    assert proc.returncode == 2 and "--precision='fp8' is unknown; choose one of fp32, tf32, bf16, fp16" in proc.stderr
 
 
 def test_bench_features_reports_cost_per_audio_second():

@@ -24,7 +24,9 @@ from speechscale.training.step import TrainStep
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the gpu tier: pytest -m gpu on one)")
 # dropout off: the eager and graphed twins must draw nothing from the shared generator to be compared step by step
-FAMILIES = {"ds2-tiny": {"dropout": 0.0}, "wav2letter+-tiny": {"dropout": 0.0}, "lstm-ctc-tiny": {"dropout": 0.0},
+_W2L = [{"channels": 96, "kernel": 11, "stride": 2}, {"channels": 96, "kernel": 11, "repeat": 2},
+        {"channels": 160, "kernel": 21, "dilation": 2}, {"channels": 192, "kernel": 1}]
+FAMILIES = {"ds2-tiny": {"dropout": 0.0}, "wav2letter+-tiny": {"blocks": _W2L}, "lstm-ctc-tiny": {"dropout": 0.0},
             "conformer-tiny": {"dropout": 0.0}}
 
 
@@ -48,6 +50,9 @@ def test_auto_captures_on_a_gpu_only_and_then_pads_to_eight_shapes():
     assert step_shapes(cfg, comps, [], torch.device("cuda")) == (None, False)  # a shard stream: eager
     assert step_shapes(_cfg(compile=True), comps, utts, torch.device("cuda")) == (None, False)
     assert step_shapes(_cfg(cuda_graphs="off"), comps, utts, torch.device("cuda")) == (None, False)
+    assert step_shapes(_cfg(cuda_graphs=False), comps, utts, torch.device("cuda")) == (None, False)  # YAML's off
+    with pytest.raises(ConfigError, match="needs a CUDA device"):  # YAML's on
+        step_shapes(_cfg(cuda_graphs=True), comps, utts, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("trainer, device, match", [
@@ -67,16 +72,16 @@ def test_bench_train_refuses_graphs_on_the_cpu(cli):
 
 
 # ---- GPU ----------------------------------------------------------------------------------------------------------
-def _setup(model, precision, graphs, seed=0):
+def _setup(model, precision, graphs, seed=0, optim=None, init_scale=2.0 ** 16):
     from speechscale.training.graphs import GraphedModel
 
-    cfg = from_dict(Config, {"model": {"name": model, "overrides": FAMILIES[model]},
+    cfg = from_dict(Config, {"model": {"name": model, "overrides": FAMILIES[model]}, "optim": optim or {},
                              "features": RECOMMENDED_FEATURES.get(model, {})})
     torch.manual_seed(seed)
     comps = build_components(cfg)
     net = comps.model.cuda().train()
     opt = build_optimizer(net, cfg.optim)
-    prec = Precision(precision, torch.device("cuda"))
+    prec = Precision(precision, torch.device("cuda"), init_scale=init_scale)
     step = TrainStep(net, net, opt, prec, LocalStrategy(), cfg.optim.grad_clip, torch.device("cuda"),
                      graphs=GraphedModel(net, prec) if graphs else None)
     return comps, net, step
@@ -115,10 +120,12 @@ def test_every_family_trains_twenty_graphed_steps_with_finite_loss(model, precis
 
 @pytest.fixture
 def no_tf32():
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    """True fp32 and deterministic cuDNN kernels (no atomics: two runs of one computation agree)."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
     yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic = old
 
 
 @pytest.mark.gpu
@@ -127,9 +134,12 @@ def no_tf32():
 @pytest.mark.usefixtures("no_tf32")
 def test_graphed_steps_equal_eager_steps(model):
     """The same padded batches, eager (lengths on the device, no capture) and graphed, TF32 off: 20 steps' losses
-    agree to 1e-3 relative, and batch-norm statistics are those of the steps alone (capture's warm-up undone)."""
-    comps, eager_net, eager = _setup(model, "fp32", graphs=False)
-    _, graphed_net, graphed = _setup(model, "fp32", graphs=True)
+    agree to 1e-3 relative, and batch-norm statistics are those of the steps alone (capture's warm-up undone).
+    SGD: an update linear in the gradient, so rounding differences stay at rounding's size (Adam's normalised
+    update would blow a 1e-7 difference in a near-zero gradient up to the learning rate)."""
+    sgd = {"name": "sgd", "lr": 0.01, "warmup_steps": 0}
+    comps, eager_net, eager = _setup(model, "fp32", graphs=False, optim=sgd)
+    _, graphed_net, graphed = _setup(model, "fp32", graphs=True, optim=sgd)
     batches = _batches(comps)
     a = [float(eager([b])[0]) for b in batches]
     b = [float(graphed([x])[0]) for x in batches]
@@ -141,7 +151,7 @@ def test_graphed_steps_equal_eager_steps(model):
 @pytest.mark.gpu
 @needs_cuda
 def test_an_fp16_overflow_is_skipped_and_training_recovers():
-    comps, net, step = _setup("ds2-tiny", "fp16", graphs=True)
+    comps, net, step = _setup("ds2-tiny", "fp16", graphs=True, init_scale=256.0)
     batches = _batches(comps, n=4)
     for b in batches[:2]:
         step([b])  # captures both shapes

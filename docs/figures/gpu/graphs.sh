@@ -16,12 +16,13 @@ echo "commit ${SPEECHSCALE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)} da
 bench() { timeout "$1" python3 -m speechscale.cli -q bench train --warmup 3 --seconds 10 "${@:2}"; }
 has() { [[ ",$parts," == *",$1,"* ]]; }
 if has bench; then  # the headline: ds2-large, eager and graphed, interleaved step by step in one process
-    bench 150 --model ds2-large --precision fp32,tf32,bf16 --graphs both --batch-size 32 --steps 8 \
+    bench 150 --model ds2-large --precision fp32,tf32,bf16 --graphs both --batch-size 32 --steps 6 \
         | tee "$out/graphs.jsonl"
 fi
 if has tests; then
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/training/test_cuda_graphs.py \
-        2>&1 | tail -25 | tee "$out/gpu-tests.log"
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short tests/training/test_cuda_graphs.py \
+        > "$out/gpu-tests.log" 2>&1
+    grep -E "passed|failed|^E " "$out/gpu-tests.log" | tail -30
 fi
 if has probe; then
     B=32 timeout 45 python3 .gpudata/gpu_limit_probe.py tf32,bf16 padded,graphed-model | tee "$out/probe.jsonl"
@@ -30,7 +31,7 @@ if has b128; then
     bench 75 --model ds2-large --precision bf16 --graphs both --batch-size 128 --steps 5 | tee "$out/graphs-b128.jsonl"
 fi
 if has others; then
-    bench 120 --model lstm-ctc,conformer,wav2letter+ --precision bf16 --graphs both --batch-size 32 --steps 8 \
+    bench 120 --model lstm-ctc,conformer,wav2letter+ --precision bf16 --graphs both --batch-size 32 --steps 6 \
         | tee "$out/graphs-others.jsonl"
 fi
 if has train; then  # yesno x 20 (1,200 files, 2.1 h), batches of 32; 2 shapes; the log's audio_s_per_s per 10 steps

@@ -78,7 +78,8 @@ def test_gpu_tables_render_from_the_committed_json_without_a_gpu(cli, tmp_path):
     md = tmp_path / "B.md"
     md.write_text("# B\n")
     proc = cli("bench", "all", "--gpu", "--tables-only", "--out", str(ROOT / "docs/figures/gpu"), "--benchmarks", str(md))
-    assert "updated" in proc.stdout and set(tables.blocks(md.read_text())) == {"gpu-train", "gpu-train-b128", "gpu-recipes"}
+    want = {"gpu-train", "gpu-train-b128", "gpu-graphs", "gpu-graphs-b128", "gpu-recipes"}
+    assert "updated" in proc.stdout and set(tables.blocks(md.read_text())) == want
 
 
 def test_benchmarks_md_gpu_adpsgd_table_is_what_the_committed_runs_render(cli, tmp_path):

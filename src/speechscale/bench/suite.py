@@ -69,6 +69,12 @@ GPU_SETTINGS: dict[str, dict[str, Any]] = {
                   "steps": 10, "warmup": 3, "device": "cuda"},
     "gpu-train-b128": {"models": {m: ["fp32", "bf16"] for m in _FULL}, "batch_size": 128, "seconds": 10.0,
                        "steps": 6, "warmup": 2, "device": "cuda"},
+    # issue #40: eager against CUDA-graphed (trainer.cuda_graphs) steps, interleaved; fp32 = TF32 off, tf32 = on
+    "gpu-graphs": {"models": {"ds2-large": ["fp32", "tf32", "bf16", "fp32+graphs", "tf32+graphs", "bf16+graphs"],
+                              **{m: ["bf16", "bf16+graphs"] for m in ("lstm-ctc", "conformer", "wav2letter+")}},
+                   "batch_size": 32, "seconds": 10.0, "steps": 6, "warmup": 3, "device": "cuda"},
+    "gpu-graphs-b128": {"models": {"ds2-large": ["bf16", "bf16+graphs"]}, "batch_size": 128, "seconds": 10.0,
+                        "steps": 5, "warmup": 3, "device": "cuda"},
     # the yesno recipe trained to its end on the GPU in each precision, ds2-tiny and conformer-tiny
     "gpu-recipes": {"recipes": ["yesno", "yesno-conformer"], "precisions": ["fp32", "bf16", "fp16"],
                     "overrides": ["trainer.device=cuda"]},
@@ -238,6 +244,7 @@ RUNNERS: dict[str, Callable[[dict[str, Any], Path], Any]] = {
     "yesno-shards": _yesno_shards,
     "demo-streaming": partial(_demo, name="demo-streaming"),
     "gpu-train": partial(_train, name="gpu-train"), "gpu-train-b128": partial(_train, name="gpu-train-b128"),
+    "gpu-graphs": partial(_train, name="gpu-graphs"), "gpu-graphs-b128": partial(_train, name="gpu-graphs-b128"),
     "gpu-recipes": _gpu_recipes}
 ALL_SETTINGS = {**SETTINGS, **GPU_SETTINGS, **LONG_SETTINGS}
 

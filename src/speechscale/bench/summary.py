@@ -96,6 +96,23 @@ def _throughput_rows(figures: Path) -> list[dict[str, Any]]:
                          "figure": f"{rate:,.0f} audio-s/s", "goal": f"≥ {goal:,} (issue #40)",
                          "status": _status(rate >= goal, f"gap {goal - rate:,.0f}"), "date": _when(doc),
                          "source": f"gpu/{name}.json"})
+    for name, batch, goal in (("gpu-graphs", 32, 3500), ("gpu-graphs-b128", 128, 6000)):
+        doc = _load(figures / "gpu" / f"{name}.json")
+        modes = {r["precision"]: r for r in (doc or {}).get("results", []) if r["model"] == "ds2-large"}
+        if "bf16+graphs" in modes:
+            rate = modes["bf16+graphs"]["audio_seconds_per_second_compute"]
+            rows.append({"area": f"GPU training, ds2-large bf16, batch {batch} x 10 s, CUDA graphs (data overlapped)",
+                         "figure": f"{rate:,.0f} audio-s/s", "goal": f"≥ {goal:,} (issue #40)",
+                         "status": _status(rate >= goal, f"gap {goal - rate:,.0f}"), "date": _when(doc),
+                         "source": f"gpu/{name}.json"})
+        for ref, want in (("fp32+graphs", 3.0), ("tf32+graphs", 1.6)):
+            if "bf16+graphs" in modes and ref in modes:
+                ratio = (modes["bf16+graphs"]["audio_seconds_per_second_compute"]
+                         / modes[ref]["audio_seconds_per_second_compute"])
+                rows.append({"area": f"GPU, ds2-large graphed: bf16 against {ref.partition('+')[0]}",
+                             "figure": f"{ratio:.2f}x", "goal": f"≥ {want}x (issue #40)",
+                             "status": _status(ratio >= want, f"gap {want - ratio:.2f}x"), "date": _when(doc),
+                             "source": f"gpu/{name}.json"})
     return rows
 
 

@@ -203,12 +203,39 @@ def _fsdd(res: dict[str, Any]) -> str:
             _md(["decoder", "WER", "CER", "utterances", "LM alpha / beta"], rows))
 
 
+def _gpu_graphs(res: list[dict[str, Any]]) -> str:
+    eager = {(r["model"], r["precision"]): r for r in res if not r.get("cuda_graphs")}
+    fp32 = {r["model"]: r for r in res if r["precision"] == "fp32+graphs"}
+    rows = []
+    for r in res:
+        base = eager.get((r["model"], r["precision"].partition("+")[0]))
+        ref = fp32.get(r["model"])
+        rows.append([r["model"], r["precision"], f"{r['audio_seconds_per_second_compute']:,.0f}",
+                     f"{r['graphs_speedup']:.2f}x" if "graphs_speedup" in r else "-",
+                     f"{r['audio_seconds_per_second_compute'] / ref['audio_seconds_per_second_compute']:.2f}x"
+                     if ref and r.get("cuda_graphs") else "-",
+                     f"{r['compute_ms_per_step']}", f"{r['ms_per_phase']['data']}",
+                     f"{r['gpu_busy_ms']} ms" if "gpu_busy_ms" in r else "n/a",
+                     f"{r['gpu_kernels_per_step']:,}" if "gpu_kernels_per_step" in r else "n/a",
+                     f"{r['final_loss']}" + (f" ({base['final_loss']})" if base and base is not r else "")])
+    first = res[0]
+    return (f"{first['device']}, batch {first['batch_size']} x {first['utterance_seconds']:g} s cut from "
+            f"{first['source']}, {first['steps']} timed steps per mode, each model's modes interleaved step by step. "
+            "fp32 is true fp32 (TF32 off in matmuls and cuDNN), tf32 allows it; `+graphs`: the model's forward and "
+            "backward replayed as a CUDA graph (trainer.cuda_graphs), CTC and the optimizer eager. Rates are of the "
+            "step without the bench's serial data phase (a DataLoader overlaps it in training; shown apart). GPU "
+            "busy: summed kernel time of one profiled step; kernels of a graphed step are counted as replayed.\n\n" +
+            _md(["model", "mode", "audio-s/s", "graphed vs eager", "vs fp32 graphed", "ms/step", "data ms",
+                 "GPU busy", "kernels/step", "final loss (eager)"], rows))
+
+
 RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "scaling": _scaling,
                                            "straggler": _straggler, "planner": _planner, "recipes": _recipes,
                                            "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _recipes,
                                            "demo-streaming": _recipes, "stream": _stream,
                                            "yesno-shards": _yesno_shards,
                                            "gpu-train": _gpu_train, "gpu-train-b128": _gpu_train,
+                                           "gpu-graphs": _gpu_graphs, "gpu-graphs-b128": _gpu_graphs,
                                            "gpu-recipes": _recipes}
 
 

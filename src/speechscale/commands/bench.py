@@ -275,7 +275,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     ba.add_argument("--benchmarks", default="BENCHMARKS.md",
                     help="the file whose generated tables are rewritten ('' = leave it alone)")
     ba.add_argument("--gpu", action="store_true",
-                    help="the GPU benches instead (gpu-train, gpu-train-b128, gpu-recipes) on a CUDA GPU")
+                    help="the GPU benches instead (gpu-train*, gpu-graphs*, gpu-recipes) on a CUDA GPU")
     ba.add_argument("--tables-only", action="store_true",
                     help="run nothing: re-render the tables from the JSON files already in --out")
     ba.set_defaults(func=all_benches)

@@ -41,3 +41,24 @@ def test_presets_sizes():
     assert streaming.lookahead is not None and not streaming.rnns[0].rnn.bidirectional
     lstm = build_model("ds2-tiny", {"rnn_type": "lstm", "rnn_layers": 2}, 81, 29)
     assert isinstance(lstm.rnns[0].rnn, torch.nn.LSTM)
+
+
+def test_reverse_within_reverses_each_row_in_its_length_and_its_gradient_is_the_gathers():
+    """The reversal and its hand-written backward against autograd's own gather, with a causal consumer (a cumulative
+    sum stands in for the RNN) between two reversals and the padding masked, as the bidirectional layer uses it."""
+    from speechscale.models.layers import reverse_within
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 7, 2, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([7, 4, 0])
+    y = reverse_within(x, lengths)
+    assert torch.equal(y[1, :4], x[1, :4].flip(0)) and torch.equal(y[0], x[0].flip(0))
+    assert torch.equal(reverse_within(y, lengths)[1, :4], x[1, :4])
+    idx = (lengths[:, None] - 1 - torch.arange(7)[None]).clamp(min=0)[..., None].expand(-1, -1, 2)
+    mask = length_mask(lengths, 7)[..., None]
+    w = torch.randn(3, 7, 2, dtype=torch.float64)
+    ours = (reverse_within(reverse_within(x, lengths).cumsum(1), lengths) * mask * w).sum()
+    plain = (x.gather(1, idx).cumsum(1).gather(1, idx) * mask * w).sum()
+    torch.testing.assert_close(ours, plain)
+    torch.testing.assert_close(torch.autograd.grad(ours, x)[0], torch.autograd.grad(plain, x)[0])
+    assert torch.autograd.gradcheck(lambda v: reverse_within(v, torch.tensor([7, 4, 0])) * mask, (x,))

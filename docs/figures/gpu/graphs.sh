@@ -3,7 +3,8 @@
 # fp32, TF32 and bf16 at 32 x 10 s and bf16 at 128 x 10 s; the other full-size presets in bf16), the limit probe
 # (../shared/tools/gpu_limit_probe.py, carried in .gpudata) and a real `speechscale train` of ds2-large in bf16
 # with graphs on yesno, its audio-s/s read from its own run log.
-#   bash docs/figures/gpu/graphs.sh OUT [PARTS]      PARTS: tests,bench,b128,others,probe,train (default: all)
+#   bash docs/figures/gpu/graphs.sh OUT [PARTS]      PARTS: bench,tests,probe,b128,others,train (the default),
+#   or train-det, tests-quick, bench-bf16
 # Carry .whl and .gpudata (see env.sh). Each part has its own time limit, so one failing part keeps the others.
 set -uo pipefail
 out=${1:?usage: graphs.sh OUT [PARTS]}
@@ -34,8 +35,16 @@ if has others; then
     bench 120 --model lstm-ctc,conformer,wav2letter+ --precision bf16 --graphs both --batch-size 32 --steps 6 \
         | tee "$out/graphs-others.jsonl"
 fi
-if has train; then  # yesno x 20 (1,200 files, 2.1 h), batches of 32; 2 shapes; the log's audio_s_per_s per 10 steps
-    python3 - <<'EOF'
+train() {  # $1: trainer.deterministic, $2: steps, $3: the metrics file to keep
+    timeout 130 python3 -m speechscale.cli -q train --config yesno data.root=../shared/data/yesno \
+        data.train_manifest=/tmp/yesno20.jsonl data.train_slice=[] data.batch_seconds=215 data.max_batch_size=32 \
+        data.fixed_shapes=2 data.num_workers=12 augment.word_crop=0 model.name=ds2-large features.sample_rate=16000 \
+        trainer.device=cuda trainer.precision=bf16 trainer.max_epochs=1 trainer.max_steps="$2" trainer.log_every=6 \
+        trainer.deterministic="$1" trainer.out_dir=/tmp/train-graphs-$1 trainer.progress=false
+    cp /tmp/train-graphs-$1/metrics.jsonl "$out/$3"
+}
+if has train || has train-det; then  # yesno x 20 (1,200 files, 2.1 h), batches of 32; 2 shapes; audio_s_per_s per 6 steps
+    python3 - <<'EOF2'
 import json
 from pathlib import Path
 src = Path("../shared/data/yesno").resolve()
@@ -44,11 +53,20 @@ with open("/tmp/yesno20.jsonl", "w") as f:
     for _ in range(20):
         for u in lines:
             f.write(json.dumps({**u, "audio_filepath": str(src / u["audio_filepath"])}) + "\n")
-EOF
-    timeout 130 python3 -m speechscale.cli -q train --config yesno data.root=../shared/data/yesno \
-        data.train_manifest=/tmp/yesno20.jsonl data.train_slice=[] data.batch_seconds=215 data.max_batch_size=32 \
-        data.fixed_shapes=2 data.num_workers=12 augment.word_crop=0 model.name=ds2-large features.sample_rate=16000 \
-        trainer.device=cuda trainer.precision=bf16 trainer.max_epochs=1 trainer.max_steps=36 trainer.log_every=6 \
-        trainer.out_dir=/tmp/train-graphs trainer.progress=false
-    cp /tmp/train-graphs/metrics.jsonl "$out/train-metrics.jsonl"
+EOF2
+fi
+if has train; then
+    train true 36 train-metrics.jsonl
+fi
+if has train-det; then  # the same run with trainer.deterministic on and off, 24 steps each
+    train true 24 train-deterministic.jsonl
+    train false 24 train-nondeterministic.jsonl
+fi
+if has tests-quick; then
+    timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short -k "equal or resumed or fp16_overflow" \
+        tests/training/test_cuda_graphs.py > "$out/gpu-tests-quick.log" 2>&1
+    grep -E "passed|failed|^E " "$out/gpu-tests-quick.log" | tail -30
+fi
+if has bench-bf16; then
+    bench 90 --model ds2-large --precision bf16 --graphs both --batch-size 32 --steps 6 | tee "$out/graphs-bf16.jsonl"
 fi

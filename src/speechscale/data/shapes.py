@@ -68,7 +68,8 @@ def pad_to(batch: Batch, size: int, frames: int) -> Batch:
     """`batch` (B rows, T frames) as `size` rows of `frames` frames: features zero-padded, the added rows of length
     0 with no targets, and `weights` 1 on the real rows, 0 on the fillers. len() still counts the real rows."""
     b, f, t = batch.feats.shape
-    feats = torch.zeros(size, f, frames, dtype=batch.feats.dtype)  # (size, F, frames)
+    # page-locked when the loader's batch was (pin_memory on a GPU): its copy to the device must not block the host
+    feats = torch.zeros(size, f, frames, dtype=batch.feats.dtype, pin_memory=batch.feats.is_pinned())  # (size, F, T)
     feats[:b, :, :t] = batch.feats
     fill = size - b
     lens = torch.cat([batch.feat_lens, torch.zeros(fill, dtype=batch.feat_lens.dtype)])

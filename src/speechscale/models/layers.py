@@ -65,3 +65,33 @@ class MaskedBatchNorm(nn.Module):
         y = (xf - mean.view(cshape)) * torch.rsqrt(var.view(cshape) + self.eps)
         y = y * self.weight.view(cshape) + self.bias.view(cshape)
         return (y * m).to(x.dtype)
+
+
+class _ReverseWithin(torch.autograd.Function):
+    """y[b, t] = x[b, idx[b, t]] where idx reverses each row within its length; its gradient is the same gather of
+    the output gradient, masked to the valid frames (the reversal is its own inverse there). Autograd's gather
+    backward would scatter-add instead: atomics in bf16, and a sort under deterministic algorithms."""
+
+    @staticmethod
+    def forward(ctx, x, idx, valid):  # type: ignore[override]
+        ctx.save_for_backward(idx, valid)
+        return x.gather(1, idx)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        idx, valid = ctx.saved_tensors
+        return grad.gather(1, idx) * valid, None, None
+
+
+def reverse_within(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """x (B, T, H), lengths (B,) on x's device -> each row's first `length` frames in reverse order, then frame 0
+    repeated over the padding (which callers mask). Applied twice it gives back the valid frames. Frames past
+    a row's length get no gradient: whatever reads them must not reach the loss unmasked."""
+    t = x.shape[1]
+    steps = torch.arange(t, device=x.device)[None]  # (1, T)
+    idx = (lengths[:, None] - 1 - steps).clamp(min=0)  # (B, T)
+    idx = idx[..., None].expand(-1, -1, x.shape[2])  # (B, T, H)
+    if torch.jit.is_tracing():  # export traces plain ops
+        return x.gather(1, idx)
+    valid = (steps < lengths[:, None])[..., None].to(x.dtype)  # (B, T, 1)
+    return _ReverseWithin.apply(x, idx, valid)

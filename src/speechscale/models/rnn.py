@@ -10,7 +10,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..config import ConfigError
 from .gru_cpu import GRUDirection
-from .layers import MaskedBatchNorm
+from .layers import MaskedBatchNorm, reverse_within
 
 RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
 _SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
@@ -114,13 +114,12 @@ class RecurrentLayer(nn.Module):
         fw = self._weights(self._weight_names, dtype)
         if not self.bidirectional:
             return self._one_way_run(x, fw)
-        t = x.shape[1]
-        idx = (lengths.to(x.device)[:, None] - 1 - torch.arange(t, device=x.device)[None]).clamp(min=0)  # (B, T)
+        lengths = lengths.to(x.device)
         bw = self._weights(self._weight_names, dtype, "_reverse")
 
         def backward_direction() -> torch.Tensor:
-            rev = self._one_way_run(x.gather(1, idx[..., None].expand(-1, -1, x.shape[2])), bw)
-            return rev.gather(1, idx[..., None].expand(-1, -1, rev.shape[2]))  # back to time order
+            # the RNN is causal: its outputs past a row's length never reach the valid ones, nor (masked) the loss
+            return reverse_within(self._one_way_run(reverse_within(x, lengths), bw), lengths)  # back in time order
 
         if not x.is_cuda or torch.jit.is_tracing():
             return torch.cat([self._one_way_run(x, fw), backward_direction()], dim=-1)

@@ -130,15 +130,18 @@ def test_default_rate_is_our_own_measurement_where_one_is_shipped(capsys):
         return json.loads(out)
 
     shipped = plan_json("--model", "ds2-large", "--gpu", "h100")
-    assert shipped["per_gpu_throughput"] == 1192  # bf16, 32 x 10 s, issue #20 (planning/data/measured.json)
-    assert shipped["workload"]["throughput_source"].startswith("measured: 1192 audio-s/s, ds2-large bf16")
+    # bf16, 32 x 10 s, CUDA-graphed as training runs by default (issue #40; planning/data/measured.json)
+    assert shipped["per_gpu_throughput"] == 2382
+    assert shipped["workload"]["throughput_source"].startswith("measured: 2382 audio-s/s, ds2-large bf16, CUDA graphs")
     big = plan_json("--model", "ds2-large", "--gpu", "h100", "--batch-seconds", "1280")
-    assert big["per_gpu_throughput"] == 2258
+    assert big["per_gpu_throughput"] == 4393
+    eager = plan_json("--model", "ds2-large", "--gpu", "h100", "--precision", "fp32")  # no graphed fp32 row
+    assert eager["per_gpu_throughput"] == 1129 and "CUDA graphs" not in eager["workload"]["throughput_source"]
     # a GPU with no measurement: the measured H100 figure scaled by the data-sheet peak ratio, said so (issue #43
     # §2: the H200, the H100's peak, was planned at FLOPs x 0.1 = 4,748 while the H100 measures 1,192)
     h200 = plan_json("--model", "ds2-large", "--gpu", "h200")
-    assert h200["per_gpu_throughput"] == 1192 and h200["workload"]["throughput_source"].startswith(
-        "estimated: 1192 audio-s/s = the h100 measurement x 1.00, the data-sheet dense amp peak ratio h200/h100")
+    assert h200["per_gpu_throughput"] == 2382 and h200["workload"]["throughput_source"].startswith(
+        "estimated: 2382 audio-s/s = the h100 measurement x 1.00, the data-sheet dense amp peak ratio h200/h100")
     a100 = plan_json("--model", "ds2-large", "--gpu", "a100", "--precision", "fp32")
     assert a100["per_gpu_throughput"] == pytest.approx(1129 * 19.5 / 67.0)
     assert "not measured on a100" in a100["workload"]["throughput_source"]
@@ -160,4 +163,13 @@ def test_the_shipped_gpu_rates_are_the_committed_bench_output():
         measured += [{"gpu": "h100", "model": r["model"], "precision": r["precision"],
                       "batch_seconds": round(r["batch_size"] * r["utterance_seconds"]),
                       "audio_seconds_per_second": round(r["audio_seconds_per_second"])} for r in doc["results"]]
-    assert shipped["rows"] == measured
+    graphed = []
+    for name in ("gpu-graphs", "gpu-graphs-b128"):  # what training runs on a GPU by default (issue #40)
+        doc = json.loads((ROOT / "docs/figures/gpu" / f"{name}.json").read_text())
+        assert "H100" in doc["provenance"]["machine"]
+        assert doc["provenance"]["commit"] == shipped["graphs_provenance"]["commit"]
+        graphed += [{"gpu": "h100", "model": r["model"], "precision": "bf16",
+                     "batch_seconds": round(r["batch_size"] * r["utterance_seconds"]),
+                     "audio_seconds_per_second": round(r["audio_seconds_per_second_compute"]), "cuda_graphs": True}
+                    for r in doc["results"] if r["precision"] == "bf16+graphs"]
+    assert shipped["rows"] == measured + graphed

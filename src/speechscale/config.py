@@ -108,8 +108,7 @@ class DataConfig:
     shuffle_shards: int = 4            # shard streams: shards whose utterances are shuffled and bucketed together
     allow_external_shards: bool = False  # let a shard index name shards outside its own folder (absolute
                                        # paths, URLs, ..): only for indexes you trust
-    fixed_shapes: int = 0              # pad each training batch to one of this many (batch size, frames) shapes with
-                                       # zero-weight fillers, same gradients (0 = off; a CUDA graph per shape)
+    fixed_shapes: int = 0              # pad batches to this many (batch, frames) shapes, same gradients (0 = off)
 
 
 @dataclass
@@ -157,8 +156,7 @@ class TrainerConfig:
     prescan: bool = False              # before training, run forward+backward on the worst-case batch, report memory
     memory_budget_mb: float = 0.0      # pre-scan: fail when its peak exceeds this (0 = only a real OOM fails)
     compile: bool = False              # torch.compile the model's forward (meant for the conv models)
-    cuda_graphs: str | bool = "auto"   # auto | on | off: replay the model's forward+backward as CUDA graphs, one per
-                                       # batch shape (data.fixed_shapes; 8 when 0); auto: on a GPU with a manifest
+    cuda_graphs: str | bool = "auto"   # auto (on a GPU) | on | off: CUDA graphs per batch shape (docs/training.md)
     grad_accum: int = 1                # batches (micro-batches) per optimizer step; DDP syncs on the last only
     checkpoint_every_steps: int = 0    # also write a checkpoint every N steps, without validating (0 = off)
     keep_checkpoints: int = 3          # step-N.pt files kept (last.pt and the `latest` pointer always)

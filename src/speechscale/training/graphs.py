@@ -10,10 +10,10 @@ A graph needs fixed shapes and no host synchronisation: the trainer pads batches
 and moves their lengths to the device, where the models take their padded, read-back-free paths. Each shape is
 captured the first time it is met (after warm-up on a side stream, which runs the real batch three times);
 the warm-up's effect on batch-norm statistics and the random generators is undone, so a graphed run takes the
-same steps as an eager one. All shapes share one memory pool.
+same steps as an eager one. All shapes share one memory pool. The logits come back (B, T', V), autograd-aware.
 
-    >>> graphs = GraphedModel(model, precision)                   # doctest: +SKIP
-    >>> logits = graphs(feats_on_gpu, lengths_on_gpu)             # doctest: +SKIP   (B, T', V), autograd-aware
+    >>> graphs = GraphedModel(model, precision)  # doctest: +SKIP
+    >>> logits = graphs(feats_on_gpu, lengths_on_gpu)  # doctest: +SKIP
 """
 from __future__ import annotations
 

@@ -97,12 +97,12 @@ class GraphedModel:
         fn = self.graphed.get(self.key(feats))
         if fn is None:
             fn = self._capture(feats, lengths)
+        materialize_grads(self.model)  # every call: anything may have set gradients to None since (zero_grad)
         return fn(feats, lengths)
 
     def _capture(self, feats: torch.Tensor, lengths: torch.Tensor) -> Callable[..., torch.Tensor]:
         """Capture the forward and backward for this batch's shape, warming up on a copy of the batch itself (real
         lengths and values: no NaN from random inputs), then restore what warm-up changed."""
-        materialize_grads(self.model)
         sample = (feats.detach().clone(), lengths.detach().clone())  # the graph's static inputs (outside the pool)
         with preserved(self.model, feats.device):
             with self.precision.autocast(cache_enabled=False):

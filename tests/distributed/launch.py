@@ -197,6 +197,18 @@ def assert_saved_average(ckpt: dict, nproc: int) -> None:
             torch.testing.assert_close(v.double(), mean, rtol=0, atol=1e-6)
 
 
+def consensus_distance(ckpt: dict) -> float:
+    """The learners' mean L2 distance from their average over what they average (parameters and floating-point
+    buffers), recomputed from a checkpoint's per-learner weights: what the run logs as `consensus_distance`."""
+    import torch
+
+    parts = [p["strategy"]["model"] for p in ckpt["ranks"]]
+    keys = [k for k, v in parts[0].items() if v.is_floating_point()]
+    mean = {k: sum(p[k].double() for p in parts) / len(parts) for k in keys}
+    return float(sum(torch.sqrt(sum(((p[k].float().double() - mean[k]) ** 2).sum() for k in keys))
+                     for p in parts)) / len(parts)
+
+
 def accepted(rows: list[dict]) -> list[dict]:
     """Rows that count: an attempt's steps up to where the next attempt resumed (later ones were redone)."""
     starts = sorted({r["resumed_at"] for r in rows})

@@ -38,9 +38,14 @@ def test_two_ranks_share_each_epoch_and_agree(tmp_path, accum):
         ids = [i for r in rows if r["epoch"] == epoch for i in r["ids"]]
         assert sorted(ids) == list(range(12))  # every sample once per epoch, split over the ranks
     steps = Counter(r["rank"] for r in rows)
-    assert steps[0] == steps[1] > 0  # every rank takes the same number of steps (no hang at the end)
     state = _weights(out)
+    assert steps[0] == steps[1] == state["training"]["step"] > 0  # every rank takes every step (no hang at the end)
+    # a batch holds at most 2 of these 2.9 s clips (data.batch_seconds=6): a step that trained 3 or more
+    # accumulated micro-batches, on each rank
+    assert all(max(len(r["ids"]) for r in rows if r["rank"] == k) >= 3 for k in (0, 1))
     assert state["world_size"] == 2 and len(state["ranks"]) == 2
+    digests = [p["strategy"]["weights_digest"] for p in state["ranks"]]
+    assert digests[0] == digests[1]  # DDP kept the ranks' weights equal, to the bit
     assert (out / "metrics.jsonl").is_file() and state["training"]["epoch"] == 2
 
 

@@ -49,4 +49,8 @@ class AllReduceStrategy(ProcessGroupStrategy):
         return float(self.world_size) if scale_lr else 1.0
 
     def rank_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        return {"name": self.name, "world_size": self.world_size}
+        """Name, world size and this rank's weights digest (sum and sum of squares of every parameter, float64):
+        every rank's must be the same, and a checkpoint shows it."""
+        params = [p.detach().double() for p in model.parameters()]
+        digest = [float(sum(p.sum() for p in params)), float(sum(p.square().sum() for p in params))]
+        return {"name": self.name, "world_size": self.world_size, "weights_digest": digest}

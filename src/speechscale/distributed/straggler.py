@@ -18,6 +18,7 @@ class Straggler:
         self.slowdown = slowdown
         self.device = device
         self.slept = 0.0
+        self.computed = 0.0  # the measured compute its sleeps were scaled from (the slow rank's)
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
@@ -28,6 +29,8 @@ class Straggler:
         yield
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        pause = (self.slowdown - 1.0) * (time.perf_counter() - started)
+        compute = time.perf_counter() - started
+        pause = (self.slowdown - 1.0) * compute
         time.sleep(pause)
+        self.computed += compute
         self.slept += pause

@@ -39,6 +39,13 @@ def test_the_planner_predicts_a_measured_ddp_step_and_reports_its_error():
     assert row["step_ms_measured"] > 0 and row["step_ms_predicted"] > 0
     assert row["comm_ms_predicted"] > 0 and row["comm_ms_measured"] > 0
     assert row["step_error"] == pytest.approx(row["step_ms_predicted"] / row["step_ms_measured"] - 1, abs=1e-3)
+    # the communication prediction, by hand from the fitted link: a ring over 2 ranks sends 2(n-1)/n of the
+    # gradient bytes and pays 2(n-1) hop latencies per bucket
+    link, n = result["link"], 2
+    by_hand = (2 * (n - 1) / n * row["allreduce_mb_per_step"] * 2 ** 20 / (link["bandwidth_gb_s"] * 1e9)
+               + row["buckets"] * 2 * (n - 1) * link["latency_us"] * 1e-6)
+    assert row["comm_ms_predicted"] == pytest.approx(1000 * by_hand, rel=0.01, abs=0.1)
+    assert row["step_ms_predicted"] >= row["comm_ms_predicted"] / row["buckets"]  # at least the last bucket exposed
     json.dumps(result)
 
 

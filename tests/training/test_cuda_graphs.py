@@ -13,6 +13,7 @@ import torch
 from speechscale.components import build_components
 from speechscale.config import Config, ConfigError, from_dict
 from speechscale.data.dataset import Batch
+from speechscale.data.manifest import Utterance
 from speechscale.data.shapes import pad_to
 from speechscale.distributed.strategy import LocalStrategy
 from speechscale.models.registry import RECOMMENDED_FEATURES
@@ -31,9 +32,8 @@ FAMILIES = {"ds2-tiny": {"dropout": 0.0}, "wav2letter+-tiny": {"blocks": _W2L}, 
 
 
 # ---- CPU: configuration -------------------------------------------------------------------------------------------
-class _Utt:
-    def __init__(self, duration):
-        self.duration = duration
+def _utt(duration):
+    return Utterance("x.wav", duration, "a", "a", 1)
 
 
 def _cfg(**trainer):
@@ -43,7 +43,7 @@ def _cfg(**trainer):
 def test_auto_captures_on_a_gpu_only_and_then_pads_to_eight_shapes():
     cfg = _cfg()
     comps = build_components(cfg)
-    utts = [_Utt(1 + i / 10) for i in range(40)]
+    utts = [_utt(1 + i / 10) for i in range(40)]
     assert step_shapes(cfg, comps, utts, torch.device("cpu")) == (None, False)  # the CPU path is untouched
     shapes, graphs = step_shapes(cfg, comps, utts, torch.device("cuda"))  # no allocation: a decision only
     assert graphs and len(shapes.shapes) == 8
@@ -63,7 +63,7 @@ def test_auto_captures_on_a_gpu_only_and_then_pads_to_eight_shapes():
 def test_what_cannot_be_captured_is_a_one_line_config_error(trainer, device, match):
     cfg = _cfg(**trainer)
     with pytest.raises(ConfigError, match=match):
-        step_shapes(cfg, build_components(cfg), [_Utt(1.0)], torch.device(device))
+        step_shapes(cfg, build_components(cfg), [_utt(1.0)], torch.device(device))
 
 
 def test_bench_train_refuses_graphs_on_the_cpu(cli):

@@ -105,6 +105,9 @@ def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, repeats: int = 
         n *= 2
 
 
+BENCH_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+
 def mode_parts(mode: str) -> tuple[str, bool, bool]:
     """A bench mode -> (the precision it trains in, whether TF32 is allowed, whether CUDA graphs replay the model).
 
@@ -114,9 +117,6 @@ def mode_parts(mode: str) -> tuple[str, bool, bool]:
     if extra not in ("", "graphs") or base not in BENCH_PRECISIONS:
         raise ValueError(f"bench mode {mode!r}: use one of {', '.join(BENCH_PRECISIONS)}, optionally +graphs")
     return ("fp32" if base == "tf32" else base), base != "fp32", extra == "graphs"
-
-
-BENCH_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
 def _set_tf32(on: bool) -> None:

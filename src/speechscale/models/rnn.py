@@ -13,15 +13,6 @@ from .gru_cpu import GRUDirection
 from .layers import MaskedBatchNorm, reverse_within
 
 RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
-_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
-
-
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    """One side stream per GPU for the backward direction of bidirectional layers."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SIDE_STREAMS:
-        _SIDE_STREAMS[index] = torch.cuda.Stream(device)
-    return _SIDE_STREAMS[index]
 MERGES = ("sum", "concat")  # bidirectional outputs: added, or concatenated
 
 class RecurrentLayer(nn.Module):
@@ -116,23 +107,9 @@ class RecurrentLayer(nn.Module):
             return self._one_way_run(x, fw)
         lengths = lengths.to(x.device)
         bw = self._weights(self._weight_names, dtype, "_reverse")
-
-        def backward_direction() -> torch.Tensor:
-            # the RNN is causal: its outputs past a row's length never reach the valid ones, nor (masked) the loss
-            return reverse_within(self._one_way_run(reverse_within(x, lengths), bw), lengths)  # back in time order
-
-        if not x.is_cuda or torch.jit.is_tracing():
-            return torch.cat([self._one_way_run(x, fw), backward_direction()], dim=-1)
-        # CUDA: the backward direction on a side stream, beside the forward one. cuDNN runs a direction's time steps
-        # one after another, each too small at training batch sizes to fill the GPU, so the two directions side by
-        # side take about the time of one (as cuDNN's fused bidirectional call does). Autograd runs each backward op
-        # on its forward op's stream: the backward pass overlaps too. Captured graphs keep the fork and the join.
-        main, side = torch.cuda.current_stream(x.device), _side_stream(x.device)
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            rev = backward_direction()
         out = self._one_way_run(x, fw)
-        main.wait_stream(side)  # every tensor used on the side stream is held until here, after the join
+        # the RNN is causal: its outputs past a row's length never reach the valid ones, nor (masked) the loss
+        rev = reverse_within(self._one_way_run(reverse_within(x, lengths), bw), lengths)  # back in time order
         return torch.cat([out, rev], dim=-1)
 
     def _one_way_run(self, x: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:

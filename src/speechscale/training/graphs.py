@@ -40,7 +40,8 @@ def step_shapes(cfg: Config, comps: Any, utts: list[Any], device: torch.device) 
     off; on insists (a clear error where it cannot); off never. Graphs need fixed shapes: data.fixed_shapes=0
     then means 8."""
     mode, count = cfg.trainer.cuda_graphs, cfg.data.fixed_shapes
-    mode = {True: "on", False: "off"}.get(mode, mode) if isinstance(mode, bool) else mode  # YAML reads on/off as bools
+    if isinstance(mode, bool):  # YAML reads on/off as booleans
+        mode = "on" if mode else "off"
     if mode not in MODES:
         raise ConfigError(f"trainer.cuda_graphs: {mode!r} is unknown; use auto, on or off")
     graphs = mode != "off" and device.type == "cuda" and bool(utts) and not cfg.trainer.compile

@@ -100,8 +100,9 @@ class TrainStep:
             if len(b) == 0:  # all of this rank's batch was skipped: a placeholder keeps the ranks matched
                 assert self.placeholder is not None, "an empty batch needs the placeholder"
                 b, weight = self.placeholder, 0.0
-            last = j == len(micro) - 1 or self.graphs is not None  # graphs: the strategy reduces after the loop
-            with contextlib.nullcontext() if last else self.strategy.accumulating(self.forward):
+            # every micro-batch but the last skips the strategy's reduction; graphed steps reduce after the loop
+            accumulating = j < len(micro) - 1 and self.graphs is None
+            with self.strategy.accumulating(self.forward) if accumulating else contextlib.nullcontext():
                 losses.append(self.forward_backward(b.to(self.device), len(micro), weight, b.feat_lens))
         if self.graphs is not None:
             self.strategy.reduce_gradients(self.model)

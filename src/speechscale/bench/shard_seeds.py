@@ -20,8 +20,9 @@ def _spread(xs: list[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
 
-def bench_shard_seeds(seeds: list[int], shard_size: int = 8) -> dict[str, Any]:
-    """Rows (source, seed, steps, epochs, WER, CER) and per source the median and range of steps and WER."""
+def bench_shard_seeds(seeds: list[int], shard_size: int = 8, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Rows (source, seed, steps, epochs, WER, CER) and per source the median and range of steps and WER;
+    `overrides` go to every run (the test shortens the schedule)."""
     from ..config import ConfigError
 
     root = shared_data("yesno")
@@ -37,12 +38,13 @@ def bench_shard_seeds(seeds: list[int], shard_size: int = 8) -> dict[str, Any]:
                                  + "\n" for r in lines))
         run_cli(["data", "shard", str(train), "--out", str(Path(tmp) / "shards"), "--shard-size", str(shard_size)])
         sources = {"manifest": [], "shards": [f"data.train_manifest={Path(tmp) / 'shards' / 'index.jsonl'}",
-                                              "data.train_slice=null"]}
+                                              "data.train_slice=[]"]}
         for seed in seeds:
-            for source, overrides in sources.items():
-                r = run_recipe("yesno", spec, Path(tmp) / f"{source}-{seed}", [f"trainer.seed={seed}", *overrides])
+            for source, extra in sources.items():
+                r = run_recipe("yesno", spec, Path(tmp) / f"{source}-{seed}", [f"trainer.seed={seed}", *overrides, *extra])
                 rows.append({"source": source, "seed": seed, "steps": r["steps"], "epochs": r["epochs"],
                              "wer": r["wer"], "cer": r["cer"], "wall_seconds": r["wall_seconds"]})
     summary = {s: {"steps": _spread([r["steps"] for r in rows if r["source"] == s]),
                    "wer": _spread([r["wer"] for r in rows if r["source"] == s])} for s in sources}
-    return {"recipe": "configs/yesno.yaml", "shard_size": shard_size, "rows": rows, "summary": summary}
+    return {"recipe": "configs/yesno.yaml", "shard_size": shard_size, "overrides": list(overrides), "rows": rows,
+            "summary": summary}

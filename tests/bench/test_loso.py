@@ -87,9 +87,9 @@ def test_rows_of_one_recipe_over_seeds_are_averaged_and_a_single_seed_carries_no
     groups = loso_tables.loso_by_recipe(docs)
     assert set(groups) == {("configs/fsdd.yaml", ""), ("configs/fsdd.yaml", "augment.freq_warp=0.1")}
     assert groups["configs/fsdd.yaml", ""] == {
-        1: {"greedy": 0.30, "lexicon": 0.15, "end_boundary": False},
-        2: {"greedy": 0.40, "lexicon": 0.20, "end_boundary": False},
-        3: {"greedy": 0.38, "lexicon": 0.19, "end_boundary": False}}
+        1: {"greedy": 0.30, "lexicon": 0.15, "end_boundary": False, "name": "base"},
+        2: {"greedy": 0.40, "lexicon": 0.20, "end_boundary": False, "name": "base2"},
+        3: {"greedy": 0.38, "lexicon": 0.19, "end_boundary": False, "name": "base3-again"}}
     table = loso_tables.render_loso_seeds(docs)
     assert "| `configs/fsdd.yaml` | 1, 2, 3 | 36.0 % (30.0-40.0) | 18.0 % (15.0-20.0)† |  |" in table
     docs["base2"]["results"]["lexicon_end_boundary"] = True  # seed 2 scored by today's lexicon search

@@ -160,6 +160,15 @@ def test_the_front_pages_tables_are_their_committed_data():
     demo = json.loads((ROOT / "docs/figures/bench-all/demo.json").read_text())["results"][0]
     assert f"CER {100 * demo['cer']:.1f} % on the demo's unseen voice" in front
     assert f"WER {100 * recipes['yesno-conformer']['wer']:.1f} % on yesno's 29 test files" in front
+    # the quick start's sentences: the archive's size, yesno's training time, graphed against eager
+    from speechscale.data.download import CORPORA
+
+    assert f"# {CORPORA['yesno'].size_mb:g} MB from OpenSLR" in front
+    assert f"# about {round(recipes['yesno']['wall_seconds'] / 60)} minutes on 2 CPU cores" in front
+    ratios = [next(x for x in rows if x["model"] == m and x["precision"] == "bf16+graphs")["audio_seconds_per_second_compute"]
+              / next(x for x in rows if x["model"] == m and x["precision"] == "bf16")["audio_seconds_per_second_compute"]
+              for m in ("ds2-large", "wav2letter+", "lstm-ctc", "conformer")]
+    assert f"{min(ratios):.1f}-{max(ratios):.0f}x the eager step" in front, ratios
 
 
 @pytest.mark.slow

@@ -180,10 +180,10 @@ def _trained_seed(res: dict[str, Any]) -> int | None:
 
 def loso_by_recipe(docs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[int | None, dict[str, Any]]]:
     """Complete LOSO results grouped by recipe (config, overrides that change training) -> seed -> the four
-    folds' mean WER per decoder (and `end_boundary`: which lexicon search scored it). A seed run twice keeps its
-    latest file (by measurement date)."""
+    folds' mean WER per decoder (and `end_boundary`: which lexicon search scored it; `name`: the file's key in
+    `docs`). A seed run twice keeps its latest file (by measurement date)."""
     out: dict[tuple[str, str], dict[int | None, dict[str, Any]]] = {}
-    for doc in sorted(docs.values(), key=lambda d: d["provenance"]["date"]):
+    for name, doc in sorted(docs.items(), key=lambda kv: kv[1]["provenance"]["date"]):
         res = doc["results"]
         if not res.get("summary"):
             continue
@@ -191,7 +191,8 @@ def loso_by_recipe(docs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dic
         if res.get("extra_train"):
             recipe = (recipe + " " if recipe else "") + f"+ training on {res['extra_train']}"
         out.setdefault((res["config"], recipe), {})[_trained_seed(res)] = {
-            **{d: res["summary"][d]["mean_wer"] for d in ("greedy", "lexicon")}, "end_boundary": _end_boundary(res)}
+            **{d: res["summary"][d]["mean_wer"] for d in ("greedy", "lexicon")}, "end_boundary": _end_boundary(res),
+            "name": name}
     return out
 
 

@@ -91,7 +91,7 @@ def all_benches(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             raise SystemExit("speechscale bench all: the gpu-* benches need a CUDA GPU, and torch sees none")
     if args.tables_only:
-        docs = suite.load_docs(out, tuple(only) if only else suite.BENCHES)
+        docs = suite.load_docs(out, tuple(only) if only else suite.BENCHES + suite.LONG_BENCHES)
         if not docs:
             raise SystemExit(f"speechscale bench all: {out}: no bench JSON files to render")
     else:
@@ -102,8 +102,11 @@ def all_benches(args: argparse.Namespace) -> int:
         print(f"updated {args.benchmarks}: {', '.join(docs)}")
         from ..bench import summary
 
-        if summary.update(Path(args.benchmarks), out.parent):  # docs/figures/{bench-all,gpu} -> docs/figures
-            print(f"updated {args.benchmarks}: summary")
+        areas = summary.update(Path(args.benchmarks), out.parent)  # docs/figures/{bench-all,gpu} -> docs/figures
+        if areas:
+            print(f"updated {args.benchmarks}: summary of {', '.join(areas)}")
+        if args.tables_only and not args.gpu and (out.parent / "loso").is_dir():
+            _rerender_loso(out.parent / "loso", args.benchmarks)
         runs = tables.gpu_adpsgd_docs(out / "adpsgd") if args.gpu else {}  # docs/figures/gpu/adpsgd.sh's runs
         if runs and tables.update_gpu_adpsgd(Path(args.benchmarks), runs):
             print(f"updated {args.benchmarks}: gpu-adpsgd ({len(runs)} runs)")

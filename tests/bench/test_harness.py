@@ -1,7 +1,6 @@
 """The shared bench harness: interleaving in rotating order, medians and spread, provenance; and the
 generated tables of BENCHMARKS.md, which must be what the committed bench-all JSON files render to."""
 import json
-import time
 
 import pytest
 
@@ -11,13 +10,26 @@ from speechscale.bench.suite import BENCHES, load_docs
 from tests.conftest import ROOT
 
 
-def test_interleave_rotates_the_order_and_times_each_variant():
-    calls = []
-    stats = interleave({"a": lambda: calls.append("a") or 1, "b": lambda: calls.append("b") or time.sleep(0.01)},
-                       repeats=4, warmup=1)
+def test_interleave_rotates_the_order_and_times_each_variant(monkeypatch):
+    """On a clock the variants advance themselves (a by 1, b by 3 units): each call's own time, exactly."""
+    from speechscale.bench import harness
+
+    now, calls, syncs = [0.0], [], []
+    monkeypatch.setattr(harness, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])}))
+
+    def variant(name, cost):
+        def call():
+            calls.append(name)
+            now[0] += cost
+            return cost
+        return call
+
+    stats = interleave({"a": variant("a", 1.0), "b": variant("b", 3.0)}, repeats=4, warmup=1,
+                       sync=lambda: syncs.append(now[0]))
     assert calls == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]  # round r starts at variant r mod 2
-    assert stats["a"].n == stats["b"].n == 4 and stats["a"].extra == [1] * 4
-    assert stats["b"].median >= 0.01 > stats["a"].median
+    assert stats["a"].n == stats["b"].n == 4 and stats["a"].extra == [1.0] * 4
+    assert stats["a"].median == 1.0 and stats["b"].median == 3.0 and stats["b"].p90 == 3.0
+    assert len(syncs) == 2 * len(calls)  # before and after every call, warm-up included
 
 
 def test_summary_statistics():

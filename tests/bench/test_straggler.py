@@ -60,16 +60,15 @@ def test_summary_gives_median_and_range_over_seeds_and_counts_runs_that_missed_t
 def test_bench_straggler_runs_each_strategy_with_and_without_a_slow_learner(tmp_path):
     shared("yesno", "manifest.jsonl")
     proc = run_cli("bench", "straggler", "--procs", "2", "--epochs", "1", "--out", str(tmp_path),
-                   "--strategies", "allreduce,adpsgd-fixed_ring", "--seeds", "4", "--target-wer", "1.5",
+                   "--strategies", "allreduce,adpsgd-fixed_ring", "--seeds", "4", "--target-wer", "0.5",
                    "--slowdown", "4",
                    "model.overrides={rnn_hidden: 64, rnn_layers: 1}", timeout=900)
     lines = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     rows = [x for x in lines if "summary" not in x]
     summary = [x["summary"] for x in lines if "summary" in x]
-    assert [(s["strategy"], s["straggler"] is not None, s["reached"]) for s in summary] == [
-        ("allreduce", False, 1), ("allreduce", True, 1),
-        ("adpsgd-fixed_ring", False, 1), ("adpsgd-fixed_ring", True, 1)]
-    assert all(r["seed"] == 4 and r["seconds_to_target"] > 0 for r in rows)
+    assert [(s["strategy"], s["straggler"] is not None) for s in summary] == [
+        ("allreduce", False), ("allreduce", True), ("adpsgd-fixed_ring", False), ("adpsgd-fixed_ring", True)]
+    assert all(r["seed"] == 4 for r in rows)
     assert [(r["strategy"], r["straggler"] is not None) for r in rows] == [
         ("allreduce", False), ("allreduce", True), ("adpsgd-fixed_ring", False), ("adpsgd-fixed_ring", True)]
     assert all(r["epochs"] == 1 and r["utterances_per_second"] > 0 for r in rows)
@@ -79,7 +78,13 @@ def test_bench_straggler_runs_each_strategy_with_and_without_a_slow_learner(tmp_
     assert rows[1]["throughput_vs_no_straggler"] < 0.85
     assert rows[2]["loss_vs_allreduce_max"] > 0 and "loss_vs_allreduce_max" not in rows[0]
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert all(r["seconds_to_target"] == r["val"][0]["seconds"] for r in saved)  # 1 epoch: its validation
+    # a target one epoch may or may not reach (WER 50 %): each run's time to it and each summary's count are
+    # recomputed from the validations the run saved
+    for r in saved:
+        want = r["val"][0]["seconds"] if r["val"][0]["wer"] <= 0.5 else None  # 1 epoch: its one validation
+        assert r["seconds_to_target"] == want
+    for s, r in zip(summary, saved):  # one seed: one run per summary row, in the same order
+        assert s["reached"] == (r["seconds_to_target"] is not None)
     assert len(saved) == 4 and all(len(r["val"]) == 1 for r in saved)
     assert all(v["loss"] > 0 and v["wer"] >= 0 for r in saved for v in r["val"])
     assert (tmp_path / "straggler.png").stat().st_size > 10_000

@@ -69,7 +69,9 @@ def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, npr
     try:
         wait_for(lambda: (killed / "checkpoints" / "latest").is_file() and proc.poll() is None)
         kill_group(proc, signal.SIGKILL)
-        assert latest_step(killed) < target - 2  # killed well before the end
+        kill_step = latest_step(killed)
+        assert kill_step < target - 2  # killed well before the end
+        at_kill = _weights(killed)  # the weights the resume starts from
         run(launch(train_args(m, killed, *steps, "trainer.resume=auto")), tmp_path / "log2")
         ref.wait(timeout=300)
         assert ref.returncode == 0, (tmp_path / "log3").read_text()[-4000:]
@@ -84,9 +86,18 @@ def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, npr
         # 4 steps behind; beside two other trainings here, 6)
         for leg in (straight, killed):
             assert max(r["step"] for r in trace(leg)) == target
-        wa, wb = (torch.cat([w["model"][k].double().flatten() for k in floats]) for w in (a, b))
-        assert torch.isfinite(wb).all() and float((wb - wa).norm() / wa.norm()) < 0.1  # the same course
+        # The weights are not compared with the straight run's: asynchronous learners take other batches in
+        # another order (the first leg's rank 0 is slowed), and the two runs end as far apart as the straight
+        # run moved after the kill point (measured: 1.24 against 3.25 for random_ring, 2.10 against 2.18 for
+        # fixed_ring; a 10 % bound on the norm, the test before, could not tell a resume from a restart). What
+        # a resume must do is checked instead: every learner went on from the checkpoint's step, and trained.
+        wa, wb, wk = (torch.cat([w["model"][k].double().flatten() for k in floats]) for w in (a, b, at_kill))
+        assert torch.isfinite(wb).all() and not torch.equal(wb, wk)
+        print(json.dumps({"test": name, "apart": float((wb - wa).norm()), "moved_after_kill": float((wa - wk).norm())}))
         resumed = [r for r in trace(killed) if r["resumed_at"]]
+        assert {r["resumed_at"] for r in resumed} == {kill_step}
+        for rank in {r["rank"] for r in resumed}:
+            assert min(r["step"] for r in resumed if r["rank"] == rank) == kill_step + 1, rank
         for epoch in sorted({r["epoch"] for r in resumed})[:-1]:
             ids = sorted(i for r in resumed if r["epoch"] == epoch for i in r["ids"])
             assert ids == list(range(12)), epoch

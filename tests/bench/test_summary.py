@@ -111,3 +111,13 @@ def test_a_changed_figure_in_the_data_changes_the_summary(tmp_path):
     assert summary.update(md, figures) == ["accuracy", "gpu"]
     assert summary.block(md.read_text(), "accuracy") == after
     assert summary.block(md.read_text(), "gpu") == summary.render(figures, "gpu")
+
+
+def test_every_link_of_benchmarks_md_resolves():
+    """Its index links to its areas by GitHub's heading anchors, and every file it links exists."""
+    slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", BENCH, re.M)}
+    for target in re.findall(r"\]\(([^)]+)\)", BENCH):
+        if target.startswith("#"):
+            assert target[1:] in slugs, target
+        elif not target.startswith("http"):
+            assert (ROOT / target.split("#")[0]).exists(), target

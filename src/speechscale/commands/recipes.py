@@ -27,6 +27,11 @@ def _result(entry: dict[str, Any]) -> str:
         return "not measured"
     seeds = f", {r['seeds']} seed" + ("s" if r["seeds"] != 1 else "")
     verdict = "reached" if r["reached"] else "not reached"
+    if "wer_range" in r:  # over seeds: the median, its range, and how many seeds reached the goal
+        lo, hi = r["wer_range"]
+        verdict = f"{verdict} on every seed" if r["reached"] else f"reached on {r['seeds_reached']} of {r['seeds']} seeds"
+        return (f"WER {100 * r['wer']:.1f} % ({100 * lo:.1f}-{100 * hi:.1f}), CER {100 * r['cer']:.1f} %, medians "
+                f"over {r['seeds']} seeds (goal {r['goal']}: {verdict})")
     return f"WER {100 * r['wer']:.1f} %, CER {100 * r['cer']:.1f} % (goal {r['goal']}: {verdict}{seeds})"
 
 

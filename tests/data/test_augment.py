@@ -58,13 +58,19 @@ def test_pause_segments_and_word_crop_on_real_yesno_audio():
     segs = pause_segments(wav, 8000)
     assert len(segs) == 8 and all(a < b for a, b in segs)
     cfg = AugmentConfig(word_crop=1.0)
-    seen = set()
-    for seed in range(40):
+    seen, lead = set(), {"no": [], "yes": []}
+    for seed in range(60):
         out, text = word_crop(wav, "no no no no yes yes yes yes", cfg, 8000, torch.Generator().manual_seed(seed))
         n = len(text.split())
-        assert 1 <= n <= 8 and len(pause_segments(out, 8000)) == n  # the cut keeps whole words only
+        kept = pause_segments(out, 8000)
+        assert 1 <= n <= 8 and len(kept) == n  # the cut keeps whole words only
         seen.add(text.split()[0])
+        lead[text.split()[0]].append(kept[0][0])
     assert seen == {"no", "yes"}  # crops start on either word: the first-word prior is gone
+    # ... and so does the lead's: a crop from a later word may start with as long a silence as the file's own
+    # (before, only crops from the first word kept it, and a long lead meant "no")
+    assert max(lead["yes"]) > 0.6 * segs[0][0] and max(lead["no"]) > 0.6 * segs[0][0]
+    assert min(lead["yes"]) < 0.4 * segs[0][0] and min(lead["no"]) < 0.4 * segs[0][0]
     same = word_crop(wav, "three words only", cfg, 8000, torch.Generator().manual_seed(0))
     assert same[1] == "three words only" and same[0] is wav  # segment count != word count: unchanged
 

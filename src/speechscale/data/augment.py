@@ -113,10 +113,15 @@ def pause_segments(wav: np.ndarray, sample_rate: int, floor_db: float = -18.0, m
 
 def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, gen: torch.Generator
               ) -> tuple[np.ndarray, str]:
-    """With probability cfg.word_crop, keep a random run of words; cuts fall in the middle of pauses.
+    """With probability cfg.word_crop, keep a random run of words; cuts fall in the middle of pauses, and the
+    crop starts with a random part (0 to all) of the file's own leading silence and ends with one of its trailing
+    silence.
 
     Only when the pauses split the audio into exactly one segment per word; otherwise unchanged. This
-    breaks priors on position, e.g. Kaldi's yesno split, whose training files all begin with "no"."""
+    breaks priors on position, e.g. Kaldi's yesno split, whose training files all begin with "no". The leading
+    silence matters there too: a file's lead (0.6-1.3 s) and trail (0.1-1.9 s) are longer than its pauses
+    (0.1-0.5 s); when only crops from the first word kept the lead, a long lead announced "no" (test files read
+    "noyes ..."), and with the lead alone spread over every crop, a long trail was read as one more word."""
     words = text.split()
     if cfg.word_crop <= 0 or len(words) < 2 or float(torch.rand((), generator=gen)) >= cfg.word_crop:
         return wav, text
@@ -126,9 +131,12 @@ def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, 
     n = len(words)
     i = int(torch.randint(0, n, (), generator=gen))
     j = int(torch.randint(i, n, (), generator=gen))
-    start = 0 if i == 0 else (segs[i - 1][1] + segs[i][0]) // 2
-    end = wav.shape[0] if j == n - 1 else (segs[j][1] + segs[j + 1][0]) // 2
-    return wav[start:end], " ".join(words[i:j + 1])
+    lead, last = segs[0][0], segs[-1][1]  # the file's silence before its first word and after its last
+    head = int(torch.randint(0, lead + 1, (), generator=gen))  # the part of the lead this crop starts with
+    tail = int(torch.randint(0, wav.shape[0] - last + 1, (), generator=gen))  # ... and of the trail it ends with
+    start = lead if i == 0 else (segs[i - 1][1] + segs[i][0]) // 2
+    end = last if j == n - 1 else (segs[j][1] + segs[j + 1][0]) // 2
+    return np.concatenate([wav[lead - head:lead], wav[start:end], wav[last:last + tail]]), " ".join(words[i:j + 1])
 
 
 def sound_span(wav: np.ndarray, sample_rate: int, floor_db: float) -> tuple[int, int]:

@@ -71,6 +71,13 @@ def test_pause_segments_and_word_crop_on_real_yesno_audio():
     # (before, only crops from the first word kept it, and a long lead meant "no")
     assert max(lead["yes"]) > 0.6 * segs[0][0] and max(lead["no"]) > 0.6 * segs[0][0]
     assert min(lead["yes"]) < 0.4 * segs[0][0] and min(lead["no"]) < 0.4 * segs[0][0]
+    # word_crop_edges off: the earlier crop, where only a crop from the first word starts with the file's lead
+    old = AugmentConfig(word_crop=1.0, word_crop_edges=False)
+    firsts = {"no": [], "yes": []}
+    for seed in range(40):
+        out, text = word_crop(wav, "no no no no yes yes yes yes", old, 8000, torch.Generator().manual_seed(seed))
+        firsts[text.split()[0]].append(pause_segments(out, 8000)[0][0])
+    assert firsts["yes"] and max(firsts["yes"]) < 0.6 * segs[0][0] and segs[0][0] in firsts["no"]
     same = word_crop(wav, "three words only", cfg, 8000, torch.Generator().manual_seed(0))
     assert same[1] == "three words only" and same[0] is wav  # segment count != word count: unchanged
 

@@ -121,7 +121,9 @@ def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, 
     breaks priors on position, e.g. Kaldi's yesno split, whose training files all begin with "no". The leading
     silence matters there too: a file's lead (0.6-1.3 s) and trail (0.1-1.9 s) are longer than its pauses
     (0.1-0.5 s); when only crops from the first word kept the lead, a long lead announced "no" (test files read
-    "noyes ..."), and with the lead alone spread over every crop, a long trail was read as one more word."""
+    "noyes ..."), and with the lead alone spread over every crop, a long trail was read as one more word.
+    `cfg.word_crop_edges` off keeps the earlier crop: conformer-tiny learns yesno with it and not with the edges
+    (WER 100 % after 20 epochs on seed 1, with silence from next to the words or from the file's ends alike)."""
     words = text.split()
     if cfg.word_crop <= 0 or len(words) < 2 or float(torch.rand((), generator=gen)) >= cfg.word_crop:
         return wav, text
@@ -131,6 +133,10 @@ def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, 
     n = len(words)
     i = int(torch.randint(0, n, (), generator=gen))
     j = int(torch.randint(i, n, (), generator=gen))
+    if not cfg.word_crop_edges:  # the lead and trail only where the crop reaches the file's first and last word
+        start = 0 if i == 0 else (segs[i - 1][1] + segs[i][0]) // 2
+        end = wav.shape[0] if j == n - 1 else (segs[j][1] + segs[j + 1][0]) // 2
+        return wav[start:end], " ".join(words[i:j + 1])
     lead, last = segs[0][0], segs[-1][1]  # the file's silence before its first word and after its last
     head = int(torch.randint(0, lead + 1, (), generator=gen))  # the part of the lead this crop starts with
     tail = int(torch.randint(0, wav.shape[0] - last + 1, (), generator=gen))  # ... and of the trail it ends with

@@ -52,10 +52,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 BENCHES = tuple(SETTINGS)
 
-# Long benches, run by name only (`bench all --only NAME`), not by `bench all`: on 2 cores they take hours.
+# Long benches, run by name only (`bench all --only NAME`), never by a plain `bench all`.
 LONG_SETTINGS: dict[str, dict[str, Any]] = {
     # issue #43 §4: yesno from its manifest and from shards of 8 files, 3 seeds each (steps and WER side by side);
-    # on 2026-11-26's slow, shared 2 cores one yesno run took about 40 minutes, so it waits for a bigger machine
+    # about 26 minutes on 2 cores (2026-11-27: 4 to 4.5 minutes a run)
     "yesno-shards": {"seeds": [1, 2, 3], "shard_size": 8},
 }
 LONG_BENCHES = tuple(LONG_SETTINGS)

@@ -31,7 +31,8 @@ def render(figures: Path, section: str) -> str:
                  for r in rows])
     made: dict[str, str] = {}
     for r in rows:
-        made.setdefault(r["source"].split("#")[0], f"`{r['command']}` at `{r['commit']}`")
+        changes = f" ({r['changes']})" if r.get("changes") else ""  # what a `+changes` commit had changed
+        made.setdefault(r["source"].split("#")[0], f"`{r['command']}` at `{r['commit']}`{changes}")
     return table + "\nMade by:\n" + "".join(f"- `{src}`: {how}\n" for src, how in made.items())
 
 

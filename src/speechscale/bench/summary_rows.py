@@ -32,6 +32,7 @@ def _row(section: str, what: str, figure: str, goal: str, status: str, prov: dic
          command: str | None = None) -> dict[str, Any]:
     return {"section": section, "what": what, "figure": figure, "goal": goal, "status": status,
             "date": prov["date"].split(" ")[0], "machine": prov["machine"], "commit": prov.get("commit", "?"),
+            "changes": prov.get("changes"),
             "command": command or prov["command"], "source": source}
 
 

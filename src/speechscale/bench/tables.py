@@ -15,7 +15,8 @@ from typing import Any, Callable
 def _provenance(doc: dict[str, Any]) -> str:
     p = doc["provenance"]
     took = f", took {doc['seconds']:.0f} s" if doc.get("seconds") is not None else ""
-    return (f"\n_Measured {p['date']} on {p['machine']}, commit `{p['commit']}`, torch {p['torch']}{took}; "
+    changes = f" ({p['changes']})" if p.get("changes") else ""  # what a `+changes` commit had changed
+    return (f"\n_Measured {p['date']} on {p['machine']}, commit `{p['commit']}`{changes}, torch {p['torch']}{took}; "
             f"command: `{p['command']}`._\n")
 
 

@@ -12,6 +12,7 @@ repeats is judged on its worst). The rows themselves are built in bench/summary_
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .summary_rows import SECTIONS, summary_rows
 from .tables import _md, _replace, read_block
@@ -23,16 +24,16 @@ def _tag(section: str) -> str:
     return f"summary:{section}"
 
 
-def render(figures: Path, section: str) -> str:
-    """The body of one area's block: its table, then each data file's command and commit."""
-    rows = [r for r in summary_rows(figures) if r["section"] == section]
+def render(figures: Path, section: str, rows: list[dict[str, Any]] | None = None) -> str:
+    """The body of one area's block: its table, then each data file's command and commit. `rows`: every area's
+    rows when the caller has read them already (summary_rows reads every file under `figures`)."""
+    rows = [r for r in (rows if rows is not None else summary_rows(figures)) if r["section"] == section]
     table = _md(["what", "figure", "goal", "status", "measured", "machine", "data"],
                 [[r["what"], r["figure"], r["goal"], r["status"], r["date"], r["machine"], f"`{r['source']}`"]
                  for r in rows])
     made: dict[str, str] = {}
     for r in rows:
-        changes = f" ({r['changes']})" if r.get("changes") else ""  # what a `+changes` commit had changed
-        made.setdefault(r["source"].split("#")[0], f"`{r['command']}` at `{r['commit']}`{changes}")
+        made.setdefault(r["source"].split("#")[0], f"`{r['command']}` at {r['commit']}")
     return table + "\nMade by:\n" + "".join(f"- `{src}`: {how}\n" for src, how in made.items())
 
 
@@ -43,9 +44,9 @@ def block(text: str, section: str) -> str | None:
 
 def update(path: Path, figures: Path) -> list[str]:
     """Re-render every area block `path` has; returns the areas written."""
-    text, written = path.read_text(), []
+    text, written, rows = path.read_text(), [], summary_rows(figures)
     for section in SECTIONS:
-        replaced = _replace(text, _tag(section), render(figures, section))
+        replaced = _replace(text, _tag(section), render(figures, section, rows))
         if replaced is not None:
             text = replaced
             written.append(section)

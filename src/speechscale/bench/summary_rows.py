@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .tables import _goal
+from .tables import _goal, changes_note
 
 SECTIONS = ("accuracy", "cpu", "gpu", "data", "distributed", "planner", "inference", "tests")
 TEST_GOAL_S = 480  # `make test` on a normal day (development.md)
@@ -31,8 +31,8 @@ def _status(ok: bool, why: str = "") -> str:
 def _row(section: str, what: str, figure: str, goal: str, status: str, prov: dict[str, Any], source: str,
          command: str | None = None) -> dict[str, Any]:
     return {"section": section, "what": what, "figure": figure, "goal": goal, "status": status,
-            "date": prov["date"].split(" ")[0], "machine": prov["machine"], "commit": prov.get("commit", "?"),
-            "changes": prov.get("changes"),
+            "date": prov["date"].split(" ")[0], "machine": prov["machine"],
+            "commit": f"`{prov.get('commit', '?')}`{changes_note(prov)}",
             "command": command or prov["command"], "source": source}
 
 

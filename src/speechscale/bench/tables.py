@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+def changes_note(prov: dict[str, Any]) -> str:
+    """' (what a `+changes` commit had changed)', where the provenance says so; else ''."""
+    return f" ({prov['changes']})" if prov.get("changes") else ""
+
+
 def _provenance(doc: dict[str, Any]) -> str:
     p = doc["provenance"]
     took = f", took {doc['seconds']:.0f} s" if doc.get("seconds") is not None else ""
-    changes = f" ({p['changes']})" if p.get("changes") else ""  # what a `+changes` commit had changed
-    return (f"\n_Measured {p['date']} on {p['machine']}, commit `{p['commit']}`{changes}, torch {p['torch']}{took}; "
+    return (f"\n_Measured {p['date']} on {p['machine']}, commit `{p['commit']}`{changes_note(p)}, torch {p['torch']}{took}; "
             f"command: `{p['command']}`._\n")
 
 

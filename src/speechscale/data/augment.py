@@ -133,13 +133,12 @@ def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, 
     n = len(words)
     i = int(torch.randint(0, n, (), generator=gen))
     j = int(torch.randint(i, n, (), generator=gen))
-    if not cfg.word_crop_edges:  # the lead and trail only where the crop reaches the file's first and last word
-        start = 0 if i == 0 else (segs[i - 1][1] + segs[i][0]) // 2
-        end = wav.shape[0] if j == n - 1 else (segs[j][1] + segs[j + 1][0]) // 2
-        return wav[start:end], " ".join(words[i:j + 1])
     lead, last = segs[0][0], segs[-1][1]  # the file's silence before its first word and after its last
-    head = int(torch.randint(0, lead + 1, (), generator=gen))  # the part of the lead this crop starts with
-    tail = int(torch.randint(0, wav.shape[0] - last + 1, (), generator=gen))  # ... and of the trail it ends with
+    if cfg.word_crop_edges:  # a random part of the lead to start with, and of the trail to end with
+        head = int(torch.randint(0, lead + 1, (), generator=gen))
+        tail = int(torch.randint(0, wav.shape[0] - last + 1, (), generator=gen))
+    else:  # the lead and trail only where the crop reaches the file's first and last word
+        head, tail = (lead if i == 0 else 0), (wav.shape[0] - last if j == n - 1 else 0)
     start = lead if i == 0 else (segs[i - 1][1] + segs[i][0]) // 2
     end = last if j == n - 1 else (segs[j][1] + segs[j + 1][0]) // 2
     return np.concatenate([wav[lead - head:lead], wav[start:end], wav[last:last + tail]]), " ".join(words[i:j + 1])

@@ -57,7 +57,7 @@ class AugmentConfig:
                                        # like sox `tempo`; applied before speed); [] = off
     word_crop: float = 0.0             # probability of cutting an utterance down to a random run of its words where
                                        # pauses split it into one segment per word (connected-word corpora: yesno)
-    word_crop_edges: bool = True       # each crop keeps a random part of the file's lead and trail (off: as before)
+    word_crop_edges: float = 0.25      # probability a crop keeps a random part of the file's lead and trail (else compact)
     word_crop_floor_db: float = -18.0  # a 20 ms frame is speech when within this many dB of the loudest
     word_crop_min_pause: float = 0.1   # silences shorter than this (s) do not separate words
     trim_silence: float = 0.0          # probability of cutting leading and trailing silence to a random part of

@@ -111,6 +111,7 @@ def check_recipe(cfg: Config) -> None:
         (cfg.distributed.simulate_straggler.slowdown >= 1.0,
          "distributed.simulate_straggler.slowdown must be at least 1 (1 = off)"),
         (0.0 <= a.word_crop <= 1.0, "augment.word_crop is a probability in [0, 1]"),
+        (0.0 <= a.word_crop_edges <= 1.0, "augment.word_crop_edges is a probability in [0, 1]"),
         (0.0 <= a.trim_silence <= 1.0, "augment.trim_silence is a probability in [0, 1]"),
         (0.0 <= a.freq_warp < 0.5, "augment.freq_warp must be in [0, 0.5)"),
         (_pair(a.speed) and all(s > 0 for s in a.speed),

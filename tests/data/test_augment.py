@@ -59,7 +59,7 @@ def test_pause_segments_and_word_crop_on_real_yesno_audio():
     assert len(segs) == 8 and all(a < b for a, b in segs)
     cfg = AugmentConfig(word_crop=1.0)
     seen, lead = set(), {"no": [], "yes": []}
-    for seed in range(60):
+    for seed in range(120):
         out, text = word_crop(wav, "no no no no yes yes yes yes", cfg, 8000, torch.Generator().manual_seed(seed))
         n = len(text.split())
         kept = pause_segments(out, 8000)
@@ -68,16 +68,18 @@ def test_pause_segments_and_word_crop_on_real_yesno_audio():
         lead[text.split()[0]].append(kept[0][0])
     assert seen == {"no", "yes"}  # crops start on either word: the first-word prior is gone
     # ... and so does the lead's: a crop from a later word may start with as long a silence as the file's own
-    # (before, only crops from the first word kept it, and a long lead meant "no")
+    # (before, only crops from the first word kept it, and a long lead meant "no"); most crops are compact
     assert max(lead["yes"]) > 0.6 * segs[0][0] and max(lead["no"]) > 0.6 * segs[0][0]
     assert min(lead["yes"]) < 0.4 * segs[0][0] and min(lead["no"]) < 0.4 * segs[0][0]
-    # word_crop_edges off: the earlier crop, where only a crop from the first word starts with the file's lead
-    old = AugmentConfig(word_crop=1.0, word_crop_edges=False)
-    firsts = {"no": [], "yes": []}
+    long = sum(x > 0.4 * segs[0][0] for x in lead["no"] + lead["yes"])
+    assert 10 <= long <= 50  # about a quarter of 120 with edges 0.25 (and some of them draw a short part)
+    # edges 0: every crop compact, its first word after at most half a pause, whichever word it starts on
+    compact = AugmentConfig(word_crop=1.0, word_crop_edges=0.0)
+    bound = max(b[0] - a[1] for a, b in zip(segs, segs[1:])) // 2 + 160  # half the longest pause + a 20 ms frame
+    assert bound < 0.6 * segs[0][0]  # shorter than the file's lead
     for seed in range(40):
-        out, text = word_crop(wav, "no no no no yes yes yes yes", old, 8000, torch.Generator().manual_seed(seed))
-        firsts[text.split()[0]].append(pause_segments(out, 8000)[0][0])
-    assert firsts["yes"] and max(firsts["yes"]) < 0.6 * segs[0][0] and segs[0][0] in firsts["no"]
+        out, text = word_crop(wav, "no no no no yes yes yes yes", compact, 8000, torch.Generator().manual_seed(seed))
+        assert pause_segments(out, 8000)[0][0] <= bound
     same = word_crop(wav, "three words only", cfg, 8000, torch.Generator().manual_seed(0))
     assert same[1] == "three words only" and same[0] is wav  # segment count != word count: unchanged
 

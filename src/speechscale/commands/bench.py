@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from . import bench_convergence
 from .args import Parser, int_list, positive, yaml_mapping
 
 
@@ -327,6 +328,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bst.add_argument("--out", default="runs/bench_straggler", help="folder for results.json and straggler.png")
     bst.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
     bst.set_defaults(func=straggler)
+    bench_convergence.register(bsub, command)
     bf = command(bsub, "features", "cost of decoding + resampling + features per second of audio, as JSON")
     bf.add_argument("--manifest", required=True, help="the audio to read (JSONL manifest)")
     bf.add_argument("--sample-rate", type=positive(int), default=16000, help="rate the audio is resampled to")

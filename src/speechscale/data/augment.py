@@ -113,17 +113,18 @@ def pause_segments(wav: np.ndarray, sample_rate: int, floor_db: float = -18.0, m
 
 def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, gen: torch.Generator
               ) -> tuple[np.ndarray, str]:
-    """With probability cfg.word_crop, keep a random run of words; cuts fall in the middle of pauses, and the
-    crop starts with a random part (0 to all) of the file's own leading silence and ends with one of its trailing
-    silence.
+    """With probability cfg.word_crop, keep a random run of words; cuts fall in the middle of pauses. With
+    probability cfg.word_crop_edges the crop starts with a random part (0 to all) of the file's own leading
+    silence and ends with one of its trailing silence; otherwise it is compact: at its first and last word as
+    much silence as a crop between two words has (half the pause next to the word).
 
     Only when the pauses split the audio into exactly one segment per word; otherwise unchanged. This
     breaks priors on position, e.g. Kaldi's yesno split, whose training files all begin with "no". The leading
     silence matters there too: a file's lead (0.6-1.3 s) and trail (0.1-1.9 s) are longer than its pauses
     (0.1-0.5 s); when only crops from the first word kept the lead, a long lead announced "no" (test files read
-    "noyes ..."), and with the lead alone spread over every crop, a long trail was read as one more word.
-    `cfg.word_crop_edges` off keeps the earlier crop: conformer-tiny learns yesno with it and not with the edges
-    (WER 100 % after 20 epochs on seed 1, with silence from next to the words or from the file's ends alike)."""
+    "noyes ..."). Long silences are now as likely before any word, and never only before the first. With them on
+    every crop (edges 1) yesno was much harder to learn: ds2-tiny at 2 files a batch and conformer-tiny stalled
+    near 100 % WER (docs/history/accuracy.md, 2026-11-27); a quarter of the crops is enough."""
     words = text.split()
     if cfg.word_crop <= 0 or len(words) < 2 or float(torch.rand((), generator=gen)) >= cfg.word_crop:
         return wav, text
@@ -134,11 +135,13 @@ def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, 
     i = int(torch.randint(0, n, (), generator=gen))
     j = int(torch.randint(i, n, (), generator=gen))
     lead, last = segs[0][0], segs[-1][1]  # the file's silence before its first word and after its last
-    if cfg.word_crop_edges:  # a random part of the lead to start with, and of the trail to end with
+    p = cfg.word_crop_edges  # 1: no draw, so edges 1 crops as the earlier all-edges code did
+    if p >= 1 or (p > 0 and float(torch.rand((), generator=gen)) < p):  # random parts of the lead and the trail
         head = int(torch.randint(0, lead + 1, (), generator=gen))
         tail = int(torch.randint(0, wav.shape[0] - last + 1, (), generator=gen))
-    else:  # the lead and trail only where the crop reaches the file's first and last word
-        head, tail = (lead if i == 0 else 0), (wav.shape[0] - last if j == n - 1 else 0)
+    else:  # compact: the lead and trail only where the crop reaches the first and last word, half a pause long
+        head = min(lead, (segs[1][0] - segs[0][1]) // 2) if i == 0 else 0
+        tail = min(wav.shape[0] - last, (segs[-1][0] - segs[-2][1]) // 2) if j == n - 1 else 0
     start = lead if i == 0 else (segs[i - 1][1] + segs[i][0]) // 2
     end = last if j == n - 1 else (segs[j][1] + segs[j + 1][0]) // 2
     return np.concatenate([wav[lead - head:lead], wav[start:end], wav[last:last + tail]]), " ".join(words[i:j + 1])

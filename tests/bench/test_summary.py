@@ -56,10 +56,19 @@ def test_each_row_is_recomputed_from_its_json():
     row = rows["recipe `fsdd` (unseen speaker)"]
     assert f"{100 * fsdd['wer']:.1f} %" in row["figure"]
     assert row["status"] == f"**not reached** (gap {100 * (fsdd['wer'] - 0.05):.1f} points)"
-    for s in json.loads((FIGURES / "bench-all" / "straggler.json").read_text())["results"]["summary"]:
+    straggler = json.loads((FIGURES / "bench-all" / "straggler.json").read_text())["results"]["summary"]
+    for s in straggler:
         if s["straggler"]:
             r = next(v for k, v in rows.items() if k.startswith(f"{s['strategy']}, one learner"))
             assert (r["status"] == "reached") == (s["reached"] == s["runs"])
+            base = next(p for p in straggler if p["strategy"] == s["strategy"] and not p["straggler"])
+            a, b = s["seconds_to_target"], base["seconds_to_target"]
+            assert r["figure"].startswith(f"{a['median']:.0f} s ({a['min']:.0f}-{a['max']:.0f}) against "
+                                          f"{b['median']:.0f} s ({b['min']:.0f}-{b['max']:.0f}) without")
+            assert ("overlap" in r["figure"]) == (a["min"] <= b["max"] and b["min"] <= a["max"])
+            assert r["figure"].endswith(f"throughput {s['throughput_vs_no_straggler']['median']:.2f}x "
+                                        f"({s['throughput_vs_no_straggler']['min']:.2f}-"
+                                        f"{s['throughput_vs_no_straggler']['max']:.2f})")
     gpu = json.loads((FIGURES / "gpu" / "gpu-train.json").read_text())["results"]
     rate = next(r["audio_seconds_per_second"] for r in gpu if r["model"] == "ds2-large" and r["precision"] == "bf16")
     row = next(v for k, v in rows.items() if k.startswith("ds2-large bf16, batch 32 x 10 s, eager"))

@@ -236,17 +236,30 @@ def _distributed(figures: Path) -> list[dict[str, Any]]:
                              "-", "measured", scaling["provenance"], "bench-all/scaling.json"))
     rows += _nodes(figures / "multinode" / "nodes.jsonl")
     doc = _load(figures / "bench-all" / "straggler.json")
-    for s in (doc or {}).get("results", {}).get("summary", []):
+    summary = (doc or {}).get("results", {}).get("summary", [])
+    plain = {s["strategy"]: s for s in summary if s["straggler"] is None}
+    for s in summary:
         if s["straggler"] is None:
             continue
-        t = s.get("seconds_to_target") or {}
-        figure = (f"{t['median']:.0f} s ({t['min']:.0f}-{t['max']:.0f}) over the seeds that reached it"
-                  if t.get("median") is not None else "never reached")
         rows.append(_row("distributed", f"{s['strategy']}, one learner {s['straggler'].split()[-1]} slower: time to "
-                         f"WER {_pct(s['target_wer'])}", figure, f"every seed reaches WER {_pct(s['target_wer'])}",
+                         f"WER {_pct(s['target_wer'])} with it and without, and throughput against without",
+                         _straggler_figure(s, plain.get(s["strategy"])), f"every seed reaches WER {_pct(s['target_wer'])}",
                          _status(s["reached"] == s["runs"], f"{s['reached']} of {s['runs']} seeds did"),
                          doc["provenance"], "bench-all/straggler.json"))
     return rows
+
+
+def _straggler_figure(slow: dict[str, Any], plain: dict[str, Any] | None) -> str:
+    """'W s (range) against N s (range) without (the ranges overlap); throughput R x (range)', medians over the
+    seeds that reached the target."""
+    def t(s: dict[str, Any] | None) -> str:
+        x = (s or {}).get("seconds_to_target") or {}
+        return f"{x['median']:.0f} s ({x['min']:.0f}-{x['max']:.0f})" if x.get("median") is not None else "never"
+    a, b = (slow.get("seconds_to_target") or {}), ((plain or {}).get("seconds_to_target") or {})
+    overlap = bool(a and b) and a["min"] <= b["max"] and b["min"] <= a["max"]
+    r = slow["throughput_vs_no_straggler"]
+    return (f"{t(slow)} against {t(plain)} without{' (the ranges overlap)' if overlap else ''}; throughput "
+            f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})")
 
 
 def _nodes(path: Path) -> list[dict[str, Any]]:

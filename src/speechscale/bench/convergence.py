@@ -17,14 +17,12 @@ stopped, resumed, or split over machines. A folder of runs made with other setti
 from __future__ import annotations
 
 import json
-import statistics
-import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
 from .harness import provenance
-from .straggler import STRATEGY_RUNS, _train
+from .straggler import STRATEGY_RUNS, _spread, _train
 
 SINGLE = "single"
 STRATEGIES = (SINGLE, *STRATEGY_RUNS)
@@ -76,25 +74,18 @@ def bench_convergence(config: str, procs: int = 4, seeds: list[int] | None = Non
     done = load_runs(out, settings)
     have = {(r["strategy"], r["seed"]) for r in done}
     todo = [(s, seed) for seed in seeds or [1] for s in strategies or STRATEGIES if (s, seed) not in have]
-    lock = threading.Lock()
     with ThreadPoolExecutor(max(1, parallel)) as pool:
         jobs = [pool.submit(_run_one, s, seed, procs, config, epochs, extra, single_threads, out / "work", timeout)
                 for s, seed in todo]
-        for job in as_completed(jobs):
+        for job in as_completed(jobs):  # results arrive in this thread only: one writer, no lock
             row = {**job.result(), "settings": settings, "provenance": provenance()}
-            with lock:
-                with (out / "runs.jsonl").open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-                done.append(row)
+            with (out / "runs.jsonl").open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            done.append(row)
             if report:
                 report(row)
     order = {s: i for i, s in enumerate(STRATEGIES)}
     return sorted(done, key=lambda r: (order.get(r["strategy"], len(order)), r["seed"]))
-
-
-def _spread(values: list[float]) -> dict[str, float] | None:
-    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4),
-            "max": round(max(values), 4)} if values else None
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -107,7 +98,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         gaps = [r["final_wer"] - single[r["seed"]] for r in mine if r["seed"] in single]
         rows.append({"strategy": strategy, "learners": mine[0]["learners"], "runs": len(mine),
                      "seeds": sorted(r["seed"] for r in mine), "epochs": mine[0]["epochs"],
-                     "final_wer": _spread([r["final_wer"] for r in mine]),
-                     "gap_to_single": None if strategy == SINGLE else _spread(gaps),
+                     "final_wer": _spread([r["final_wer"] for r in mine], 4),
+                     "gap_to_single": None if strategy == SINGLE else _spread(gaps, 4),
                      "at_or_below_single": None if strategy == SINGLE else sum(g <= 0 for g in gaps)})
     return rows

@@ -99,9 +99,10 @@ def time_to_target(val: list[dict[str, Any]], target_wer: float | None) -> float
     return next((v["seconds"] for v in val if v["wer"] is not None and v["wer"] <= target_wer), None)
 
 
-def _spread(values: list[float]) -> dict[str, float] | None:
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "max": round(max(values), 3)} if values else None
+def _spread(values: list[float], digits: int = 3) -> dict[str, float] | None:
+    """Median, min and max of `values`, rounded to `digits` (None for none)."""
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits)} if values else None
 
 
 def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

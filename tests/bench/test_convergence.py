@@ -24,6 +24,12 @@ def test_summary_gives_each_strategy_its_spread_and_its_gap_to_one_process_of_th
     assert allreduce["at_or_below_single"] == 1 and allreduce["learners"] == 4
     assert ring["runs"] == 2 and ring["seeds"] == [1, 3]
     assert ring["gap_to_single"] == {"median": 0.095, "min": -0.01, "max": 0.2} and ring["at_or_below_single"] == 1
+    assert single["final_cer"] is None  # the runs carry no CER: no figure is made up
+
+
+def test_summary_gives_the_cer_spread_when_every_run_has_one():
+    runs = [{**_run("single", s, w), "final_cer": c} for s, w, c in [(1, 0.1, 0.04), (2, 0.2, 0.09), (3, 0.0, 0.0)]]
+    assert summarize(runs)[0]["final_cer"] == {"median": 0.04, "min": 0.0, "max": 0.09}
 
 
 def test_a_folder_of_runs_made_with_other_settings_is_refused(tmp_path):
@@ -49,8 +55,10 @@ def test_bench_convergence_trains_each_strategy_and_skips_the_runs_it_has(tmp_pa
         metrics = [json.loads(x) for x in (tmp_path / "work" / f"{row['strategy']}-seed3" / "metrics.jsonl")
                    .read_text().splitlines()]
         last = [m for m in metrics if m["kind"] == "val"][-1]
-        assert (row["final_wer"], row["final_val_loss"], row["epochs"]) == (last["wer"], last["val_loss"], 2)
+        assert (row["final_wer"], row["final_cer"], row["final_val_loss"], row["epochs"]) == (
+            last["wer"], last["cer"], last["val_loss"], 2)
         assert row["provenance"]["commit"] and row["settings"]["procs"] == 2
+        assert not any(x.startswith("data.root=") for x in row["settings"]["overrides"])  # resumable elsewhere
     summary = {x["summary"]["strategy"]: x["summary"] for x in lines if "summary" in x}
     gap = saved[[r["strategy"] for r in saved].index("adpsgd-fixed_ring")]["final_wer"] - summary["single"]["final_wer"]["median"]
     assert summary["adpsgd-fixed_ring"]["gap_to_single"]["median"] == round(gap, 4)

@@ -29,7 +29,10 @@ STRATEGIES = (SINGLE, *STRATEGY_RUNS)
 
 
 def _settings(config: str, procs: int, epochs: int | None, extra: list[str]) -> dict[str, Any]:
-    return {"config": config, "procs": procs, "epochs": epochs, "overrides": list(extra)}
+    """What makes two runs comparable: where the data lies is not (a folder of runs may be resumed on another
+    machine), so `data.root` is left out."""
+    return {"config": config, "procs": procs, "epochs": epochs,
+            "overrides": [x for x in extra if not x.startswith("data.root=")]}
 
 
 def load_runs(out: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -57,7 +60,8 @@ def _run_one(strategy: str, seed: int, procs: int, config: str, epochs: int | No
     val = run["val"]
     last = val[-1]
     return {"strategy": strategy, "seed": seed, "learners": n, "epochs": last["epoch"],
-            "minutes": round(run["summary"]["minutes"], 3), "final_wer": last["wer"], "final_val_loss": last["loss"],
+            "minutes": round(run["summary"]["minutes"], 3), "final_wer": last["wer"], "final_cer": last["cer"],
+            "final_val_loss": last["loss"],
             "best_wer": min(v["wer"] for v in val if v["wer"] is not None), "val": val}
 
 
@@ -89,8 +93,9 @@ def bench_convergence(config: str, procs: int = 4, seeds: list[int] | None = Non
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per strategy over its seeds: the final WER's median and range, and its gap to the single process of the
-    same seed (WER points; positive: worse than one process), with how many seeds end at or below it."""
+    """Per strategy over its seeds: the final WER's (and CER's, where every run has one) median and range, and its
+    gap to the single process of the same seed (WER points; positive: worse than one process), with how many seeds
+    end at or below it."""
     single = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == SINGLE}
     rows = []
     for strategy in dict.fromkeys(r["strategy"] for r in runs):
@@ -99,6 +104,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({"strategy": strategy, "learners": mine[0]["learners"], "runs": len(mine),
                      "seeds": sorted(r["seed"] for r in mine), "epochs": mine[0]["epochs"],
                      "final_wer": _spread([r["final_wer"] for r in mine], 4),
+                     "final_cer": _spread([r["final_cer"] for r in mine], 4)
+                     if all(r.get("final_cer") is not None for r in mine) else None,
                      "gap_to_single": None if strategy == SINGLE else _spread(gaps, 4),
                      "at_or_below_single": None if strategy == SINGLE else sum(g <= 0 for g in gaps)})
     return rows

@@ -50,7 +50,7 @@ def _train(procs: int, config: str, overrides: list[str], out: Path, timeout: fl
     summary = json.loads(stdout.strip().splitlines()[-1])
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     val = [{"seconds": round(r["time"] - started, 2), "epoch": r["epoch"], "loss": r["val_loss"], "wer": r["wer"],
-            "train_loss": r["train_loss"], "consensus_distance": r.get("consensus_distance")}
+            "cer": r.get("cer"), "train_loss": r["train_loss"], "consensus_distance": r.get("consensus_distance")}
            for r in rows if r["kind"] == "val"]
     return {"summary": summary, "val": val}
 

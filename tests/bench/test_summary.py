@@ -130,3 +130,21 @@ def test_every_link_of_benchmarks_md_resolves():
             assert target[1:] in slugs, target
         elif not target.startswith("http"):
             assert (ROOT / target.split("#")[0]).exists(), target
+
+
+def test_the_convergence_rows_are_recomputed_from_their_runs():
+    """Each strategy's row of a `bench convergence` file: its final WER's median against one process's, and
+    reached only where no seed ends above one process of the same seed."""
+    rows = [r for r in summary.summary_rows(FIGURES) if r["source"].startswith("convergence/")]
+    files = sorted((FIGURES / "convergence").glob("*.jsonl"))
+    assert files and {r["source"] for r in rows} == {f"convergence/{f.name}" for f in files}
+    for path in files:
+        runs = [json.loads(x) for x in path.read_text().splitlines()]
+        one = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == "single"}
+        for strategy in {r["strategy"] for r in runs} - {"single"}:
+            mine = [r for r in runs if r["strategy"] == strategy]
+            row = next(r for r in rows if r["source"] == f"convergence/{path.name}" and r["what"].startswith(strategy))
+            assert row["figure"].startswith(f"{100 * statistics.median(r['final_wer'] for r in mine):.1f} % ")
+            assert f"against {100 * statistics.median(one.values()):.1f} % " in row["figure"]
+            assert row["figure"].endswith(f"over {len(mine)} seeds")
+            assert (row["status"] == "reached") == all(r["final_wer"] <= one[r["seed"]] for r in mine)

@@ -235,6 +235,7 @@ def _distributed(figures: Path) -> list[dict[str, Any]]:
                              f"{r['cpu_cores']} cores", f"{r['speedup']:.2f}x ({100 * r['efficiency']:.0f} % efficiency)",
                              "-", "measured", scaling["provenance"], "bench-all/scaling.json"))
     rows += _nodes(figures / "multinode" / "nodes.jsonl")
+    rows += _convergence(figures / "convergence")
     doc = _load(figures / "bench-all" / "straggler.json")
     summary = (doc or {}).get("results", {}).get("summary", [])
     plain = {s["strategy"]: s for s in summary if s["straggler"] is None}
@@ -260,6 +261,36 @@ def _straggler_figure(slow: dict[str, Any], plain: dict[str, Any] | None) -> str
     r = slow["throughput_vs_no_straggler"]
     return (f"{t(slow)} against {t(plain)} without{' (the ranges overlap)' if overlap else ''}; throughput "
             f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})")
+
+
+def _convergence(folder: Path) -> list[dict[str, Any]]:
+    """`bench convergence` runs (one JSONL per recipe): each strategy's final WER against one process at equal
+    epochs over seeds (the ADPSGD paper's convergence claim), reached where no seed ends above its one process."""
+    from .convergence import SINGLE, summarize
+
+    rows = []
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        runs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        summary = {s["strategy"]: s for s in summarize(runs)}
+        single = summary.get(SINGLE)
+        for s in summary.values():
+            if s is single or single is None:
+                continue
+            w, g, n = s["final_wer"], s["gap_to_single"], s["runs"]
+            one = single["final_wer"]
+            config = runs[0]["settings"]["config"]
+            rows.append(_row("distributed", f"{s['strategy']}, {s['learners']} learners, `{config}`: final WER against "
+                             f"one process at equal epochs ({s['epochs']}), over seeds",
+                             f"{_pct_spread(w)} against {_pct_spread(one)}; gap {100 * g['median']:+.1f} points "
+                             f"({100 * g['min']:+.1f} to {100 * g['max']:+.1f}) over {n} seeds",
+                             "at most one process's WER, every seed",
+                             _status(s["at_or_below_single"] == n, f"{s['at_or_below_single']} of {n} seeds did"),
+                             runs[-1]["provenance"], f"convergence/{path.name}"))
+    return rows
+
+
+def _pct_spread(x: dict[str, float]) -> str:
+    return f"{100 * x['median']:.1f} % ({100 * x['min']:.1f}-{100 * x['max']:.1f})"
 
 
 def _nodes(path: Path) -> list[dict[str, Any]]:

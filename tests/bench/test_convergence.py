@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from speechscale.bench.convergence import load_runs, summarize
+from speechscale.bench.convergence import _settings, bench_convergence, load_runs, summarize
 from tests.conftest import run_cli, shared
 
 
@@ -38,6 +38,17 @@ def test_a_folder_of_runs_made_with_other_settings_is_refused(tmp_path):
     assert load_runs(tmp_path, settings)[0]["final_wer"] == 0.1
     with pytest.raises(ValueError, match="other settings"):
         load_runs(tmp_path, {**settings, "procs": 2})
+
+
+def test_no_run_starts_after_start_within_and_the_finished_ones_are_kept(tmp_path):
+    """A session's time guard: past it, the runs left are neither started nor written (the next call does them)."""
+    extra = ["data.root=/nowhere"]  # a run that started would fail here: the guard is what keeps this green
+    kept = {**_run("single", 1, 0.1), "settings": _settings("configs/fsdd.yaml", 4, None, extra)}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(kept) + "\n")
+    runs = bench_convergence("configs/fsdd.yaml", 4, [1, 2], tmp_path, extra, ["single", "allreduce"],
+                             start_within=0)
+    assert runs == [kept] and (tmp_path / "runs.jsonl").read_text().count("\n") == 1
+    assert not (tmp_path / "work").exists()
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ stopped, resumed, or split over machines. A folder of runs made with other setti
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
@@ -49,7 +50,9 @@ def load_runs(out: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _run_one(strategy: str, seed: int, procs: int, config: str, epochs: int | None, extra: list[str],
-             single_threads: int, out: Path, timeout: float) -> dict[str, Any]:
+             single_threads: int, out: Path, timeout: float, start_by: float) -> dict[str, Any] | None:
+    if time.monotonic() >= start_by:  # too late to start: left for the next call
+        return None
     if strategy == SINGLE:
         n, plan = 1, ["distributed.strategy=allreduce", f"trainer.threads={single_threads}"]
     else:
@@ -68,9 +71,12 @@ def _run_one(strategy: str, seed: int, procs: int, config: str, epochs: int | No
 def bench_convergence(config: str, procs: int = 4, seeds: list[int] | None = None, out: str | Path = "runs/conv",
                       extra: list[str] | None = None, strategies: list[str] | None = None, epochs: int | None = None,
                       parallel: int = 1, single_threads: int = 1, timeout: float = 7200,
+                      start_within: float | None = None,
                       report: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Each strategy for each seed (the ones not yet in OUT/runs.jsonl), `parallel` runs at a time; every
-    finished run is appended to runs.jsonl and passed to `report`. Returns all runs, old and new, in order."""
+    finished run is appended to runs.jsonl and passed to `report`. No run starts later than `start_within`
+    seconds (runs under way finish; the others are left for the next call). Returns all runs, old and new, in
+    order."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     extra = list(extra or [])
@@ -79,10 +85,15 @@ def bench_convergence(config: str, procs: int = 4, seeds: list[int] | None = Non
     have = {(r["strategy"], r["seed"]) for r in done}
     todo = [(s, seed) for seed in seeds or [1] for s in strategies or STRATEGIES if (s, seed) not in have]
     with ThreadPoolExecutor(max(1, parallel)) as pool:
-        jobs = [pool.submit(_run_one, s, seed, procs, config, epochs, extra, single_threads, out / "work", timeout)
+        start_by = time.monotonic() + (start_within if start_within is not None else float("inf"))
+        jobs = [pool.submit(_run_one, s, seed, procs, config, epochs, extra, single_threads, out / "work", timeout,
+                            start_by)
                 for s, seed in todo]
         for job in as_completed(jobs):  # results arrive in this thread only: one writer, no lock
-            row = {**job.result(), "settings": settings, "provenance": provenance()}
+            result = job.result()
+            if result is None:
+                continue
+            row = {**result, "settings": settings, "provenance": provenance()}
             with (out / "runs.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
             done.append(row)

@@ -21,6 +21,7 @@ def convergence(args: argparse.Namespace) -> int:
     try:
         runs = bench_convergence(args.config, args.procs, args.seeds, args.out, overrides, strategies, args.epochs,
                                  args.parallel, args.single_threads,
+                                 start_within=None if args.start_within is None else 60 * args.start_within,
                                  report=lambda r: print(json.dumps({k: v for k, v in r.items() if k != "val"}),
                                                         flush=True))
     except ValueError as e:
@@ -43,6 +44,9 @@ def register(bsub: Any, command: Callable[..., argparse.ArgumentParser]) -> None
     bc.add_argument("--parallel", type=positive(int), default=1,
                     help="runs at a time (a machine with cores to spare: procs x parallel <= cores)")
     bc.add_argument("--single-threads", type=positive(int), default=1, help="threads of the one-process run")
+    bc.add_argument("--start-within", type=positive(float), default=None, metavar="MINUTES",
+                    help="start no run after this many minutes (runs under way finish; the rest wait for the next "
+                    "call): fits a session's time")
     bc.add_argument("--out", default="runs/bench_convergence", help="folder for runs.jsonl and the runs")
     bc.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
     bc.set_defaults(func=convergence)

@@ -68,7 +68,7 @@ def test_bench_convergence_trains_each_strategy_and_skips_the_runs_it_has(tmp_pa
         last = [m for m in metrics if m["kind"] == "val"][-1]
         assert (row["final_wer"], row["final_cer"], row["final_val_loss"], row["epochs"]) == (
             last["wer"], last["cer"], last["val_loss"], 2)
-        assert row["provenance"]["commit"] and row["settings"]["procs"] == 2
+        assert row["provenance"]["commit"] and row["settings"]["procs"] == 2 and row["threads"] == 1
         assert not any(x.startswith("data.root=") for x in row["settings"]["overrides"])  # resumable elsewhere
     summary = {x["summary"]["strategy"]: x["summary"] for x in lines if "summary" in x}
     gap = saved[[r["strategy"] for r in saved].index("adpsgd-fixed_ring")]["final_wer"] - summary["single"]["final_wer"]["median"]

@@ -58,11 +58,12 @@ def _run_one(strategy: str, seed: int, procs: int, config: str, epochs: int | No
     else:
         n, plan = procs, STRATEGY_RUNS[strategy]
     length = [f"trainer.max_epochs={epochs}"] if epochs else []
-    run = _train(n, config, [*length, *plan, f"trainer.seed={seed}", *extra], out / f"{strategy}-seed{seed}",
-                 timeout)
+    folder = out / f"{strategy}-seed{seed}"
+    run = _train(n, config, [*length, *plan, f"trainer.seed={seed}", *extra], folder, timeout)
     val = run["val"]
     last = val[-1]
-    return {"strategy": strategy, "seed": seed, "learners": n, "epochs": last["epoch"],
+    threads = json.loads((folder / "config.json").read_text())["trainer"]["threads"]  # as the run resolved it
+    return {"strategy": strategy, "seed": seed, "learners": n, "threads": threads, "epochs": last["epoch"],
             "minutes": round(run["summary"]["minutes"], 3), "final_wer": last["wer"], "final_cer": last["cer"],
             "final_val_loss": last["loss"],
             "best_wer": min(v["wer"] for v in val if v["wer"] is not None), "val": val}

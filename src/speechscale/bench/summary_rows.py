@@ -71,27 +71,14 @@ def _accuracy(figures: Path) -> list[dict[str, Any]]:
     fsdd = _load(bench / "fsdd.json")
     if fsdd:
         rows.append(_recipe("recipe `fsdd` (unseen speaker)", fsdd["results"]["recipe"], fsdd, "bench-all/fsdd.json"))
-    rows += _one_process_seeds(figures / "convergence" / "fsdd.jsonl", "fsdd", 0.05)
+    from .summary_runs import one_process_seeds
+
+    rows += one_process_seeds(figures / "convergence" / "fsdd.jsonl", "fsdd", 0.05)
     streaming = _load(bench / "demo-streaming.json")
     if streaming:
         rows.append(_recipe("recipe `demo_streaming` (offline score; goal: the demo's WER + 2 points)",
                             streaming["results"][0], streaming, "bench-all/demo-streaming.json"))
     return rows + _loso(figures / "loso")
-
-
-def _one_process_seeds(path: Path, recipe: str, goal: float) -> list[dict[str, Any]]:
-    """A recipe over seeds, from `bench convergence`'s one-process runs of it: WER against its goal on every seed."""
-    runs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
-    runs = [r for r in runs if r["strategy"] == "single"]
-    if not runs:
-        return []
-    wer, ok = [100 * r["final_wer"] for r in runs], sum(r["final_wer"] <= goal for r in runs)
-    return [_row("accuracy", f"recipe `{recipe}`, one process, seeds {', '.join(str(r['seed']) for r in runs)}",
-                 f"WER {_spread(wer, '{:.1f}', ' %')}, CER {_spread([100 * r['final_cer'] for r in runs], '{:.1f}', ' %')}",
-                 f"WER ≤ {_pct(goal)} on every seed",
-                 _status(ok == len(runs), f"{ok} of {len(runs)} seeds did; gap {statistics.median(wer) - 100 * goal:.1f} "
-                         "points at the median"), max((r["provenance"] for r in runs), key=lambda p: p["date"]),
-                 f"convergence/{path.name}")]
 
 
 def _seeds(figures: Path) -> list[dict[str, Any]]:
@@ -251,7 +238,9 @@ def _distributed(figures: Path) -> list[dict[str, Any]]:
                              f"{r['cpu_cores']} cores", f"{r['speedup']:.2f}x ({100 * r['efficiency']:.0f} % efficiency)",
                              "-", "measured", scaling["provenance"], "bench-all/scaling.json"))
     rows += _nodes(figures / "multinode" / "nodes.jsonl")
-    rows += _convergence(figures / "convergence")
+    from .summary_runs import convergence
+
+    rows += convergence(figures / "convergence")
     doc = _load(figures / "bench-all" / "straggler.json")
     summary = (doc or {}).get("results", {}).get("summary", [])
     plain = {s["strategy"]: s for s in summary if s["straggler"] is None}
@@ -277,36 +266,6 @@ def _straggler_figure(slow: dict[str, Any], plain: dict[str, Any] | None) -> str
     r = slow["throughput_vs_no_straggler"]
     return (f"{t(slow)} against {t(plain)} without{' (the ranges overlap)' if overlap else ''}; throughput "
             f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})")
-
-
-def _convergence(folder: Path) -> list[dict[str, Any]]:
-    """`bench convergence` runs (one JSONL per recipe): each strategy's final WER against one process at equal
-    epochs over seeds (the ADPSGD paper's convergence claim), reached where no seed ends above its one process."""
-    from .convergence import SINGLE, summarize
-
-    rows = []
-    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        runs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-        summary = {s["strategy"]: s for s in summarize(runs)}
-        single = summary.get(SINGLE)
-        for s in summary.values():
-            if s is single or single is None:
-                continue
-            w, g, n = s["final_wer"], s["gap_to_single"], s["runs"]
-            one = single["final_wer"]
-            config = runs[0]["settings"]["config"]
-            rows.append(_row("distributed", f"{s['strategy']}, {s['learners']} learners, `{config}`: final WER against "
-                             f"one process at equal epochs ({s['epochs']}), over seeds",
-                             f"{_pct_spread(w)} against {_pct_spread(one)}; gap {100 * g['median']:+.1f} points "
-                             f"({100 * g['min']:+.1f} to {100 * g['max']:+.1f}) over {n} seed{'s' if n != 1 else ''}",
-                             "at most one process's WER, every seed",
-                             _status(s["at_or_below_single"] == n, f"{s['at_or_below_single']} of {n} seeds did"),
-                             runs[-1]["provenance"], f"convergence/{path.name}"))
-    return rows
-
-
-def _pct_spread(x: dict[str, float]) -> str:
-    return f"{100 * x['median']:.1f} % ({100 * x['min']:.1f}-{100 * x['max']:.1f})"
 
 
 def _nodes(path: Path) -> list[dict[str, Any]]:

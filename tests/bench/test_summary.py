@@ -145,8 +145,9 @@ def test_the_convergence_rows_are_recomputed_from_their_runs():
             mine = [r for r in runs if r["strategy"] == strategy]
             row = next(r for r in rows if r["source"] == f"convergence/{path.name}" and r["what"].startswith(strategy))
             assert row["figure"].startswith(f"{100 * statistics.median(r['final_wer'] for r in mine):.1f} % ")
-            assert f"against {100 * statistics.median(one.values()):.1f} % " in row["figure"]
-            assert row["figure"].endswith(f"over {len(mine)} seeds")
+            assert f"against {100 * statistics.median(one[r['seed']] for r in mine):.1f} %" in row["figure"]
+            seeds = ", ".join(str(x) for x in sorted(r["seed"] for r in mine))
+            assert f" on seed{'s' if len(mine) > 1 else ''} {seeds};" in row["figure"]
             assert (row["status"] == "reached") == all(r["final_wer"] <= one[r["seed"]] for r in mine)
     one = [r for r in (json.loads(x) for x in (FIGURES / "convergence" / "fsdd.jsonl").read_text().splitlines())
            if r["strategy"] == "single"]

@@ -39,8 +39,11 @@ def test_each_strategy_is_set_against_one_process_of_the_same_seed(tmp_path):
     folder.mkdir()
     _write(folder / "fsdd.jsonl", runs)
     (row,) = summary_runs.convergence(folder)
-    gaps = [0.18 - 0.20, 0.31 - 0.30]
-    assert row["figure"] == (f"{100 * statistics.median([0.18, 0.31]):.1f} % (18.0-31.0) against 25.0 % (20.0-30.0); "
-                             f"gap {100 * statistics.median(gaps):+.1f} points (-2.0 to +1.0) over 2 seeds")
-    assert row["status"] == "**not reached** (1 of 2 seeds did)" and row["command"] == "c1"
+    gaps = [0.18 - 0.20, 0.31 - 0.30]  # one process on the same seeds (1, 2): 20 % and 30 %, not seed 3's 25 %
+    assert row["figure"] == (f"{100 * statistics.median([0.18, 0.31]):.1f} % (18.0-31.0) against 25.0 % (20.0-30.0) "
+                             f"on seeds 1, 2; gap {100 * statistics.median(gaps):+.1f} points (-2.0 to +1.0)")
+    assert row["status"] == "**not reached** (1 of 2 did)" and row["command"] == "c1"
+    _write(folder / "fsdd.jsonl", runs[:4])  # one seed: its figures, no range
+    (row,) = summary_runs.convergence(folder)
+    assert row["figure"] == "18.0 % against 20.0 % on seed 1; gap -2.0 points" and row["status"] == "reached"
     assert row["what"].startswith("allreduce, 4 learners, `configs/fsdd.yaml`")

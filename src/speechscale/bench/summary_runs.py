@@ -51,21 +51,29 @@ def convergence(folder: Path) -> list[dict[str, Any]]:
         summary = {s["strategy"]: s for s in summarize(runs)}
         single = summary.get(SINGLE)
         prov, command = _provenance(runs)
+        one = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == SINGLE}
         for s in summary.values():
             if s is single or single is None:
                 continue
             w, g, n = s["final_wer"], s["gap_to_single"], s["runs"]
-            one = single["final_wer"]
+            same = [one[x] for x in s["seeds"] if x in one]  # one process on this strategy's seeds
             config = runs[0]["settings"]["config"]
             rows.append(_row("distributed", f"{s['strategy']}, {s['learners']} learners, `{config}`: final WER against "
                              f"one process at equal epochs ({s['epochs']}), over seeds",
-                             f"{_pct_spread(w)} against {_pct_spread(one)}; gap {100 * g['median']:+.1f} points "
-                             f"({100 * g['min']:+.1f} to {100 * g['max']:+.1f}) over {n} seed{'s' if n != 1 else ''}",
+                             f"{_pct_spread(w)} against {_pct_spread(_span(same))} on seed{'s' if n != 1 else ''} "
+                             f"{', '.join(map(str, s['seeds']))}; gap {100 * g['median']:+.1f} points"
+                             + (f" ({100 * g['min']:+.1f} to {100 * g['max']:+.1f})" if n > 1 else ""),
                              "at most one process's WER, every seed",
-                             _status(s["at_or_below_single"] == n, f"{s['at_or_below_single']} of {n} seeds did"),
+                             _status(s["at_or_below_single"] == n, f"{s['at_or_below_single']} of {n} did"),
                              prov, f"convergence/{path.name}", command))
     return rows
 
 
+def _span(xs: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
 def _pct_spread(x: dict[str, float]) -> str:
-    return f"{100 * x['median']:.1f} % ({100 * x['min']:.1f}-{100 * x['max']:.1f})"
+    """'M % (min-max)', or 'M %' when min and max are one value."""
+    med = f"{100 * x['median']:.1f} %"
+    return med if x["min"] == x["max"] else f"{med} ({100 * x['min']:.1f}-{100 * x['max']:.1f})"

@@ -43,7 +43,11 @@ def test_each_strategy_is_set_against_one_process_of_the_same_seed(tmp_path):
     assert row["figure"] == (f"{100 * statistics.median([0.18, 0.31]):.1f} % (18.0-31.0) against 25.0 % (20.0-30.0) "
                              f"on seeds 1, 2; gap {100 * statistics.median(gaps):+.1f} points (-2.0 to +1.0)")
     assert row["status"] == "**not reached** (1 of 2 did)" and row["command"] == "c1"
+    assert row["what"].startswith("allreduce, 4 learners, `configs/fsdd.yaml`")
     _write(folder / "fsdd.jsonl", runs[:4])  # one seed: its figures, no range
     (row,) = summary_runs.convergence(folder)
     assert row["figure"] == "18.0 % against 20.0 % on seed 1; gap -2.0 points" and row["status"] == "reached"
-    assert row["what"].startswith("allreduce, 4 learners, `configs/fsdd.yaml`")
+    ring = [_run("adpsgd-fixed_ring", s, w, "aaa", "c1", "2026-11-27 07:00 UTC") for s, w in [(1, 0.22), (3, 0.2)]]
+    _write(folder / "fsdd.jsonl", runs + ring)  # an ADPSGD strategy is also set beside allreduce on its seeds
+    row = next(r for r in summary_runs.convergence(folder) if r["what"].startswith("adpsgd-fixed_ring"))
+    assert row["figure"].endswith("; allreduce on the same seed: 18.0 %")  # seed 3 has no allreduce run

@@ -52,6 +52,7 @@ def convergence(folder: Path) -> list[dict[str, Any]]:
         single = summary.get(SINGLE)
         prov, command = _provenance(runs)
         one = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == SINGLE}
+        sync = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == "allreduce"}
         for s in summary.values():
             if s is single or single is None:
                 continue
@@ -62,11 +63,19 @@ def convergence(folder: Path) -> list[dict[str, Any]]:
                              f"one process at equal epochs ({s['epochs']}), over seeds",
                              f"{_pct_spread(w)} against {_pct_spread(_span(same))} on seed{'s' if n != 1 else ''} "
                              f"{', '.join(map(str, s['seeds']))}; gap {100 * g['median']:+.1f} points"
-                             + (f" ({100 * g['min']:+.1f} to {100 * g['max']:+.1f})" if n > 1 else ""),
+                             + (f" ({100 * g['min']:+.1f} to {100 * g['max']:+.1f})" if n > 1 else "")
+                             + _against_allreduce(s, sync),
                              "at most one process's WER, every seed",
                              _status(s["at_or_below_single"] == n, f"{s['at_or_below_single']} of {n} did"),
                              prov, f"convergence/{path.name}", command))
     return rows
+
+
+def _against_allreduce(s: dict[str, Any], sync: dict[int, float]) -> str:
+    """'; allreduce on the same seeds: M %' for an ADPSGD strategy (the paper's comparison), where there is one."""
+    same = [sync[x] for x in s["seeds"] if x in sync]
+    return f"; allreduce on the same seed{'s' if len(same) > 1 else ''}: {_pct_spread(_span(same))}" \
+        if same and s["strategy"] != "allreduce" else ""
 
 
 def _span(xs: list[float]) -> dict[str, float]:

@@ -40,7 +40,7 @@ def test_a_folder_of_runs_made_with_other_settings_is_refused(tmp_path):
         load_runs(tmp_path, {**settings, "procs": 2})
 
 
-def test_no_run_starts_after_start_within_and_the_finished_ones_are_kept(tmp_path):
+def test_no_run_starts_after_start_within_and_the_finished_ones_are_kept(tmp_path, caplog):
     """A session's time guard: past it, the runs left are neither started nor written (the next call does them)."""
     extra = ["data.root=/nowhere"]  # a run that started would fail here: the guard is what keeps this green
     kept = {**_run("single", 1, 0.1), "settings": _settings("configs/fsdd.yaml", 4, None, extra)}
@@ -48,7 +48,9 @@ def test_no_run_starts_after_start_within_and_the_finished_ones_are_kept(tmp_pat
     runs = bench_convergence("configs/fsdd.yaml", 4, [1, 2], tmp_path, extra, ["single", "allreduce"],
                              start_within=0)
     assert runs == [kept] and (tmp_path / "runs.jsonl").read_text().count("\n") == 1
-    assert not (tmp_path / "work").exists()
+    assert not (tmp_path / "work").exists() and not caplog.records  # a failed run would be logged and left out
+    runs = bench_convergence("configs/fsdd.yaml", 4, [2], tmp_path, extra, ["single"], start_within=60)
+    assert runs == [kept] and "trainer.seed=2" in caplog.text  # it started, failed, was left out: the bench went on
 
 
 @pytest.mark.slow
@@ -70,6 +72,8 @@ def test_bench_convergence_trains_each_strategy_and_skips_the_runs_it_has(tmp_pa
             last["wer"], last["cer"], last["val_loss"], 2)
         assert row["provenance"]["commit"] and row["settings"]["procs"] == 2 and row["threads"] == 1
         assert not any(x.startswith("data.root=") for x in row["settings"]["overrides"])  # resumable elsewhere
+        config = json.loads((tmp_path / "work" / f"{row['strategy']}-seed3" / "config.json").read_text())
+        assert config["trainer"]["max_minutes"] == 120  # the bench's timeout, not the recipe's guard, ends a slow run
     summary = {x["summary"]["strategy"]: x["summary"] for x in lines if "summary" in x}
     gap = saved[[r["strategy"] for r in saved].index("adpsgd-fixed_ring")]["final_wer"] - summary["single"]["final_wer"]["median"]
     assert summary["adpsgd-fixed_ring"]["gap_to_single"]["median"] == round(gap, 4)

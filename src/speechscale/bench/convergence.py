@@ -17,6 +17,7 @@ stopped, resumed, or split over machines. A folder of runs made with other setti
 from __future__ import annotations
 
 import json
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any, Callable
 from .harness import provenance
 from .straggler import STRATEGY_RUNS, _spread, _train
 
+log = logging.getLogger(__name__)
 SINGLE = "single"
 STRATEGIES = (SINGLE, *STRATEGY_RUNS)
 
@@ -57,12 +59,17 @@ def _run_one(strategy: str, seed: int, procs: int, config: str, epochs: int | No
         n, plan = 1, ["distributed.strategy=allreduce", f"trainer.threads={single_threads}"]
     else:
         n, plan = procs, STRATEGY_RUNS[strategy]
-    length = [f"trainer.max_epochs={epochs}"] if epochs else []
+    # the epochs end every run: a recipe's time guard (trainer.max_minutes) would cut a slow run short, so the
+    # bench's own timeout is the guard
+    length = [*([f"trainer.max_epochs={epochs}"] if epochs else []), f"trainer.max_minutes={timeout / 60:g}"]
     folder = out / f"{strategy}-seed{seed}"
     run = _train(n, config, [*length, *plan, f"trainer.seed={seed}", *extra], folder, timeout)
     val = run["val"]
     last = val[-1]
     threads = json.loads((folder / "config.json").read_text())["trainer"]["threads"]  # as the run resolved it
+    if run["summary"]["stopped_by"]:
+        raise RuntimeError(f"bench convergence: {strategy} seed {seed} stopped by {run['summary']['stopped_by']} at "
+                           f"epoch {last['epoch']}, before its last: not kept")
     return {"strategy": strategy, "seed": seed, "learners": n, "threads": threads, "epochs": last["epoch"],
             "minutes": round(run["summary"]["minutes"], 3), "final_wer": last["wer"], "final_cer": last["cer"],
             "final_val_loss": last["loss"],
@@ -91,7 +98,11 @@ def bench_convergence(config: str, procs: int = 4, seeds: list[int] | None = Non
                             start_by)
                 for s, seed in todo]
         for job in as_completed(jobs):  # results arrive in this thread only: one writer, no lock
-            result = job.result()
+            try:
+                result = job.result()
+            except RuntimeError as e:  # a failed or cut run is left out (the next call trains it again); the
+                log.warning("%s", e)     # others go on
+                continue
             if result is None:
                 continue
             row = {**result, "settings": settings, "provenance": provenance()}

@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .straggler import _spread as _stats
 from .summary_rows import _pct, _row, _spread, _status
 
 
@@ -53,15 +54,15 @@ def convergence(folder: Path) -> list[dict[str, Any]]:
         prov, command = _provenance(runs)
         one = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == SINGLE}
         sync = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == "allreduce"}
+        config = runs[0]["settings"]["config"]
         for s in summary.values():
             if s is single or single is None:
                 continue
             w, g, n = s["final_wer"], s["gap_to_single"], s["runs"]
             same = [one[x] for x in s["seeds"] if x in one]  # one process on this strategy's seeds
-            config = runs[0]["settings"]["config"]
             rows.append(_row("distributed", f"{s['strategy']}, {s['learners']} learners, `{config}`: final WER against "
                              f"one process at equal epochs ({s['epochs']}), over seeds",
-                             f"{_pct_spread(w)} against {_pct_spread(_span(same))} on seed{'s' if n != 1 else ''} "
+                             f"{_pct_spread(w)} against {_pct_spread(_stats(same, 6))} on seed{'s' if n != 1 else ''} "
                              f"{', '.join(map(str, s['seeds']))}; gap {100 * g['median']:+.1f} points"
                              + (f" ({100 * g['min']:+.1f} to {100 * g['max']:+.1f})" if n > 1 else "")
                              + _against_allreduce(s, sync),
@@ -74,12 +75,8 @@ def convergence(folder: Path) -> list[dict[str, Any]]:
 def _against_allreduce(s: dict[str, Any], sync: dict[int, float]) -> str:
     """'; allreduce on the same seeds: M %' for an ADPSGD strategy (the paper's comparison), where there is one."""
     same = [sync[x] for x in s["seeds"] if x in sync]
-    return f"; allreduce on the same seed{'s' if len(same) > 1 else ''}: {_pct_spread(_span(same))}" \
+    return f"; allreduce on the same seed{'s' if len(same) > 1 else ''}: {_pct_spread(_stats(same, 6))}" \
         if same and s["strategy"] != "allreduce" else ""
-
-
-def _span(xs: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
 
 def _pct_spread(x: dict[str, float]) -> str:

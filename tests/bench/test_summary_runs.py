@@ -8,7 +8,7 @@ from speechscale.bench import summary_runs
 
 def _run(strategy, seed, wer, commit, command, date):
     return {"strategy": strategy, "seed": seed, "learners": 1 if strategy == "single" else 4, "threads": 1,
-            "epochs": 36, "final_wer": wer, "final_cer": wer / 2,
+            "epochs": 36, "final_wer": wer, "final_cer": wer / 2, "best_wer": wer, "minutes": 1.0,
             "settings": {"config": "configs/fsdd.yaml", "procs": 4, "epochs": None, "overrides": []},
             "provenance": {"machine": "2 cores, X", "date": date, "commit": commit, "command": command}}
 
@@ -51,3 +51,42 @@ def test_each_strategy_is_set_against_one_process_of_the_same_seed(tmp_path):
     _write(folder / "fsdd.jsonl", runs + ring)  # an ADPSGD strategy is also set beside allreduce on its seeds
     row = next(r for r in summary_runs.convergence(folder) if r["what"].startswith("adpsgd-fixed_ring"))
     assert row["figure"].endswith("; allreduce on the same seed: 18.0 %")  # seed 3 has no allreduce run
+
+
+def test_a_row_names_every_machine_and_commit_of_the_runs_it_reads_and_no_others(tmp_path):
+    runs = [_run("single", s, 0.2, "aaa", "c1", "2026-11-27 07:00 UTC") for s in (1, 2)]
+    runs += [_run("allreduce", 1, 0.2, "bbb", "c2", "2026-11-27 08:00 UTC"),
+             {**_run("allreduce", 2, 0.2, "ccc", "c3", "2026-11-27 10:00 UTC"),
+              "provenance": {"machine": "16 cores, Y", "date": "2026-11-27 10:00 UTC", "commit": "ccc", "command": "c3"}},
+             _run("adpsgd-fixed_ring", 1, 0.2, "ddd", "c4", "2026-11-27 09:00 UTC")]
+    folder = tmp_path / "convergence"
+    folder.mkdir()
+    _write(folder / "fsdd.jsonl", runs)
+    rows = {r["what"].split(",")[0]: r for r in summary_runs.convergence(folder)}
+    assert rows["allreduce"]["machine"] == "2 cores, X; 16 cores, Y" and rows["allreduce"]["commit"] == "`aaa`, `bbb`, `ccc`"
+    assert rows["allreduce"]["date"] == "2026-11-27"
+    ring = rows["adpsgd-fixed_ring"]  # seed 1 only: seed 2's allreduce run (ccc, machine Y) is not read
+    assert ring["machine"] == "2 cores, X" and ring["commit"] == "`aaa`, `bbb`, `ddd`"
+    assert ring["command"].startswith("speechscale bench convergence, 3 calls")
+
+
+def test_every_run_is_one_row_of_the_runs_table_and_benchmarks_md_holds_the_committed_one(tmp_path):
+    from pathlib import Path
+
+    from speechscale.bench.tables import read_block
+
+    folder = tmp_path / "convergence"
+    folder.mkdir()
+    runs = [_run("adpsgd-fixed_ring", 2, 0.3141, "bbb", "c2", "2026-11-27 09:00 UTC"),
+            _run("single", 1, 0.25, "aaa", "c1", "2026-11-27 07:00 UTC")]
+    _write(folder / "fsdd.jsonl", runs)
+    lines = summary_runs.render_runs(folder).strip().splitlines()
+    assert len(lines) == 2 + 2  # head, rule, one row a run: one process first, as the bench orders them
+    assert lines[2].startswith("| `fsdd.jsonl` | single | 1 | 1 x 1 | 36 | 25.0 % | 12.5 % |")
+    assert "| adpsgd-fixed_ring | 2 | 4 x 1 |" in lines[3] and "| 31.4 % | 15.7 % |" in lines[3] and "`bbb`" in lines[3]
+    root = Path(__file__).resolve().parents[2]
+    committed = summary_runs.render_runs(root / "docs/figures/convergence")
+    assert read_block((root / "BENCHMARKS.md").read_text(), "convergence-runs") == committed, \
+        "BENCHMARKS.md's convergence-runs table drifted from docs/figures/convergence: run bench all --tables-only"
+    n = sum(len(summary_runs._read(p)) for p in (root / "docs/figures/convergence").glob("*.jsonl"))
+    assert committed.count("\n| `") == n

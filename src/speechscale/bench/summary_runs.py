@@ -1,6 +1,7 @@
 """BENCHMARKS.md rows read from JSONL files of runs, one line per run with its own provenance (bench convergence):
 a recipe over seeds, and each strategy against one process. The runs of one file may come from several calls,
-commits and machines: each row names every commit and, where they differ, says each line has its command."""
+commits and machines: each row names every commit and machine of the runs it reads and, where the commands
+differ, says each line has its command."""
 from __future__ import annotations
 
 import json
@@ -17,14 +18,16 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 
 def _provenance(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
-    """The newest run's provenance, naming every commit the runs came from, and the one command or a pointer to
-    each line's."""
+    """The newest run's provenance, naming every commit and machine the runs came from (oldest first), and the one
+    command or a pointer to each line's."""
     newest = max((r["provenance"] for r in runs), key=lambda p: p["date"])
-    commits = list(dict.fromkeys(r["provenance"]["commit"] for r in runs))
+    ordered = sorted(runs, key=lambda r: r["provenance"]["date"])
+    commits = list(dict.fromkeys(r["provenance"]["commit"] for r in ordered))
+    machines = list(dict.fromkeys(r["provenance"]["machine"] for r in ordered))
     commands = {r["provenance"]["command"] for r in runs}
     command = newest["command"] if len(commands) == 1 else \
         f"speechscale bench convergence, {len(commands)} calls (each line's provenance has its command)"
-    return {**newest, "commit": "`, `".join(commits)}, command
+    return {**newest, "commit": "`, `".join(commits), "machine": "; ".join(machines)}, command
 
 
 def one_process_seeds(path: Path, recipe: str, goal: float) -> list[dict[str, Any]]:
@@ -51,7 +54,6 @@ def convergence(folder: Path) -> list[dict[str, Any]]:
         runs = _read(path)
         summary = {s["strategy"]: s for s in summarize(runs)}
         single = summary.get(SINGLE)
-        prov, command = _provenance(runs)
         one = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == SINGLE}
         sync = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == "allreduce"}
         config = runs[0]["settings"]["config"]
@@ -60,6 +62,9 @@ def convergence(folder: Path) -> list[dict[str, Any]]:
                 continue
             w, g, n = s["final_wer"], s["gap_to_single"], s["runs"]
             same = [one[x] for x in s["seeds"] if x in one]  # one process on this strategy's seeds
+            # the runs this row reads: the strategy's, and one process's and allreduce's on its seeds
+            prov, command = _provenance([r for r in runs if r["seed"] in s["seeds"]
+                                         and r["strategy"] in (s["strategy"], SINGLE, "allreduce")])
             rows.append(_row("distributed", f"{s['strategy']}, {s['learners']} learners, `{config}`: final WER against "
                              f"one process at equal epochs ({s['epochs']}), over seeds",
                              f"{_pct_spread(w)} against {_pct_spread(_stats(same, 6))} on seed{'s' if n != 1 else ''} "
@@ -83,3 +88,34 @@ def _pct_spread(x: dict[str, float]) -> str:
     """'M % (min-max)', or 'M %' when min and max are one value."""
     med = f"{100 * x['median']:.1f} %"
     return med if x["min"] == x["max"] else f"{med} ({100 * x['min']:.1f}-{100 * x['max']:.1f})"
+
+
+# ---- every run, one row each: the `<!-- convergence-runs -->` block of BENCHMARKS.md -----------------------------
+
+
+def render_runs(folder: Path) -> str:
+    """One row per run of every `bench convergence` file in `folder` (file, strategy, seed, learners x threads,
+    epochs, final WER and CER, best WER, minutes, machine, commit), in the bench's order."""
+    from .convergence import STRATEGIES
+    from .tables import _md
+
+    order = {s: i for i, s in enumerate(STRATEGIES)}
+    rows = []
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        for r in sorted(_read(path), key=lambda r: (order.get(r["strategy"], len(order)), r["seed"])):
+            p = r["provenance"]
+            rows.append([f"`{path.name}`", r["strategy"], r["seed"], f"{r['learners']} x {r['threads']}", r["epochs"],
+                         f"{100 * r['final_wer']:.1f} %", f"{100 * r['final_cer']:.1f} %", f"{100 * r['best_wer']:.1f} %",
+                         f"{r['minutes']:.1f}", p["machine"], f"`{p['commit']}`, {p['date']}"])
+    return _md(["file", "strategy", "seed", "learners x threads", "epochs", "final WER", "final CER", "best WER",
+                "minutes", "machine", "commit, date"], rows) + "\n"
+
+
+def update_runs(path: Path, folder: Path) -> bool:
+    """Rewrite the `<!-- convergence-runs -->` block of `path` from the runs in `folder`; False when it has none."""
+    from .tables import _replace
+
+    replaced = _replace(path.read_text(), "convergence-runs", render_runs(folder))
+    if replaced is not None:
+        path.write_text(replaced)
+    return replaced is not None

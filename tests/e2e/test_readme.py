@@ -68,7 +68,7 @@ def test_shipped_recipes_read_their_corpus_from_data_root():
     manifests are real files."""
     from speechscale.config import load_config
 
-    for name in ["fsdd", "yesno", "ldc93s1", "fsdd_conformer", "yesno_adpsgd"]:
+    for name in ["fsdd", "yesno", "ldc93s1", "fsdd_conformer", "yesno_adpsgd", "fsdd_adpsgd"]:
         corpus = name.split("_")[0]
         cfg = load_config(name, [f"data.root={shared(corpus)}"])
         assert Path(cfg.data.train_manifest).is_file() and Path(cfg.data.val_manifest).is_file(), name

@@ -50,7 +50,11 @@ def test_each_strategy_is_set_against_one_process_of_the_same_seed(tmp_path):
     ring = [_run("adpsgd-fixed_ring", s, w, "aaa", "c1", "2026-11-27 07:00 UTC") for s, w in [(1, 0.22), (3, 0.2)]]
     _write(folder / "fsdd.jsonl", runs + ring)  # an ADPSGD strategy is also set beside allreduce on its seeds
     row = next(r for r in summary_runs.convergence(folder) if r["what"].startswith("adpsgd-fixed_ring"))
-    assert row["figure"].endswith("; allreduce on the same seed: 18.0 %")  # seed 3 has no allreduce run
+    assert row["figure"].endswith("; allreduce on the same seed: 18.0 %, gap +4.0 points")  # seed 3: no allreduce run
+    ring += [_run("adpsgd-fixed_ring", 2, 0.30, "aaa", "c1", "2026-11-27 07:00 UTC")]
+    _write(folder / "fsdd.jsonl", runs + ring)  # seeds 1, 2 beside allreduce: 22 - 18 and 30 - 31, seed by seed
+    row = next(r for r in summary_runs.convergence(folder) if r["what"].startswith("adpsgd-fixed_ring"))
+    assert row["figure"].endswith("; allreduce on the same seeds: 24.5 % (18.0-31.0), gap +1.5 points (-1.0 to +4.0)")
 
 
 def test_a_row_names_every_machine_and_commit_of_the_runs_it_reads_and_no_others(tmp_path):

@@ -70,18 +70,24 @@ def convergence(folder: Path) -> list[dict[str, Any]]:
                              f"{_pct_spread(w)} against {_pct_spread(_stats(same, 6))} on seed{'s' if n != 1 else ''} "
                              f"{', '.join(map(str, s['seeds']))}; gap {100 * g['median']:+.1f} points"
                              + (f" ({100 * g['min']:+.1f} to {100 * g['max']:+.1f})" if n > 1 else "")
-                             + _against_allreduce(s, sync),
+                             + _against_allreduce(s, sync, {r["seed"]: r["final_wer"] for r in runs
+                                                           if r["strategy"] == s["strategy"]}),
                              "at most one process's WER, every seed",
                              _status(s["at_or_below_single"] == n, f"{s['at_or_below_single']} of {n} did"),
                              prov, f"convergence/{path.name}", command))
     return rows
 
 
-def _against_allreduce(s: dict[str, Any], sync: dict[int, float]) -> str:
-    """'; allreduce on the same seeds: M %' for an ADPSGD strategy (the paper's comparison), where there is one."""
-    same = [sync[x] for x in s["seeds"] if x in sync]
-    return f"; allreduce on the same seed{'s' if len(same) > 1 else ''}: {_pct_spread(_stats(same, 6))}" \
-        if same and s["strategy"] != "allreduce" else ""
+def _against_allreduce(s: dict[str, Any], sync: dict[int, float], mine: dict[int, float]) -> str:
+    """'; allreduce on the same seeds: M %, gap G points (min to max)' for an ADPSGD strategy (the paper's
+    comparison), the gap taken seed by seed, where allreduce ran any of its seeds."""
+    seeds = [x for x in s["seeds"] if x in sync]
+    if not seeds or s["strategy"] == "allreduce":
+        return ""
+    gap = _stats([mine[x] - sync[x] for x in seeds], 6)
+    return (f"; allreduce on the same seed{'s' if len(seeds) > 1 else ''}: {_pct_spread(_stats([sync[x] for x in seeds], 6))}"
+            f", gap {100 * gap['median']:+.1f} points"
+            + (f" ({100 * gap['min']:+.1f} to {100 * gap['max']:+.1f})" if len(seeds) > 1 else ""))
 
 
 def _pct_spread(x: dict[str, float]) -> str:

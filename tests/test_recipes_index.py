@@ -101,6 +101,11 @@ def test_fsdd_adpsgd_is_the_fsdd_recipe_as_bench_convergence_ran_its_fixed_ring(
     ring = asdict(load_config("fsdd_adpsgd", guard))
     bench = asdict(load_config("fsdd", [*guard, *STRATEGY_RUNS["adpsgd-fixed_ring"], "trainer.threads=1"]))
     assert ring == bench
+    for variant in ("random_ring", "delay_by_one"):  # the header's other strategies: the bench's runs of them too
+        assert asdict(load_config("fsdd_adpsgd", [*guard, f"distributed.adpsgd.variant={variant}"])) == \
+            asdict(load_config("fsdd", [*guard, *STRATEGY_RUNS[f"adpsgd-{variant}"], "trainer.threads=1"]))
+    assert asdict(load_config("fsdd", [*guard, "trainer.threads=1"])) == \
+        asdict(load_config("fsdd", [*guard, *STRATEGY_RUNS["allreduce"], "trainer.threads=1"]))
     lines = [json.loads(x) for x in (ROOT / "docs/figures/convergence/fsdd.jsonl").read_text().splitlines()]
     wer = {(x["strategy"], x["seed"]): f"{100 * x['final_wer']:.1f}" for x in lines}
     header = (ROOT / "configs/fsdd_adpsgd.yaml").read_text().split("\ndata:")[0].replace("\n# ", " ")

@@ -94,3 +94,24 @@ def test_every_run_is_one_row_of_the_runs_table_and_benchmarks_md_holds_the_comm
         "BENCHMARKS.md's convergence-runs table drifted from docs/figures/convergence: run bench all --tables-only"
     n = sum(len(summary_runs._read(p)) for p in (root / "docs/figures/convergence").glob("*.jsonl"))
     assert committed.count("\n| `") == n
+
+
+def test_a_file_of_another_schedule_is_set_against_its_recipes_one_process_and_allreduce(tmp_path):
+    base = [_run("single", s, w, "aaa", "c1", "2026-11-27 07:00 UTC") for s, w in [(1, 0.20), (2, 0.30)]]
+    base += [_run("allreduce", s, w, "aaa", "c1", "2026-11-27 07:00 UTC") for s, w in [(1, 0.24), (2, 0.26)]]
+    base += [_run("adpsgd-delay_by_one", 1, 0.40, "aaa", "c1", "2026-11-27 07:00 UTC")]
+    longer = [{**_run("adpsgd-delay_by_one", s, w, "bbb", "c2", "2026-11-27 09:00 UTC"), "epochs": 48}
+              for s, w in [(1, 0.22), (2, 0.28)]]
+    folder = tmp_path / "convergence"
+    folder.mkdir()
+    _write(folder / "fsdd.jsonl", base)
+    _write(folder / "fsdd-48ep.jsonl", longer)
+    rows = [r for r in summary_runs.convergence(folder) if r["source"] == "convergence/fsdd-48ep.jsonl"]
+    (row,) = rows  # its own strategy only: fsdd.jsonl's one process and allreduce are its references, not rows
+    assert row["what"] == ("adpsgd-delay_by_one, 4 learners, `configs/fsdd.yaml`, 48 epochs: final WER against one "
+                           "process at the recipe's 36, over seeds")
+    # seed by seed: 22 - 20 and 28 - 30 against one process; 22 - 24 and 28 - 26 against allreduce
+    assert row["figure"] == ("25.0 % (22.0-28.0) against 25.0 % (20.0-30.0) on seeds 1, 2; gap +0.0 points (-2.0 to "
+                             "+2.0); allreduce on the same seeds: 25.0 % (24.0-26.0), gap +0.0 points (-2.0 to +2.0)")
+    assert row["status"] == "**not reached** (1 of 2 did)" and row["commit"] == "`aaa`, `bbb`"
+    assert sum(r["source"] == "convergence/fsdd.jsonl" for r in summary_runs.convergence(folder)) == 2

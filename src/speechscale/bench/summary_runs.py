@@ -46,27 +46,37 @@ def one_process_seeds(path: Path, recipe: str, goal: float) -> list[dict[str, An
 
 def convergence(folder: Path) -> list[dict[str, Any]]:
     """`bench convergence` runs (one JSONL per recipe): each strategy's final WER against one process at equal
-    epochs over seeds (the ADPSGD paper's convergence claim), reached where no seed ends above its one process."""
+    epochs over seeds (the ADPSGD paper's convergence claim), reached where no seed ends above its one process.
+    A file with no one-process runs (`fsdd-48ep.jsonl`: a strategy given another schedule) is set against the
+    one-process and allreduce runs of the file named by its stem's first word (`fsdd.jsonl`)."""
     from .convergence import SINGLE, summarize
 
+    files = {p: _read(p) for p in sorted(folder.glob("*.jsonl"))} if folder.is_dir() else {}
     rows = []
-    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        runs = _read(path)
+    for path, own in files.items():
+        mine_strategies = {r["strategy"] for r in own}
+        refs = [] if SINGLE in mine_strategies else \
+            [r for r in files.get(path.with_name(path.stem.split("-")[0] + ".jsonl"), [])
+             if r["strategy"] in {SINGLE, "allreduce"} - mine_strategies]
+        runs = refs + own
         summary = {s["strategy"]: s for s in summarize(runs)}
         single = summary.get(SINGLE)
         one = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == SINGLE}
         sync = {r["seed"]: r["final_wer"] for r in runs if r["strategy"] == "allreduce"}
-        config = runs[0]["settings"]["config"]
+        config = own[0]["settings"]["config"]
         for s in summary.values():
-            if s is single or single is None:
+            if s is single or single is None or s["strategy"] not in mine_strategies:
                 continue
             w, g, n = s["final_wer"], s["gap_to_single"], s["runs"]
             same = [one[x] for x in s["seeds"] if x in one]  # one process on this strategy's seeds
             # the runs this row reads: the strategy's, and one process's and allreduce's on its seeds
             prov, command = _provenance([r for r in runs if r["seed"] in s["seeds"]
                                          and r["strategy"] in (s["strategy"], SINGLE, "allreduce")])
-            rows.append(_row("distributed", f"{s['strategy']}, {s['learners']} learners, `{config}`: final WER against "
-                             f"one process at equal epochs ({s['epochs']}), over seeds",
+            what = f"{s['strategy']}, {s['learners']} learners, `{config}`: final WER against one process at equal " \
+                f"epochs ({s['epochs']}), over seeds" if s["epochs"] == single["epochs"] else \
+                f"{s['strategy']}, {s['learners']} learners, `{config}`, {s['epochs']} epochs: final WER against one " \
+                f"process at the recipe's {single['epochs']}, over seeds"
+            rows.append(_row("distributed", what,
                              f"{_pct_spread(w)} against {_pct_spread(_stats(same, 6))} on seed{'s' if n != 1 else ''} "
                              f"{', '.join(map(str, s['seeds']))}; gap {100 * g['median']:+.1f} points"
                              + (f" ({100 * g['min']:+.1f} to {100 * g['max']:+.1f})" if n > 1 else "")

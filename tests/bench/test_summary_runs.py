@@ -115,3 +115,20 @@ def test_a_file_of_another_schedule_is_set_against_its_recipes_one_process_and_a
                              "+2.0); allreduce on the same seeds: 25.0 % (24.0-26.0), gap +0.0 points (-2.0 to +2.0)")
     assert row["status"] == "**not reached** (1 of 2 did)" and row["commit"] == "`aaa`, `bbb`"
     assert sum(r["source"] == "convergence/fsdd.jsonl" for r in summary_runs.convergence(folder)) == 2
+
+
+def test_docs_distributed_md_quotes_only_figures_the_committed_runs_render():
+    """docs/distributed.md's FSDD convergence paragraph is prose around the rendered rows: each decimal figure in it is
+    one the rows (BENCHMARKS.md's) print, so a new run that moves a row makes this fail until the prose follows."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs/distributed.md").read_text()
+    section = text[text.index("FSDD, four learners"):text.index("## Many nodes")]
+    folder = root / "docs/figures/convergence"
+    rendered = " ".join(r["figure"] + " " + r["status"] for r in summary_runs.convergence(folder))
+    rendered += " ".join(r["figure"] for r in summary_runs.one_process_seeds(folder / "fsdd.jsonl", "fsdd", 0.05))
+    quoted = re.findall(r"[+-]?\d+\.\d", section)
+    assert len(quoted) >= 10
+    assert [q for q in quoted if q not in rendered] == []

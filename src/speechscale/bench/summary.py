@@ -43,7 +43,9 @@ def block(text: str, section: str) -> str | None:
 
 
 def update(path: Path, figures: Path) -> list[str]:
-    """Re-render every area block `path` has; returns the areas written."""
+    """Re-render every area block `path` has, and its table of convergence runs; returns the blocks written."""
+    from .summary_runs import update_runs
+
     text, written, rows = path.read_text(), [], summary_rows(figures)
     for section in SECTIONS:
         replaced = _replace(text, _tag(section), render(figures, section, rows))
@@ -52,4 +54,4 @@ def update(path: Path, figures: Path) -> list[str]:
             written.append(section)
     if written:
         path.write_text(text)
-    return written
+    return written + (["convergence runs"] if update_runs(path, figures / "convergence") else [])

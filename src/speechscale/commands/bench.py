@@ -108,11 +108,6 @@ def all_benches(args: argparse.Namespace) -> int:
             print(f"updated {args.benchmarks}: summary of {', '.join(areas)}")
         if args.tables_only and not args.gpu and (out.parent / "loso").is_dir():
             _rerender_loso(out.parent / "loso", args.benchmarks)
-        if not args.gpu:
-            from ..bench import summary_runs
-
-            if summary_runs.update_runs(Path(args.benchmarks), out.parent / "convergence"):
-                print(f"updated {args.benchmarks}: convergence-runs")
         runs = tables.gpu_adpsgd_docs(out / "adpsgd") if args.gpu else {}  # docs/figures/gpu/adpsgd.sh's runs
         if runs and tables.update_gpu_adpsgd(Path(args.benchmarks), runs):
             print(f"updated {args.benchmarks}: gpu-adpsgd ({len(runs)} runs)")

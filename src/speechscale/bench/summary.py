@@ -43,15 +43,18 @@ def block(text: str, section: str) -> str | None:
 
 
 def update(path: Path, figures: Path) -> list[str]:
-    """Re-render every area block `path` has, and its table of convergence runs; returns the blocks written."""
-    from .summary_runs import update_runs
+    """Re-render every area block `path` has, and its table of convergence runs, in one write; returns the blocks
+    written."""
+    from .summary_runs import render_runs
 
     text, written, rows = path.read_text(), [], summary_rows(figures)
-    for section in SECTIONS:
-        replaced = _replace(text, _tag(section), render(figures, section, rows))
+    bodies = {_tag(section): (section, render(figures, section, rows)) for section in SECTIONS}
+    bodies["convergence-runs"] = ("convergence runs", render_runs(figures / "convergence"))
+    for tag, (name, body) in bodies.items():
+        replaced = _replace(text, tag, body)
         if replaced is not None:
             text = replaced
-            written.append(section)
+            written.append(name)
     if written:
         path.write_text(text)
-    return written + (["convergence runs"] if update_runs(path, figures / "convergence") else [])
+    return written

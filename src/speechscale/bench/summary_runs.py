@@ -20,8 +20,8 @@ def _read(path: Path) -> list[dict[str, Any]]:
 def _provenance(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
     """The newest run's provenance, naming every commit and machine the runs came from (oldest first), and the one
     command or a pointer to each line's."""
-    newest = max((r["provenance"] for r in runs), key=lambda p: p["date"])
     ordered = sorted(runs, key=lambda r: r["provenance"]["date"])
+    newest = ordered[-1]["provenance"]
     commits = list(dict.fromkeys(r["provenance"]["commit"] for r in ordered))
     machines = list(dict.fromkeys(r["provenance"]["machine"] for r in ordered))
     commands = {r["provenance"]["command"] for r in runs}
@@ -72,10 +72,10 @@ def convergence(folder: Path) -> list[dict[str, Any]]:
             # the runs this row reads: the strategy's, and one process's and allreduce's on its seeds
             prov, command = _provenance([r for r in runs if r["seed"] in s["seeds"]
                                          and r["strategy"] in (s["strategy"], SINGLE, "allreduce")])
-            what = f"{s['strategy']}, {s['learners']} learners, `{config}`: final WER against one process at equal " \
-                f"epochs ({s['epochs']}), over seeds" if s["epochs"] == single["epochs"] else \
-                f"{s['strategy']}, {s['learners']} learners, `{config}`, {s['epochs']} epochs: final WER against one " \
-                f"process at the recipe's {single['epochs']}, over seeds"
+            what = f"{s['strategy']}, {s['learners']} learners, `{config}`" + (
+                f": final WER against one process at equal epochs ({s['epochs']}), over seeds"
+                if s["epochs"] == single["epochs"] else
+                f", {s['epochs']} epochs: final WER against one process at the recipe's {single['epochs']}, over seeds")
             rows.append(_row("distributed", what,
                              f"{_pct_spread(w)} against {_pct_spread(_stats(same, 6))} on seed{'s' if n != 1 else ''} "
                              f"{', '.join(map(str, s['seeds']))}; gap {100 * g['median']:+.1f} points"
@@ -126,12 +126,3 @@ def render_runs(folder: Path) -> str:
     return _md(["file", "strategy", "seed", "learners x threads", "epochs", "final WER", "final CER", "best WER",
                 "minutes", "machine", "commit, date"], rows) + "\n"
 
-
-def update_runs(path: Path, folder: Path) -> bool:
-    """Rewrite the `<!-- convergence-runs -->` block of `path` from the runs in `folder`; False when it has none."""
-    from .tables import _replace
-
-    replaced = _replace(path.read_text(), "convergence-runs", render_runs(folder))
-    if replaced is not None:
-        path.write_text(replaced)
-    return replaced is not None

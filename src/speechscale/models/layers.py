@@ -67,31 +67,54 @@ class MaskedBatchNorm(nn.Module):
         return (y * m).to(x.dtype)
 
 
-class _ReverseWithin(torch.autograd.Function):
-    """y[b, t] = x[b, idx[b, t]] where idx reverses each row within its length; its gradient is the same gather of
-    the output gradient, masked to the valid frames (the reversal is its own inverse there). Autograd's gather
-    backward would scatter-add instead: atomics in bf16, and a sort under deterministic algorithms."""
+class _Regather(torch.autograd.Function):
+    """y[b, t] = x[b, idx[b, t]] where idx maps a row's valid frames one to one onto valid frames (a reversal or a
+    shift within each row's length); its gradient is the output gradient gathered back through the inverse map
+    `back`, masked by `valid` to the frames that map. Autograd's gather backward would scatter-add instead:
+    atomics in bf16, and a sort under deterministic algorithms. Frames outside the map get no gradient."""
 
     @staticmethod
-    def forward(ctx, x, idx, valid):  # type: ignore[override]
-        ctx.save_for_backward(idx, valid)
+    def forward(ctx, x, idx, back, valid):  # type: ignore[override]
+        ctx.save_for_backward(back, valid)
         return x.gather(1, idx)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        idx, valid = ctx.saved_tensors
-        return grad.gather(1, idx) * valid, None, None
+        back, valid = ctx.saved_tensors
+        return grad.gather(1, back) * valid, None, None, None
+
+
+def _regather(x: torch.Tensor, idx: torch.Tensor, back: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """x (B, T, H) gathered along time by idx (B, T); see _Regather (plain ops under export's tracing)."""
+    idx = idx[..., None].expand(-1, -1, x.shape[2])  # (B, T, H)
+    if torch.jit.is_tracing():
+        return x.gather(1, idx)
+    return _Regather.apply(x, idx, back[..., None].expand_as(idx), valid[..., None].to(x.dtype))
 
 
 def reverse_within(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """x (B, T, H), lengths (B,) on x's device -> each row's first `length` frames in reverse order, then frame 0
     repeated over the padding (which callers mask). Applied twice it gives back the valid frames. Frames past
     a row's length get no gradient: whatever reads them must not reach the loss unmasked."""
+    steps = torch.arange(x.shape[1], device=x.device)[None]  # (1, T)
+    idx = (lengths[:, None] - 1 - steps).clamp(min=0)  # (B, T); the reversal is its own inverse
+    return _regather(x, idx, idx, steps < lengths[:, None])
+
+
+def align_right(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """x (B, T, H) with each row's `length` valid frames first -> (B, T, H) with them last (frame t - (T - length)
+    at t), frame 0 repeated before them. Frames past a row's length get no gradient, nor do the copies before
+    the valid ones: whatever reads those must not reach the loss."""
     t = x.shape[1]
     steps = torch.arange(t, device=x.device)[None]  # (1, T)
-    idx = (lengths[:, None] - 1 - steps).clamp(min=0)  # (B, T)
-    idx = idx[..., None].expand(-1, -1, x.shape[2])  # (B, T, H)
-    if torch.jit.is_tracing():  # export traces plain ops
-        return x.gather(1, idx)
-    valid = (steps < lengths[:, None])[..., None].to(x.dtype)  # (B, T, 1)
-    return _ReverseWithin.apply(x, idx, valid)
+    offset = (t - lengths)[:, None]  # (B, 1) padding frames per row
+    return _regather(x, (steps - offset).clamp(min=0), (steps + offset).clamp(max=t - 1), steps < lengths[:, None])
+
+
+def align_left(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The inverse of align_right: x (B, T, H) with each row's `length` valid frames last -> with them first, the
+    last frame repeated after them (callers mask it). Frames before a row's valid ones get no gradient."""
+    t = x.shape[1]
+    steps = torch.arange(t, device=x.device)[None]  # (1, T)
+    offset = (t - lengths)[:, None]  # (B, 1)
+    return _regather(x, (steps + offset).clamp(max=t - 1), (steps - offset).clamp(min=0), steps >= offset)

@@ -10,10 +10,16 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..config import ConfigError
 from .gru_cpu import GRUDirection
-from .layers import MaskedBatchNorm, reverse_within
+from .layers import MaskedBatchNorm, align_left, align_right, reverse_within
 
 RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
 MERGES = ("sum", "concat")  # bidirectional outputs: added, or concatenated
+# How the padded (capturable) path runs both directions exactly on a GPU; every scheme gives the packed path's values:
+#   stacked - one fused bidirectional cuDNN call over 2B rows: each row as is (its forward outputs are kept) and
+#             aligned to the end of the batch's time axis (its reverse outputs are kept, then aligned back);
+#   split   - two unidirectional calls, the reverse one over each row reversed within its length (the CPU's path;
+#             on two CUDA streams side by side it ran no faster).
+BIDIRECTIONAL_SCHEMES = ("stacked", "split")
 
 class RecurrentLayer(nn.Module):
     """Masked batch norm (optional) -> GRU/LSTM over valid frames -> merged directions.
@@ -44,6 +50,7 @@ class RecurrentLayer(nn.Module):
         for name in list(self._one_way._parameters):
             delattr(self._one_way, name)
         self._weight_names = [n for n in self.rnn._flat_weights_names if not n.endswith("_reverse")]
+        self.scheme = "stacked"  # of BIDIRECTIONAL_SCHEMES, for the padded path on a GPU (set_bidirectional_scheme)
 
     @property
     def output_size(self) -> int:
@@ -98,19 +105,34 @@ class RecurrentLayer(nn.Module):
         return out
 
     def _unpacked(self, x: torch.Tensor, lengths: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-        """CPU path, exact for padded batches: the forward direction ignores trailing padding by itself; the
-        backward direction runs forward over each utterance reversed within its own length. Packed
-        sequences on CPU zero-fill a full gradient buffer per time step (quadratic in T); this does not.
-        (B, T, H_in) -> (B, T, dirs*H); padded frames hold garbage (the caller masks)."""
+        """The padded path, exact for padded batches without reading lengths on the host: the forward direction
+        ignores trailing padding by itself; the backward direction starts at each row's own last frame (see
+        BIDIRECTIONAL_SCHEMES; the CPU runs `split`, whose packed alternative on CPU zero-fills a full gradient
+        buffer per time step). (B, T, H_in) -> (B, T, dirs*H); padded frames hold garbage (the caller masks)."""
         fw = self._weights(self._weight_names, dtype)
         if not self.bidirectional:
             return self._one_way_run(x, fw)
         lengths = lengths.to(x.device)
+        if x.is_cuda and not torch.jit.is_tracing() and self.scheme == "stacked":
+            return self._stacked(x, lengths, dtype)
         bw = self._weights(self._weight_names, dtype, "_reverse")
         out = self._one_way_run(x, fw)
         # the RNN is causal: its outputs past a row's length never reach the valid ones, nor (masked) the loss
         rev = reverse_within(self._one_way_run(reverse_within(x, lengths), bw), lengths)  # back in time order
         return torch.cat([out, rev], dim=-1)
+
+    def _stacked(self, x: torch.Tensor, lengths: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+        """Both directions in one fused bidirectional call over twice the rows. (B, T, H_in) -> (B, T, 2H).
+        A left-aligned row's forward outputs are exact (causal: trailing padding comes after them); a right-aligned
+        copy's reverse outputs are exact (its reverse pass starts at the row's last frame). The other two halves
+        are discarded: their gradient is zero, so the inputs' padding never reaches the weights' gradients."""
+        b = x.shape[0]
+        both = torch.cat([x, align_right(x, lengths)])  # (2B, T, H_in)
+        ws = self._weights(self.rnn._flat_weights_names, dtype)
+        with warnings.catch_warnings():  # cast weights are not one flat buffer: cuDNN packs them per call
+            warnings.simplefilter("ignore", UserWarning)
+            out = functional_call(self.rnn, ws, (both,))[0]  # (2B, T, 2H)
+        return torch.cat([out[:b, :, : self.hidden], align_left(out[b:, :, self.hidden:], lengths)], dim=-1)
 
     def _one_way_run(self, x: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
         """One direction over (B, T, H_in) with these weights -> (B, T, H). Under tracing (ONNX and
@@ -127,3 +149,12 @@ class RecurrentLayer(nn.Module):
         if self.rnn_type == "gru":
             return torch.gru(x, h0, params, True, 1, 0.0, False, False, True)[0]
         return torch.lstm(x, (h0, h0), params, True, 1, 0.0, False, False, True)[0]
+
+
+def set_bidirectional_scheme(model: nn.Module, scheme: str) -> None:
+    """Every recurrent layer of `model` runs its padded bidirectional path on a GPU by `scheme`."""
+    if scheme not in BIDIRECTIONAL_SCHEMES:
+        raise ConfigError(f"bidirectional scheme {scheme!r} is unknown; use {', '.join(BIDIRECTIONAL_SCHEMES)}")
+    for layer in model.modules():
+        if isinstance(layer, RecurrentLayer):
+            layer.scheme = scheme

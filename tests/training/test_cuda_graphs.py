@@ -16,7 +16,9 @@ from speechscale.data.dataset import Batch
 from speechscale.data.manifest import Utterance
 from speechscale.data.shapes import pad_to
 from speechscale.distributed.strategy import LocalStrategy
+from speechscale.models.layers import length_mask
 from speechscale.models.registry import RECOMMENDED_FEATURES
+from speechscale.models.rnn import BIDIRECTIONAL_SCHEMES, RecurrentLayer, set_bidirectional_scheme
 from speechscale.training.graphs import step_shapes
 from speechscale.training.optim import build_optimizer
 from speechscale.training.precision import Precision
@@ -69,6 +71,40 @@ def test_what_cannot_be_captured_is_a_one_line_config_error(trainer, device, mat
 def test_bench_train_refuses_graphs_on_the_cpu(cli):
     res = cli("bench", "train", "--graphs", "both", "--device", "cpu", check=False)
     assert res.returncode != 0 and "--graphs needs a CUDA device" in res.stderr
+
+
+def test_where_capture_is_refused_the_update_stays_eager_and_equal_to_the_plain_step(caplog):
+    """GraphedUpdate on the CPU: its first call runs the update eagerly, the second tries to capture (refused here:
+    no CUDA), warns once and stays eager. Over 4 steps the weights follow the plain clip-and-step of TrainStep."""
+    from speechscale.training.graphs import GraphedUpdate
+    from speechscale.training.precision import step_if
+
+    cfg = from_dict(Config, {"model": {"name": "ds2-tiny", "overrides": FAMILIES["ds2-tiny"]}})
+    nets, opts = [], []
+    for _ in range(2):
+        torch.manual_seed(0)
+        nets.append(build_components(cfg).model.train())
+        opts.append(build_optimizer(nets[-1], cfg.optim))
+    update = GraphedUpdate(nets[1], opts[1], grad_clip=0.5)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 161, 60, generator=g)
+    for step in range(4):
+        for net, opt in zip(nets, opts):
+            opt.zero_grad()
+            logits, _ = net(x, torch.tensor([60, 45]))
+            (logits.float().square().mean() * (step + 1)).backward()
+        norm = torch.nn.utils.clip_grad_norm_(nets[0].parameters(), 0.5)
+        step_if(opts[0], ~torch.isfinite(norm))
+        with caplog.at_level("WARNING", logger="speechscale.training.graphs"):
+            got_norm, bad_loss, bad_grad = update(torch.tensor(1.0))
+        torch.testing.assert_close(got_norm, norm)
+        assert not bad_loss and not bad_grad
+        for (name, a), b in zip(nets[0].named_parameters(), nets[1].parameters()):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=lambda m, n=name, s=step: f"step {s} {n}: {m}")
+    assert update.failed and update.captures == 0
+    assert [r.message.split(" (")[0] for r in caplog.records] == [
+        "the optimizer step could not be captured as a CUDA graph"]
+    assert all(isinstance(grp["lr"], float) for grp in opts[1].param_groups)  # the groups keep plain floats
 
 
 # ---- GPU ----------------------------------------------------------------------------------------------------------
@@ -201,3 +237,86 @@ def test_yesno_reaches_zero_wer_in_bf16_with_graphs(tmp_path):
     assert stop["kind"] == "stop" and stop["graph_captures"] >= 1 and stop["unshaped_batches"] == 0
 
 
+
+
+class _Layer(torch.nn.Module):
+    """A recurrent layer called as the padded path calls it: lengths on the device, the mask made from them."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x, lengths):
+        return self.layer(x, lengths, length_mask(lengths, x.shape[1]))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("scheme", BIDIRECTIONAL_SCHEMES)
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+@pytest.mark.usefixtures("no_tf32")
+def test_every_bidirectional_scheme_replayed_in_a_graph_equals_the_packed_path(scheme, rnn_type):
+    """Each scheme, captured once with some lengths and replayed with others, gives the packed cuDNN path's outputs
+    and gradients (input and weights) for the new lengths, in fp32."""
+    torch.manual_seed(0)
+    layer = RecurrentLayer(40, 64, rnn_type, bidirectional=True, merge="concat", norm=False).cuda()
+    set_bidirectional_scheme(layer, scheme)
+    t, g = 90, torch.Generator().manual_seed(3)
+    x = torch.randn(8, t, 40, device="cuda", requires_grad=True)
+    first = torch.randint(1, t + 1, (8,), generator=g).cuda()
+    graphed = torch.cuda.make_graphed_callables(_Layer(layer), (x.detach().clone().requires_grad_(), first))
+    for _ in range(2):  # two replays with new lengths each
+        lengths = torch.randint(1, t + 1, (8,), generator=g)
+        lengths[0] = t
+        mask = length_mask(lengths, t, torch.device("cuda"))
+        packed = layer(x, lengths, mask)  # lengths on the host: cuDNN's packed path
+        out = graphed(x, lengths.cuda())
+        torch.testing.assert_close(out, packed, atol=1e-5, rtol=1e-4)
+        w = torch.randn_like(packed)
+        params = [x, *layer.parameters()]
+        ref = torch.autograd.grad((packed * w).sum(), params)
+        got = torch.autograd.grad((out * w).sum(), params)
+        for name, u, v in zip(["x", *(n for n, _ in layer.named_parameters())], ref, got):
+            torch.testing.assert_close(v, u, atol=1e-4, rtol=1e-3, msg=lambda m, n=name: f"{scheme} {n}: {m}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.usefixtures("no_tf32")
+def test_the_graphed_update_equals_the_eager_update_and_recaptures_after_a_loaded_state():
+    """AdamW's update (clip, checks, fused step) replayed as a graph against the same step run eagerly, both with the
+    model graphed: 20 steps' losses and the final weights agree; loading a saved optimizer state (new tensors) makes
+    the next step eager and the one after capture again."""
+    comps, net, graphed = _setup("ds2-tiny", "fp32", graphs=True, optim={"grad_clip": 0.5})
+    _, eager_net, eager = _setup("ds2-tiny", "fp32", graphs=True, optim={"grad_clip": 0.5})
+    eager.update = None  # the update stays eager in this twin
+    batches = _batches(comps)
+    a = [float(eager([b])[0]) for b in batches[:10]]
+    b = [float(graphed([x])[0]) for x in batches[:10]]
+    assert graphed.update.captures == 1 and graphed.update.calls == 10
+    saved = graphed.optimizer.state_dict()
+    graphed.optimizer.load_state_dict(saved)  # same values, new tensors
+    a += [float(eager([x])[0]) for x in batches[10:]]
+    b += [float(graphed([x])[0]) for x in batches[10:]]
+    assert graphed.update.captures == 2
+    torch.testing.assert_close(torch.tensor(b), torch.tensor(a), rtol=1e-3, atol=1e-5)
+    for (name, x), y in zip(eager_net.named_parameters(), net.parameters()):
+        torch.testing.assert_close(y, x, rtol=1e-3, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_nan_loss_skips_the_graphed_update_in_bf16():
+    comps, net, step = _setup("ds2-tiny", "bf16", graphs=True)
+    batches = _batches(comps, n=4)
+    for b in batches[:3]:
+        step([b])  # eager update, then captured and replayed
+    assert step.update is not None and step.update.captures == 1
+    before = {k: v.detach().clone() for k, v in net.named_parameters()}
+    feats = batches[3].feats.clone()
+    feats[0, 0, 0] = float("nan")
+    _, flags = step([dataclasses.replace(batches[3], feats=feats)])
+    assert flags[3] == 0 and flags[0] + flags[1] == 1
+    assert all(torch.equal(v, dict(net.named_parameters())[k]) for k, v in before.items())
+    _, flags = step([batches[0]])
+    assert flags[3] == 1 and any(not torch.equal(v, dict(net.named_parameters())[k]) for k, v in before.items())

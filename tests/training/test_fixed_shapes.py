@@ -37,9 +37,10 @@ def test_fixed_shapes_train_the_same_steps_on_the_same_utterances(tmp_path):
     assert abs(shaped["val_loss"] - plain["val_loss"]) < 1e-4 * abs(plain["val_loss"])
 
 
-def test_the_run_log_reports_audio_seconds_per_second_and_the_wait_for_data(tmp_path):
+def test_the_run_log_reports_audio_seconds_per_second_the_wait_for_data_and_the_host_time(tmp_path):
     """Each train row's audio_s_per_s times the wall time since the previous row is the audio of the utterances
-    traced in those steps (their manifest durations, recomputed here), and the wait is a part of that time."""
+    traced in those steps (their manifest durations, recomputed here), and the wait and the steps' host time are
+    parts of that time."""
     from speechscale.data.manifest import read_manifest
 
     summary, trace, _, _ = _run(tmp_path / "run", "trainer.log_every=2", "augment.speed=[]")
@@ -57,5 +58,9 @@ def test_the_run_log_reports_audio_seconds_per_second_and_the_wait_for_data(tmp_
         assert 0 < r["data_wait_fraction"] < 1 and r["audio_s_per_s"] > 0
         # the row's own clock starts a little before the previous row's time stamp: a few % apart at most
         assert abs(r["audio_s_per_s"] * span - audio) <= 0.1 * audio + 0.02 * r["audio_s_per_s"], (r, audio, span)
+        # the host's time inside the steps: on a CPU (synchronous) most of the time not spent waiting for data
+        busy_ms = 1000 * span * (1 - r["data_wait_fraction"])
+        steps = r["step"] - previous["step"]
+        assert 0.3 * busy_ms <= r["host_ms_per_step"] * steps <= 1.05 * busy_ms + 5, (r, steps, busy_ms)
         previous = r
     assert summary["audio_s_per_s"] > 0 and 0 < summary["data_wait_fraction"] < 1

@@ -1,5 +1,6 @@
-"""How fast the loop trains and how long it waits for data: audio seconds trained per second of wall time, and
-the fraction of that time the loop spent blocked on the loader (what tells whether the GPU is fed).
+"""How fast the loop trains and how long it waits for data: audio seconds trained per second of wall time, the
+fraction of that time the loop spent blocked on the loader (what tells whether the GPU is fed), and the host's
+own time per step (issuing the step's work: on a GPU the host runs ahead unless this nears the step's time).
 
     >>> meter = FeedMeter(hop_seconds=0.01)
     >>> batches = list(meter.timed([1, 2]))
@@ -22,6 +23,7 @@ class FeedMeter:
         self.hop_seconds = hop_seconds
         self.audio_seconds = 0.0  # since the last `take`
         self.wait = 0.0
+        self.host, self.steps = 0.0, 0  # seconds the host spent inside steps, and how many, since the last `take`
         self.since = time.perf_counter()
         self.total_audio, self.total_wait, self.started = 0.0, 0.0, self.since
 
@@ -41,14 +43,22 @@ class FeedMeter:
         """A batch's real rows were trained on: their feature frames (B,), on the host."""
         self.audio_seconds += float(feat_lens.sum()) * self.hop_seconds
 
+    def stepped(self, host_seconds: float) -> None:
+        """A step returned after `host_seconds` of the host's wall time (no device sync inside it)."""
+        self.host += host_seconds
+        self.steps += 1
+
     def take(self) -> dict[str, float]:
-        """`audio_s_per_s` and `data_wait_fraction` of the interval since the last call (this rank's)."""
+        """`audio_s_per_s`, `data_wait_fraction` and `host_ms_per_step` of the interval since the last call (this
+        rank's)."""
         now = time.perf_counter()
         span = max(now - self.since, 1e-9)
         row = {"audio_s_per_s": round(self.audio_seconds / span, 2), "data_wait_fraction": round(self.wait / span, 4)}
+        if self.steps:
+            row["host_ms_per_step"] = round(1000 * self.host / self.steps, 2)
         self.total_audio += self.audio_seconds
         self.total_wait += self.wait
-        self.audio_seconds, self.wait, self.since = 0.0, 0.0, now
+        self.audio_seconds, self.wait, self.since, self.host, self.steps = 0.0, 0.0, now, 0.0, 0
         return row
 
     def summary(self) -> dict[str, float]:

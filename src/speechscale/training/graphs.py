@@ -6,6 +6,10 @@ whole launch sequence at once. Only the model is captured (its forward and backw
 `torch.cuda.make_graphed_callables`); log-softmax, CTC (whose native kernel copies host offsets), loss scaling,
 clipping and the fused optimizer stay eager around it, which costs nothing measurable (issue #40's probe).
 
+After backward, `GraphedUpdate` replays the update as a second graph: gradient clipping, the non-finite checks
+and the fused optimizer step, whose hundreds of small per-tensor launches are otherwise host time. Log-softmax and
+CTC stay eager: the native CTC kernels read the target lengths on the host, which vary from batch to batch.
+
 A graph needs fixed shapes and no host synchronisation: the trainer pads batches to `data.fixed_shapes` shapes
 and moves their lengths to the device, where the models take their padded, read-back-free paths. Each shape is
 captured the first time it is met (after warm-up on a side stream, which runs the real batch three times);
@@ -139,3 +143,97 @@ def preserved(model: nn.Module, device: torch.device) -> Iterator[None]:
                 b.copy_(buffers[name])
         torch.set_rng_state(cpu_rng)
         torch.cuda.set_rng_state(cuda_rng, device)
+
+
+class GraphedUpdate:
+    """The update after backward — clip the gradients to `grad_clip`, flag a non-finite loss or gradient, and the
+    fused optimizer's step skipped on the device when flagged — captured as one CUDA graph and replayed.
+
+    The first call runs eagerly (it creates the optimizer's state); the next captures and replays. The graph reads
+    the parameters, gradients and optimizer state at their addresses, and the learning rates from device scalars
+    filled from `param_groups` before each call; the eager calls read the same scalars, so every step takes the
+    same kernels (a resumed run stays bit-exact), and the groups keep plain floats, as checkpoints store them.
+    Should any of those tensors be replaced (a loaded state, gradients set to None), the call runs eagerly and
+    captures again. `supports` says which setups it serves: a fused optimizer on CUDA without fp16's loss scaler,
+    whose bookkeeping lives on the host."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> None:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer, self.grad_clip = optimizer, grad_clip
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.captured: list[torch.Tensor] = []  # every tensor the graph reads or writes, in a fixed order
+        self.lrs: list[torch.Tensor] = []  # one device scalar per parameter group
+        self.calls, self.captures, self.failed = 0, 0, False
+
+    @staticmethod
+    def supports(optimizer: torch.optim.Optimizer, precision: Precision, device: torch.device) -> bool:
+        return device.type == "cuda" and bool(optimizer.defaults.get("fused")) and not precision.scaling
+
+    def __call__(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The update for this step's loss (a device scalar) and gradients; returns (norm, bad loss, bad grad)."""
+        if self.failed:
+            return self._update(loss)
+        groups = self.optimizer.param_groups
+        if not self.lrs:
+            self.lrs = [torch.zeros((), dtype=torch.float32, device=loss.device) for _ in groups]
+        for g, lr in zip(groups, self.lrs):
+            lr.fill_(g["lr"])  # a launch, no sync
+        self.calls += 1
+        if self.graph is not None and not all(a is b for a, b in zip(self._tensors(), self.captured)):
+            log.info("the optimizer's tensors changed since the update was captured: capturing it again")
+            self.graph, self.calls = None, 1
+        if self.calls == 1:  # eager once, so that the state it creates exists before the capture
+            with self._device_lrs(capturing=False):
+                return self._update(loss)
+        if self.graph is None:
+            try:
+                self._capture(loss)
+            except Exception as e:  # capture is an optimization: a torch that refuses it keeps the eager update
+                log.warning("the optimizer step could not be captured as a CUDA graph (%s); it stays eager", e)
+                self.graph, self.failed = None, True
+                return self._update(loss)
+        self.loss.copy_(loss)
+        self.graph.replay()  # type: ignore[union-attr]
+        return self.outputs
+
+    def _tensors(self) -> list[torch.Tensor]:
+        state = self.optimizer.state
+        return [t for p in self.params for t in (p, p.grad, *(v for v in state.get(p, {}).values()
+                                                              if isinstance(v, torch.Tensor)))]
+
+    def _update(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(norm, non-finite loss, non-finite gradient); the step applied unless either is set."""
+        from .precision import step_if
+
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+        bad_loss = ~torch.isfinite(loss)
+        bad_grad = ~torch.isfinite(norm) & ~bad_loss
+        step_if(self.optimizer, bad_loss | bad_grad)
+        return norm, bad_loss, bad_grad
+
+    @contextlib.contextmanager
+    def _device_lrs(self, capturing: bool) -> Iterator[None]:
+        """Inside, the groups' learning rates are the device scalars (and, `capturing`, the groups capturable)."""
+        groups = self.optimizer.param_groups
+        before = [{k: g[k] for k in ("lr", "capturable") if k in g} for g in groups]
+        try:
+            for g, lr in zip(groups, self.lrs):
+                g["lr"] = lr
+                if capturing and "capturable" in g:
+                    g["capturable"] = True
+            yield
+        finally:
+            for g, old in zip(groups, before):
+                g.update(old)
+
+    def _capture(self, loss: torch.Tensor) -> None:
+        """Record the update (not run: the caller replays it) on a copy of the loss as the graph's input."""
+        self.loss = loss.detach().clone()
+        torch.cuda.synchronize(loss.device)
+        graph = torch.cuda.CUDAGraph()
+        with self._device_lrs(capturing=True):
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # loader threads may call CUDA meanwhile
+                self.outputs = self._update(self.loss)
+        self.graph, self.captured = graph, self._tensors()
+        self.captures += 1
+        log.info("captured the optimizer update as a CUDA graph")

@@ -9,8 +9,9 @@ on the keys in SCHEMA; other keys may be added.
 - `train`, every trainer.log_every steps: `epoch` (epochs completed), `lr`, `samples` (samples trained on
   since the run began, all ranks of a lockstep strategy); `loss` (mean over the finite
   steps since the last line; absent when there were none), `loss_scale` (fp16), `peak_mem_mb` (GPUs),
-  `audio_s_per_s` (audio seconds this rank trained per second since the last line) and `data_wait_fraction`
-  (the part of that time its loop waited for the loader).
+  `audio_s_per_s` (audio seconds this rank trained per second since the last line), `data_wait_fraction`
+  (the part of that time its loop waited for the loader) and `host_ms_per_step` (the host's own wall time per
+  step: on a GPU, where the step does not sync, the time to issue its work).
 - `val`, at each validation: `epoch`, `train_loss`, `val_loss` (CTC per target token, as `train_loss`),
   `wer`, `cer`, `utterances`, `skipped`, and the run's counters: `nonfinite_loss`, `nonfinite_grad` (steps
   skipped), `bad_audio`, `too_short`, `too_long`, `feature_error`, `bad_text` (utterances skipped), `dropped_tail`. ADPSGD adds

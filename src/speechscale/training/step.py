@@ -17,6 +17,7 @@ from torch import nn
 
 from ..data.dataset import Batch
 from ..models.ctc import ctc_criterion
+from .graphs import GraphedUpdate
 from .precision import Precision
 
 if TYPE_CHECKING:
@@ -46,7 +47,9 @@ class TrainStep:
     `graphs` (trainer.cuda_graphs): batches of a fixed shape on a CUDA device run the model's forward and
     backward as captured graphs; `forward` is then the bare model (never DDP's wrapper), gradients are
     zeroed in place (graphed backward returns views of its static buffers) and the strategy averages them
-    after the last micro-batch (`Strategy.reduce_gradients`), outside the captured region.
+    after the last micro-batch (`Strategy.reduce_gradients`), outside the captured region. The update after
+    it (clipping, checks, a fused optimizer's step) replays as a graph of its own (`GraphedUpdate`) except
+    under fp16's loss scaler.
     """
 
     def __init__(self, model: nn.Module, forward: Forward, optimizer: torch.optim.Optimizer, precision: Precision,
@@ -56,6 +59,9 @@ class TrainStep:
         self.precision, self.strategy, self.device = precision, strategy, device
         self.grad_clip = grad_clip if grad_clip > 0 else math.inf
         self.placeholder, self.clock, self.graphs = placeholder, clock, graphs
+        self.update = None  # the update after backward as a CUDA graph, with the model's graphs where it can be
+        if graphs is not None and GraphedUpdate.supports(optimizer, precision, device):
+            self.update = GraphedUpdate(model, optimizer, self.grad_clip)
         self.ctc, self.ctc_rows = ctc_criterion(), ctc_criterion("none")
 
     def loss(self, batch: Batch, host_lens: torch.Tensor | None = None) -> torch.Tensor:
@@ -107,12 +113,16 @@ class TrainStep:
         if self.graphs is not None:
             self.strategy.reduce_gradients(self.model)
         loss = torch.stack(losses).sum()  # the mean over micro-batches (each was divided by their count)
-        self.precision.unscale_(self.optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        bad_loss = ~torch.isfinite(loss)
-        bad_grad = ~torch.isfinite(norm) & ~bad_loss
-        self.strategy.before_step(self.model, self.optimizer)
-        self.precision.step(self.optimizer, bad_loss | bad_grad)
+        if self.update is not None:  # clip, checks and step replayed (before_step changes weights, not gradients)
+            self.strategy.before_step(self.model, self.optimizer)
+            _, bad_loss, bad_grad = self.update(loss)
+        else:
+            self.precision.unscale_(self.optimizer)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            bad_loss = ~torch.isfinite(loss)
+            bad_grad = ~torch.isfinite(norm) & ~bad_loss
+            self.strategy.before_step(self.model, self.optimizer)
+            self.precision.step(self.optimizer, bad_loss | bad_grad)
         self.strategy.after_step(self.model, self.optimizer)
         ok = ~(bad_loss | bad_grad) & any(len(b) > 0 for b in micro)
         flags = torch.stack([bad_loss.float(), bad_grad.float(), torch.where(ok, loss.float(), 0.0), ok.float()])

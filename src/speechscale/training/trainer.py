@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +195,9 @@ class Trainer:
         # them, so a run resumed mid-epoch (or on another number of ranks) takes the same steps.
         torch.manual_seed(derive_seed(self.cfg.trainer.seed, "process", self.rank, s.step + 1))
         with self.straggler.step():  # distributed.simulate_straggler: this rank sleeps after its compute
+            t0 = time.perf_counter()
             loss, flags = self.optimizer_step(micro)
+            self.feed.stepped(time.perf_counter() - t0)
         self.tally.add(flags)
         s.step += 1
         if self.ema is not None:

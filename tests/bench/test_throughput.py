@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -50,3 +51,23 @@ def test_bench_features_reports_cost_per_audio_second():
     assert res["utterances"] == 20 and res["audio_seconds"] > 5
     cost = res["ms_per_audio_second"]
     assert cost["load"] > 0 and cost["features"] > 0 and abs(cost["load"] + cost["features"] - cost["total"]) < 0.01
+
+
+def test_bench_modes_expand_graphs_and_schemes_and_refuse_what_cannot_run():
+    from speechscale.bench.throughput import bench_modes
+    from speechscale.config import ConfigError
+
+    assert bench_modes(["bf16", "fp32"], "off", [], False) == ("fp32", "bf16")  # fp32, the reference, leads
+    with pytest.raises(ConfigError, match="--graphs needs a CUDA device"):
+        bench_modes(["bf16"], "both", ["stacked"], False)
+    with pytest.raises(ConfigError, match="--graphs needs a CUDA device"):
+        bench_modes(["bf16+graphs@stacked"], "off", [], False)
+    with pytest.raises(ConfigError, match=re.escape("--precision: bench mode 'bf16+graph': use one of")):
+        bench_modes(["bf16+graph"], "off", [], False)
+    with pytest.raises(ConfigError, match="scheme='fused' is unknown; choose one of stacked, split"):
+        bench_modes(["bf16+graphs@fused"], "off", [], False)
+    # with a CUDA device
+    assert bench_modes(["bf16"], "both", ["split", "stacked"], True) == (
+        "bf16", "bf16+graphs@split", "bf16+graphs@stacked")
+    assert bench_modes(["bf16", "fp16+graphs@stacked"], "on", [], True) == ("bf16+graphs",)
+    assert bench_modes(["bf16", "fp16+graphs@stacked"], "off", [], True) == ("bf16", "fp16+graphs@stacked")

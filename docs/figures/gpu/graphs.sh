@@ -4,7 +4,8 @@
 # (../shared/tools/gpu_limit_probe.py, carried in .gpudata) and a real `speechscale train` of ds2-large in bf16
 # with graphs on yesno, its audio-s/s read from its own run log.
 #   bash docs/figures/gpu/graphs.sh OUT [PARTS]      PARTS: bench,tests,probe,b128,others,train (the default),
-#   or train-det, tests-quick, bench-bf16
+#   or train-det, tests-quick, bench-bf16; issue #56's lease: probe56,schemes,tests,b128s,others56,train,nccl
+#   (bidirectional schemes side by side, the graphed update, an fp16 graphed row, one nccl rank graphed)
 # Carry .whl and .gpudata (see env.sh). Each part has its own time limit, so one failing part keeps the others.
 set -uo pipefail
 out=${1:?usage: graphs.sh OUT [PARTS]}
@@ -20,8 +21,16 @@ if has bench; then  # the headline: ds2-large, eager and graphed, interleaved st
     bench 150 --model ds2-large --precision fp32,tf32,bf16 --graphs both --batch-size 32 --steps 6 \
         | tee "$out/graphs.jsonl"
 fi
+if has probe56; then  # the limit beside our bench: ds2-large-shaped, bf16, eager padded and graphed model, B 32 and 128
+    B=32 timeout 50 python3 .gpudata/gpu_limit_probe.py bf16 padded,graphed-model | tee "$out/probe.jsonl"
+    B=128 STEPS=6 timeout 40 python3 .gpudata/gpu_limit_probe.py bf16 graphed-model | tee -a "$out/probe.jsonl"
+fi
+if has schemes; then  # ds2-large: eager, the two exact bidirectional schemes graphed, and fp16 graphed, interleaved
+    bench 110 --model ds2-large --precision bf16,bf16+graphs@split,bf16+graphs@stacked,fp16+graphs@stacked \
+        --batch-size 32 --steps 6 | tee "$out/schemes.jsonl"
+fi
 if has tests; then
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short tests/training/test_cuda_graphs.py \
+    timeout ${TESTS_LIMIT:-150} python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short tests/training/test_cuda_graphs.py \
         > "$out/gpu-tests.log" 2>&1
     grep -E "passed|failed|^E " "$out/gpu-tests.log" | tail -30
 fi
@@ -43,7 +52,7 @@ train() {  # $1: trainer.deterministic, $2: steps, $3: the metrics file to keep
         trainer.deterministic="$1" trainer.out_dir=/tmp/train-graphs-$1 trainer.progress=false
     cp /tmp/train-graphs-$1/metrics.jsonl "$out/$3"
 }
-if has train || has train-det; then  # yesno x 20 (1,200 files, 2.1 h), batches of 32; 2 shapes; audio_s_per_s per 6 steps
+if has train || has train-det || has nccl; then  # yesno x 20 (1,200 files, 2.1 h), batches of 32; 2 shapes; audio_s_per_s per 6 steps
     python3 - <<'EOF2'
 import json
 from pathlib import Path
@@ -69,4 +78,24 @@ if has tests-quick; then
 fi
 if has bench-bf16; then
     bench 90 --model ds2-large --precision bf16 --graphs both --batch-size 32 --steps 6 | tee "$out/graphs-bf16.jsonl"
+fi
+if has b128s; then
+    bench 80 --model ds2-large --precision bf16+graphs@split,bf16+graphs@stacked --batch-size 128 --steps 4 \
+        | tee "$out/schemes-b128.jsonl"
+fi
+if has others56; then  # lstm-ctc's schemes; conformer and wav2letter+ eager and graphed (model and update)
+    bench 50 --model lstm-ctc --precision bf16+graphs@split,bf16+graphs@stacked --batch-size 32 --steps 6 \
+        | tee "$out/others.jsonl"
+    bench 70 --model conformer,wav2letter+ --precision bf16 --graphs both --batch-size 32 --steps 6 \
+        | tee -a "$out/others.jsonl"
+fi
+if has nccl; then  # allreduce with nccl, one rank, graphed: the reduction path of a multi-GPU run, on one GPU
+    timeout 90 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m speechscale.cli -q train \
+        --config yesno data.root=../shared/data/yesno data.train_manifest=/tmp/yesno20.jsonl data.train_slice=[] \
+        data.batch_seconds=215 data.max_batch_size=32 data.fixed_shapes=2 data.num_workers=12 augment.word_crop=0 \
+        model.name=ds2-large features.sample_rate=16000 trainer.device=cuda trainer.precision=bf16 \
+        trainer.cuda_graphs=on trainer.max_epochs=1 trainer.max_steps=18 trainer.log_every=6 \
+        trainer.out_dir=/tmp/train-nccl trainer.progress=false > "$out/nccl.log" 2>&1
+    echo "nccl exit $?"; tail -3 "$out/nccl.log"
+    cp /tmp/train-nccl/metrics.jsonl "$out/nccl-metrics.jsonl"
 fi

@@ -26,6 +26,7 @@ from ..data.audio import load_audio
 from ..data.dataset import Batch
 from ..distributed.strategy import LocalStrategy
 from ..models.registry import RECOMMENDED_FEATURES
+from ..models.rnn import BIDIRECTIONAL_SCHEMES, set_bidirectional_scheme
 from ..training.graphs import GraphedModel
 from ..training.optim import build_optimizer
 from ..training.precision import Precision, resolve_device
@@ -112,11 +113,39 @@ def mode_parts(mode: str) -> tuple[str, bool, bool]:
     """A bench mode -> (the precision it trains in, whether TF32 is allowed, whether CUDA graphs replay the model).
 
     "fp32" is true fp32 on a CUDA device (TF32 off in matmuls and cuDNN), "tf32" fp32 with TF32 on, "bf16"/"fp16"
-    autocast with TF32 on for what stays fp32; a "+graphs" suffix replays the model per fixed batch shape."""
-    base, _, extra = mode.partition("+")
+    autocast with TF32 on for what stays fp32; a "+graphs" suffix replays the model per fixed batch shape; an
+    "@SCHEME" suffix (models/rnn.py's BIDIRECTIONAL_SCHEMES) picks how the padded path runs both directions."""
+    base, _, extra = mode.partition("@")[0].partition("+")
     if extra not in ("", "graphs") or base not in BENCH_PRECISIONS:
         raise ValueError(f"bench mode {mode!r}: use one of {', '.join(BENCH_PRECISIONS)}, optionally +graphs")
     return ("fp32" if base == "tf32" else base), base != "fp32", extra == "graphs"
+
+
+def bench_modes(precisions: list[str], graphs: str, schemes: list[str], cuda: bool) -> tuple[str, ...]:
+    """The modes `bench train` runs for these precisions, `--graphs` (off, on, both) and bidirectional schemes (one
+    graphed mode each; none: the layers' own), each eager mode first so that its graphed rows report their ratio;
+    fp32, the reference of every ratio, leads. A precision may also be a whole mode (`fp16+graphs@stacked`), run as
+    it is. `cuda`: whether the bench runs on a CUDA device. A one-line ConfigError for what cannot run."""
+    from ..config import ConfigError, check_choice
+
+    for p in precisions:
+        if "+" in p or "@" in p:
+            try:
+                mode_parts(p)
+            except ValueError as e:
+                raise ConfigError(f"--precision: {e}") from None
+            scheme = p.partition("@")[2]
+            if scheme:
+                check_choice("--precision's scheme", scheme, BIDIRECTIONAL_SCHEMES)
+        else:
+            check_choice("--precision", p, BENCH_PRECISIONS)
+    modes = tuple(sorted(precisions, key=lambda p: p != "fp32"))
+    if not cuda and (graphs != "off" or any("+graphs" in p for p in modes)):
+        raise ConfigError("--graphs needs a CUDA device (CUDA graphs); use --graphs off")
+    if graphs == "off":
+        return modes
+    graphed = tuple(f"{p}+graphs{x}" for p in modes if "+" not in p for x in ([f"@{s}" for s in schemes] or [""]))
+    return graphed if graphs == "on" else modes + graphed
 
 
 def _set_tf32(on: bool) -> None:
@@ -128,12 +157,15 @@ class _Mode:
     """One mode's model, optimizer and timers (mode: a precision, optionally "+graphs"; see mode_parts)."""
 
     def __init__(self, mode: str, cfg: Config, device: torch.device, compile_mode: str | None) -> None:
+        mode, _, self.scheme = mode.partition("@")
         precision, self.tf32, self.graphed = mode_parts(mode)
         if self.graphed and device.type != "cuda":
             raise ValueError(f"bench mode {mode!r}: CUDA graphs need a CUDA device")
         torch.manual_seed(0)
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(device).train()
+        if self.scheme:  # the padded path's bidirectional scheme (what graphed steps run)
+            set_bidirectional_scheme(self.model, self.scheme)
         self.forward = self.model if compile_mode is None else torch.compile(
             self.model, dynamic=False, mode=None if compile_mode == "default" else compile_mode)
         self.graphs = compile_mode == "reduce-overhead"  # CUDA graphs: each step must say where it begins
@@ -228,12 +260,14 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
         compute_s = step_s - res["ms_per_phase"]["data"] / 1000
         res.update(compute_ms_per_step=round(1000 * compute_s, 1),
                    audio_seconds_per_second_compute=round(batch_size * seconds / compute_s, 2))
-        eager = next((r for r in results if r["precision"] == p.partition("+")[0]), None)
-        if eager is not None and p.endswith("+graphs"):
+        eager = next((r for r in results if r["precision"] == p.partition("@")[0].partition("+")[0]), None)
+        if eager is not None and "+graphs" in p:
             res["graphs_speedup"] = round(res["audio_seconds_per_second_compute"]
                                           / eager["audio_seconds_per_second_compute"], 3)
         if compile_mode:
             res["compile"] = compile_mode
+        if m.scheme:
+            res["rnn_scheme"] = m.scheme
         if dev.type == "cuda":
             res.update(tf32=m.tf32, cuda_graphs=m.graphed)
             if m.graphed:

@@ -60,6 +60,17 @@ def int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def choice_list(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated names, each one of `allowed` (one line from argparse otherwise)."""
+    def parse(text: str) -> list[str]:
+        names = [x.strip() for x in text.split(",") if x.strip()]
+        for x in names:
+            if x not in allowed:
+                raise argparse.ArgumentTypeError(f"{x!r} is unknown; choose from {', '.join(allowed)}")
+        return names
+    return parse
+
+
 def yaml_mapping(text: str | None, flag: str) -> dict[str, Any]:
     """A YAML mapping given on the command line, or {}; ConfigError in one line otherwise."""
     import yaml

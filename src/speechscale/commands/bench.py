@@ -7,28 +7,20 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from ..models.rnn import BIDIRECTIONAL_SCHEMES
 from . import bench_convergence
-from .args import Parser, int_list, positive, yaml_mapping
+from .args import Parser, choice_list, int_list, positive, yaml_mapping
 
 
 def train(args: argparse.Namespace) -> int:
-    from ..bench.throughput import BENCH_PRECISIONS, bench_train, default_manifest
-    from ..config import ConfigError, check_choice
+    import torch
+
+    from ..bench.throughput import bench_modes, bench_train, default_manifest
     from ..models.registry import model_config
 
     manifest = default_manifest(args.manifest)
-    precisions = tuple(args.precision.split(","))
-    for p in precisions:
-        check_choice("--precision", p, BENCH_PRECISIONS)
-    if "fp32" in precisions:  # the reference runs first so every other mode reports its ratio
-        precisions = ("fp32",) + tuple(p for p in precisions if p != "fp32")
-    if args.graphs != "off":
-        import torch
-
-        if args.device == "cpu" or not torch.cuda.is_available():
-            raise ConfigError("--graphs needs a CUDA device (CUDA graphs); use --graphs off")
-        graphed = tuple(f"{p}+graphs" for p in precisions)  # each eager mode first: the graphed row reports its ratio
-        precisions = graphed if args.graphs == "on" else precisions + graphed
+    precisions = bench_modes(args.precision.split(","), args.graphs, args.rnn_scheme,
+                             args.device != "cpu" and torch.cuda.is_available())
     overrides = yaml_mapping(args.model_overrides, "--model-overrides")
     models = args.model.split(",")
     for model in models:  # every name and override checked before any work
@@ -294,9 +286,12 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bt.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     bt.add_argument("--manifest", default=None, help="real audio to cut batches from ('' for noise)")
     bt.add_argument("--precision", default="fp32",
-                    help="fp32,tf32,bf16,fp16: modes run side by side, ratios vs fp32 (on a GPU fp32 is TF32 off)")
+                    help="fp32,tf32,bf16,fp16: modes run side by side, ratios vs fp32 (on a GPU fp32 is TF32 off); "
+                    "a whole mode (bf16+graphs@stacked) runs as given")
     bt.add_argument("--graphs", default="off", choices=["off", "on", "both"],
                     help="CUDA graphs: replay the model per fixed batch shape; both: eager and graphed side by side")
+    bt.add_argument("--rnn-scheme", type=choice_list(BIDIRECTIONAL_SCHEMES), default=[],
+                    help="graphed modes: how recurrent layers run both directions, each a mode (default: the layers')")
     bt.add_argument("--device", default="auto", help="auto | cpu | cuda")
     bt.add_argument("--peak-tflops", type=positive(float), default=None,
                     help="device peak for MFU (default: a matmul measured in each mode's dtype)")

@@ -157,9 +157,10 @@ class GraphedUpdate:
     captures again. `supports` says which setups it serves: a fused optimizer on CUDA without fp16's loss scaler,
     whose bookkeeping lives on the host."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float,
+                 capture: bool = True) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer, self.grad_clip = optimizer, grad_clip
+        self.optimizer, self.grad_clip, self.capture = optimizer, grad_clip, capture  # capture=False: always eager
         self.graph: torch.cuda.CUDAGraph | None = None
         self.captured: list[torch.Tensor] = []  # every tensor the graph reads or writes, in a fixed order
         self.lrs: list[torch.Tensor] = []  # one device scalar per parameter group
@@ -182,7 +183,7 @@ class GraphedUpdate:
         if self.graph is not None and not all(a is b for a, b in zip(self._tensors(), self.captured)):
             log.info("the optimizer's tensors changed since the update was captured: capturing it again")
             self.graph, self.calls = None, 1
-        if self.calls == 1:  # eager once, so that the state it creates exists before the capture
+        if self.calls == 1 or not self.capture:  # eager once, so that the state it creates exists before the capture
             with self._device_lrs(capturing=False):
                 return self._update(loss)
         if self.graph is None:

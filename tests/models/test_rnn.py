@@ -102,5 +102,5 @@ def test_an_unknown_bidirectional_scheme_is_a_config_error():
     model = build_model("ds2-tiny", {}, 81, 29)
     set_bidirectional_scheme(model, "split")
     assert {m.scheme for m in model.modules() if isinstance(m, RecurrentLayer)} == {"split"}
-    with pytest.raises(ConfigError, match="scheme 'fused' is unknown; use stacked, split"):
+    with pytest.raises(ConfigError, match="scheme 'fused' is unknown; use auto, stacked, split"):
         set_bidirectional_scheme(model, "fused")

@@ -5,7 +5,9 @@
 # with graphs on yesno, its audio-s/s read from its own run log.
 #   bash docs/figures/gpu/graphs.sh OUT [PARTS]      PARTS: bench,tests,probe,b128,others,train (the default),
 #   or train-det, tests-quick, bench-bf16; issue #56's lease: probe56,schemes,tests,b128s,others56,train,nccl
-#   (bidirectional schemes side by side, the graphed update, an fp16 graphed row, one nccl rank graphed)
+#   (bidirectional schemes side by side, the graphed update, an fp16 graphed row, one nccl rank graphed); its second
+#   lease: profile56,b64,trainbench,train,yesno (the kernels behind each scheme, batch 64, the bench at the train's
+#   shape beside the real trainer, the gpu tier's yesno test alone)
 # Carry .whl and .gpudata (see env.sh). Each part has its own time limit, so one failing part keeps the others.
 set -uo pipefail
 out=${1:?usage: graphs.sh OUT [PARTS]}
@@ -28,6 +30,20 @@ fi
 if has schemes; then  # ds2-large: eager, the two exact bidirectional schemes graphed, and fp16 graphed, interleaved
     bench 110 --model ds2-large --precision bf16,bf16+graphs@split,bf16+graphs@stacked,fp16+graphs@stacked \
         --batch-size 32 --steps 6 | tee "$out/schemes.jsonl"
+fi
+if has profile56; then  # where the GPU time goes: each scheme's top kernels, and the probe's padded eager step
+    bench 80 --model ds2-large --precision bf16+graphs@split,bf16+graphs@stacked --batch-size 32 --steps 4 \
+        --warmup 2 | tee "$out/profile.jsonl"
+    PROFILE=1 B=32 STEPS=4 timeout 40 python3 .gpudata/gpu_limit_probe.py bf16 padded | tee "$out/probe-profile.jsonl"
+fi
+if has b64; then
+    bench 60 --model ds2-large --precision bf16+graphs@split,bf16+graphs@stacked --batch-size 64 --steps 4 \
+        --warmup 2 | tee "$out/schemes-b64.jsonl"
+fi
+if has trainbench; then  # the bench at the train part's batch (32 yesno files of about 6 s), the layers' own scheme
+    timeout 60 python3 -m speechscale.cli -q bench train --warmup 2 --seconds 6.3 --model ds2-large \
+        --precision bf16+graphs --batch-size 32 --steps 6 --manifest ../shared/data/yesno/manifest.jsonl \
+        | tee "$out/train-bench.jsonl"
 fi
 if has tests; then
     timeout ${TESTS_LIMIT:-150} python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short tests/training/test_cuda_graphs.py \
@@ -98,4 +114,9 @@ if has nccl; then  # allreduce with nccl, one rank, graphed: the reduction path 
         trainer.out_dir=/tmp/train-nccl trainer.progress=false > "$out/nccl.log" 2>&1
     echo "nccl exit $?"; tail -3 "$out/nccl.log"
     cp /tmp/train-nccl/metrics.jsonl "$out/nccl-metrics.jsonl"
+fi
+if has yesno; then
+    timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short -k yesno tests/training/test_cuda_graphs.py \
+        > "$out/gpu-yesno.log" 2>&1
+    grep -E "passed|failed|^E " "$out/gpu-yesno.log" | tail -5
 fi

@@ -69,10 +69,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def kernel_profile(step: Callable[[], Any], device: torch.device) -> dict[str, Any]:
-    """Run `step` once more under torch.profiler: how many kernels and copies it put on the GPU and their
-    summed time. Against the step's wall clock this says whether the GPU or the host that feeds it is the
-    bottleneck (a GPU busy for a fraction of the step waits on kernel launches)."""
+def kernel_profile(step: Callable[[], Any], device: torch.device, top_kernels: int = 8) -> dict[str, Any]:
+    """Run `step` once more under torch.profiler: how many kernels and copies it put on the GPU, their
+    summed time, and the `top_kernels` names that took most of it (summed over their launches). Against the
+    step's wall clock this says whether the GPU or the host that feeds it is the bottleneck (a GPU busy for a
+    fraction of the step waits on kernel launches)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -80,8 +81,13 @@ def kernel_profile(step: Callable[[], Any], device: torch.device) -> dict[str, A
         step()
         _sync(device)
     events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    per_name: dict[str, list[float]] = {}
+    for e in events:
+        per_name.setdefault(e.name[:80], []).append(e.time_range.elapsed_us() / 1000)
+    top = sorted(per_name.items(), key=lambda kv: -sum(kv[1]))[:top_kernels]
     return {"gpu_kernels_per_step": len(events),
-            "gpu_busy_ms": round(sum(e.time_range.elapsed_us() for e in events) / 1000, 1)}
+            "gpu_busy_ms": round(sum(e.time_range.elapsed_us() for e in events) / 1000, 1),
+            "gpu_top_kernels": [{"kernel": k, "ms": round(sum(v), 2), "count": len(v)} for k, v in top]}
 
 
 def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, repeats: int = 3) -> float:

@@ -18,8 +18,11 @@ MERGES = ("sum", "concat")  # bidirectional outputs: added, or concatenated
 #   stacked - one fused bidirectional cuDNN call over 2B rows: each row as is (its forward outputs are kept) and
 #             aligned to the end of the batch's time axis (its reverse outputs are kept, then aligned back);
 #   split   - two unidirectional calls, the reverse one over each row reversed within its length (the CPU's path;
-#             on two CUDA streams side by side it ran no faster).
-BIDIRECTIONAL_SCHEMES = ("stacked", "split")
+#             on two CUDA streams side by side it ran no faster);
+#   auto    - stacked for batches of at most STACKED_MAX_ROWS rows, where the recurrent steps are latency-bound and
+#             doubling the rows costs less than a second pass; split for larger ones.
+BIDIRECTIONAL_SCHEMES = ("auto", "stacked", "split")
+STACKED_MAX_ROWS = 64
 
 class RecurrentLayer(nn.Module):
     """Masked batch norm (optional) -> GRU/LSTM over valid frames -> merged directions.
@@ -50,7 +53,7 @@ class RecurrentLayer(nn.Module):
         for name in list(self._one_way._parameters):
             delattr(self._one_way, name)
         self._weight_names = [n for n in self.rnn._flat_weights_names if not n.endswith("_reverse")]
-        self.scheme = "stacked"  # of BIDIRECTIONAL_SCHEMES, for the padded path on a GPU (set_bidirectional_scheme)
+        self.scheme = "auto"  # of BIDIRECTIONAL_SCHEMES, for the padded path on a GPU (set_bidirectional_scheme)
 
     @property
     def output_size(self) -> int:
@@ -113,7 +116,8 @@ class RecurrentLayer(nn.Module):
         if not self.bidirectional:
             return self._one_way_run(x, fw)
         lengths = lengths.to(x.device)
-        if x.is_cuda and not torch.jit.is_tracing() and self.scheme == "stacked":
+        stacked = self.scheme == "stacked" or (self.scheme == "auto" and x.shape[0] <= STACKED_MAX_ROWS)
+        if x.is_cuda and not torch.jit.is_tracing() and stacked:
             return self._stacked(x, lengths, dtype)
         bw = self._weights(self._weight_names, dtype, "_reverse")
         out = self._one_way_run(x, fw)

@@ -20,9 +20,9 @@ MERGES = ("sum", "concat")  # bidirectional outputs: added, or concatenated
 #   split   - two unidirectional calls, the reverse one over each row reversed within its length (the CPU's path;
 #             on two CUDA streams side by side it ran no faster);
 #   auto    - stacked for batches of at most STACKED_MAX_ROWS rows, where the recurrent steps are latency-bound and
-#             doubling the rows costs less than a second pass; split for larger ones.
+#             doubling the rows costs less than a second pass; split for larger ones (docs/figures/gpu/gpu-step.json).
 BIDIRECTIONAL_SCHEMES = ("auto", "stacked", "split")
-STACKED_MAX_ROWS = 64
+STACKED_MAX_ROWS = 32
 
 class RecurrentLayer(nn.Module):
     """Masked batch norm (optional) -> GRU/LSTM over valid frames -> merged directions.

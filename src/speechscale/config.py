@@ -39,9 +39,9 @@ class FeatureConfig:
     preemphasis: float = 0.0           # x[t] - a * x[t-1] before the STFT (0 = off; Kaldi uses 0.97)
     speaker_prior: list[float] = field(default_factory=list)  # normalize=speaker; written by training: the
                                        # training speakers' pooled per-bin mean, then std (2 x features values)
-    speaker_prior_frames: float = 400.0  # a file without its speaker's statistics (transcribe, serve) shrinks
-                                       # its own toward speaker_prior, weighted as this many frames (0 = its own
-                                       # alone; 400 picked on LOSO seed 2, BENCHMARKS.md)
+    speaker_prior_frames: float = 400.0  # a file without its speaker's statistics (transcribe, serve) shrinks its
+                                       # own toward speaker_prior, weighted as this many frames (0 = its own alone)
+    device: str = "loader"             # training features: in the loader's workers | cuda | cpu (in the step)
 
 
 @dataclass

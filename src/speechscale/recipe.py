@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .config import Config, ConfigError, check_choice, load_config
-from .data.features import FEATURE_KINDS, NORMALIZATIONS, FeatureExtractor
+from .data.features import FEATURE_DEVICES, FEATURE_KINDS, NORMALIZATIONS, FeatureExtractor
 from .data.text import DIGIT_MODES
 from .distributed import STRATEGIES
 from .distributed.adpsgd import VARIANTS
@@ -37,7 +37,8 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
 
 def choices() -> dict[str, tuple[str, ...]]:
     """Each config choice's allowed values, from the component that implements them."""
-    return {"features.kind": FEATURE_KINDS, "features.normalize": NORMALIZATIONS, "text.digits": DIGIT_MODES,
+    return {"features.kind": FEATURE_KINDS, "features.normalize": NORMALIZATIONS,
+            "features.device": FEATURE_DEVICES, "text.digits": DIGIT_MODES,
             "optim.name": tuple(OPTIMIZERS), "optim.schedule": SCHEDULES,
             "trainer.precision": ("auto", *PRECISIONS), "distributed.strategy": tuple(STRATEGIES),
             "distributed.adpsgd.variant": VARIANTS}
@@ -64,6 +65,9 @@ def check_recipe(cfg: Config) -> None:
         (f.n_mels >= 1, "features.n_mels must be at least 1"),
         (0.0 <= f.preemphasis < 1.0, "features.preemphasis must be in [0, 1)"),
         (f.speaker_prior_frames >= 0, f"features.speaker_prior_frames={f.speaker_prior_frames} must be 0 or more"),
+        (f.device == "loader" or f.normalize != "speaker",
+         f"features.device={f.device} computes features in the training step, which has no speaker statistics: use "
+         "features.normalize=utterance, feature or none there, or features.device=loader"),
         (len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet,
          "text.alphabet must be non-empty without repeated characters"),
         (d.batch_seconds > 0, "data.batch_seconds must be positive"),

@@ -19,6 +19,15 @@ def test_loader_throughput_by_workers_and_augmentation(tmp_path):
     assert plain[0] == plain[1]  # the same features, whoever computes them
 
 
+def test_a_loader_that_ships_waveforms_counts_the_frames_the_step_will_compute(tmp_path):
+    """--features step (features.device): the loader's batches hold the audio; the frames the step computes from
+    their lengths are the loader path's, and the rows say where the features were made."""
+    manifest = flac_corpus(shared("fsdd", "manifest.jsonl"), tmp_path, limit=12)
+    rows = bench_loader(manifest, workers=[0], augment=[False], features=("loader", "step"))
+    assert [r["features"] for r in rows] == ["loader", "step"]
+    assert rows[0]["feature_frames"] == rows[1]["feature_frames"] > 0 and rows[1]["x_realtime"] > 1
+
+
 def test_bench_loader_cli_prints_json_lines(tmp_path):
     shared("fsdd", "manifest.jsonl")
     proc = run_cli("bench", "loader", "--workers", "0", "--augment", "off", "--limit", "12", timeout=300)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from speechscale.config import AugmentConfig
-from speechscale.data.augment import WaveAugment, spec_augment
+from speechscale.data.augment import WaveAugment, spec_augment, spec_draws
 
 
 def _tone(seconds=1.0, sr=16000, hz=440.0):
@@ -40,13 +40,15 @@ def test_same_generator_seed_same_output():
 def test_spec_augment_masks_bands_and_spans_only():
     feats = torch.randn(80, 200)
     cfg = AugmentConfig(freq_masks=2, freq_mask_width=10, time_masks=2, time_mask_width=20)
-    out = spec_augment(feats, cfg, torch.Generator().manual_seed(3))
+    draws = spec_draws(cfg, torch.Generator().manual_seed(3), 80, 200)
+    assert draws[0] == 1.0 and len(draws) == 1 + 2 * 4  # no warp; (start, width) per mask
+    out = spec_augment(feats, draws[1:], cfg.freq_masks)
     changed = out != feats
     assert changed.any() and out.shape == feats.shape
     rows, cols = changed.all(dim=1), changed.all(dim=0)  # masked frequency rows / time columns
     assert rows.sum() <= 20 and cols.sum() <= 40
     assert (changed & ~rows[:, None] & ~cols[None, :]).sum() == 0  # nothing outside the masks changed
-    assert spec_augment(feats, AugmentConfig(), torch.Generator()) is feats
+    assert spec_augment(feats, spec_draws(AugmentConfig(), torch.Generator(), 80, 200)[1:], 0) is feats
 
 
 def test_pause_segments_and_word_crop_on_real_yesno_audio():

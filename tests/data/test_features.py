@@ -148,3 +148,47 @@ def test_a_prior_of_the_wrong_size_is_one_clear_error():
 
     with pytest.raises(ConfigError, match="speaker_prior holds 3 values; these features need 80"):
         FeatureExtractor(FeatureConfig(kind="logmel", n_mels=40, normalize="speaker", speaker_prior=[0.0, 1.0, 2.0]))
+
+
+def _real_clips(rate):
+    """Four recordings of different lengths (yesno, fsdd, ldc93s1), at `rate`."""
+    from speechscale.data.audio import load_audio
+
+    files = [shared("yesno", "0_0_0_0_1_1_1_1.wav"), shared("ldc93s1", "LDC93S1.wav"),
+             shared("fsdd", "recordings", "0_george_0.wav"), shared("yesno", "1_0_1_0_1_0_0_1.wav")]
+    return [torch.from_numpy(load_audio(f, rate)) for f in files]
+
+
+@pytest.mark.parametrize("kind, normalize, remove_dc, preemphasis", [
+    ("spectrogram", "utterance", False, 0.0), ("logmel", "feature", True, 0.97), ("spectrogram", "none", True, 0.0)])
+def test_the_steps_batched_features_equal_the_loaders_row_by_row(kind, normalize, remove_dc, preemphasis):
+    """features.device: a padded batch of real recordings through FeatureExtractor.batch, with each row's warp and
+    SpecAugment draws, equals the loader's features of each recording alone to round-off, and is zero past each
+    row's frames."""
+    from speechscale.config import AugmentConfig
+    from speechscale.data.augment import freq_warp, spec_augment, spec_draws
+
+    fx = FeatureExtractor(FeatureConfig(kind=kind, normalize=normalize, remove_dc=remove_dc, preemphasis=preemphasis,
+                                        n_mels=40))
+    aug = AugmentConfig(freq_warp=0.1, freq_masks=2, freq_mask_width=8, time_masks=2, time_mask_width=15)
+    clips = _real_clips(16000)
+    g = torch.Generator().manual_seed(1)
+    draws = [spec_draws(aug, g, fx.num_features, fx.num_frames(len(c))) for c in clips]
+    alone = [spec_augment(freq_warp(fx(c), d[0]), d[1:], aug.freq_masks) for c, d in zip(clips, draws)]  # (F, T_i)
+    lens = torch.tensor([len(c) for c in clips])
+    waves = torch.zeros(len(clips), int(lens.max()))
+    for i, c in enumerate(clips):
+        waves[i, : len(c)] = c
+    feats, frames = fx.batch(waves, lens, torch.tensor(draws, dtype=torch.float64), aug)
+    assert frames.tolist() == [a.shape[1] for a in alone] and feats.shape[2] == max(frames.tolist())
+    for i, a in enumerate(alone):
+        torch.testing.assert_close(feats[i, :, : a.shape[1]], a, atol=2e-5, rtol=1e-5)
+        assert float(feats[i, :, a.shape[1]:].abs().sum()) == 0.0
+
+
+def test_the_step_has_no_speaker_statistics():
+    from speechscale.config import ConfigError
+
+    fx = FeatureExtractor(FeatureConfig(normalize="speaker"))
+    with pytest.raises(ConfigError, match="features.normalize=speaker needs the features computed in the loader"):
+        fx.batch(torch.zeros(1, 4000), torch.tensor([4000]))

@@ -1,7 +1,8 @@
 """Loader throughput: audio seconds per wall second through the training DataLoader (decode, resample,
-augmentation, normalized spectrogram, collate), with 0 (the main process) to N worker processes.
+augmentation, normalized spectrogram, collate), with 0 (the main process) to N worker processes; with
+`--features step` the loader ships waveforms instead (features.device: the step computes the features).
 
-    speechscale bench loader --workers 0,1,2 --augment both --source both --clip-seconds 12
+    speechscale bench loader --workers 0,1,2 --augment both --source both --clip-seconds 12 --features both
 
 Without --manifest the input is 16 kHz flac made once from ../shared/data/fsdd (written before timing),
 as loose files and (`--source shards|both`) as tar shards of the same files. The clock runs from the
@@ -76,41 +77,52 @@ def _loader(source: str, cfg: Config) -> tuple[Any, int, float]:
 
 
 def bench_loader(source: str | Path, workers: list[int], augment: list[bool], sample_rate: int = 16000,
-                 batch_seconds: float = 60.0) -> list[dict[str, Any]]:
-    """One pass of the training loader over `source` (a manifest or shard index) for each worker count and
-    augmentation setting. The main process runs one torch thread, as each worker does."""
-    return bench_loader_interleaved([str(source)], workers, augment, sample_rate, batch_seconds, repeats=1)
+                 batch_seconds: float = 60.0, features: tuple[str, ...] = ("loader",)) -> list[dict[str, Any]]:
+    """One pass of the training loader over `source` (a manifest or shard index) for each worker count,
+    augmentation setting and place of the features (`features`: loader, and/or step: the loader ships waveforms,
+    the training step computes the features on its device, which this bench leaves out). The main process runs
+    one torch thread, as each worker does."""
+    return bench_loader_interleaved([str(source)], workers, augment, sample_rate, batch_seconds, repeats=1,
+                                    features=features)
 
 
 def bench_loader_interleaved(sources: list[str], workers: list[int], augment: list[bool], sample_rate: int = 16000,
-                             batch_seconds: float = 60.0, repeats: int = 1) -> list[dict[str, Any]]:
-    """Every (source, augmentation, workers) variant, `repeats` passes each, interleaved in rotating order
-    by the harness; one row per variant with the median pass (and the fastest and slowest)."""
+                             batch_seconds: float = 60.0, repeats: int = 1, features: tuple[str, ...] = ("loader",)
+                             ) -> list[dict[str, Any]]:
+    """Every (source, augmentation, workers, features) variant, `repeats` passes each, interleaved in rotating
+    order by the harness; one row per variant with the median pass (and the fastest and slowest)."""
+    from ..data.features import FeatureExtractor
     from .harness import interleave
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     sizes: dict[str, tuple[int, float]] = {}
 
-    def one_pass(source: str, w: int, aug: bool) -> int:
+    def one_pass(source: str, w: int, aug: bool, where: str) -> int:
+        fcfg = FeatureConfig(sample_rate=sample_rate, device="cpu" if where == "step" else "loader")
         cfg = Config(data=DataConfig(batch_seconds=batch_seconds, num_workers=w, max_batch_size=64,
                                      max_duration=batch_seconds),
-                     features=FeatureConfig(sample_rate=sample_rate), augment=AUGMENT if aug else AugmentConfig())
+                     features=fcfg, augment=AUGMENT if aug else AugmentConfig())
         loader, n, audio = _loader(source, cfg)  # the clock includes worker start-up, as a training epoch's does
         sizes[source] = (n, audio)
-        return sum(int(b.feat_lens.sum()) for b in loader)
+        if where == "loader":
+            return sum(int(b.feat_lens.sum()) for b in loader)
+        fx = FeatureExtractor(fcfg)  # lengths in samples: the frames the step will compute from them
+        return sum(fx.num_frames(int(n)) for b in loader for n in b.feat_lens)
 
-    variants = {(src, aug, w): (lambda src=src, w=w, aug=aug: one_pass(src, w, aug))
-                for src in sources for aug in augment for w in workers}
+    variants = {(src, aug, w, where): (lambda src=src, w=w, aug=aug, where=where: one_pass(src, w, aug, where))
+                for src in sources for aug in augment for w in workers for where in features
+                if where == "loader" or not src.endswith("index.jsonl")}
     try:
         stats = interleave({str(k): v for k, v in variants.items()}, repeats=repeats, warmup=0)
     finally:
         torch.set_num_threads(threads)
     results = []
-    for (src, aug, w) in variants:
-        st = stats[str((src, aug, w))]
+    for (src, aug, w, where) in variants:
+        st = stats[str((src, aug, w, where))]
         n, audio = sizes[src]
         results.append({"source": "shards" if src.endswith("index.jsonl") else "files", "workers": w, "augment": aug,
+                        "features": where,
                         "utterances": n, "audio_seconds": round(audio, 1), "feature_frames": st.extra[0],
                         "seconds": round(st.median, 3), "passes": st.n,
                         "seconds_min_max": [round(min(st.samples), 3), round(max(st.samples), 3)],

@@ -128,6 +128,7 @@ def loader(args: argparse.Namespace) -> int:
     if min(workers) < 0:
         raise SystemExit(f"speechscale bench loader: --workers={args.workers} must be counts >= 0, e.g. 0,1,2")
     augment = {"off": [False], "on": [True], "both": [False, True]}[args.augment]
+    features = {"loader": ("loader",), "step": ("step",), "both": ("loader", "step")}[args.features]
     fsdd = Path("../shared/data/fsdd/manifest.jsonl")  # relative to the project, as the recipes' data
     source = Path(args.manifest) if args.manifest else fsdd
     if not source.is_file():
@@ -143,7 +144,7 @@ def loader(args: argparse.Namespace) -> int:
             write_shards(str(manifest), Path(tmp) / "shards", shard_size=args.shard_size)
             sources.append(str(Path(tmp) / "shards" / "index.jsonl"))
         for src in sources:
-            for res in bench_loader(src, workers, augment, args.sample_rate, args.batch_seconds):
+            for res in bench_loader(src, workers, augment, args.sample_rate, args.batch_seconds, features):
                 print(json.dumps(res), flush=True)
     return 0
 
@@ -344,6 +345,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     help="loose files, tar shards of the same files, or both")
     bl.add_argument("--shard-size", type=positive(int), default=100, help="utterances per shard (--source shards)")
     bl.add_argument("--batch-seconds", type=positive(float), default=60.0, help="padded audio seconds per batch")
+    bl.add_argument("--features", default="loader", choices=["loader", "step", "both"],
+                    help="features computed in the loader, or in the step (features.device: the loader ships audio)")
     bl.set_defaults(func=loader)
     be = command(bsub, "export", "inference latency per clip: PyTorch vs ONNX Runtime vs TorchScript, as JSON")
     be.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")

@@ -170,13 +170,27 @@ def trim_silence(wav: np.ndarray, cfg: AugmentConfig, sample_rate: int, gen: tor
     return wav[new_start:new_end]
 
 
-def freq_warp(feats: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator) -> torch.Tensor:
-    """Stretch the frequency axis of (F, T) features by a random factor (vocal tract length perturbation).
+def spec_draws(cfg: AugmentConfig, gen: torch.Generator, n_freq: int, n_time: int) -> list[float]:
+    """The random draws of frequency warping and SpecAugment for one utterance's (F, T) features, taken in the
+    loader whether the features are computed there or in the training step (features.device): the warp factor
+    (1.0 without warping), then (start, width) of each frequency mask, then of each time mask."""
+    draws = [_uniform(gen, 1.0 - cfg.freq_warp, 1.0 + cfg.freq_warp) if cfg.freq_warp > 0 else 1.0]
+    for _ in range(cfg.freq_masks):
+        w = int(torch.randint(0, cfg.freq_mask_width + 1, (), generator=gen))
+        draws += [int(torch.randint(0, max(1, n_freq - w), (), generator=gen)), w]
+    max_t = min(cfg.time_mask_width, int(0.2 * n_time))
+    for _ in range(cfg.time_masks):
+        w = int(torch.randint(0, max_t + 1, (), generator=gen))
+        draws += [int(torch.randint(0, max(1, n_time - w), (), generator=gen)), w]
+    return draws
+
+
+def freq_warp(feats: torch.Tensor, factor: float) -> torch.Tensor:
+    """Stretch the frequency axis of (F, T) features by `factor` (vocal tract length perturbation).
 
     Output bin f reads input bin f / factor, linearly interpolated; bins beyond the top repeat the top."""
-    if cfg.freq_warp <= 0:
+    if factor == 1.0:
         return feats
-    factor = _uniform(gen, 1.0 - cfg.freq_warp, 1.0 + cfg.freq_warp)
     n_freq = feats.shape[0]
     src = torch.clamp(torch.arange(n_freq, dtype=torch.float32) / factor, max=n_freq - 1)  # (F,)
     lo = src.floor().long()
@@ -185,20 +199,17 @@ def freq_warp(feats: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator) -> 
     return feats[lo] * (1 - w) + feats[hi] * w  # (F, T)
 
 
-def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator) -> torch.Tensor:
-    """Mask random frequency bands and time spans of (F, T) features with their mean (0 after normalisation)."""
-    if cfg.freq_masks == 0 and cfg.time_masks == 0:
+def spec_augment(feats: torch.Tensor, masks: list[float], freq_masks: int) -> torch.Tensor:
+    """Mask frequency bands and time spans of (F, T) features with their mean (0 after normalisation): `masks`
+    holds (start, width) pairs, the first `freq_masks` of them over frequency (spec_draws' order)."""
+    if not masks:
         return feats
     feats = feats.clone()
-    n_freq, n_time = feats.shape
     fill = float(feats.mean())
-    for _ in range(cfg.freq_masks):
-        w = int(torch.randint(0, cfg.freq_mask_width + 1, (), generator=gen))
-        f0 = int(torch.randint(0, max(1, n_freq - w), (), generator=gen))
-        feats[f0:f0 + w, :] = fill
-    max_t = min(cfg.time_mask_width, int(0.2 * n_time))
-    for _ in range(cfg.time_masks):
-        w = int(torch.randint(0, max_t + 1, (), generator=gen))
-        t0 = int(torch.randint(0, max(1, n_time - w), (), generator=gen))
-        feats[:, t0:t0 + w] = fill
+    for k in range(0, len(masks), 2):
+        start, width = int(masks[k]), int(masks[k + 1])
+        if k < 2 * freq_masks:
+            feats[start:start + width, :] = fill
+        else:
+            feats[:, start:start + width] = fill
     return feats

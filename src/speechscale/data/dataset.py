@@ -20,7 +20,7 @@ import torch
 from ..config import AugmentConfig
 from ..storage.seeds import generator
 from .audio import AudioError, AudioTooLong, load_audio
-from .augment import WaveAugment, freq_warp, spec_augment, trim_silence, word_crop
+from .augment import WaveAugment, freq_warp, spec_augment, spec_draws, trim_silence, word_crop
 from .features import FeatureExtractor, SpeakerStats
 from .manifest import Utterance
 from .text import CharTokenizer
@@ -36,7 +36,11 @@ class TextError(ValueError):
 
 @dataclass
 class Batch:
-    """A padded batch. feats (B, F, T); feat_lens (B,); targets (sum of target_lens,); target_lens (B,)."""
+    """A padded batch. feats (B, F, T); feat_lens (B,); targets (sum of target_lens,); target_lens (B,).
+
+    With features computed in the training step (features.device), the loader's batch holds the waveforms instead:
+    feats (B, S) samples, feat_lens (B,) in samples, and `draws` (B, K) each row's spectral augmentation draws
+    (data/augment.py's spec_draws); FeatureExtractor.batch turns it into a batch of features."""
 
     feats: torch.Tensor
     feat_lens: torch.Tensor
@@ -46,6 +50,7 @@ class Batch:
     indices: list[int]
     skipped: dict[str, int] = dataclasses.field(default_factory=dict)  # reason -> utterances dropped
     weights: torch.Tensor | None = None  # (B,) a batch padded to a fixed shape (data/shapes.py): 1 real, 0 filler
+    draws: torch.Tensor | None = None  # (B, K) float64: a batch of waveforms' spectral draws (features.device)
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -53,7 +58,8 @@ class Batch:
     def pin_memory(self) -> "Batch":
         """Page-locked copies of the tensors (DataLoader calls this with pin_memory=True)."""
         return dataclasses.replace(self, feats=self.feats.pin_memory(), feat_lens=self.feat_lens.pin_memory(),
-                                   targets=self.targets.pin_memory(), target_lens=self.target_lens.pin_memory())
+                                   targets=self.targets.pin_memory(), target_lens=self.target_lens.pin_memory(),
+                                   draws=None if self.draws is None else self.draws.pin_memory())
 
     def to(self, device: torch.device) -> "Batch":
         """Features and targets on `device` (copies from pinned memory do not block the host). Lengths stay
@@ -64,6 +70,8 @@ class Batch:
             return self
         moved = dataclasses.replace(self, feats=self.feats.to(device, non_blocking=True),
                                     targets=self.targets.to(device, non_blocking=True))
+        if self.draws is not None:
+            moved.draws = self.draws.to(device, non_blocking=True)
         if self.weights is not None:
             moved.feat_lens = self.feat_lens.to(device, non_blocking=True)
             moved.weights = self.weights.to(device, non_blocking=True)
@@ -76,8 +84,9 @@ class SpeechDataset(torch.utils.data.Dataset):
     def __init__(self, utts: Sequence[Utterance], features: FeatureExtractor, tokenizer: CharTokenizer,
                  augment: AugmentConfig | None = None, seed: int = 0, cache_audio: bool = False,
                  min_seconds: float = 0.0, max_seconds: float | None = None,
-                 speakers: dict[str, SpeakerStats] | None = None) -> None:
+                 speakers: dict[str, SpeakerStats] | None = None, in_step: bool = False) -> None:
         self.utts = list(utts)
+        self.in_step = in_step  # features.device: items carry the waveform and the spectral draws, not features
         self.features = features
         self.tokenizer = tokenizer
         self.augment_cfg = augment
@@ -168,6 +177,7 @@ class SpeechDataset(torch.utils.data.Dataset):
         return {"skip": reason}
 
     def _item(self, i: int, wav: np.ndarray, text: str, epoch: int) -> dict[str, Any]:
+        draws = None
         if self.augment_cfg is not None:
             # Per-(seed, epoch, utterance) generator: reproducible whatever the worker layout.
             gen = generator(self.seed, "item", epoch, i)
@@ -175,11 +185,15 @@ class SpeechDataset(torch.utils.data.Dataset):
             wav = trim_silence(wav, self.augment_cfg, self.features.cfg.sample_rate, gen)
             if self.wave_aug is not None and self.wave_aug.active:
                 wav = self.wave_aug(wav, gen)
-            feats = self.features(torch.from_numpy(wav), self.speaker_of(i))  # (F, T)
-            feats = spec_augment(freq_warp(feats, self.augment_cfg, gen), self.augment_cfg, gen)
-        else:
-            feats = self.features(torch.from_numpy(wav), self.speaker_of(i))
-        return {"feats": feats, "target": self.tokenizer.encode(text), "text": text, "index": i}
+            draws = spec_draws(self.augment_cfg, gen, self.features.num_features, self.features.num_frames(len(wav)))
+        item = {"target": self.tokenizer.encode(text), "text": text, "index": i}
+        if self.in_step:  # the step computes the features (and applies the draws) on its device
+            return {**item, "wave": torch.from_numpy(np.ascontiguousarray(wav, dtype=np.float32)),
+                    "draws": draws or [1.0]}
+        feats = self.features(torch.from_numpy(wav), self.speaker_of(i))  # (F, T)
+        if draws is not None:
+            feats = spec_augment(freq_warp(feats, draws[0]), draws[1:], self.augment_cfg.freq_masks)  # type: ignore
+        return {**item, "feats": feats}
 
 
 def pad_features(feats: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -198,7 +212,16 @@ def collate(items: list[dict[str, Any]]) -> Batch:
     if not good:
         return Batch(torch.zeros(0, 1, 1), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
                      torch.zeros(0, dtype=torch.long), [], [], bad)
-    feats, lens = pad_features([it["feats"] for it in good])  # (B, F, T), (B,)
+    draws = None
+    if "wave" in good[0]:  # features.device: waveforms (B, S) and their lengths in samples
+        lens = torch.tensor([it["wave"].shape[0] for it in good], dtype=torch.long)
+        feats = torch.zeros(len(good), int(lens.max()))
+        for b, it in enumerate(good):
+            feats[b, : it["wave"].shape[0]] = it["wave"]
+        draws = torch.tensor([it["draws"] for it in good], dtype=torch.float64)  # (B, K)
+    else:
+        feats, lens = pad_features([it["feats"] for it in good])  # (B, F, T), (B,)
     targets = torch.tensor([t for it in good for t in it["target"]], dtype=torch.long)
     target_lens = torch.tensor([len(it["target"]) for it in good], dtype=torch.long)
-    return Batch(feats, lens, targets, target_lens, [it["text"] for it in good], [it["index"] for it in good], bad)
+    return Batch(feats, lens, targets, target_lens, [it["text"] for it in good], [it["index"] for it in good], bad,
+                 draws=draws)

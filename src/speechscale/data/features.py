@@ -10,11 +10,14 @@ import math
 
 import torch
 
-from ..config import ConfigError, FeatureConfig
+from ..config import AugmentConfig, ConfigError, FeatureConfig
 
 FEATURE_KINDS = ("spectrogram", "logmel")
 # per utterance: one mean/std | per bin (CMVN) | per bin over the speaker's utterances (speaker CMVN) | none
 NORMALIZATIONS = ("utterance", "feature", "speaker", "none")
+# where training computes features: the loader's workers (CPU), or the training step on its device (the loader
+# then ships waveforms: FeatureExtractor.batch)
+FEATURE_DEVICES = ("loader", "cuda", "cpu")
 
 
 class SpeakerStats:
@@ -101,13 +104,14 @@ class FeatureExtractor:
             self.window = torch.hamming_window(self.win_length, periodic=False)
             self.mel = _mel_filterbank(n_freqs, cfg.n_mels, cfg.sample_rate) if cfg.kind == "logmel" else None
         self.num_features = cfg.n_mels if cfg.kind == "logmel" else n_freqs
+        self._device_consts: dict[torch.device, tuple[torch.Tensor, torch.Tensor | None]] = {}
         if cfg.speaker_prior and len(cfg.speaker_prior) != 2 * self.num_features:
             raise ConfigError(f"features.speaker_prior holds {len(cfg.speaker_prior)} values; these features "
                               f"need {2 * self.num_features} (a per-bin mean, then std) or none")
 
     def num_frames(self, num_samples: int) -> int:
-        """Frames produced for `num_samples` (torch.stft with center=True)."""
-        return num_samples // self.hop_length + 1
+        """Frames produced for `num_samples` (torch.stft with center=True: half a window of padding each side)."""
+        return (num_samples + 2 * (self.n_fft // 2) - self.n_fft) // self.hop_length + 1
 
     def frames_for_seconds(self, seconds: float) -> int:
         return self.num_frames(int(math.floor(seconds * self.cfg.sample_rate)))
@@ -147,6 +151,84 @@ class FeatureExtractor:
         if mode in ("feature", "speaker"):  # per-bin mean/variance over the utterance's frames (CMVN)
             return (feats - feats.mean(dim=1, keepdim=True)) / (feats.std(dim=1, keepdim=True) + 1e-5)
         return feats
+
+    def batch(self, waves: torch.Tensor, lengths: torch.Tensor, draws: torch.Tensor | None = None,
+              augment: AugmentConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features of a padded batch on its own device, as `__call__` computes them row by row plus the rows'
+        spectral augmentation (`draws`, data/augment.py's spec_draws, applied as `augment` says): waveforms
+        (B, S), lengths (B,) in samples on the host -> features (B, F, T) zero past each row's frames, and the
+        frames (B,) on the host. normalize=speaker needs the loader's per-speaker statistics: not here."""
+        dev, s = waves.device, waves.shape[1]
+        window, mel = self._on(dev)
+        frames = torch.tensor([self.num_frames(int(n)) for n in lengths], dtype=torch.long)  # (B,) host
+        lens = lengths.to(dev, non_blocking=True)[:, None]  # (B, 1)
+        if self.cfg.remove_dc:
+            inside = torch.arange(s, device=dev)[None] < lens  # (B, S)
+            waves = waves - (waves * inside).sum(1, keepdim=True) / lens
+        if self.cfg.preemphasis > 0 and s > 1:
+            waves = torch.cat([waves[:, :1], waves[:, 1:] - self.cfg.preemphasis * waves[:, :-1]], dim=1)
+        pad = self.n_fft // 2  # each row reflected at its own ends, as torch.stft(center=True) pads one signal
+        j = (torch.arange(s + 2 * pad, device=dev) - pad)[None].abs()  # (1, S + 2 pad)
+        j = torch.where(j >= lens, 2 * (lens - 1) - j, j).clamp(0, s - 1)  # (B, S + 2 pad)
+        spec = torch.stft(waves.gather(1, j), n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
+                          window=window, center=False, return_complex=True)  # (B, n_fft // 2 + 1, T)
+        feats = torch.log(mel @ spec.abs().pow(2) + 1e-6) if mel is not None else torch.log1p(spec.abs())  # (B, F, T)
+        t = feats.shape[-1]
+        valid = (torch.arange(t, device=dev)[None] < frames.to(dev, non_blocking=True)[:, None])[:, None]  # (B,1,T)
+        feats = self._normalize_batch(feats, valid)
+        if draws is not None and augment is not None:
+            feats = self._augment_batch(feats, valid, draws.to(dev, non_blocking=True), augment)
+        return feats * valid, frames
+
+    def _normalize_batch(self, feats: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """`normalize` over each row's own frames: (B, F, T) features, (B, 1, T) valid frames."""
+        mode, m = self.cfg.normalize, valid.to(feats.dtype)
+        if mode == "speaker":
+            raise ConfigError("features.normalize=speaker needs the features computed in the loader "
+                              "(features.device=loader)")
+        dims = (1, 2) if mode == "utterance" else (2,)  # one mean and std per row, or per row and bin
+        if mode in ("utterance", "feature"):
+            n = m.sum(dims, keepdim=True) * (feats.shape[1] if mode == "utterance" else 1)
+            mean = (feats * m).sum(dims, keepdim=True) / n
+            std = ((feats - mean).pow(2) * m).sum(dims, keepdim=True).div(n - 1).sqrt()  # unbiased, as Tensor.std
+            return (feats - mean) / (std + 1e-5)
+        return feats
+
+    @staticmethod
+    def _augment_batch(feats: torch.Tensor, valid: torch.Tensor, draws: torch.Tensor,
+                       cfg: AugmentConfig) -> torch.Tensor:
+        """Frequency warping and SpecAugment masks of every row at once, from its draws (B, K)."""
+        b, n_freq, t = feats.shape
+        if cfg.freq_warp > 0:
+            factor = draws[:, :1].float()  # (B, 1)
+            src = torch.clamp(torch.arange(n_freq, dtype=torch.float32, device=feats.device)[None] / factor,
+                              max=n_freq - 1)  # (B, F)
+            lo = src.floor().long()
+            hi = torch.clamp(lo + 1, max=n_freq - 1)
+            w = (src - lo)[..., None]  # (B, F, 1)
+            feats = (feats.gather(1, lo[..., None].expand(-1, -1, t)) * (1 - w)
+                     + feats.gather(1, hi[..., None].expand(-1, -1, t)) * w)
+        if cfg.freq_masks + cfg.time_masks == 0:
+            return feats
+        m = valid.to(feats.dtype)
+        fill = (feats * m).sum((1, 2), keepdim=True) / (m.sum((1, 2), keepdim=True) * n_freq)  # (B, 1, 1)
+        f = torch.arange(n_freq, device=feats.device)[None]  # (1, F)
+        steps = torch.arange(t, device=feats.device)[None]  # (1, T)
+        masked = torch.zeros(b, n_freq, t, dtype=torch.bool, device=feats.device)
+        for k in range(cfg.freq_masks + cfg.time_masks):
+            start, width = draws[:, 1 + 2 * k, None].long(), draws[:, 2 + 2 * k, None].long()  # (B, 1)
+            if k < cfg.freq_masks:
+                masked |= ((f >= start) & (f < start + width))[..., None]
+            else:
+                masked |= ((steps >= start) & (steps < start + width))[:, None, :]
+        return torch.where(masked, fill, feats)
+
+    def _on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The window and mel filters on `device` (kept once copied)."""
+        if device not in self._device_consts:
+            self._device_consts[device] = (self.window.to(device),
+                                           None if self.mel is None else self.mel.to(device))
+        return self._device_consts[device]
 
     def _alone(self, feats: torch.Tensor) -> SpeakerStats | None:
         """A file without its speaker's statistics: its own (F, T) frames added to the training speakers' pooled

@@ -199,7 +199,8 @@ def make_loader(utts: list[Utterance], comps: "Components", data: DataConfig, au
                                  max_batch_size=data.max_batch_size, num_buckets=data.num_buckets,
                                  seed=seed, sortagrad=data.sortagrad and train, shuffle=train, mix=mix)
     dataset = SpeechDataset(utts, comps.features, comps.tokenizer, augment, seed=seed,
-                            cache_audio=data.cache_audio, min_seconds=data.min_duration, max_seconds=data.max_duration)
+                            cache_audio=data.cache_audio, min_seconds=data.min_duration, max_seconds=data.max_duration,
+                            in_step=train and comps.features.cfg.device != "loader")
     plan = make_plan(ListUnits(sampler)) if make_plan else sampler
     batches = EpochTagged(plan) if train else sampler.batches(0)[shard[0]::shard[1]]
     # data.cache_audio keeps decoded audio in the workers: they must outlive the epoch to reuse it
@@ -264,6 +265,9 @@ def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "C
     val_loader, _, val_n = eval_loader(data.val_manifest, comps, data, rank, world, data.val_filter, data.val_slice,
                                        pin_memory)
     if data.mix and all(is_shard_index(m) for m in data.mix) or is_shard_index(data.train_manifest):
+        if comps.features.cfg.device != "loader":
+            raise ConfigError(f"features.device={comps.features.cfg.device}: features in the training step need a "
+                              "manifest; a shard index computes them in its loader (features.device=loader)")
         return _streamed(data, augment, seed, comps, make_plan, pin_memory, val_loader, val_n)
     utts, report, mix, domains = _training_utterances(data, seed, comps)
     top = max(utts, key=lambda u: u.duration)

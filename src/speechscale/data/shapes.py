@@ -69,7 +69,8 @@ def pad_to(batch: Batch, size: int, frames: int) -> Batch:
     0 with no targets, and `weights` 1 on the real rows, 0 on the fillers. len() still counts the real rows."""
     b, f, t = batch.feats.shape
     # page-locked when the loader's batch was (pin_memory on a GPU): its copy to the device must not block the host
-    feats = torch.zeros(size, f, frames, dtype=batch.feats.dtype, pin_memory=batch.feats.is_pinned())  # (size, F, T)
+    feats = torch.zeros(size, f, frames, dtype=batch.feats.dtype, device=batch.feats.device,
+                        pin_memory=batch.feats.is_pinned())  # (size, F, T), where the features are
     feats[:b, :, :t] = batch.feats
     fill = size - b
     lens = torch.cat([batch.feat_lens, torch.zeros(fill, dtype=batch.feat_lens.dtype)])

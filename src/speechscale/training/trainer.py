@@ -10,6 +10,7 @@ rank 0 logs and writes checkpoints (state.py holds their layout).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -20,7 +21,7 @@ import torch
 
 from .. import storage
 from ..components import build_components
-from ..config import Config, to_dict
+from ..config import Config, ConfigError, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
 from ..data.features import pooled_prior
 from ..data.loading import training_data
@@ -80,6 +81,10 @@ class Trainer:
         if t.deterministic:
             deterministic_algorithms(compiling=t.compile)
         self.device = resolve_device(self.strategy.device(t.device))
+        if cfg.features.device not in ("loader", self.device.type):
+            raise ConfigError(f"features.device={cfg.features.device} computes features in the training step, on "
+                              f"its device; this run trains on {self.device.type}: use features.device="
+                              f"{self.device.type} or loader")
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(self.device)
         if t.init_from:  # fine-tuning: weights only; a checkpoint found by trainer.resume replaces them
@@ -182,6 +187,8 @@ class Trainer:
         Returns the detached mean loss on the device. A non-finite loss or gradient skips the update (fused
         optimizers and the fp16 scaler decide on the device) and is counted at the next `sync()`."""
         s, micro = self.state, (batch if isinstance(batch, list) else [batch])
+        if self.cfg.features.device != "loader":  # the loader shipped waveforms: features on the step's device
+            micro = [self._features_in_step(b) for b in micro]
         for b in micro:
             self.feed.trained(b.feat_lens)
         if self.shapes is not None:  # data.fixed_shapes: padded with zero-weight fillers, the same gradients
@@ -203,6 +210,15 @@ class Trainer:
         if self.ema is not None:
             self.ema.update(self.model, s.step)
         return loss
+
+    def _features_in_step(self, batch: Batch) -> Batch:
+        """A batch of waveforms (features.device) as a batch of features on the device, lengths in frames on the
+        host; an empty batch stays as it is."""
+        if len(batch) == 0 or batch.draws is None:
+            return batch
+        moved = batch.to(self.device)
+        feats, frames = self.comps.features.batch(moved.feats, batch.feat_lens, moved.draws, self.cfg.augment)
+        return dataclasses.replace(batch, feats=feats, feat_lens=frames, targets=moved.targets, draws=None)
 
     def sync(self, collective: bool = True) -> float | None:
         """Fold all ranks' step flags into the counters (collective); the mean loss since the last sync

@@ -1,0 +1,100 @@
+"""features.device: the loader ships waveforms and the training step computes the features (STFT, log-mel or
+log-linear, normalization, frequency warping, SpecAugment) on its device. Here the device is the CPU: the run
+takes the same steps on the same utterances as one whose loader computes the features, to round-off."""
+import json
+
+import pytest
+import torch
+
+from speechscale.config import ConfigError
+from speechscale.recipe import load_recipe
+from speechscale.training.trainer import Trainer
+from tests.conftest import shared
+from tests.training.tiny import NARROW, ldc_config
+
+AUGMENT = ["augment.speed=[0.9, 1.1]", "augment.freq_warp=0.1", "augment.freq_masks=2", "augment.freq_mask_width=10",
+           "augment.time_masks=2", "augment.time_mask_width=10"]
+
+
+def _run(out, *extra):
+    m = shared("fsdd", "manifest.jsonl")
+    cfg = load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
+                             "data.filter={speaker: george, split: test}", "data.val_filter={speaker: jackson, "
+                             "split: test}", "data.batch_seconds=4", "data.max_batch_size=12", "data.num_workers=1",
+                             "features.sample_rate=8000", "features.kind=logmel", "features.n_mels=40",
+                             "features.normalize=feature", "trainer.max_epochs=2", "trainer.progress=false",
+                             "trainer.trace_samples=true", "optim.name=sgd", "optim.lr=0.01", "optim.warmup_steps=0",
+                             f"model.overrides={NARROW}", *AUGMENT, *extra])
+    trainer = Trainer(cfg)
+    summary = trainer.fit()
+    trace = [json.loads(x)["ids"] for x in (out / "samples-rank0.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return summary, trace, trainer.model.state_dict(), rows
+
+
+@pytest.mark.parametrize("shapes", ["data.fixed_shapes=0", "data.fixed_shapes=2"])
+def test_features_in_the_step_train_as_features_in_the_loader(tmp_path, shapes):
+    """Also padded to fixed shapes after the step computed them (what a graphed GPU run does)."""
+    loader, loader_trace, loader_w, loader_rows = _run(tmp_path / "loader", "trainer.log_every=1")
+    step, step_trace, step_w, step_rows = _run(tmp_path / "step", "trainer.log_every=1", "features.device=cpu",
+                                               shapes)
+    assert step_trace == loader_trace and len(loader_trace) == loader["step"] > 4
+    losses = [[r["loss"] for r in rows if r["kind"] == "train"] for rows in (loader_rows, step_rows)]
+    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-4, atol=1e-5)
+    for k, v in loader_w.items():
+        if v.is_floating_point():
+            torch.testing.assert_close(step_w[k], v, atol=1e-5, rtol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
+    # the run log counts the same audio: frames on the host, from the waveforms' lengths
+    assert [r["samples"] for r in step_rows if r["kind"] == "train"] == [
+        r["samples"] for r in loader_rows if r["kind"] == "train"]
+    assert step["val_loss"] == pytest.approx(loader["val_loss"], rel=1e-4)
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["features.device=cuda", "trainer.device=cpu"], "features.device=cuda computes features in the training step, "
+                                                     "on its device; this run trains on cpu"),
+    (["features.device=cpu", "features.normalize=speaker"], "use features.normalize=utterance, feature or none"),
+    (["features.device=gpu"], "features.device='gpu' is unknown; choose one of loader, cuda, cpu"),
+])
+def test_what_the_step_cannot_compute_is_a_one_line_error_before_work(tmp_path, extra, match):
+    with pytest.raises(ConfigError, match=match):
+        Trainer(ldc_config(tmp_path, "trainer.max_steps=1", *extra))
+
+
+# ---- GPU (the gpu tier: pytest -m gpu on a CUDA machine) ----------------------------------------------------------
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the gpu tier)")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_gpu_computes_the_loaders_features():
+    from speechscale.config import AugmentConfig, FeatureConfig
+    from speechscale.data.augment import freq_warp, spec_augment, spec_draws
+    from speechscale.data.features import FeatureExtractor
+    from tests.data.test_features import _real_clips
+
+    fx = FeatureExtractor(FeatureConfig(kind="logmel", n_mels=40, normalize="utterance", preemphasis=0.97))
+    aug = AugmentConfig(freq_warp=0.1, freq_masks=2, time_masks=2)
+    clips = _real_clips(16000)
+    g = torch.Generator().manual_seed(2)
+    draws = [spec_draws(aug, g, fx.num_features, fx.num_frames(len(c))) for c in clips]
+    lens = torch.tensor([len(c) for c in clips])
+    waves = torch.zeros(len(clips), int(lens.max()))
+    for i, c in enumerate(clips):
+        waves[i, : len(c)] = c
+    feats, frames = fx.batch(waves.cuda(), lens, torch.tensor(draws, dtype=torch.float64).cuda(), aug)
+    assert feats.is_cuda and not frames.is_cuda
+    for i, (c, d) in enumerate(zip(clips, draws)):
+        alone = spec_augment(freq_warp(fx(c), d[0]), d[1:], aug.freq_masks)
+        torch.testing.assert_close(feats[i, :, : alone.shape[1]].cpu(), alone, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_graphed_gpu_run_with_features_on_the_gpu_trains_as_with_features_in_the_loader(tmp_path):
+    gpu = ["trainer.device=cuda", "trainer.precision=fp32", "trainer.cuda_graphs=on", "trainer.log_every=1"]
+    _, loader_trace, _, loader_rows = _run(tmp_path / "loader", *gpu)
+    _, step_trace, _, step_rows = _run(tmp_path / "step", *gpu, "features.device=cuda")
+    assert step_trace == loader_trace
+    losses = [[r["loss"] for r in rows if r["kind"] == "train"] for rows in (loader_rows, step_rows)]
+    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=2e-3, atol=1e-4)

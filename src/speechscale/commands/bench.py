@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..models.rnn import BIDIRECTIONAL_SCHEMES
-from . import bench_convergence
+from . import bench_convergence, bench_infer
 from .args import Parser, choice_list, int_list, positive, yaml_mapping
 
 
@@ -325,6 +325,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bst.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
     bst.set_defaults(func=straggler)
     bench_convergence.register(bsub, command)
+    bench_infer.register(bsub, command)
     bf = command(bsub, "features", "cost of decoding + resampling + features per second of audio, as JSON")
     bf.add_argument("--manifest", required=True, help="the audio to read (JSONL manifest)")
     bf.add_argument("--sample-rate", type=positive(int), default=16000, help="rate the audio is resampled to")

@@ -1,0 +1,45 @@
+"""`speechscale bench infer`: batched inference RTFx, eager against a CUDA graph and onnxruntime, as JSON lines."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Callable
+
+from .args import choice_list, positive
+
+
+def infer(args: argparse.Namespace) -> int:
+    from ..bench.infer import bench_infer
+    from ..bench.throughput import default_manifest
+    from ..config import ConfigError
+    from ..models.registry import check_model_name
+    from ..training.precision import resolve_device
+
+    models = args.model.split(",")
+    for model in models:  # every name checked before any work
+        check_model_name(model, where="--model")
+    if "graphed" in args.modes and resolve_device(args.device).type != "cuda":
+        raise ConfigError("bench infer: graphed needs a CUDA device; use --modes eager,onnx on the CPU")
+    for row in bench_infer(models, args.batch_size, args.seconds, args.steps, args.warmup, tuple(args.modes),
+                           args.device, args.precision, default_manifest(args.manifest) or None, args.threads):
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    from ..bench.infer import DTYPES, MODES
+
+    bi = command(sub, "infer", "batched inference RTFx: eager, a CUDA graph and onnxruntime side by side, as JSON")
+    bi.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")
+    bi.add_argument("--batch-size", type=positive(int), default=8, help="utterances per batch")
+    bi.add_argument("--seconds", type=positive(float), default=5.0, help="seconds per utterance")
+    bi.add_argument("--steps", type=positive(int), default=5, help="timed batches per mode")
+    bi.add_argument("--warmup", type=int, default=2, help="untimed batches per mode first")
+    bi.add_argument("--modes", type=choice_list(MODES), default=["eager", "onnx"],
+                    help="eager, graphed (CUDA) and onnx, comma-separated")
+    bi.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    bi.add_argument("--precision", default="fp32", choices=list(DTYPES),
+                    help="autocast precision of eager and graphed on a GPU (the CPU and onnx run fp32)")
+    bi.add_argument("--manifest", default=None, help="real audio to cut batches from ('' for noise)")
+    bi.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    bi.set_defaults(func=infer)

@@ -57,7 +57,7 @@ def test_values_that_used_to_crash_later_fail_when_the_config_loads(override, me
 
 def test_each_choice_has_one_list_used_by_the_recipe_check_and_by_the_code_that_implements_it():
     from speechscale.config import OptimConfig
-    from speechscale.data.features import FEATURE_KINDS, NORMALIZATIONS
+    from speechscale.data.features import FEATURE_DEVICES, FEATURE_KINDS, NORMALIZATIONS
     from speechscale.distributed import STRATEGIES
     from speechscale.distributed.adpsgd import VARIANTS
     from speechscale.recipe import choices
@@ -65,7 +65,7 @@ def test_each_choice_has_one_list_used_by_the_recipe_check_and_by_the_code_that_
     from speechscale.training.precision import PRECISIONS
 
     assert choices() == {"features.kind": FEATURE_KINDS, "features.normalize": NORMALIZATIONS,
-                         "text.digits": ("spell", "drop", "keep"), "optim.name": tuple(OPTIMIZERS),
+                         "features.device": FEATURE_DEVICES, "text.digits": ("spell", "drop", "keep"), "optim.name": tuple(OPTIMIZERS),
                          "optim.schedule": SCHEDULES, "trainer.precision": ("auto", *PRECISIONS),
                          "distributed.strategy": tuple(STRATEGIES), "distributed.adpsgd.variant": VARIANTS}
     for name in OPTIMIZERS:  # every listed optimizer is built as itself

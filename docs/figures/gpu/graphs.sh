@@ -7,7 +7,9 @@
 #   or train-det, tests-quick, bench-bf16; issue #56's lease: probe56,schemes,tests,b128s,others56,train,nccl
 #   (bidirectional schemes side by side, the graphed update, an fp16 graphed row, one nccl rank graphed); its second
 #   lease: profile56,b64,trainbench,train,yesno (the kernels behind each scheme, batch 64, the bench at the train's
-#   shape beside the real trainer, the gpu tier's yesno test alone)
+#   shape beside the real trainer, the gpu tier's yesno test alone); its third: infer56,tests56,loader56,trainfeat
+#   (inference RTFx eager/graphed/onnx, the gpu tier of the new tests, the loader per worker with the features in
+#   the loader or the step, speechscale train with features.device=loader and cuda side by side)
 # Carry .whl and .gpudata (see env.sh). Each part has its own time limit, so one failing part keeps the others.
 set -uo pipefail
 out=${1:?usage: graphs.sh OUT [PARTS]}
@@ -60,15 +62,15 @@ if has others; then
     bench 120 --model lstm-ctc,conformer,wav2letter+ --precision bf16 --graphs both --batch-size 32 --steps 6 \
         | tee "$out/graphs-others.jsonl"
 fi
-train() {  # $1: trainer.deterministic, $2: steps, $3: the metrics file to keep
-    timeout 130 python3 -m speechscale.cli -q train --config yesno data.root=../shared/data/yesno \
+train() {  # $1: trainer.deterministic, $2: steps, $3: the metrics file to keep, then more overrides
+    timeout 130 python3 -m speechscale.cli -q train --config yesno data.root=../shared/data/yesno "${@:4}" \
         data.train_manifest=/tmp/yesno20.jsonl data.train_slice=[] data.batch_seconds=215 data.max_batch_size=32 \
         data.fixed_shapes=2 data.num_workers=12 augment.word_crop=0 model.name=ds2-large features.sample_rate=16000 \
         trainer.device=cuda trainer.precision=bf16 trainer.max_epochs=1 trainer.max_steps="$2" trainer.log_every=6 \
-        trainer.deterministic="$1" trainer.out_dir=/tmp/train-graphs-$1 trainer.progress=false
-    cp /tmp/train-graphs-$1/metrics.jsonl "$out/$3"
+        trainer.deterministic="$1" trainer.out_dir="/tmp/train-graphs-${3%.jsonl}" trainer.progress=false
+    cp "/tmp/train-graphs-${3%.jsonl}/metrics.jsonl" "$out/$3"
 }
-if has train || has train-det || has nccl; then  # yesno x 20 (1,200 files, 2.1 h), batches of 32; 2 shapes; audio_s_per_s per 6 steps
+if has train || has train-det || has nccl || has trainfeat; then  # yesno x 20 (1,200 files, 2.1 h), batches of 32; 2 shapes; audio_s_per_s per 6 steps
     python3 - <<'EOF2'
 import json
 from pathlib import Path
@@ -119,4 +121,22 @@ if has yesno; then
     timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short -k yesno tests/training/test_cuda_graphs.py \
         > "$out/gpu-yesno.log" 2>&1
     grep -E "passed|failed|^E " "$out/gpu-yesno.log" | tail -5
+fi
+if has infer56; then  # inference: ds2-large and conformer, eager against graphed (and onnxruntime's CUDA provider)
+    timeout 120 python3 -m speechscale.cli -q bench infer --model ds2-large,conformer --batch-size 32 --seconds 10 \
+        --modes eager,graphed,onnx --precision bf16 --steps 5 | tee "$out/infer.jsonl"
+fi
+if has tests56; then  # the gpu tier of the schemes, the graphed update, features on the device and graphed inference
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short -k "not yesno" \
+        tests/training/test_cuda_graphs.py tests/training/test_step_features.py tests/bench/test_infer.py \
+        > "$out/gpu-tests.log" 2>&1
+    grep -E "passed|failed|^E " "$out/gpu-tests.log" | tail -30
+fi
+if has loader56; then  # the loader's CPU per audio second, features in the loader or in the step, one worker
+    timeout 90 python3 -m speechscale.cli -q bench loader --workers 1 --augment both --features both \
+        --clip-seconds 12 --limit 120 | tee "$out/loader.jsonl"
+fi
+if has trainfeat; then  # the real trainer, features in the loader and on the GPU, 24 steps each
+    train true 24 train-loader.jsonl
+    train true 24 train-features-cuda.jsonl features.device=cuda
 fi

@@ -65,7 +65,8 @@ def test_each_choice_has_one_list_used_by_the_recipe_check_and_by_the_code_that_
     from speechscale.training.precision import PRECISIONS
 
     assert choices() == {"features.kind": FEATURE_KINDS, "features.normalize": NORMALIZATIONS,
-                         "features.device": FEATURE_DEVICES, "text.digits": ("spell", "drop", "keep"), "optim.name": tuple(OPTIMIZERS),
+                         "features.device": FEATURE_DEVICES, "text.digits": ("spell", "drop", "keep"),
+                         "optim.name": tuple(OPTIMIZERS),
                          "optim.schedule": SCHEDULES, "trainer.precision": ("auto", *PRECISIONS),
                          "distributed.strategy": tuple(STRATEGIES), "distributed.adpsgd.variant": VARIANTS}
     for name in OPTIMIZERS:  # every listed optimizer is built as itself

@@ -35,6 +35,7 @@ class GraphedForward:
             logits, _ = self.model(feats, lengths)  # (B, T', V)
         return logits.float().log_softmax(-1)
 
+    @torch.inference_mode()
     def __call__(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """feats (B, F, T) and lengths (B,) on the CUDA device -> log-probabilities (B, T', V)."""
         key = (tuple(feats.shape), feats.dtype)
@@ -46,7 +47,6 @@ class GraphedForward:
         graph.replay()
         return out
 
-    @torch.inference_mode()
     def _capture(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[Any, ...]:
         static_feats, static_lens = feats.clone(), lengths.clone()
         side = torch.cuda.Stream(feats.device)

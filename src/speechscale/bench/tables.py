@@ -234,6 +234,46 @@ def _gpu_graphs(res: list[dict[str, Any]]) -> str:
                  "GPU busy", "kernels/step", "final loss (eager)"], rows))
 
 
+def _gpu_step(res: list[dict[str, Any]]) -> str:
+    """Issue #56's leases: the training step by scheme, the probe beside it, the real trainer's log, the loader."""
+    bench = [[r.get("lease", "-"), r["model"], r["batch_size"], f"{r['utterance_seconds']:g}", r["precision"],
+              f"{r['audio_seconds_per_second_compute']:,.0f}", r["compute_ms_per_step"], r["ms_per_phase"]["optimizer"],
+              f"{r['gpu_busy_ms']} ms" if "gpu_busy_ms" in r else "n/a"] for r in res if r.get("kind", "bench") == "bench"]
+    probe = [[r["lease"], r["B"], r["precision"], r["path"], r["ms_median"], f"{r['audio_s_per_s']:,}"]
+             for r in res if r.get("kind") == "probe"]
+    logs = [[r["lease"], r["features"], ", ".join(f"{x['audio_s_per_s']:,.0f}" for x in r["rows"]),
+             ", ".join(f"{x['host_ms_per_step']:.0f}" for x in r["rows"] if "host_ms_per_step" in x) or "n/a",
+             f"{100 * r['val']['wer']:.1f} %" if r.get("val") else "n/a"] for r in res if r.get("kind") == "train-log"]
+    loader = [[r["features"], "on" if r["augment"] else "off", r["workers"], f"{r['x_realtime_per_worker']:,.0f}x"]
+              for r in res if r.get("kind") == "loader"]
+    return ("`bench train` on ds2-large and the other families at 10 s utterances (yesno's for the train's batch), "
+            "modes interleaved step by step within a lease; `bf16+graphs@SCHEME` names the bidirectional scheme, plain "
+            "`+graphs` the layers' own. Rates are of the step without the bench's serial data phase; the optimizer phase "
+            "is the graphed update where the mode is graphed (eager under fp16).\n\n" +
+            _md(["lease", "model", "batch", "s", "mode", "audio-s/s", "ms/step", "optimizer ms", "GPU busy"], bench) +
+            "\nThe limit probe (`../shared/tools/gpu_limit_probe.py`), its fused bidirectional call inexact for padded "
+            "rows:\n\n" + _md(["lease", "batch", "precision", "path", "ms/step", "audio-s/s"], probe) +
+            "\n`speechscale train` of ds2-large in bf16 with graphs on yesno x 20 (batches of 32 files, 2 shapes): "
+            "audio-s/s and host ms per step of each logged interval (6 steps; the first and the fourth hold a shape's "
+            "capture), WER after the last step.\n\n" +
+            _md(["lease", "features", "audio-s/s per interval", "host ms/step", "val WER"], logs) +
+            "\nThe training loader on the lent machine's CPU (16 kHz flac, 12 s utterances), the features in the loader "
+            "or left to the step; one pass each, in the table's order (the first also read the files cold):\n\n" +
+            _md(["features", "augment", "workers", "x real time per worker"], loader))
+
+
+def _gpu_infer(res: list[dict[str, Any]]) -> str:
+    rows = [[r["model"], r["mode"], r["precision"], r["batch_size"], r.get("ms_per_batch", "-"),
+             f"{r['rtfx']:,.0f}" if "rtfx" in r else "-", f"{r['vs_eager']:.2f}x" if "vs_eager" in r else "-",
+             f"{r['max_abs_diff_vs_eager']:.1e}" if "max_abs_diff_vs_eager" in r else
+             (r["unavailable"] if "unavailable" in r else "-")] for r in res]
+    first = res[0]
+    return (f"{first['device']}, batches of {first['batch_size']} x {first['utterance_seconds']:g} s cut from LDC93S1, "
+            f"{first['steps']} timed batches per mode, interleaved. RTFx: audio seconds per second of the forward and "
+            "log-softmax, features prepared outside the clock.\n\n" +
+            _md(["model", "mode", "precision", "batch", "ms/batch", "RTFx", "vs eager", "max diff vs eager"], rows))
+
+
 RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "scaling": _scaling,
                                            "straggler": _straggler, "planner": _planner, "recipes": _recipes,
                                            "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _recipes,
@@ -241,7 +281,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "yesno-shards": _yesno_shards,
                                            "gpu-train": _gpu_train, "gpu-train-b128": _gpu_train,
                                            "gpu-graphs": _gpu_graphs, "gpu-graphs-b128": _gpu_graphs,
-                                           "gpu-recipes": _recipes}
+                                           "gpu-recipes": _recipes, "gpu-step": _gpu_step, "gpu-infer": _gpu_infer}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

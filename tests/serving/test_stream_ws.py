@@ -102,6 +102,15 @@ def test_partials_every_answers_each_audio_message_with_the_audio_it_covers(serv
     ({"type": "start", "sample_rate": 16000, "partials": "some"}, [], 1007, "partials"),
     ({"type": "start", "sample_rate": 16000}, [b"\x00\x01\x02"], 1007, "whole samples"),
     ({"type": "start", "sample_rate": 16000}, [b"\x00" * (2 << 20)], 1009, "over the limit"),
+    # hostile values: nesting that overflows the parser's recursion, fields of the wrong JSON type
+    ("[" * 100_000 + "]" * 100_000, [], 1007, "nested too deeply"),
+    ('{"type": "start", "sample_rate": 16000, "x": ' + "[" * 100_000 + "]" * 100_000 + "}", [], 1007,
+     "nested too deeply"),
+    ({"type": "start", "sample_rate": 16000, "encoding": ["pcm16"]}, [], 1007, "encoding"),
+    ({"type": "start", "sample_rate": 16000, "encoding": {"a": 1}}, [], 1007, "encoding"),
+    ({"type": "start", "sample_rate": True}, [], 1007, "sample_rate"),
+    ({"type": "start", "sample_rate": 16000, "endpoint_frames": True}, [], 1007, "endpoint_frames"),
+    ({"type": "start", "sample_rate": 16000, "partials": ["every"]}, [], 1007, "partials"),
 ])
 def test_bad_streams_are_closed_with_a_code_and_a_reason(server, first, frames, code, words):
     messages, got, reason = _talk(server, first, frames, end=False)

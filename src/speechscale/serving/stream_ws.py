@@ -65,8 +65,8 @@ def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], de
             await _close(ws, e.code, e.reason)
         except WebSocketDisconnect:
             pass
-        except Exception:
-            log.exception("a stream failed")
+        except Exception as e:  # a fault of the server's, not of the input (that is Closed): one line in the log
+            log.error("a stream failed: %s: %s", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
             await _close(ws, 1011, "the stream failed on the server; see its log")
         finally:
             active["streams"] -= 1
@@ -92,25 +92,34 @@ async def _receive(ws: WebSocket, limits: Any) -> dict[str, Any]:
     return message
 
 
+def _json(text: str | None, what: str) -> Any:
+    """A text message's JSON, or Closed(1007): not JSON, or nested too deeply to parse."""
+    try:
+        return json.loads(text or "")
+    except (ValueError, RecursionError):
+        raise Closed(1007, f"{what} is not JSON (or nested too deeply)") from None
+
+
+def _integer(value: Any) -> bool:
+    return type(value) is int  # a JSON true/false is no number here
+
+
 def _start(message: dict[str, Any], comps: Any) -> tuple[int, str, int, bool]:
     """(sample rate, encoding, endpoint frames, a partial after every audio message) of a start message; Closed
     otherwise."""
     if message.get("text") is None:
         raise Closed(1003, "the first message must be the JSON start message, not audio")
-    try:
-        start = json.loads(message["text"])
-    except ValueError:
-        raise Closed(1007, "the start message is not JSON") from None
+    start = _json(message["text"], "the start message")
     if not isinstance(start, dict) or start.get("type") != "start":
         raise Closed(1007, 'the first message must be {"type": "start", "sample_rate": ..., "encoding": ...}')
     rate, encoding, endpoint = start.get("sample_rate"), start.get("encoding", "pcm16"), start.get("endpoint_frames", 30)
-    if not isinstance(rate, int) or not 4000 <= rate <= 384000:
+    if not _integer(rate) or not 4000 <= rate <= 384000:
         raise Closed(1007, "sample_rate must be an integer from 4000 to 384000")
-    if encoding not in ENCODINGS:
+    if not isinstance(encoding, str) or encoding not in ENCODINGS:
         raise Closed(1007, f"encoding must be one of {', '.join(ENCODINGS)}")
-    if not isinstance(endpoint, int) or not 1 <= endpoint <= 1000:
+    if not _integer(endpoint) or not 1 <= endpoint <= 1000:
         raise Closed(1007, "endpoint_frames must be an integer from 1 to 1000")
-    if start.get("partials", "changes") not in ("changes", "every"):
+    if not isinstance(start.get("partials", "changes"), str) or start.get("partials", "changes") not in ("changes", "every"):
         raise Closed(1007, 'partials must be "changes" or "every"')
     problem = streaming_problem(comps)
     if problem:
@@ -149,10 +158,7 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any) -> None:
             if every and not (events and events[-1]["type"] == "partial"):
                 events.append({"type": "partial", "text": session.phrase})
         else:
-            try:
-                control = json.loads(message.get("text") or "")
-            except ValueError:
-                raise Closed(1007, "a text message must be JSON") from None
+            control = _json(message.get("text"), "a text message")
             if not isinstance(control, dict) or control.get("type") != "end":
                 raise Closed(1003, 'after the start message: audio, then {"type": "end"}')
             await _send(ws, session, await asyncio.to_thread(session.finish))

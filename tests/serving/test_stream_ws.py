@@ -117,6 +117,44 @@ def test_bad_streams_are_closed_with_a_code_and_a_reason(server, first, frames, 
     assert got == code and words in reason and "Traceback" not in reason, (got, reason)
 
 
+def test_no_message_is_compressed_even_when_the_client_offers_it(server):
+    """permessage-deflate off: a client's offer is not taken, so no small message inflates past the size limit."""
+    ws = websocket.create_connection(server.replace("http", "ws") + "/v1/stream", timeout=30,
+                                     header=["Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits"])
+    try:
+        headers = {k.lower(): v for k, v in ws.getheaders().items()}
+        assert ws.getstatus() == 101 and "permessage-deflate" not in headers.get("sec-websocket-extensions", "")
+    finally:
+        ws.close()
+
+
+def test_a_message_growing_without_end_is_cut_off_as_it_is_read(server):
+    """Fragments of one message with no final one: the server ends the connection once the message passes twice the
+    1 MiB limit (its close can reach a client that is still sending as a reset), well before the stream's 3 s idle
+    limit would, instead of buffering on; the next stream is served."""
+    import time
+
+    ws = websocket.create_connection(server.replace("http", "ws") + "/v1/stream", timeout=30)
+    ws.send(json.dumps({"type": "start", "sample_rate": 16000}))
+    assert json.loads(ws.recv())["type"] == "ready"
+    chunk = b"\x00" * (256 << 10)
+    started, code, ended = time.monotonic(), None, False
+    try:
+        ws.send_frame(websocket.ABNF(fin=0, opcode=websocket.ABNF.OPCODE_BINARY, data=chunk))
+        for _ in range(63):  # up to 16 MiB, uvicorn's default buffer, without a final fragment
+            ws.send_frame(websocket.ABNF(fin=0, opcode=websocket.ABNF.OPCODE_CONT, data=chunk))
+        frame = ws.recv_frame()
+        code = int.from_bytes(frame.data[:2], "big") if frame.opcode == websocket.ABNF.OPCODE_CLOSE else None
+        ended = True
+    except (websocket.WebSocketConnectionClosedException, BrokenPipeError, ConnectionResetError):
+        ended = True
+    finally:
+        ws.close()
+    assert ended and code in (None, 1009) and time.monotonic() - started < 2.5, code
+    messages, code, _ = _talk(server, {"type": "start", "sample_rate": 16000}, [b"\x00\x00" * 1600])
+    assert code == 1000 and messages[-1]["type"] == "end"
+
+
 def test_idle_busy_and_foreign_streams_are_refused_and_the_server_stays_up(server):
     _, code, reason = _talk(server, {"type": "start", "sample_rate": 16000}, end=False, wait=4.0)
     assert code == 1008 and "idle" in reason

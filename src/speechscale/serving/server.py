@@ -229,4 +229,9 @@ def serve(asr: Transcriber, host: str = "127.0.0.1", port: int = 8000, limits: L
                 # no WebSocket keep-alive pings: uvicorn stops reading a connection until the app takes its last
                 # message, so a stream queued behind busy ones could not answer a ping and was dropped after 20 s
                 # (bench stream, 32 streams). A stream that goes quiet is closed by stream_idle_s instead.
-                ws_ping_interval=None)
+                ws_ping_interval=None,
+                # a WebSocket message is cut off while it is read once past twice the stream's limit, not after
+                # uvicorn buffered 16 MiB of it (up to that, the stream's own check closes it cleanly with 1009: a
+                # close while the client still sends can reach it as a reset); no permessage-deflate, so a small
+                # message cannot inflate to a large one
+                ws_max_size=2 * limits.stream_max_frame_bytes, ws_per_message_deflate=False)

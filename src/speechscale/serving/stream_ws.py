@@ -14,10 +14,12 @@ The protocol, in order:
 Limits, as the HTTP side has them: the Host (and an Origin, when sent) must be on the allow-list (else the
 handshake is refused, 403); at most `max_streams` at once (more are closed with 1013, try again later); a stream
 longer than `stream_max_seconds` of audio or idle for `stream_idle_s` is closed (1008); a message over
-`stream_max_frame_bytes` is closed (1009); a model that cannot stream, a malformed or out-of-order message is
-closed with 1003 or 1007 and a reason in words, never internals. Each stream's model work runs in a thread and
-the server reads the next message only after answering the last, so a client that sends faster than the model
-runs, or reads slower, is throttled by its own connection instead of growing the server's memory.
+`stream_max_frame_bytes` is closed (1009); one past twice that is cut off while it is read (`serve` sets uvicorn's
+`ws_max_size`), and no message is compressed (permessage-deflate is off); a model that cannot stream, a
+malformed or out-of-order message is closed with 1003 or 1007 and a reason in words, never internals. Each
+stream's model work runs in a thread and the server reads the next message only after answering the last, so a
+client that sends faster than the model runs, or reads slower, is throttled by its own connection instead of
+growing the server's memory.
 """
 from __future__ import annotations
 

@@ -4,24 +4,12 @@ import json
 
 import torch
 
-from speechscale.training.trainer import Trainer
 from tests.conftest import shared
-from tests.training.tiny import NARROW
+from tests.training.tiny import george_run
 
 
 def _run(out, *extra):
-    from speechscale.recipe import load_recipe
-
-    m = shared("fsdd", "manifest.jsonl")
-    cfg = load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
-                             "data.filter={speaker: george, split: test}", "data.val_filter={speaker: jackson, "
-                             "split: test}", "data.batch_seconds=4", "data.max_batch_size=12", "features.sample_rate=8000",
-                             "augment.speed=[0.9, 1.1]", "trainer.max_epochs=2", "trainer.progress=false",
-                             "trainer.trace_samples=true", "optim.name=sgd", "optim.lr=0.01", "optim.warmup_steps=0",
-                             f"model.overrides={NARROW}", *extra])
-    trainer = Trainer(cfg)
-    summary = trainer.fit()
-    trace = [json.loads(x)["ids"] for x in (out / "samples-rank0.jsonl").read_text().splitlines()]
+    summary, trace, trainer = george_run(out, *extra)
     return summary, trace, trainer.model.state_dict(), trainer.shapes
 
 

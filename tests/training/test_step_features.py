@@ -7,27 +7,16 @@ import pytest
 import torch
 
 from speechscale.config import ConfigError
-from speechscale.recipe import load_recipe
 from speechscale.training.trainer import Trainer
-from tests.conftest import shared
-from tests.training.tiny import NARROW, ldc_config
+from tests.training.tiny import george_run, ldc_config
 
 AUGMENT = ["augment.speed=[0.9, 1.1]", "augment.freq_warp=0.1", "augment.freq_masks=2", "augment.freq_mask_width=10",
            "augment.time_masks=2", "augment.time_mask_width=10"]
 
 
 def _run(out, *extra):
-    m = shared("fsdd", "manifest.jsonl")
-    cfg = load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
-                             "data.filter={speaker: george, split: test}", "data.val_filter={speaker: jackson, "
-                             "split: test}", "data.batch_seconds=4", "data.max_batch_size=12", "data.num_workers=1",
-                             "features.sample_rate=8000", "features.kind=logmel", "features.n_mels=40",
-                             "features.normalize=feature", "trainer.max_epochs=2", "trainer.progress=false",
-                             "trainer.trace_samples=true", "optim.name=sgd", "optim.lr=0.01", "optim.warmup_steps=0",
-                             f"model.overrides={NARROW}", *AUGMENT, *extra])
-    trainer = Trainer(cfg)
-    summary = trainer.fit()
-    trace = [json.loads(x)["ids"] for x in (out / "samples-rank0.jsonl").read_text().splitlines()]
+    summary, trace, trainer = george_run(out, "data.num_workers=1", "features.kind=logmel", "features.n_mels=40",
+                                         "features.normalize=feature", *AUGMENT, *extra)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     return summary, trace, trainer.model.state_dict(), rows
 

@@ -1,4 +1,4 @@
-"""BENCHMARKS.md's rows for the GPU step at the card's limit (issue #56): the exact bidirectional schemes' training
+"""BENCHMARKS.md's rows for the GPU step at the card's limit: the exact bidirectional schemes' training
 rates against their goals, `speechscale train` against the bench, the loader's cores per GPU with the features on the
 device, and graphed inference; read from docs/figures/gpu/gpu-step.json and gpu-infer.json."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from .summary_rows import _load, _row, _status
 
-# (model, batch) -> audio-s/s of the step without its data phase, bf16, graphed (issue #56's goals)
+# (model, batch) -> the goal for audio-s/s of the step without its data phase, bf16, graphed
 STEP_GOALS = {("ds2-large", 32): 3500, ("ds2-large", 128): 6000, ("conformer", 32): 4500, ("lstm-ctc", 32): 5000,
               ("wav2letter+", 32): 7500}
 TRAIN_VS_BENCH = 0.9  # speechscale train's rate against the bench's at the same batch

@@ -75,7 +75,7 @@ GPU_SETTINGS: dict[str, dict[str, Any]] = {
                    "batch_size": 32, "seconds": 10.0, "steps": 6, "warmup": 3, "device": "cuda"},
     "gpu-graphs-b128": {"models": {"ds2-large": ["bf16", "bf16+graphs"]}, "batch_size": 128, "seconds": 10.0,
                         "steps": 5, "warmup": 3, "device": "cuda"},
-    # issue #56: the exact bidirectional schemes side by side, fp16 graphed, the other families graphed (model and
+    # the exact bidirectional schemes side by side, fp16 graphed, the other families graphed (model and
     # update); inference RTFx eager against a CUDA graph and onnxruntime's CUDA provider
     "gpu-step": {"models": {"ds2-large": ["bf16", "bf16+graphs@split", "bf16+graphs@stacked", "fp16+graphs@stacked"],
                             "lstm-ctc": ["bf16+graphs@split", "bf16+graphs@stacked"],

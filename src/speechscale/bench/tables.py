@@ -235,7 +235,7 @@ def _gpu_graphs(res: list[dict[str, Any]]) -> str:
 
 
 def _gpu_step(res: list[dict[str, Any]]) -> str:
-    """Issue #56's leases: the training step by scheme, the probe beside it, the real trainer's log, the loader."""
+    """The GPU step's leases: the training step by scheme, the probe beside it, the real trainer's log, the loader."""
     bench = [[r.get("lease", "-"), r["model"], r["batch_size"], f"{r['utterance_seconds']:g}", r["precision"],
               f"{r['audio_seconds_per_second_compute']:,.0f}", r["compute_ms_per_step"], r["ms_per_phase"]["optimizer"],
               f"{r['gpu_busy_ms']} ms" if "gpu_busy_ms" in r else "n/a"] for r in res if r.get("kind", "bench") == "bench"]

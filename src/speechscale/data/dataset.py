@@ -197,11 +197,12 @@ class SpeechDataset(torch.utils.data.Dataset):
 
 
 def pad_features(feats: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Features (F, T_i) each -> zero-padded (B, F, max T) and lengths (B,): training and inference batches."""
-    lens = torch.tensor([f.shape[1] for f in feats], dtype=torch.long)
-    out = torch.zeros(len(feats), feats[0].shape[0], int(lens.max()))  # (B, F, T)
+    """Features (F, T_i) (or waveforms (S_i,)) each -> zero-padded along their last axis, (B, F, max T) (or
+    (B, max S)), and lengths (B,): training and inference batches."""
+    lens = torch.tensor([f.shape[-1] for f in feats], dtype=torch.long)
+    out = torch.zeros(len(feats), *feats[0].shape[:-1], int(lens.max()))  # (B, [F,] T)
     for b, f in enumerate(feats):
-        out[b, :, : f.shape[1]] = f
+        out[b, ..., : f.shape[-1]] = f
     return out, lens
 
 
@@ -214,10 +215,7 @@ def collate(items: list[dict[str, Any]]) -> Batch:
                      torch.zeros(0, dtype=torch.long), [], [], bad)
     draws = None
     if "wave" in good[0]:  # features.device: waveforms (B, S) and their lengths in samples
-        lens = torch.tensor([it["wave"].shape[0] for it in good], dtype=torch.long)
-        feats = torch.zeros(len(good), int(lens.max()))
-        for b, it in enumerate(good):
-            feats[b, : it["wave"].shape[0]] = it["wave"]
+        feats, lens = pad_features([it["wave"] for it in good])
         draws = torch.tensor([it["draws"] for it in good], dtype=torch.float64)  # (B, K)
     else:
         feats, lens = pad_features([it["feats"] for it in good])  # (B, F, T), (B,)

@@ -3,12 +3,10 @@
 On a GPU the eager training step is launch-bound: cuDNN runs every recurrent time step as its own kernels, tens
 of thousands a step, and the host cannot issue them as fast as the GPU runs them. A captured graph replays the
 whole launch sequence at once. Only the model is captured (its forward and backward, through
-`torch.cuda.make_graphed_callables`); log-softmax, CTC (whose native kernel copies host offsets), loss scaling,
-clipping and the fused optimizer stay eager around it, which costs nothing measurable (issue #40's probe).
-
-After backward, `GraphedUpdate` replays the update as a second graph: gradient clipping, the non-finite checks
-and the fused optimizer step, whose hundreds of small per-tensor launches are otherwise host time. Log-softmax and
-CTC stay eager: the native CTC kernels read the target lengths on the host, which vary from batch to batch.
+`torch.cuda.make_graphed_callables`). After backward, `GraphedUpdate` replays the update as a second graph:
+gradient clipping, the non-finite checks and the fused optimizer step, whose hundreds of small per-tensor launches
+are otherwise host time (fp16's loss scaling keeps it eager). Log-softmax and CTC stay eager: the native CTC
+kernels read the target lengths on the host, which vary from batch to batch.
 
 A graph needs fixed shapes and no host synchronisation: the trainer pads batches to `data.fixed_shapes` shapes
 and moves their lengths to the device, where the models take their padded, read-back-free paths. Each shape is
@@ -30,7 +28,7 @@ from torch import nn
 
 from ..config import Config, ConfigError
 from ..data.shapes import BatchShapes
-from .precision import Precision
+from .precision import Precision, clip_and_step, step_if
 
 log = logging.getLogger(__name__)
 
@@ -203,14 +201,7 @@ class GraphedUpdate:
                                                               if isinstance(v, torch.Tensor)))]
 
     def _update(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(norm, non-finite loss, non-finite gradient); the step applied unless either is set."""
-        from .precision import step_if
-
-        norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
-        bad_loss = ~torch.isfinite(loss)
-        bad_grad = ~torch.isfinite(norm) & ~bad_loss
-        step_if(self.optimizer, bad_loss | bad_grad)
-        return norm, bad_loss, bad_grad
+        return clip_and_step(self.params, loss, self.grad_clip, lambda skip: step_if(self.optimizer, skip))
 
     @contextlib.contextmanager
     def _device_lrs(self, capturing: bool) -> Iterator[None]:

@@ -6,7 +6,7 @@ computed in fp32 by the layers themselves. fp16 uses torch.amp.GradScaler; its s
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -109,3 +109,15 @@ def step_if(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
             del optimizer.found_inf, optimizer.grad_scale  # type: ignore[attr-defined]
     elif not bool(skip):
         optimizer.step()
+
+
+def clip_and_step(params: list[torch.Tensor], loss: torch.Tensor, grad_clip: float,
+                  step: Callable[[torch.Tensor], None]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The update after backward, without a host sync: clip the gradients of `params` to `grad_clip`, flag a
+    non-finite loss or gradient, and call `step(skip)` (device bool: either flag). Returns (norm, bad loss, bad
+    gradient); a bad loss is not also counted as a bad gradient."""
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    bad_loss = ~torch.isfinite(loss)
+    bad_grad = ~torch.isfinite(norm) & ~bad_loss
+    step(bad_loss | bad_grad)
+    return norm, bad_loss, bad_grad

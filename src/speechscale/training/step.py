@@ -18,7 +18,7 @@ from torch import nn
 from ..data.dataset import Batch
 from ..models.ctc import ctc_criterion
 from .graphs import GraphedUpdate
-from .precision import Precision
+from .precision import Precision, clip_and_step
 
 if TYPE_CHECKING:
     from ..distributed.strategy import Strategy
@@ -96,6 +96,11 @@ class TrainStep:
         self.clock("backward")
         return out
 
+    def _step(self, skip: torch.Tensor) -> None:
+        """The eager optimizer step after clipping: the strategy's hook, then the step unless `skip`."""
+        self.strategy.before_step(self.model, self.optimizer)
+        self.precision.step(self.optimizer, skip)
+
     def __call__(self, micro: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
         """One step over micro-batches (gradient accumulation). Returns the detached mean loss and (4,) flags on
         the device: non-finite loss, non-finite gradient, loss if the step counted else 0, counted."""
@@ -118,11 +123,7 @@ class TrainStep:
             _, bad_loss, bad_grad = self.update(loss)
         else:
             self.precision.unscale_(self.optimizer)
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-            bad_loss = ~torch.isfinite(loss)
-            bad_grad = ~torch.isfinite(norm) & ~bad_loss
-            self.strategy.before_step(self.model, self.optimizer)
-            self.precision.step(self.optimizer, bad_loss | bad_grad)
+            _, bad_loss, bad_grad = clip_and_step(list(self.model.parameters()), loss, self.grad_clip, self._step)
         self.strategy.after_step(self.model, self.optimizer)
         ok = ~(bad_loss | bad_grad) & any(len(b) > 0 for b in micro)
         flags = torch.stack([bad_loss.float(), bad_grad.float(), torch.where(ok, loss.float(), 0.0), ok.float()])

@@ -11,8 +11,10 @@ from .args import decoder_args, decoder_config, device_arg, positive
 def serve(args: argparse.Namespace) -> int:
     from ..extras import require
 
-    for module in ("fastapi", "uvicorn", "multipart", "wsproto"):
+    for module in ("fastapi", "uvicorn", "multipart", "websockets"):
         require(module, "serve", "speechscale serve")
+    if args.ws == "wsproto":
+        require("wsproto", "dev", "speechscale serve --ws wsproto")
     from ..serving.server import Limits
     from ..serving.server import serve as run_server
     from ..serving.transcribe import Transcriber
@@ -23,10 +25,11 @@ def serve(args: argparse.Namespace) -> int:
                     max_queue=args.max_queue, request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout,
                     max_connections=args.max_connections, decode_workers=args.decode_workers,
                     max_streams=args.max_streams, stream_max_seconds=args.stream_max_seconds,
-                    stream_idle_s=args.stream_idle,
+                    stream_idle_s=args.stream_idle, stream_send_timeout_s=args.stream_send_timeout,
+                    header_timeout_s=args.header_timeout, drain_timeout_s=args.drain_timeout,
                     allowed_hosts=args.allowed_host or [], docs=args.docs)
     print(f"speechscale serve: http://{args.host}:{args.port}/ ({asr.comps.model_name})", file=sys.stderr, flush=True)
-    run_server(asr, args.host, args.port, limits)
+    run_server(asr, args.host, args.port, limits, ws=args.ws)
     return 0
 
 
@@ -59,5 +62,14 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     sv.add_argument("--stream-max-seconds", type=positive(float), default=3600.0, help="audio per stream")
     sv.add_argument("--stream-idle", type=positive(float), default=30.0,
                     help="seconds a stream may send nothing before it is closed")
+    sv.add_argument("--stream-send-timeout", type=positive(float), default=10.0,
+                    help="seconds a stream's client may leave the server's messages unread before it is closed")
+    sv.add_argument("--header-timeout", type=positive(float), default=10.0,
+                    help="seconds for a request's line and headers to arrive before 408 (half-open clients)")
+    sv.add_argument("--drain-timeout", type=positive(float), default=20.0,
+                    help="on SIGTERM, seconds open streams may go on before the server finishes them (1001)")
+    sv.add_argument("--ws", default="guarded", choices=["guarded", "wsproto"],
+                    help="the connection stack: guarded (serving/transport.py), or uvicorn's wsproto without its "
+                         "limits, for comparison")
     decoder_args(sv)
     sv.set_defaults(func=serve)

@@ -15,10 +15,13 @@ Requests that arrive together are transcribed as one padded batch (up to `max_ba
   decoding runs in a bounded pool of `decode_workers` threads;
 - the queue: more than `max_queue` requests waiting for the model 503 with Retry-After; no answer within
   `request_timeout_s` 504; uvicorn refuses connections past `max_connections` (503);
+- the connection: headers not complete within `header_timeout_s` 408, and those still arriving do not count as
+  connections (serving/transport.py);
 - the origin: a Host header outside the allow-list 400 (DNS rebinding), a cross-origin POST 403;
   `/docs` only with `docs=True`.
 Answers name the problem in words; the details (decoder messages, stack traces) go to the log only. One
 request whose audio fails in the model fails alone. No client-supplied path is ever read, only the bytes.
+A stop signal drains the service first (serving/drain.py).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from fastapi import FastAPI, HTTPException, Request  # the `serve` extra (module
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from ..data.audio import AudioError, AudioTooLong, decode_audio
+from .drain import ServiceState
 from .origins import allowed_hosts, host_allowed, host_name, origin_allowed
 from .stream_ws import add_stream_route
 from .transcribe import Transcriber
@@ -59,7 +63,11 @@ class Limits:
     max_streams: int = 32               # WS /v1/stream: open streams; more are closed (1013)
     stream_max_seconds: float = 3600.0  # audio per stream (1008 past it)
     stream_idle_s: float = 30.0         # a stream that sends nothing this long is closed (1008)
-    stream_max_frame_bytes: int = 1 << 20  # one message (1009 past it)
+    stream_max_frame_bytes: int = 1 << 20  # one message (1009 past it, while it is read)
+    stream_send_timeout_s: float = 10.0  # a stream whose client reads nothing this long is closed (1008)
+    header_timeout_s: float = 10.0      # a request's line and headers must arrive within this (408 past it)
+    max_pending: int = 256              # connections still sending their headers; past it the oldest is closed
+    drain_timeout_s: float = 20.0       # SIGTERM: open streams may go on this long before the server ends them
 
 
 class Batcher:
@@ -135,6 +143,7 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
     batcher = Batcher(asr, limits)
     decoders = concurrent.futures.ThreadPoolExecutor(limits.decode_workers, thread_name_prefix="decode")
     hosts = allowed_hosts(host, limits.allowed_hosts)
+    state = ServiceState()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
@@ -145,7 +154,7 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
 
     docs = {} if limits.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="speechscale", lifespan=lifespan, **docs)
-    app.state.batcher = batcher
+    app.state.batcher, app.state.service = batcher, state
 
     @app.middleware("http")
     async def check_host(request: Request, call_next: Any) -> Any:
@@ -156,7 +165,7 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
                                            f"--allowed-host {name or 'NAME'} to allow it"}, status_code=400)
         return await call_next(request)
 
-    add_stream_route(app, asr.comps, limits, hosts, asr.decoder_cfg)
+    add_stream_route(app, asr.comps, limits, hosts, state, asr.decoder_cfg)
 
     @app.get("/", response_class=HTMLResponse)
     async def page() -> str:
@@ -164,12 +173,15 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
 
     @app.get("/healthz")
     async def healthz() -> Any:
-        status = {"status": "ok" if batcher.alive else "stopped", "model": asr.comps.model_name,
-                  "sample_rate": asr.sample_rate, "batches": batcher.batches, "waiting": batcher.queue.qsize()}
-        return JSONResponse(status, status_code=200 if batcher.alive else 503)
+        word = "stopped" if not batcher.alive else "draining" if state.draining else "ok"
+        status = {"status": word, "model": asr.comps.model_name, "sample_rate": asr.sample_rate,
+                  "batches": batcher.batches, "waiting": batcher.queue.qsize(), "streams": state.streams}
+        return JSONResponse(status, status_code=200 if word == "ok" else 503)
 
     @app.post("/v1/transcribe")
     async def transcribe(request: Request) -> dict[str, Any]:
+        if state.draining:
+            raise HTTPException(503, "the server is shutting down; retry on another", headers={"Connection": "close"})
         if not origin_allowed(hosts, request.headers.get("origin")):
             raise HTTPException(403, "cross-origin requests are refused; serve the page from this server or "
                                      "add its host with --allowed-host")
@@ -219,19 +231,26 @@ async def _read_limited(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def serve(asr: Transcriber, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None) -> None:
-    """Run the service until interrupted."""
+def serve(asr: Transcriber, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None,
+          ws: str = "guarded") -> None:
+    """Run the service until a stop signal, then drain it (serving/drain.py). `ws="wsproto"`: uvicorn's wsproto
+    WebSocket and h11 without this module's connection limits (for comparison in `bench stream`)."""
     import uvicorn
 
+    from .drain import DrainingServer
+    from .transport import protocols
+
     limits = limits or Limits()
-    uvicorn.run(create_app(asr, limits, host), host=host, port=port, log_level="warning",
-                limit_concurrency=limits.max_connections, timeout_keep_alive=5, ws="wsproto",
-                # no WebSocket keep-alive pings: uvicorn stops reading a connection until the app takes its last
-                # message, so a stream queued behind busy ones could not answer a ping and was dropped after 20 s
-                # (bench stream, 32 streams). A stream that goes quiet is closed by stream_idle_s instead.
-                ws_ping_interval=None,
-                # a WebSocket message is cut off while it is read once past twice the stream's limit, not after
-                # uvicorn buffered 16 MiB of it (up to that, the stream's own check closes it cleanly with 1009: a
-                # close while the client still sends can reach it as a reset); no permessage-deflate, so a small
-                # message cannot inflate to a large one
-                ws_max_size=2 * limits.stream_max_frame_bytes, ws_per_message_deflate=False)
+    app = create_app(asr, limits, host)
+    http, websocket = protocols(limits)
+    stack: dict[str, Any] = {"http": http, "ws": websocket} if ws == "guarded" else {"http": "h11", "ws": "wsproto"}
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", limit_concurrency=limits.max_connections,
+                            timeout_keep_alive=5, timeout_graceful_shutdown=max(1, int(limits.request_timeout_s)),
+                            # no keep-alive pings: a stream's connection is not read until the app took its last
+                            # message, so a stream queued behind busy ones could not answer a ping; a stream that
+                            # goes quiet is closed by stream_idle_s instead
+                            ws_ping_interval=None,
+                            # a message is cut off while it is read, at the stream's limit (1009); no
+                            # permessage-deflate, so a small message cannot inflate to a large one
+                            ws_max_size=limits.stream_max_frame_bytes, ws_per_message_deflate=False, **stack)
+    DrainingServer(config, app.state.service, limits.drain_timeout_s, http).run()

@@ -14,12 +14,13 @@ The protocol, in order:
 Limits, as the HTTP side has them: the Host (and an Origin, when sent) must be on the allow-list (else the
 handshake is refused, 403); at most `max_streams` at once (more are closed with 1013, try again later); a stream
 longer than `stream_max_seconds` of audio or idle for `stream_idle_s` is closed (1008); a message over
-`stream_max_frame_bytes` is closed (1009); one past twice that is cut off while it is read (`serve` sets uvicorn's
-`ws_max_size`), and no message is compressed (permessage-deflate is off); a model that cannot stream, a
-malformed or out-of-order message is closed with 1003 or 1007 and a reason in words, never internals. Each
-stream's model work runs in a thread and the server reads the next message only after answering the last, so a
-client that sends faster than the model runs, or reads slower, is throttled by its own connection instead of
-growing the server's memory.
+`stream_max_frame_bytes` is closed (1009) while it is read, and none is compressed; a model that cannot stream, a
+malformed or out-of-order message is closed with 1003 or 1007 and a reason in words, never internals; while the
+service drains (serving/drain.py) a new stream is closed with 1001 and an open one, once told to close, gets the
+finals of the audio it sent, the end message and 1001. The connection's own limits (protocol errors 1002, a client
+that does not read 1008) are serving/transport.py's. Each stream's model work runs in a thread and the server
+reads the next message only after answering the last, so a client that sends faster than the model runs, or reads
+slower, is throttled by its own connection instead of growing the server's memory.
 """
 from __future__ import annotations
 
@@ -46,10 +47,11 @@ class Closed(Exception):
         self.code, self.reason = code, reason
 
 
-def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], decoder: Any = "greedy") -> None:
-    """Register `WS /v1/stream` on `app` for the model of `comps` under `limits` (serving.server.Limits); `decoder`
-    (the service's DecoderConfig or name): a beam or lexicon search is built for each stream."""
-    active = {"streams": 0}
+def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], state: Any,
+                     decoder: Any = "greedy") -> None:
+    """Register `WS /v1/stream` on `app` for the model of `comps` under `limits` (serving.server.Limits), counting
+    open streams in `state` (serving.drain.ServiceState); `decoder` (the service's DecoderConfig or name): a beam
+    or lexicon search is built for each stream."""
 
     @app.websocket("/v1/stream")
     async def stream(ws: WebSocket) -> None:
@@ -57,12 +59,15 @@ def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], de
             await ws.close(code=1008)  # before accept: the handshake is refused (HTTP 403)
             return
         await ws.accept()
-        if active["streams"] >= limits.max_streams:
-            await ws.close(code=1013, reason=f"busy: {limits.max_streams} streams are open; try again later")
+        if state.draining:
+            await _close(ws, 1001, "the server is shutting down; reconnect to another")
             return
-        active["streams"] += 1
+        if state.streams >= limits.max_streams:
+            await _close(ws, 1013, f"busy: {limits.max_streams} streams are open; try again later")
+            return
+        state.streams += 1
         try:
-            await _serve(ws, comps, limits, decoder)
+            await _serve(ws, comps, limits, decoder, state.closing)
         except Closed as e:
             await _close(ws, e.code, e.reason)
         except WebSocketDisconnect:
@@ -71,7 +76,7 @@ def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], de
             log.error("a stream failed: %s: %s", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
             await _close(ws, 1011, "the stream failed on the server; see its log")
         finally:
-            active["streams"] -= 1
+            state.streams -= 1
 
 
 async def _close(ws: WebSocket, code: int, reason: str) -> None:
@@ -81,11 +86,22 @@ async def _close(ws: WebSocket, code: int, reason: str) -> None:
         pass
 
 
-async def _receive(ws: WebSocket, limits: Any) -> dict[str, Any]:
-    try:
-        message = await asyncio.wait_for(ws.receive(), limits.stream_idle_s)
-    except asyncio.TimeoutError:
-        raise Closed(1008, f"idle for {limits.stream_idle_s:g} s") from None
+class Draining(Exception):
+    """The server is shutting down: finish this stream now."""
+
+
+async def _receive(ws: WebSocket, limits: Any, closing: asyncio.Event | None = None) -> dict[str, Any]:
+    """The next message; Closed(1008) past the idle limit, Draining once `closing` is set."""
+    receive = asyncio.ensure_future(ws.receive())
+    waits = {receive} if closing is None else {receive, asyncio.ensure_future(closing.wait())}
+    done, _ = await asyncio.wait(waits, timeout=limits.stream_idle_s, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits - done:
+        task.cancel()
+    if receive not in done:
+        if closing is not None and closing.is_set():
+            raise Draining
+        raise Closed(1008, f"idle for {limits.stream_idle_s:g} s")
+    message = receive.result()
     if message["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(message.get("code", 1000))
     size = len(message.get("bytes") or b"") + len(message.get("text") or "")
@@ -129,7 +145,7 @@ def _start(message: dict[str, Any], comps: Any) -> tuple[int, str, int, bool]:
     return rate, encoding, endpoint, start.get("partials") == "every"
 
 
-async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any) -> None:
+async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: asyncio.Event) -> None:
     rate, encoding, endpoint, every = _start(await _receive(ws, limits), comps)
     search = None
     if getattr(decoder, "name", decoder) != "greedy":
@@ -145,7 +161,11 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any) -> None:
     width = np.dtype(dtype).itemsize
     seconds = 0.0
     while True:
-        message = await _receive(ws, limits)
+        try:
+            message = await _receive(ws, limits, closing)
+        except Draining:
+            await _finish(ws, session, 1001, "the server is shutting down; this is all the audio it took")
+            return
         if message.get("bytes") is not None:
             data = message["bytes"]
             if len(data) % width:
@@ -163,11 +183,16 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any) -> None:
             control = _json(message.get("text"), "a text message")
             if not isinstance(control, dict) or control.get("type") != "end":
                 raise Closed(1003, 'after the start message: audio, then {"type": "end"}')
-            await _send(ws, session, await asyncio.to_thread(session.finish))
-            await ws.send_json({"type": "end", "text": session.text})
-            await ws.close(code=1000)
+            await _finish(ws, session, 1000, "")
             return
         await _send(ws, session, events)
+
+
+async def _finish(ws: WebSocket, session: StreamingSession, code: int, reason: str) -> None:
+    """The stream's last finals, the end message with the whole transcript and a close with `code`."""
+    await _send(ws, session, await asyncio.to_thread(session.finish))
+    await ws.send_json({"type": "end", "text": session.text})
+    await ws.close(code=code, reason=reason)
 
 
 async def _send(ws: WebSocket, session: StreamingSession, events: list[dict[str, Any]]) -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from speechscale.bench.rawws import Conn, close_frame, frame, text
 from speechscale.bench.stream import speech
 from tests.conftest import start_server
 from tests.distributed.launch import kill_group, wait_for
-from tests.serving.rawws import Conn, close_frame, frame, text
 
 pytestmark = pytest.mark.slow  # real servers and raw sockets
 

@@ -8,10 +8,10 @@ import time
 import pytest
 import uvicorn
 
+from speechscale.bench.rawws import Conn
 from speechscale.serving.server import Limits
 from speechscale.serving.transport import protocols
 from tests.distributed.launch import free_port
-from tests.serving.rawws import Conn
 
 
 class _Flood:

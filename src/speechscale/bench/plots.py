@@ -154,3 +154,23 @@ def plot_stream(result: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_soak(result: dict[str, Any], path: Path) -> None:
+    """The soak's server memory and p95 latency (streams' chunks and HTTP) per interval."""
+    plt = _plt()
+    fig, (mem, lat) = plt.subplots(1, 2, figsize=(10, 4))
+    rows = result["intervals"]
+    minutes = [r["minute"] for r in rows]
+    mem.plot(minutes, [r["rss_mb"] for r in rows], "o-", color="C0", ms=3, label="server VmRSS")
+    mem.set_ylabel("MB")
+    for key, color, label in (("stream_p95_ms", "C2", "stream chunk p95"), ("http_p95_ms", "C1", "HTTP p95")):
+        lat.plot(minutes, [r[key] for r in rows], "o-", color=color, ms=3, label=label)
+    lat.set_ylabel("ms")
+    for ax, title in ((mem, "Server memory"), (lat, "Latency")):
+        ax.set_xlabel("minute")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

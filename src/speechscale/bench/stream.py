@@ -70,11 +70,11 @@ def initial_streaming_checkpoint(path: Path) -> Path:
 class _Server:
     """`speechscale serve` in a subprocess on a free loopback port; its CPU time and resident set."""
 
-    def __init__(self, checkpoint: str, max_streams: int) -> None:
+    def __init__(self, checkpoint: str, max_streams: int, *flags: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "serve", "--checkpoint", checkpoint,
-                                      "--port", str(self.port), "--max-streams", str(max_streams)],
+                                      "--port", str(self.port), "--max-streams", str(max_streams), *flags],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(1200):
             if self.healthz() is not None:
@@ -139,6 +139,7 @@ class _Stream(threading.Thread):
         self.answers: list[tuple[float, float]] = []  # (receive time, decided_s)
         self.error: str | None = None
         self.text = ""
+        self.ended = False  # the end message arrived
 
     def run(self) -> None:
         reader = threading.Thread(target=self._read, daemon=True)
@@ -162,7 +163,7 @@ class _Stream(threading.Thread):
                 if msg["type"] == "partial":
                     self.answers.append((time.perf_counter(), msg["decided_s"]))
                 elif msg["type"] == "end":
-                    self.text = msg["text"]
+                    self.text, self.ended = msg["text"], True
                     return
         except Exception as e:  # noqa: BLE001
             self.error = self.error or f"{type(e).__name__}: {e}"
@@ -321,14 +322,14 @@ def exactness(checkpoint: str, chunks_ms: tuple[float, ...] = CHUNKS_MS) -> dict
 
 def bench_stream(checkpoint: str | None = None, levels: tuple[int, ...] = (8, 32), seconds: float = 20.0,
                  chunk_ms: int = 100, memory_streams: int = 200, abandoned: int = 50,
-                 exact: bool = True) -> dict[str, Any]:
+                 exact: bool = True, ws: str = "guarded") -> dict[str, Any]:
     """Exactness over real files and chunk sizes, then the latency levels and the memory run against one server
-    limited to max(levels) streams."""
+    limited to max(levels) streams, on the connection stack `ws` (`serve --ws`)."""
     audio = speech(max(seconds, 3.0) + 20)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = checkpoint or str(initial_streaming_checkpoint(Path(tmp) / "stream.pt"))
         same = exactness(ckpt) if exact else None
-        server = _Server(ckpt, max(levels))
+        server = _Server(ckpt, max(levels), "--ws", ws)
         try:
             warm = _connect(server.url)  # the first stream pays the model's first run
             warm.send_binary(audio[:16000].tobytes())
@@ -341,4 +342,4 @@ def bench_stream(checkpoint: str | None = None, levels: tuple[int, ...] = (8, 32
             server.close()
     return {"model": MODEL if checkpoint is None else checkpoint, "weights": "initial" if checkpoint is None
             else "trained", "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None,
-            "exactness": same, "levels": rows, "memory": memory}
+            "ws": ws, "exactness": same, "levels": rows, "memory": memory}

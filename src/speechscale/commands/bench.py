@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..models.rnn import BIDIRECTIONAL_SCHEMES
-from . import bench_convergence, bench_infer
+from . import bench_convergence, bench_infer, bench_serving
 from .args import Parser, choice_list, int_list, positive, yaml_mapping
 
 
@@ -166,15 +166,6 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def stream(args: argparse.Namespace) -> int:
-    from ..bench.stream import bench_stream
-
-    levels = tuple(int(x) for x in args.streams.split(","))
-    print(json.dumps(bench_stream(args.checkpoint, levels, args.seconds, args.chunk_ms, args.memory_streams,
-                                  args.memory_streams // 4)), flush=True)
-    return 0
-
-
 def memory(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -326,6 +317,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bst.set_defaults(func=straggler)
     bench_convergence.register(bsub, command)
     bench_infer.register(bsub, command)
+    bench_serving.register(bsub, command)
     bf = command(bsub, "features", "cost of decoding + resampling + features per second of audio, as JSON")
     bf.add_argument("--manifest", required=True, help="the audio to read (JSONL manifest)")
     bf.add_argument("--sample-rate", type=positive(int), default=16000, help="rate the audio is resampled to")
@@ -361,16 +353,6 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bv.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
     bv.add_argument("--requests", type=positive(int), default=64, help="requests per level")
     bv.set_defaults(func=serve)
-    bs = command(bsub, "stream", "live transcription: WS /v1/stream latency with N real-time streams, the server's "
-                 "real-time factor and memory over many streams")
-    bs.add_argument("--checkpoint", default=None,
-                    help="a streaming model's checkpoint (default: ds2-streaming-tiny's initial weights)")
-    bs.add_argument("--streams", default="8,32", help="comma-separated concurrent streams; the server takes the most")
-    bs.add_argument("--seconds", type=positive(float), default=20.0, help="audio per stream (real speech)")
-    bs.add_argument("--chunk-ms", type=positive(int), default=100, help="audio per message, sent in real time")
-    bs.add_argument("--memory-streams", type=int, default=200,
-                    help="streams opened and closed for the memory figure, a quarter abandoned (0: none)")
-    bs.set_defaults(func=stream)
     bm = command(bsub, "memory", "loader process memory (RSS, measured) against corpus size: shards vs a manifest")
     bm.add_argument("--utterances", type=lambda x: [int(v) for v in x.split(",")], default=[10000, 100000],
                     help="comma-separated corpus sizes (a synthetic index over real shards)")

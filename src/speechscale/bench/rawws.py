@@ -1,5 +1,6 @@
-"""A WebSocket client at the level of the socket (standard library only): it sends what a polite library never
-would (unmasked frames, reserved bits, half a handshake) and reads exactly what the server answers."""
+"""A WebSocket client at the level of the socket (standard library only), for the hostile suite and `bench soak`: it
+sends what a polite library never would (unmasked frames, reserved bits, half a handshake) and reads exactly what
+the server answers."""
 from __future__ import annotations
 
 import base64

@@ -1,0 +1,59 @@
+"""`speechscale bench stream` (live transcription under load) and `bench soak` (the service for N minutes under
+honest and hostile load; JSON and a plot)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .args import choice_list, positive
+
+
+def stream(args: argparse.Namespace) -> int:
+    from ..bench.stream import bench_stream
+
+    levels = tuple(int(x) for x in args.streams.split(","))
+    for i, ws in enumerate(args.ws):  # stacks one after the other in one run; exactness once
+        print(json.dumps(bench_stream(args.checkpoint, levels, args.seconds, args.chunk_ms, args.memory_streams,
+                                      args.memory_streams // 4, exact=i == 0, ws=ws)), flush=True)
+    return 0
+
+
+def soak(args: argparse.Namespace) -> int:
+    from ..bench.plots import plot_soak
+    from ..bench.soak import bench_soak, soak_table
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = bench_soak(args.checkpoint, args.minutes, args.interval, args.streams)
+    (out / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot_soak(result, out / "soak.png")
+    print(soak_table(result))
+    print(json.dumps(result["summary"]), flush=True)
+    return 0
+
+
+def register(bsub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `bench stream` and `bench soak`."""
+    bs = command(bsub, "stream", "live transcription: WS /v1/stream latency with N real-time streams, the server's "
+                 "real-time factor and memory over many streams")
+    bs.add_argument("--checkpoint", default=None,
+                    help="a streaming model's checkpoint (default: ds2-streaming-tiny's initial weights)")
+    bs.add_argument("--streams", default="8,32", help="comma-separated concurrent streams; the server takes the most")
+    bs.add_argument("--seconds", type=positive(float), default=20.0, help="audio per stream (real speech)")
+    bs.add_argument("--chunk-ms", type=positive(int), default=100, help="audio per message, sent in real time")
+    bs.add_argument("--memory-streams", type=int, default=200,
+                    help="streams opened and closed for the memory figure, a quarter abandoned (0: none)")
+    bs.add_argument("--ws", type=choice_list(("guarded", "wsproto")), default=["guarded"],
+                    help="connection stacks (serve --ws), comma-separated: one JSON line each, same run")
+    bs.set_defaults(func=stream)
+    bk = command(bsub, "soak", "the service for N minutes under HTTP, real-time streams and hostile clients at once: "
+                 "latency and memory each interval (JSON + plot)")
+    bk.add_argument("--minutes", type=positive(float), default=60.0, help="how long")
+    bk.add_argument("--interval", type=positive(float), default=60.0, help="seconds per recorded interval")
+    bk.add_argument("--streams", type=positive(int), default=4, help="real-time streams at any time")
+    bk.add_argument("--checkpoint", default=None,
+                    help="a streaming model's checkpoint (default: ds2-streaming-tiny's initial weights)")
+    bk.add_argument("--out", default="runs/soak", help="folder for soak.json and soak.png")
+    bk.set_defaults(func=soak)

@@ -44,10 +44,12 @@ def _spread(xs: list[float], fmt: str = "{:.0f}", unit: str = "") -> str:
 
 def summary_rows(figures: Path) -> list[dict[str, Any]]:
     """Every area's rows, in SECTIONS order, from the JSON under `figures` (docs/figures)."""
+    from .serving_tables import serving_rows
     from .step_rows import gpu_step_rows
 
     return [*_accuracy(figures), *_cpu(figures), *_gpu(figures), *_data(figures), *_distributed(figures),
-            *_planner(figures), *_inference(figures), *_tests(figures / "test-time"), *gpu_step_rows(figures / "gpu")]
+            *_planner(figures), *_inference(figures), *serving_rows(figures), *_tests(figures / "test-time"),
+            *gpu_step_rows(figures / "gpu")]
 
 
 def _recipe(what: str, r: dict[str, Any], doc: dict[str, Any], source: str, section: str = "accuracy") -> dict:

@@ -274,6 +274,14 @@ def _gpu_infer(res: list[dict[str, Any]]) -> str:
             _md(["model", "mode", "precision", "batch", "ms/batch", "RTFx", "vs eager", "max diff vs eager"], rows))
 
 
+def _serving(name: str) -> Callable[[Any], str]:
+    def render(res: Any) -> str:
+        from .serving_tables import RENDERERS
+
+        return RENDERERS[name](res)
+    return render
+
+
 RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "scaling": _scaling,
                                            "straggler": _straggler, "planner": _planner, "recipes": _recipes,
                                            "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _recipes,
@@ -281,7 +289,8 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "yesno-shards": _yesno_shards,
                                            "gpu-train": _gpu_train, "gpu-train-b128": _gpu_train,
                                            "gpu-graphs": _gpu_graphs, "gpu-graphs-b128": _gpu_graphs,
-                                           "gpu-recipes": _recipes, "gpu-step": _gpu_step, "gpu-infer": _gpu_infer}
+                                           "gpu-recipes": _recipes, "gpu-step": _gpu_step, "gpu-infer": _gpu_infer,
+                                           "soak": _serving("soak"), "stream-stacks": _serving("stream-stacks")}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

@@ -44,7 +44,8 @@ def render_stream_stacks(res: list[dict[str, Any]]) -> str:
         for g, w in zip(by["guarded"]["levels"], by["wsproto"]["levels"]):
             lines.append(f"{g['streams']} streams: p95 {g['p95_ms']:,.0f} against {w['p95_ms']:,.0f} ms "
                          f"({g['p95_ms'] / w['p95_ms']:.2f}x), CPU per audio s {g['rtf_cpu']} against {w['rtf_cpu']} "
-                         f"({g['rtf_cpu'] / w['rtf_cpu']:.2f}x)")
+                         f"({g['rtf_cpu'] / w['rtf_cpu']:.2f}x; real-time streams a core keeps: "
+                         f"{1 / g['rtf_cpu']:.0f} against {1 / w['rtf_cpu']:.0f})")
         gm, wm = by["guarded"].get("memory"), by["wsproto"].get("memory")
         if gm and wm:
             lines.append(f"server memory over {gm['streams']} streams: {gm['growth_mb']:+.1f} against "

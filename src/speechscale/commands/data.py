@@ -35,7 +35,7 @@ def data_download(args: argparse.Namespace) -> int:
 
     if args.list:
         for name, c in CORPORA.items():
-            print(f"{name:<28} {c.size_mb:>8g} MB  {c.about} [{c.licence}]")
+            print(f"{name:<28} {c.download_mb:>8g} MB ({c.size_mb:g} MB with what it unpacks to)  {c.about} [{c.licence}]")
         return 0
     if not args.corpus or not args.out:
         raise ConfigError("data download needs a corpus and --out DIR (--list shows the corpora)")
@@ -46,11 +46,14 @@ def data_download(args: argparse.Namespace) -> int:
             raise ConfigError(f"--checksum {item!r}: expected FILE=md5:HEX or FILE=sha256:HEX")
         checksums[file] = value
     res = download(args.corpus, args.out, args.mirror, checksums, progress=not args.quiet,
-                   keep_archives=args.keep_archives)
+                   keep_archives=args.keep_archives, timeout=args.timeout, confine_hosts=args.confine_hosts)
     for f in res["files"]:
         if f["checked"] == "no published checksum":
             print(f"speechscale data download: note: {f['file']} has no published checksum; its sha256 is "
                   f"{f['sha256']} (pin it with --checksum {f['file']}=sha256:{f['sha256']})", file=sys.stderr)
+    if res.get("skipped"):
+        print(f"speechscale data download: skipped {sum(res['skipped'].values())} recordings: "
+              + ", ".join(f"{n} {why}" for why, n in res["skipped"].items()), file=sys.stderr)
     print(json.dumps(res))
     return 0
 
@@ -97,6 +100,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     dd.add_argument("--checksum", action="append", metavar="FILE=ALGO:HEX",
                     help="the checksum FILE must have (md5 or sha256), instead of the published one (repeatable)")
     dd.add_argument("--keep-archives", action="store_true", help="keep the archives in OUT/downloads after unpacking")
+    dd.add_argument("--timeout", type=positive(float), default=10.0, help="seconds one read may wait for data")
+    dd.add_argument("--confine-hosts", action="store_true",
+                    help="follow redirects only to the corpus's own hosts (and --mirror's)")
     dd.set_defaults(func=data_download)
     ds = command(dsub, "shard", "a manifest -> tar shards (WebDataset layout) and OUT/index.jsonl, for streaming")
     ds.add_argument("manifest", help="the manifest to shard (its valid lines)")

@@ -4,258 +4,253 @@ DIR/manifest.jsonl, ready for a recipe's `data.root=DIR`.
     speechscale data download yesno --out data/yesno
     speechscale train --config yesno data.root=data/yesno
 
-Each file is downloaded to DIR/downloads/FILE.part; an interrupted download continues from where it stopped
-(an HTTP Range request; a server that ignores it sends the whole file again). The finished file is checked
-against the checksum published for it (md5 or sha256) before anything is unpacked; a mismatch removes it. A
-corpus without a published checksum says so and prints the sha256 it computed (pin it with --checksum).
-Archives are unpacked with tarfile's `data` filter (no links out of DIR, no absolute paths, no devices) or a
-zip whose every member stays inside DIR. `--mirror URL` fetches every file from URL/FILE instead (a local
-copy, a proxy, the tests' server).
+Staged, then committed: each file is fetched to DIR/downloads/FILE.part (data/fetch.py: bounded by the catalog's
+size for it, continued after a cut, retried where that helps), checked against its published checksum (md5 or
+sha256; a corpus without one says so and prints the sha256 to pin with --checksum) and against its kind (a tar, a
+zip, audio, text: an HTML error page is refused and removed, so the next run fetches again). Archives are unpacked
+into DIR/.staging: only regular files and folders, no absolute or `..` names, none of the tool's own names, their
+declared sizes within the catalog's bound before anything is written and the bytes counted while writing. The
+corpus's importer writes the manifest there (recordings that do not read, or are named unlike the corpus's
+pattern, are skipped and counted); then the files move into DIR, the manifest after them and the done-marker
+DIR/.downloaded.json last, holding the corpus's name and each file's checksums. A run that fails leaves no
+marker, so no later run takes the corpus as complete; a marker of another corpus, or of files other than the
+checksums pinned now, is not "done". `--mirror URL` fetches every file from URL/FILE instead (a local copy, a
+proxy, the tests' server).
 """
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import shutil
-import sys
 import tarfile
-import urllib.error
-import urllib.request
+import urllib.parse
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .manifest import ManifestError
+from .catalog import CORPORA, MB, NO_URL, Corpus, DownloadError, Source, corpus
+from .fetch import Policy, fetch
 
+__all__ = ["CORPORA", "NO_URL", "Corpus", "DownloadError", "Source", "corpus", "download", "fetch", "unpack",
+           "verify"]
 CHUNK = 1 << 16
+MARGIN = 1.1          # reads and unpacking stop past this times the catalog's size
+DONE, STAGE = ".downloaded.json", ".staging"
+RESERVED = {DONE, STAGE, "manifest.jsonl", "downloads"}
 
 
-class DownloadError(ManifestError):
-    """A download, checksum or archive that failed (one line; what to do is in it)."""
-
-
-@dataclass
-class Source:
-    """One file of a corpus: where it is published and the checksum published with it ('' = none)."""
-
-    url: str
-    checksum: str = ""         # "md5:HEX" or "sha256:HEX"
-
-    @property
-    def name(self) -> str:
-        return self.url.rsplit("/", 1)[-1]
-
-
-@dataclass
-class Corpus:
-    """A downloadable corpus: its files, the licence, and how the unpacked files become a manifest."""
-
-    about: str
-    licence: str
-    files: list[Source]
-    make_manifest: Callable[[Path], Any]  # DIR -> writes DIR/manifest.jsonl, returns a SkipReport
-    size_mb: float = 0.0
-    notes: list[str] = field(default_factory=list)
-
-
-def _yesno(out: Path) -> Any:
-    """waves_yesno/*.wav, named by their 8 words (0 = no, 1 = yes), sorted: Kaldi's split is the first 31."""
-    from .audio import audio_info
-    from .manifest import SkipReport, write_manifest
-
-    report, records = SkipReport(str(out / "waves_yesno")), []
-    for n, wav in enumerate(sorted((out / "waves_yesno").glob("*.wav")), 1):
-        words = wav.stem.split("_")
-        if len(words) != 8 or set(words) - {"0", "1"}:
-            report.skip(n, "not a yesno file name", wav.name)
-            continue
-        records.append({"audio_filepath": os.path.relpath(wav, out), "duration": round(audio_info(wav)[0], 3),
-                        "text": " ".join("yes" if w == "1" else "no" for w in words)})
-    if not records:
-        raise DownloadError(f"{out / 'waves_yesno'}: no yesno recordings in the archive")
-    report.kept = len(records)
-    write_manifest(out / "manifest.jsonl", records)
-    return report
-
-
-def _ldc93s1(out: Path) -> Any:
-    """LDC93S1.wav and its transcript LDC93S1.txt ('START END TEXT')."""
-    from .audio import audio_info
-    from .manifest import SkipReport, write_manifest
-
-    text = (out / "downloads" / "LDC93S1.txt").read_text(encoding="utf-8").split(maxsplit=2)
-    if len(text) != 3:
-        raise DownloadError(f"{out / 'downloads' / 'LDC93S1.txt'}: expected 'START END TEXT'")
-    wav = out / "LDC93S1.wav"
-    shutil.copyfile(out / "downloads" / "LDC93S1.wav", wav)
-    write_manifest(out / "manifest.jsonl", [{"audio_filepath": wav.name, "duration": round(audio_info(wav)[0], 4),
-                                            "text": text[2].strip()}])
-    report = SkipReport(str(out))
-    report.kept = 1
-    return report
-
-
-def _imported(kind: str, folder: str) -> Callable[[Path], Any]:
-    """The `speechscale data import KIND` importer over the unpacked FOLDER (a glob under DIR)."""
-    def make(out: Path) -> Any:
-        from .importers import import_corpus
-
-        found = sorted(out.glob(folder))
-        if not found:
-            raise DownloadError(f"{out}: the archive did not hold {folder}")
-        return import_corpus(kind, found[0], out)
-    return make
-
-
-OPENSLR = "https://www.openslr.org/resources"
-# sha256 of the LibriSpeech archives as torchaudio's LIBRISPEECH dataset pins them
-LIBRISPEECH = {"dev-clean": "76f87d090650617fca0cac8f88b9416e0ebf80350acb97b343a85fa903728ab3",
-               "dev-other": "12661c48e8c3fe1de2c1caa4c3e135193bfb1811584f11f569dd12645aa84365",
-               "test-clean": "39fde525e59672dc6d1551919b1478f724438a95aa55f874b576be21967e6c23",
-               "test-other": "d09c181bba5cf717b3dee7d4d592af11a3ee3a09e08ae025c5506f6ebe961c29",
-               "train-clean-100": "d4ddd1d5a6ab303066f14971d768ee43278a5f2a0aa43dc716b0e64ecbbbf6e2"}
-LIBRISPEECH_MB = {"dev-clean": 337, "dev-other": 314, "test-clean": 346, "test-other": 328, "train-clean-100": 6387}
-
-CORPORA: dict[str, Corpus] = {
-    "yesno": Corpus("Kaldi yesno: 60 files of 8 Hebrew yes/no words, one speaker, 8 kHz", "CC BY 4.0 (OpenSLR 1)",
-                    [Source(f"{OPENSLR}/1/waves_yesno.tar.gz", "md5:962ff6e904d2df1126132ecec6978786")], _yesno, 4.5),
-    "fsdd": Corpus("Free Spoken Digit Dataset v1.0.10: 3,000 digit words, 6 speakers, 8 kHz", "CC BY-SA 4.0",
-                   [Source("https://github.com/Jakobovski/free-spoken-digit-dataset/archive/refs/tags/v1.0.10.zip")],
-                   _imported("fsdd", "free-spoken-digit-dataset-*"), 17,
-                   ["GitHub builds this archive on request and publishes no checksum"]),
-    "ldc93s1": Corpus("LDC93S1: the free TIMIT sample, one 16 kHz utterance", "LDC free sample",
-                      [Source("https://catalog.ldc.upenn.edu/desc/addenda/LDC93S1.wav"),
-                       Source("https://catalog.ldc.upenn.edu/desc/addenda/LDC93S1.txt")], _ldc93s1, 0.1,
-                      ["the LDC publishes no checksum for it"]),
-    **{f"librispeech-{s}": Corpus(f"LibriSpeech {s} (read English audiobooks, 16 kHz flac)", "CC BY 4.0 (OpenSLR 12)",
-                                  [Source(f"{OPENSLR}/12/{s}.tar.gz", f"sha256:{h}")],
-                                  _imported("librispeech", f"LibriSpeech/{s}"), LIBRISPEECH_MB[s])
-       for s, h in LIBRISPEECH.items()},
-}
-# corpora whose licence gives no plain download URL: what to do instead
-NO_URL = {"commonvoice": "Common Voice is downloaded from commonvoice.mozilla.org after accepting its terms (no "
-                         "direct URL); download it there, then `speechscale data import commonvoice DIR --out OUT`"}
-
-
-def corpus(name: str) -> Corpus:
-    """The catalog entry `name`; DownloadError naming the known ones otherwise."""
-    if name in NO_URL:
-        raise DownloadError(NO_URL[name])
-    if name not in CORPORA:
-        raise DownloadError(f"unknown corpus {name!r}; choose one of {', '.join(CORPORA)}")
-    return CORPORA[name]
-
-
-def file_digest(path: Path, algo: str) -> str:
-    """The hex digest of a file with hashlib's `algo`."""
-    h = hashlib.new(algo)
+def digests(path: Path) -> dict[str, str]:
+    """md5 and sha256 of a file, hex."""
+    hashes = {"md5": hashlib.md5(), "sha256": hashlib.sha256()}
     with path.open("rb") as f:
         while block := f.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
+            for h in hashes.values():
+                h.update(block)
+    return {k: h.hexdigest() for k, h in hashes.items()}
 
 
-def fetch(url: str, dest: Path, progress: bool = True, attempts: int = 4, timeout: float = 30.0) -> int:
-    """Download `url` to `dest`, continuing DEST.part where an earlier try stopped; returns the bytes fetched
-    by this call. A cut connection is retried (from where it stopped) up to `attempts` times."""
-    from tqdm import tqdm
-
-    part = dest.with_name(dest.name + ".part")
-    fetched, last_error = 0, None
-    for _ in range(attempts):
-        have = part.stat().st_size if part.exists() else 0
-        req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                if have and resp.status != 206:  # the server sent the whole file: start over
-                    have = 0
-                total = resp.headers.get("Content-Length")
-                total = int(total) + have if total is not None else None
-                with part.open("ab" if have else "wb") as f, \
-                        tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=dest.name,
-                             disable=not (progress and sys.stderr.isatty()), leave=False) as bar:
-                    while block := resp.read(CHUNK):
-                        f.write(block)
-                        fetched += len(block)
-                        bar.update(len(block))
-                if total is not None and part.stat().st_size < total:
-                    raise ConnectionError(f"connection closed at {part.stat().st_size} of {total} bytes")
-            os.replace(part, dest)
-            return fetched
-        except urllib.error.HTTPError as e:
-            if e.code == 416 and have:  # asked past the end: the part file is complete or stale
-                part.unlink()
-                continue
-            raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
-        except (OSError, http.client.HTTPException) as e:  # URLError, a reset or cut connection, a timeout
-            last_error = e
-    raise DownloadError(f"{url}: download failed after {attempts} tries ({last_error}); run the command again "
-                        f"to continue from {part.stat().st_size if part.exists() else 0} bytes")
+def _parse(checksum: str) -> tuple[str, str]:
+    algo, _, want = checksum.partition(":")
+    if algo not in ("md5", "sha256") or not want:
+        raise DownloadError(f"checksum {checksum!r}: expected md5:HEX or sha256:HEX")
+    return algo, want.lower()
 
 
-def verify(path: Path, checksum: str) -> str:
-    """The file's sha256; DownloadError (and the file removed) when `checksum` (ALGO:HEX) does not match."""
+def verify(path: Path, checksum: str) -> dict[str, str]:
+    """The file's md5 and sha256; DownloadError (and the file removed) when `checksum` (ALGO:HEX) does not match."""
+    got = digests(path)
     if checksum:
-        algo, _, want = checksum.partition(":")
-        if algo not in ("md5", "sha256") or not want:
-            raise DownloadError(f"checksum {checksum!r}: expected md5:HEX or sha256:HEX")
-        got = file_digest(path, algo)
-        if got != want.lower():
+        algo, want = _parse(checksum)
+        if got[algo] != want:
             path.unlink()
-            raise DownloadError(f"{path.name}: {algo} is {got}, expected {want}: the download is corrupt or not "
+            raise DownloadError(f"{path.name}: {algo} is {got[algo]}, expected {want}: the download is corrupt or not "
                                 f"the published file; it was removed (run the command again)")
-    return file_digest(path, "sha256")
+    return got
 
 
-def unpack(archive: Path, out: Path) -> None:
-    """Unpack a .tar(.gz) or .zip archive into `out`, refusing members that would land outside it."""
+def check_kind(path: Path, kind: str) -> None:
+    """DownloadError (and the file removed) when the file is not a `kind` (tar, zip, wav, text)."""
+    with path.open("rb") as f:
+        head = f.read(512)
+    ok = {"tar": lambda: tarfile.is_tarfile(path), "zip": lambda: zipfile.is_zipfile(path),
+          "wav": lambda: head[:4] == b"RIFF" and head[8:12] == b"WAVE",
+          "text": lambda: b"\0" not in head and not head.lstrip().lower().startswith((b"<!doctype", b"<html"))}[kind]()
+    if not ok:
+        what = "an HTML page" if head.lstrip()[:1] == b"<" else "something else"
+        path.unlink()
+        raise DownloadError(f"{path.name}: the server sent {what}, not a {kind} file; it was removed (run the "
+                            "command again, or check --mirror)")
+
+
+def _member_name(name: str, archive: str) -> str:
+    parts = Path(name).parts
+    if not name or name.startswith(("/", "\\")) or (parts and ":" in parts[0]) or ".." in parts:
+        raise DownloadError(f"{archive}: member {name!r} would be written outside the corpus's folder; refused")
+    if parts and parts[0] in RESERVED:
+        raise DownloadError(f"{archive}: member {name!r} has a name the tool keeps for itself; refused")
+    return name
+
+
+def _copy(src: Any, dest: Path, written: int, bound: int, archive: str) -> int:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with dest.open("wb") as f:
+        while block := src.read(CHUNK):
+            written += len(block)
+            if written > bound:
+                raise DownloadError(f"{archive}: unpacks to more than the {bound // MB} MB the catalog allows; "
+                                    "refused")
+            f.write(block)
+    return written
+
+
+def unpack(archive: Path, stage: Path, bound: int, written: int = 0) -> int:
+    """Unpack a .tar(.gz) or .zip into `stage` (module docstring) after `written` bytes of other archives, all of
+    them within `bound`; the bytes written in all."""
+    name = archive.name
     try:
         if tarfile.is_tarfile(archive):
             with tarfile.open(archive) as tar:
-                tar.extractall(out, filter="data")
+                declared = written
+                for m in tar:  # every header first: names, kinds and declared sizes, before any write
+                    _member_name(m.name, name)
+                    if not (m.isfile() or m.isdir()):
+                        raise DownloadError(f"{name}: member {m.name!r} is not a regular file or folder; refused")
+                    declared += m.size
+                    if declared > bound:
+                        raise DownloadError(f"{name}: declares more than the {bound // MB} MB the catalog allows; "
+                                            "refused")
+                for m in tar.getmembers():
+                    if m.isfile():
+                        with tar.extractfile(m) as src:  # type: ignore[union-attr]
+                            written = _copy(src, stage / m.name, written, bound, name)
+                    else:
+                        (stage / m.name).mkdir(parents=True, exist_ok=True)
         elif zipfile.is_zipfile(archive):
-            root = out.resolve()
             with zipfile.ZipFile(archive) as z:
-                for member in z.namelist():
-                    if not (root / member).resolve().is_relative_to(root):
-                        raise DownloadError(f"{archive.name}: member {member!r} would be written outside {out}")
-                z.extractall(out)
+                infos = z.infolist()
+                for i in infos:
+                    _member_name(i.filename, name)
+                    mode = (i.external_attr >> 16) & 0o170000
+                    if mode not in (0, 0o100000, 0o040000):
+                        raise DownloadError(f"{name}: member {i.filename!r} is not a regular file or folder; refused")
+                if written + sum(i.file_size for i in infos) > bound:
+                    raise DownloadError(f"{name}: declares more than the {bound // MB} MB the catalog allows; refused")
+                for i in infos:
+                    if i.is_dir():
+                        (stage / i.filename).mkdir(parents=True, exist_ok=True)
+                    else:
+                        with z.open(i) as src:
+                            written = _copy(src, stage / i.filename, written, bound, name)
         else:
-            raise DownloadError(f"{archive.name}: not a tar or zip archive")
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as e:
-        raise DownloadError(f"{archive.name}: a corrupt archive ({type(e).__name__}: {e})") from None
+            raise DownloadError(f"{name}: not a tar or zip archive")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, ValueError) as e:
+        if isinstance(e, DownloadError):
+            raise
+        raise DownloadError(f"{name}: a corrupt archive ({type(e).__name__}: {e})") from None
+    return written
+
+
+def _done(out: Path, name: str, files_: list[str], pinned: dict[str, str]) -> dict[str, Any] | None:
+    """The marker of a complete download of `name` holding each of its files, with the checksums `pinned` now
+    (--checksum), or None."""
+    marker = out / DONE
+    try:
+        done = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    other = done.get("corpus") if isinstance(done, dict) else None
+    if other != name:
+        if other in CORPORA:
+            raise DownloadError(f"{out} holds the corpus {other}; download {name} into a folder of its own")
+        return None
+    files = {f.get("file"): f for f in done.get("files", []) if isinstance(f, dict)}
+    if set(files_) - set(files):
+        return None
+    for file, checksum in pinned.items():
+        algo, want = _parse(checksum)
+        if files[file].get(algo) != want:
+            return None
+    return done if (out / "manifest.jsonl").is_file() else None
+
+
+def _commit(stage: Path, out: Path) -> None:
+    """Move the staged files into `out`, the manifest after them."""
+    for entry in sorted(stage.iterdir()):
+        if entry.name == "manifest.jsonl":
+            continue
+        target = out / entry.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+        os.replace(entry, target)
+    os.replace(stage / "manifest.jsonl", out / "manifest.jsonl")
+    stage.rmdir()
 
 
 def download(name: str, out: str | Path, mirror: str = "", checksums: dict[str, str] | None = None,
-             progress: bool = True, keep_archives: bool = False) -> dict[str, Any]:
+             progress: bool = True, keep_archives: bool = False, timeout: float = 10.0,
+             confine_hosts: bool = False) -> dict[str, Any]:
     """Download corpus `name` into `out`, check, unpack and import it; returns what was done (JSON-able)."""
-    spec = corpus(name)
-    out = Path(out)
-    downloads = out / "downloads"
+    spec, out, checksums = corpus(name), Path(out), dict(checksums or {})
+    unknown = sorted(set(checksums) - {s.name for s in spec.files})
+    if unknown:
+        raise DownloadError(f"--checksum {unknown[0]}: {name} has no such file (its files: "
+                            f"{', '.join(s.name for s in spec.files)})")
+    for value in checksums.values():
+        _parse(value)
+    pinned = {s.name: checksums.get(s.name, s.checksum) for s in spec.files}
+    try:
+        if out.exists() and not out.is_dir():
+            raise DownloadError(f"{out}: not a folder; give --out a folder (new or this corpus's)")
+        done = _done(out, name, [s.name for s in spec.files], checksums)
+        if done is not None:
+            return {**done, "already": True}
+        return _run(spec, name, out, mirror, pinned, progress, keep_archives, timeout, confine_hosts)
+    except OSError as e:
+        raise DownloadError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
+
+
+def _run(spec: Corpus, name: str, out: Path, mirror: str, pinned: dict[str, str], progress: bool,
+         keep_archives: bool, timeout: float, confine_hosts: bool) -> dict[str, Any]:
+    downloads, stage = out / "downloads", out / STAGE
     downloads.mkdir(parents=True, exist_ok=True)
-    done = out / ".downloaded.json"
-    if done.is_file() and (out / "manifest.jsonl").is_file():
-        return {**json.loads(done.read_text()), "already": True}
-    files = []
+    for name_ in (DONE, "manifest.jsonl"):  # from here until the end nothing here is complete
+        (out / name_).unlink(missing_ok=True)
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir()
+    hosts = tuple(spec.hosts) + ((str(urllib.parse.urlsplit(mirror).hostname),) if mirror else ())
+    bound = int(MARGIN * spec.unpacked_mb * MB) + CHUNK
+    files, written = [], 0
     for src in spec.files:
         url = f"{mirror.rstrip('/')}/{src.name}" if mirror else src.url
         dest = downloads / src.name
-        fetched = fetch(url, dest, progress) if not dest.is_file() else 0
-        checksum = (checksums or {}).get(src.name, src.checksum)
-        sha256 = verify(dest, checksum)
-        files.append({"file": src.name, "url": url, "bytes": dest.stat().st_size, "fetched": fetched,
-                      "sha256": sha256, "checked": checksum.split(":")[0] if checksum else "no published checksum"})
-        if tarfile.is_tarfile(dest) or zipfile.is_zipfile(dest):
-            unpack(dest, out)
-    report = spec.make_manifest(out)
+        policy = Policy(max_bytes=int(MARGIN * src.mb * MB) + CHUNK, timeout=timeout,
+                        hosts=hosts if confine_hosts else ())
+        if dest.is_file() and dest.stat().st_size > policy.max_bytes:
+            dest.unlink()
+        fetched = fetch(url, dest, policy, progress) if not dest.is_file() else 0
+        sums = verify(dest, pinned[src.name])
+        check_kind(dest, src.kind)
+        files.append({"file": src.name, "url": url, "bytes": dest.stat().st_size, "fetched": fetched, **sums,
+                      "checked": pinned[src.name].split(":")[0] if pinned[src.name] else "no published checksum"})
+        if src.kind in ("tar", "zip"):
+            try:
+                written = unpack(dest, stage, bound, written)
+            except DownloadError:
+                dest.unlink()  # refused: the next run fetches it again
+                raise
+    report = spec.make_manifest(stage, downloads)
+    _commit(stage, out)
     result = {"corpus": name, "out": str(out), "manifest": str(out / "manifest.jsonl"), "kept": report.kept,
-              "skipped": dict(report.reasons), "files": files}
+              "skipped": dict(report.reasons), "unpacked_bytes": written, "files": files}
     if not keep_archives:
-        for f in files:
-            if f["file"].endswith((".tar.gz", ".tgz", ".tar", ".zip")):
-                (downloads / f["file"]).unlink(missing_ok=True)
-    done.write_text(json.dumps(result) + "\n")
+        for src in spec.files:
+            if src.kind in ("tar", "zip"):
+                (downloads / src.name).unlink(missing_ok=True)
+    tmp = out / (DONE + ".tmp")
+    tmp.write_text(json.dumps(result) + "\n")
+    os.replace(tmp, out / DONE)  # last: the marker of a complete download
     return result

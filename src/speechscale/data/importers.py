@@ -30,7 +30,9 @@ from .audio import audio_info
 from .manifest import ManifestError, SkipReport, write_manifest
 from .text import DIGIT_WORDS, TextNormalizer
 
-Row = tuple[Path, str, dict[str, Any]]  # audio file, raw transcript, extra manifest fields
+SKIP = "skip"  # a reader yields (path, None, {SKIP: reason}) for a file it cannot take
+
+Row = tuple[Path, "str | None", dict[str, Any]]  # audio file, raw transcript (None: skipped), extra fields
 
 
 class CorpusLayoutError(ManifestError):
@@ -91,7 +93,11 @@ def tedlium(src: Path, out: Path, split: str) -> Iterator[Row]:
 
 def fsdd(src: Path, out: Path, split: str) -> Iterator[Row]:
     for wav in sorted((src / "recordings").glob("*.wav")):
-        digit, speaker, index = wav.stem.split("_")
+        parts = wav.stem.split("_")
+        if len(parts) != 3 or not (parts[0].isdigit() and len(parts[0]) == 1 and parts[2].isdigit()):
+            yield wav, None, {SKIP: "not named DIGIT_SPEAKER_INDEX.wav"}
+            continue
+        digit, speaker, index = parts
         yield wav, DIGIT_WORDS[int(digit)], {"speaker": speaker, "split": "test" if int(index) < 5 else "train"}
 
 
@@ -127,6 +133,9 @@ def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", 
     out.mkdir(parents=True, exist_ok=True)
     report, records = SkipReport(str(src)), []
     for n, (audio, raw, extra) in enumerate(IMPORTERS[kind](src, out, split), 1):
+        if raw is None:  # the reader's own reason to skip it
+            report.skip(n, extra[SKIP], str(audio))
+            continue
         if not audio.is_file():
             report.skip(n, "audio file missing", str(audio))
             continue

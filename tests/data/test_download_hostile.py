@@ -274,3 +274,29 @@ def test_absolute_names_links_and_unknown_checksum_files_are_refused(tmp_path, c
     assert code == 2 and "not a regular file" in err[-1], err
     code, _, err = _run(capsys, "yesno", tmp_path / "c", mirror({}), "--checksum", "WRONG.tar.gz=md5:00")
     assert code == 2 and len(err) == 1 and "has no such file" in err[0]
+
+
+def test_the_peak_disk_of_a_download_stays_within_the_catalogs_size(tmp_path, capsys, mirror):
+    """The folder's size, polled while yesno downloads, unpacks and imports: at most 1.2 times the catalog's size
+    (its archive and what that unpacks to)."""
+    import threading
+
+    out, peak, done = tmp_path / "yesno", [0], threading.Event()
+
+    def poll():
+        while not done.is_set():
+            try:
+                peak[0] = max(peak[0], _disk(out))
+            except OSError:  # a file moved away while it was listed
+                pass
+            time.sleep(0.002)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    server = mirror({YESNO: [("body", yesno_archive())]})
+    code, _, err = _run(capsys, "yesno", out, server, *_pin(yesno_archive()), "--keep-archives")
+    done.set()
+    poller.join()
+    assert code == 0, err
+    held = _disk(out)  # archive kept: the archive and the corpus, the most it holds
+    assert held >= len(yesno_archive()) + 5 * MB and peak[0] <= 1.2 * CORPORA["yesno"].size_mb * MB, (peak, held)

@@ -186,6 +186,17 @@ def test_clients_that_stop_reading_or_flood_pings_lose_their_slot_and_hold_no_me
     s.close()
 
 
+def test_an_upgraded_connection_that_never_starts_loses_its_slot_within_the_header_timeout(server):
+    _, url, port, _ = server
+    c = Conn(port)
+    assert c.handshake()[0] == 101
+    started = time.monotonic()
+    assert c.close_code(10) == (1008, "no start message within 2 s")
+    assert time.monotonic() - started < 4
+    c.close()
+    _no_stream_held(url)
+
+
 def test_a_message_without_end_is_cut_at_the_limit_with_a_close_frame_not_a_reset(server):
     _, url, port, _ = server
     c = Conn(port)

@@ -65,7 +65,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     sv.add_argument("--stream-send-timeout", type=positive(float), default=10.0,
                     help="seconds a stream's client may leave the server's messages unread before it is closed")
     sv.add_argument("--header-timeout", type=positive(float), default=10.0,
-                    help="seconds for a request's line and headers to arrive before 408 (half-open clients)")
+                    help="seconds for a request's line and headers to arrive (408), and a stream's start message (1008)")
     sv.add_argument("--drain-timeout", type=positive(float), default=20.0,
                     help="on SIGTERM, seconds open streams may go on before the server finishes them (1001)")
     sv.add_argument("--ws", default="guarded", choices=["guarded", "wsproto"],

@@ -90,17 +90,20 @@ class Draining(Exception):
     """The server is shutting down: finish this stream now."""
 
 
-async def _receive(ws: WebSocket, limits: Any, closing: asyncio.Event | None = None) -> dict[str, Any]:
-    """The next message; Closed(1008) past the idle limit, Draining once `closing` is set."""
+async def _receive(ws: WebSocket, limits: Any, closing: asyncio.Event | None = None,
+                   first: bool = False) -> dict[str, Any]:
+    """The next message; Closed(1008) past the idle limit (for the `first` message, the start, the header
+    timeout when shorter), Draining once `closing` is set."""
+    wait = min(limits.stream_idle_s, limits.header_timeout_s) if first else limits.stream_idle_s
     receive = asyncio.ensure_future(ws.receive())
     waits = {receive} if closing is None else {receive, asyncio.ensure_future(closing.wait())}
-    done, _ = await asyncio.wait(waits, timeout=limits.stream_idle_s, return_when=asyncio.FIRST_COMPLETED)
+    done, _ = await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
     for task in waits - done:
         task.cancel()
     if receive not in done:
         if closing is not None and closing.is_set():
             raise Draining
-        raise Closed(1008, f"idle for {limits.stream_idle_s:g} s")
+        raise Closed(1008, f"no start message within {wait:g} s" if first else f"idle for {wait:g} s")
     message = receive.result()
     if message["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(message.get("code", 1000))
@@ -146,7 +149,7 @@ def _start(message: dict[str, Any], comps: Any) -> tuple[int, str, int, bool]:
 
 
 async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: asyncio.Event) -> None:
-    rate, encoding, endpoint, every = _start(await _receive(ws, limits), comps)
+    rate, encoding, endpoint, every = _start(await _receive(ws, limits, first=True), comps)
     search = None
     if getattr(decoder, "name", decoder) != "greedy":
         from ..decoding.decoders import build_decoder

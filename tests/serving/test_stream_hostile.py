@@ -248,9 +248,16 @@ def test_sigterm_drains_streams_in_flight_without_losing_a_final(streaming_check
         reference = _events(ref)  # what the first 3 s give when the client ends the stream itself
         a, b = Conn(port), Conn(port)
         for c in (a, b):
-            c.start()
+            c.start(partials="every")  # a partial answers each chunk: the server has taken all 30
             c.send(b"".join(frame(0x2, ch) for ch in chunks[:30]))
-        time.sleep(1.0)
+        early = {id(c): [] for c in (a, b)}  # finals before the signal
+        for c in (a, b):
+            answered = 0
+            while answered < 30:
+                message = json.loads(c.read_frame()[1])
+                answered += message["type"] == "partial"
+                if message["type"] != "partial":
+                    early[id(c)].append((message["type"], message.get("text")))
         os.kill(proc.pid, signal.SIGTERM)
         wait_for(lambda: _health(url)[1]["status"] == "draining", timeout=5)
         assert _health(url)[0] == 503
@@ -263,7 +270,7 @@ def test_sigterm_drains_streams_in_flight_without_losing_a_final(streaming_check
             urllib.request.urlopen(req, timeout=10)
         assert refused.value.code == 503
         a.send(b"".join(frame(0x2, ch) for ch in chunks[30:]) + text({"type": "end"}))
-        got_a, got_b = _events(a), _events(b)
+        got_a, got_b = early[id(a)] + _events(a), early[id(b)] + _events(b)
         assert got_a[-1] == ("close", 1000, "") and got_a[-2][0] == "end" and got_a[-2][1]
         assert [e for e in got_a if e[0] == "final"], got_a
         assert got_b[-1][:2] == ("close", 1001) and "shutting down" in got_b[-1][2]

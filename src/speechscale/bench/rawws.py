@@ -61,11 +61,11 @@ class Conn:
         head, _, self.buf = self.buf.partition(b"\r\n\r\n")
         return int(head.split()[1]) if head else 0, head
 
-    def start(self) -> dict:
-        """Handshake and the start message; the server's ready."""
+    def start(self, **fields: object) -> dict:
+        """Handshake and the start message (16 kHz pcm16, and `fields`); the server's ready."""
         status, head = self.handshake()
         assert status == 101, head
-        self.sock.sendall(text({"type": "start", "sample_rate": 16000, "encoding": "pcm16"}))
+        self.sock.sendall(text({"type": "start", "sample_rate": 16000, "encoding": "pcm16", **fields}))
         opcode, payload = self.read_frame()
         assert opcode == 0x1, (opcode, payload)
         return json.loads(payload)

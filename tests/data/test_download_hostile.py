@@ -103,6 +103,7 @@ def _repaired(capsys, out, mirror, corpus="yesno"):
 @pytest.mark.parametrize("corpus,name,bomb", [
     ("yesno", YESNO, lambda: _tar([_file("waves_yesno/0_0_0_0_1_1_1_1.wav", b"\0" * (40 * MB))])),
     ("fsdd", FSDD, lambda: _fsdd_zip({"9_bomb_0.wav": b"\0" * (60 * MB)})),
+    ("yesno", YESNO, lambda: _tar([_file(f"waves_yesno/{i}.wav", b"") for i in range(5000)])),  # files, not bytes
 ])
 def test_an_archive_that_unpacks_past_the_catalog_is_refused_before_it_fills_the_disk(tmp_path, capsys, mirror,
                                                                                       corpus, name, bomb):

@@ -36,6 +36,7 @@ __all__ = ["CORPORA", "NO_URL", "Corpus", "DownloadError", "Source", "corpus", "
            "verify"]
 CHUNK = 1 << 16
 MARGIN = 1.1          # reads and unpacking stop past this times the catalog's size
+BLOCK = 4096         # a member costs at least a disk block: many empty files are not free
 DONE, STAGE = ".downloaded.json", ".staging"
 RESERVED = {DONE, STAGE, "manifest.jsonl", "downloads"}
 
@@ -116,7 +117,7 @@ def unpack(archive: Path, stage: Path, bound: int, written: int = 0) -> int:
                     _member_name(m.name, name)
                     if not (m.isfile() or m.isdir()):
                         raise DownloadError(f"{name}: member {m.name!r} is not a regular file or folder; refused")
-                    declared += m.size
+                    declared += max(m.size, BLOCK)
                     if declared > bound:
                         raise DownloadError(f"{name}: declares more than the {bound // MB} MB the catalog allows; "
                                             "refused")
@@ -134,7 +135,7 @@ def unpack(archive: Path, stage: Path, bound: int, written: int = 0) -> int:
                     mode = (i.external_attr >> 16) & 0o170000
                     if mode not in (0, 0o100000, 0o040000):
                         raise DownloadError(f"{name}: member {i.filename!r} is not a regular file or folder; refused")
-                if written + sum(i.file_size for i in infos) > bound:
+                if written + sum(max(i.file_size, BLOCK) for i in infos) > bound:
                     raise DownloadError(f"{name}: declares more than the {bound // MB} MB the catalog allows; refused")
                 for i in infos:
                     if i.is_dir():

@@ -6,12 +6,19 @@ from pathlib import Path
 from typing import Any
 
 
+GOALS = {"rss_drift_under_50mb": "server memory drifts less than 50 MB from minute 5 (a sixth of a shorter run)",
+         "p95_within_20pct": "stream p95 of the last 10 minutes within 20 % of the first 10 (thirds of a shorter run)",
+         "every_well_formed_request_answered": "every well-formed transcription and stream answered",
+         "no_slot_held_past_idle": "no stalled stream held past its idle limit",
+         "every_hostile_act_refused_as_documented": "every hostile act answered as docs/usage.md's limits table says"}
+
+
 def render_soak(res: dict[str, Any]) -> str:
     """The soak's goals and every fifth interval (the JSON has each)."""
     from .tables import _md
 
     s, lim = res["summary"], res["limits"]
-    goals = [[name.replace("_", " "), "reached" if ok else "**not reached**"] for name, ok in s["goals"].items()]
+    goals = [[GOALS.get(name, name), "reached" if ok else "**not reached**"] for name, ok in s["goals"].items()]
     step = max(1, round(5 * 60 / res["interval_s"]))
     rows = [[r["minute"], r["rss_mb"], r["stream_p50_ms"], r["stream_p95_ms"], r["http_p50_ms"], r["http_p95_ms"],
              r["stream_ok"], r["http_ok"], r["hostile"], r["unexpected_n"], r["open_streams"]]

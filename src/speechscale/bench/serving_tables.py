@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-
 GOALS = {"rss_drift_under_50mb": "server memory drifts less than 50 MB from minute 5 (a sixth of a shorter run)",
          "p95_within_20pct": "stream p95 of the last 10 minutes within 20 % of the first 10 (thirds of a shorter run)",
          "every_well_formed_request_answered": "every well-formed transcription and stream answered",

@@ -8,6 +8,7 @@ import soundfile as sf
 import torch
 
 import speechscale
+from speechscale.config import ConfigError
 from speechscale.decoding.scoring import score_checkpoint
 from speechscale.storage.cards import CARD_JSON, CARD_MD
 from speechscale.storage.checkpoints import load_checkpoint
@@ -29,7 +30,7 @@ def test_a_checkpoint_carries_its_card_and_info_prints_it(ldc_checkpoint, capsys
     ckpt = load_checkpoint(ldc_checkpoint)
     card = ckpt["card"]
     # recomputed from the weights and the data, not read back from the card
-    model = speechscale.load(ldc_checkpoint)._asr.model
+    model = speechscale.load(ldc_checkpoint).module
     assert card["model"]["parameters"] == sum(p.numel() for p in model.parameters())
     durations = [json.loads(x)["duration"] for x in shared("ldc93s1", "manifest.jsonl").read_text().splitlines()]
     assert card["training_data"] == {"manifests": ["manifest.jsonl"], "utterances": 1,
@@ -61,6 +62,8 @@ def test_an_export_carries_the_card_and_transcribes_through_the_api(ldc_checkpoi
     wav = shared("ldc93s1", "LDC93S1.wav")
     onnx = speechscale.load(out)
     assert onnx.backend == "onnx" and onnx.transcribe(wav)["text"] == LDC_TEXT
+    with pytest.raises(ValueError, match="no nn.Module"):
+        _ = onnx.module
     model = speechscale.load(ldc_checkpoint, device="cpu")
     assert model.backend == "torch" and model.device == "cpu"
     stereo, rate = sf.read(shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav"), dtype="float32")
@@ -101,3 +104,16 @@ def test_transcribe_runs_files_in_batches_and_keeps_their_order(ldc_checkpoint, 
     for i in (0, 2, 3):  # each file as in a batch of its own
         assert rows[i] == {"file": files[i], **model.transcribe(files[i])}, files[i]
     assert rows[3]["text"] == LDC_TEXT and rows[2]["duration"] == 1.0
+
+
+def test_a_run_folder_loads_its_best_checkpoint_and_the_module_is_public(ldc_checkpoint, tmp_path):
+    run = ldc_checkpoint.parent.parent  # trainer.out_dir: checkpoints/best.pt inside
+    model = speechscale.load(run, device="cpu")
+    assert model.path == str(ldc_checkpoint) and model.transcribe(shared("ldc93s1", "LDC93S1.wav"))["text"] == LDC_TEXT
+    assert isinstance(model.module, torch.nn.Module)
+    reference = speechscale.load(ldc_checkpoint, device="cpu").module.state_dict()
+    assert all(torch.equal(v, reference[k]) for k, v in model.module.state_dict().items())
+    assert model.components.normalizer("She, HAD!") == "she had" and model.components.tokenizer is not None
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="without checkpoints/best.pt or checkpoints/last.pt"):
+        speechscale.load(tmp_path / "empty")

@@ -34,8 +34,23 @@ from typing import Any
 import numpy as np
 
 
+def resolve_model_path(path: str | Path) -> Path:
+    """`path` itself, or for a run folder (`trainer.out_dir`) its checkpoints/best.pt, else its last.pt."""
+    from .config import ConfigError
+
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    for name in ("best.pt", "last.pt"):
+        if (path / "checkpoints" / name).is_file():
+            return path / "checkpoints" / name
+    raise ConfigError(f"{path}: a folder without checkpoints/best.pt or checkpoints/last.pt; give a run folder or "
+                      "a checkpoint or exported file")
+
+
 class Model:
-    """A trained model ready to transcribe: a checkpoint, or an ONNX or TorchScript file of `speechscale export`."""
+    """A trained model ready to transcribe: a checkpoint, a run folder (its best checkpoint, else its last), or an
+    ONNX or TorchScript file of `speechscale export`."""
 
     def __init__(self, path: str | Path, device: str = "auto", decoder: str = "greedy", beam_width: int = 50,
                  lm: str | None = None, lexicon: str | None = None, chunk_seconds: float = 20.0) -> None:
@@ -43,6 +58,7 @@ class Model:
         from .export.runtime import detect_backend
         from .serving.transcribe import Transcriber
 
+        path = resolve_model_path(path)
         self.path = str(path)
         self.backend = detect_backend(path)
         dcfg = DecoderConfig(name=decoder, beam_width=beam_width, lm=lm or "", lexicon=lexicon or "")
@@ -50,6 +66,20 @@ class Model:
         self._decoder = dcfg
         self.sample_rate: int = self._asr.sample_rate
         self.device = str(self._asr.device)
+
+    @property
+    def module(self) -> Any:
+        """The acoustic model as a torch `nn.Module` (features in, log-probabilities out), for a checkpoint;
+        an exported file has none (ValueError)."""
+        if self.backend != "torch":
+            raise ValueError(f"a {self.backend} export has no nn.Module; load the checkpoint it was exported from")
+        return self._asr.model
+
+    @property
+    def components(self) -> Any:
+        """What the model is assembled from (components.Components): `model`, `features`, `tokenizer` (the
+        alphabet) and `normalizer` (the text normalization its scores use)."""
+        return self._asr.comps
 
     @functools.cached_property
     def card(self) -> dict[str, Any]:
@@ -102,8 +132,8 @@ class Model:
 
 
 def load(path: str | Path, device: str = "auto", **options: Any) -> Model:
-    """A checkpoint or exported file ready to transcribe on `device` (auto | cpu | cuda | cuda:N); `options`:
-    decoder (greedy | beam | lexicon), beam_width, lm, lexicon, chunk_seconds."""
+    """A checkpoint, a run folder or an exported file ready to transcribe on `device` (auto | cpu | cuda | cuda:N);
+    `options`: decoder (greedy | beam | lexicon), beam_width, lm, lexicon, chunk_seconds."""
     return Model(path, device=device, **options)
 
 

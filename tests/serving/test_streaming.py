@@ -159,7 +159,7 @@ def test_the_python_api_streams_a_streaming_checkpoint(streaming_checkpoint):
 
     path = shared("ldc93s1", "LDC93S1_pcms16le_1_8000.wav")
     model = speechscale.load(streaming_checkpoint, device="cpu")
-    _, text = _offline(model._asr.comps, path)
+    _, text = _offline(model.components, path)
     wav, rate = sf.read(str(path), dtype="float32")
     stream = model.stream(sample_rate=rate)
     events = [e for i in range(0, len(wav), 800) for e in stream.accept(wav[i:i + 800])] + stream.finish()

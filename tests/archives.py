@@ -38,15 +38,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         body = server.files[name]
-        start = int(rng.removeprefix("bytes=").split("-")[0]) if rng else 0
-        if start >= len(body) and rng:
-            self.send_error(416)
+        start = range_headers(self, body, rng)
+        if start is None:
             return
-        self.send_response(206 if rng else 200)
-        self.send_header("Content-Length", str(len(body) - start))
-        if rng:
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        self.end_headers()
         if name in server.cut:
             server.cut.discard(name)
             self.wfile.write(body[start:start + (len(body) - start) // 2])
@@ -54,6 +48,21 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.wfile.write(body[start:])
+
+
+def range_headers(handler: BaseHTTPRequestHandler, body: bytes, rng: str | None) -> int | None:
+    """Answer a GET of `body` (a Range request with 206 and its Content-Range) up to the headers; the offset to
+    send the body from, or None when the range was past its end (416 sent)."""
+    start = int(rng.removeprefix("bytes=").split("-")[0]) if rng else 0
+    if rng and start >= len(body):
+        handler.send_error(416)
+        return None
+    handler.send_response(206 if rng else 200)
+    handler.send_header("Content-Length", str(len(body) - start))
+    if rng:
+        handler.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+    handler.end_headers()
+    return start
 
 
 def yesno_archive() -> bytes:

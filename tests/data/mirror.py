@@ -7,6 +7,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.archives import range_headers
+
 
 class Mirror(ThreadingHTTPServer):
     daemon_threads = True
@@ -39,19 +41,10 @@ class _Handler(BaseHTTPRequestHandler):
         kind, *args = answers.pop(0) if len(answers) > 1 else answers[0]
         getattr(self, f"_{kind}")(rng, *args)
 
-    def _body(self, rng, body: bytes, headers: dict | None = None) -> None:
-        start = int(rng.removeprefix("bytes=").split("-")[0]) if rng else 0
-        if rng and start >= len(body):
-            self.send_error(416)
-            return
-        self.send_response(206 if rng else 200)
-        self.send_header("Content-Length", str(len(body) - start))
-        if rng:
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body[start:])
+    def _body(self, rng, body: bytes) -> None:
+        start = range_headers(self, body, rng)
+        if start is not None:
+            self.wfile.write(body[start:])
 
     def _cut(self, rng, body: bytes) -> None:  # the whole length announced, half sent
         self.send_response(200)

@@ -57,11 +57,11 @@ LONG_SETTINGS: dict[str, dict[str, Any]] = {
     # issue #43 §4: yesno from its manifest and from shards of 8 files, 3 seeds each (steps and WER side by side);
     # about 26 minutes on 2 cores (2026-11-27: 4 to 4.5 minutes a run)
     "yesno-shards": {"seeds": [1, 2, 3], "shard_size": 8},
-    # issue #52: the service for an hour under honest and hostile load at once; goals fixed before measuring: RSS
+    # the service for an hour under honest and hostile load at once; goals fixed before measuring: RSS
     # drift < 50 MB from minute 5, the last 10 minutes' stream p95 within 20 % of the first 10, every well-formed
     # request answered, no stream slot held past its idle limit
     "soak": {"minutes": 60.0, "interval_s": 60.0, "streams": 4},
-    # issue #52: bench stream on the guarded stack and on uvicorn's wsproto (the stack before), one run
+    # bench stream on the guarded stack and on uvicorn's wsproto (the stack before), one run
     # (12 streams are about what 2 cores keep in real time: bench stream's CPU per audio second)
     "stream-stacks": {"streams": [8, 12], "seconds": 20.0, "chunk_ms": 100, "memory_streams": 200,
                       "abandoned": 50, "ws": ["guarded", "wsproto"]},

@@ -105,12 +105,12 @@ def _copy(src: Any, dest: Path, written: int, bound: int, archive: str) -> int:
     return written
 
 
-def unpack(archive: Path, stage: Path, bound: int, written: int = 0) -> int:
-    """Unpack a .tar(.gz) or .zip into `stage` (module docstring) after `written` bytes of other archives, all of
-    them within `bound`; the bytes written in all."""
+def unpack(archive: Path, kind: str, stage: Path, bound: int, written: int = 0) -> int:
+    """Unpack a `kind` ("tar", .tar or .tar.gz, or "zip") archive into `stage` (module docstring) after `written`
+    bytes of other archives, all of them within `bound`; the bytes written in all."""
     name = archive.name
     try:
-        if tarfile.is_tarfile(archive):
+        if kind == "tar":
             with tarfile.open(archive) as tar:
                 declared = written
                 for m in tar:  # every header first: names, kinds and declared sizes, before any write
@@ -127,7 +127,7 @@ def unpack(archive: Path, stage: Path, bound: int, written: int = 0) -> int:
                             written = _copy(src, stage / m.name, written, bound, name)
                     else:
                         (stage / m.name).mkdir(parents=True, exist_ok=True)
-        elif zipfile.is_zipfile(archive):
+        elif kind == "zip":
             with zipfile.ZipFile(archive) as z:
                 infos = z.infolist()
                 for i in infos:
@@ -152,7 +152,7 @@ def unpack(archive: Path, stage: Path, bound: int, written: int = 0) -> int:
     return written
 
 
-def _done(out: Path, name: str, files_: list[str], pinned: dict[str, str]) -> dict[str, Any] | None:
+def _done(out: Path, name: str, names: list[str], pinned: dict[str, str]) -> dict[str, Any] | None:
     """The marker of a complete download of `name` holding each of its files, with the checksums `pinned` now
     (--checksum), or None."""
     marker = out / DONE
@@ -166,7 +166,7 @@ def _done(out: Path, name: str, files_: list[str], pinned: dict[str, str]) -> di
             raise DownloadError(f"{out} holds the corpus {other}; download {name} into a folder of its own")
         return None
     files = {f.get("file"): f for f in done.get("files", []) if isinstance(f, dict)}
-    if set(files_) - set(files):
+    if set(names) - set(files):
         return None
     for file, checksum in pinned.items():
         algo, want = _parse(checksum)
@@ -217,8 +217,8 @@ def _run(spec: Corpus, name: str, out: Path, mirror: str, pinned: dict[str, str]
          keep_archives: bool, timeout: float, confine_hosts: bool) -> dict[str, Any]:
     downloads, stage = out / "downloads", out / STAGE
     downloads.mkdir(parents=True, exist_ok=True)
-    for name_ in (DONE, "manifest.jsonl"):  # from here until the end nothing here is complete
-        (out / name_).unlink(missing_ok=True)
+    for marker in (DONE, "manifest.jsonl"):  # from here until the end nothing here is complete
+        (out / marker).unlink(missing_ok=True)
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir()
@@ -239,7 +239,7 @@ def _run(spec: Corpus, name: str, out: Path, mirror: str, pinned: dict[str, str]
                       "checked": pinned[src.name].split(":")[0] if pinned[src.name] else "no published checksum"})
         if src.kind in ("tar", "zip"):
             try:
-                written = unpack(dest, stage, bound, written)
+                written = unpack(dest, src.kind, stage, bound, written)
             except DownloadError:
                 dest.unlink()  # refused: the next run fetches it again
                 raise

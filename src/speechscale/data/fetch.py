@@ -112,22 +112,24 @@ def fetch(url: str, dest: Path, policy: Policy | None = None, progress: bool = T
                     part.unlink(missing_ok=True)
                     raise DownloadError(f"{url}: {total} bytes is over the {policy.max_bytes} the catalog allows for "
                                         "it; refused")
+                size = have
                 with part.open("ab" if have else "wb") as f, \
                         tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=dest.name,
                              disable=not (progress and sys.stderr.isatty()), leave=False) as bar:
                     while block := resp.read(CHUNK):
                         f.write(block)
                         fetched += len(block)
+                        size += len(block)
                         bar.update(len(block))
-                        if policy.max_bytes and have + fetched - before > policy.max_bytes:
+                        if policy.max_bytes and size > policy.max_bytes:
                             f.close()
                             part.unlink()
                             raise DownloadError(f"{url}: the server sent more than the {policy.max_bytes} bytes the "
                                                 "catalog allows for it; refused and removed")
                         if time.monotonic() > ends:
                             raise TimeoutError("the deadline passed")
-                if total is not None and part.stat().st_size < total:
-                    raise ConnectionError(f"connection closed at {part.stat().st_size} of {total} bytes")
+                if total is not None and size < total:
+                    raise ConnectionError(f"connection closed at {size} of {total} bytes")
             os.replace(part, dest)
             return fetched
         except urllib.error.HTTPError as e:

@@ -90,18 +90,17 @@ class Draining(Exception):
     """The server is shutting down: finish this stream now."""
 
 
-async def _receive(ws: WebSocket, limits: Any, closing: asyncio.Event | None = None,
+async def _receive(ws: WebSocket, limits: Any, closing: asyncio.Future | None = None,
                    first: bool = False) -> dict[str, Any]:
     """The next message; Closed(1008) past the idle limit (for the `first` message, the start, the header
-    timeout when shorter), Draining once `closing` is set."""
+    timeout when shorter), Draining once `closing` (the stream's waiter on the drain) is done."""
     wait = min(limits.stream_idle_s, limits.header_timeout_s) if first else limits.stream_idle_s
     receive = asyncio.ensure_future(ws.receive())
-    waits = {receive} if closing is None else {receive, asyncio.ensure_future(closing.wait())}
-    done, _ = await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-    for task in waits - done:
-        task.cancel()
+    done, _ = await asyncio.wait({receive} if closing is None else {receive, closing}, timeout=wait,
+                                 return_when=asyncio.FIRST_COMPLETED)
     if receive not in done:
-        if closing is not None and closing.is_set():
+        receive.cancel()
+        if closing is not None and closing.done():
             raise Draining
         raise Closed(1008, f"no start message within {wait:g} s" if first else f"idle for {wait:g} s")
     message = receive.result()
@@ -163,32 +162,36 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: 
     dtype, scale = ENCODINGS[encoding]
     width = np.dtype(dtype).itemsize
     seconds = 0.0
-    while True:
-        try:
-            message = await _receive(ws, limits, closing)
-        except Draining:
-            await _finish(ws, session, 1001, "the server is shutting down; this is all the audio it took")
-            return
-        if message.get("bytes") is not None:
-            data = message["bytes"]
-            if len(data) % width:
-                raise Closed(1007, f"{encoding} audio must come in whole samples of {width} bytes")
-            samples = np.frombuffer(data, dtype=dtype).astype(np.float32) / scale
-            if not np.isfinite(samples).all():
-                raise Closed(1007, "the audio holds non-finite samples")
-            seconds += len(samples) / rate
-            if seconds > limits.stream_max_seconds:
-                raise Closed(1008, f"the stream is over the limit of {limits.stream_max_seconds:g} s of audio")
-            events = await asyncio.to_thread(session.accept, samples)
-            if every and not (events and events[-1]["type"] == "partial"):
-                events.append({"type": "partial", "text": session.phrase})
-        else:
-            control = _json(message.get("text"), "a text message")
-            if not isinstance(control, dict) or control.get("type") != "end":
-                raise Closed(1003, 'after the start message: audio, then {"type": "end"}')
-            await _finish(ws, session, 1000, "")
-            return
-        await _send(ws, session, events)
+    drained = asyncio.ensure_future(closing.wait())  # one waiter for the stream's life, not one per message
+    try:
+        while True:
+            try:
+                message = await _receive(ws, limits, drained)
+            except Draining:
+                await _finish(ws, session, 1001, "the server is shutting down; this is all the audio it took")
+                return
+            if message.get("bytes") is not None:
+                data = message["bytes"]
+                if len(data) % width:
+                    raise Closed(1007, f"{encoding} audio must come in whole samples of {width} bytes")
+                samples = np.frombuffer(data, dtype=dtype).astype(np.float32) / scale
+                if not np.isfinite(samples).all():
+                    raise Closed(1007, "the audio holds non-finite samples")
+                seconds += len(samples) / rate
+                if seconds > limits.stream_max_seconds:
+                    raise Closed(1008, f"the stream is over the limit of {limits.stream_max_seconds:g} s of audio")
+                events = await asyncio.to_thread(session.accept, samples)
+                if every and not (events and events[-1]["type"] == "partial"):
+                    events.append({"type": "partial", "text": session.phrase})
+            else:
+                control = _json(message.get("text"), "a text message")
+                if not isinstance(control, dict) or control.get("type") != "end":
+                    raise Closed(1003, 'after the start message: audio, then {"type": "end"}')
+                await _finish(ws, session, 1000, "")
+                return
+            await _send(ws, session, events)
+    finally:
+        drained.cancel()
 
 
 async def _finish(ws: WebSocket, session: StreamingSession, code: int, reason: str) -> None:

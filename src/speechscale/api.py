@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .serving.streaming import StreamingSession
 
 
 def resolve_model_path(path: str | Path) -> Path:
@@ -110,9 +113,9 @@ class Model:
             wavs.append(wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate))
         return self._asr.transcribe_batch(wavs)
 
-    def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30) -> Any:
-        """A live stream (serving.streaming.StreamingSession) of mono audio at `sample_rate` (default: the model's):
-        `.accept(samples)` and `.finish()` return partial and final events, `.text` is the transcript so far.
+    def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30) -> StreamingSession:
+        """A live stream of mono audio at `sample_rate` (default: the model's): `.accept(samples)` and `.finish()`
+        return typed events (serving.events: Partial, Final with its Words), `.text` is the transcript so far.
         A checkpoint of a streaming model (e.g. the demo_streaming recipe's); others raise with the reason. With a
         beam or lexicon decoder, each phrase is searched incrementally as its own utterance."""
         from .serving.streaming import StreamingSession

@@ -1,13 +1,15 @@
-"""The streaming step as one fixed-shape graph: in PyTorch and exported to ONNX (run by onnxruntime), fed through
-StreamingSession, its logits and text equal the offline model's on real files for every chunk size; its state
-carries what the stream needs (dropping a piece breaks it); models that cannot stream are refused."""
+"""The model's streaming step exported to ONNX (run by onnxruntime, any batch size): fed through StreamingSession and
+through a recognizer batching streams of different files and rates, its logits and text equal the offline model's
+on real files for every chunk size; models that cannot stream are refused. The step itself in PyTorch:
+tests/models/test_stream_step.py."""
 import pytest
 import torch
 
 from speechscale.components import build_components, load_components
 from speechscale.config import ConfigError, load_config
-from speechscale.export.stream_runtime import OnnxStep, StepFeeder, TorchStep, is_stream_step
-from speechscale.export.stream_step import UNKNOWN, StreamStep, export_stream_step
+from speechscale.export.stream_runtime import OnnxStep, TorchStep, is_stream_step
+from speechscale.export.stream_step import export_stream_step
+from speechscale.models.streaming import UNKNOWN
 from tests.conftest import shared
 from tests.serving.test_streaming import CHUNKS_MS, _files, _offline, _stream
 
@@ -38,54 +40,38 @@ def test_the_onnx_step_streams_the_offline_logits_and_text_for_every_file_and_ch
             assert torch_session.text == session.text
 
 
-def test_the_step_in_pytorch_equals_the_offline_model_for_any_feature_chunking():
-    """Random weights and normalization statistics, an LSTM variant too, lengths that end inside a chunk."""
-    torch.manual_seed(0)
-    for overrides in ([], ["model.overrides={rnn_type: lstm, rnn_layers: 2}"]):
-        cfg = load_config(None, ["model.name=ds2-streaming-tiny", "features.normalize=none", *overrides])
-        model = build_components(cfg).model.eval()
-        for mod in model.modules():
-            if getattr(mod, "running_mean", None) is not None:
-                mod.running_mean.uniform_(-0.5, 0.5)
-                mod.running_var.uniform_(0.5, 2.0)
-        for frames in (11, 64, 203):
-            feats = torch.randn(1, model.num_features, frames)
-            with torch.no_grad():
-                ref, lens = model(feats, torch.tensor([frames]))
-            for pieces in ([frames], [1] * frames, [7, 30, 1, frames]):
-                feeder, out, at = StepFeeder(TorchStep(model, chunk=16), model), [], 0
-                for n in pieces:
-                    piece = feats[0, :, at:at + n]
-                    at += piece.shape[1]
-                    out.append(feeder(piece))
-                out.append(feeder(None, final=True))
-                got = torch.cat([x for x in out if x is not None])
-                assert got.shape[0] == int(lens[0])
-                torch.testing.assert_close(got, ref[0], atol=1e-5, rtol=1e-5)
+def test_the_onnx_step_batches_streams_of_different_files_and_rates(streaming_checkpoint, onnx_step):
+    """Three streams (8, 16 and 44.1 kHz; 0.6-11 s) through one recognizer running the ONNX step: their rows share
+    batches (padded to powers of two) until each ends, and each gets its own offline logits and text."""
+    import soundfile as sf
 
+    from speechscale.serving.recognizer import Recognizer
 
-@pytest.mark.parametrize("drop", [0, 1, 2, "last"])
-def test_dropping_a_piece_of_the_steps_state_breaks_it(drop):
-    """Each state tensor in turn is reset to zeros after every step: the logits then differ from the offline ones."""
-    torch.manual_seed(1)
-    model = build_components(load_config(None, ["model.name=ds2-streaming-tiny", "features.normalize=none"])).model
-    model.eval()
-    feats = torch.randn(1, model.num_features, 150)
-    with torch.no_grad():
-        ref, _ = model(feats, torch.tensor([150]))
-    step = TorchStep(model, chunk=16)
-    original = step.__call__
-
-    def forgetful(feats_, frames_in, total, state):
-        logits, valid, state = original(feats_, frames_in, total, state)
-        i = len(state) - 1 if drop == "last" else drop
-        state[i] = torch.zeros_like(state[i])
-        return logits, valid, state
-
-    feeder = StepFeeder(step, model)
-    feeder.step = forgetful
-    got = torch.cat([x for x in (feeder(feats[0]), feeder(None, final=True)) if x is not None])
-    assert got.shape == ref[0].shape and not torch.allclose(got, ref[0], atol=1e-3)
+    comps = load_components(streaming_checkpoint)
+    rec = Recognizer(comps, step=OnnxStep(onnx_step))
+    assert rec.chunk == 32
+    paths = [shared("ldc93s1", "LDC93S1_pcms16le_1_8000.wav"), shared("jfk", "jfk.flac"), _files()[0]]
+    audio = [sf.read(str(p), dtype="float32", always_2d=True) for p in paths]
+    audio = [(wav.mean(axis=1), rate) for wav, rate in audio]
+    streams = [rec.create_stream(rate) for _, rate in audio]
+    for s in streams:
+        s.keep_logits = []
+    at = 0
+    while any(not s.ended for s in streams):
+        for s, (wav, rate) in zip(streams, audio):
+            n = rate // 10
+            if at * n < len(wav):
+                s.push(wav[at * n:(at + 1) * n])
+            elif not s.closed:
+                s.close()
+        rec.decode_streams(streams)
+        for s in streams:
+            s.events()
+        at += 1
+    for s, path in zip(streams, paths):
+        logits, text = _offline(comps, path)
+        torch.testing.assert_close(torch.cat(s.keep_logits), logits, atol=2e-4, rtol=1e-4)
+        assert s.text == text, path.name
 
 
 def test_models_that_cannot_stream_are_refused_in_one_line(ldc_checkpoint, streaming_checkpoint, tmp_path):
@@ -95,7 +81,9 @@ def test_models_that_cannot_stream_are_refused_in_one_line(ldc_checkpoint, strea
         export_stream_step(ldc_checkpoint, tmp_path / "x.onnx")
     model = build_components(load_config(None, ["model.name=ds2-streaming-tiny", "features.normalize=none"])).model
     with pytest.raises(ValueError, match="multiple of the front end's time stride"):
-        StreamStep(model, chunk=31)
+        TorchStep(model, chunk=31)
+    with pytest.raises(ConfigError, match="multiple of the front end's time stride"):
+        export_stream_step(streaming_checkpoint, tmp_path / "x.onnx", chunk=31)
     with pytest.raises(ConfigError, match="not an ONNX file"):
         OnnxStep(shared("ldc93s1", "LDC93S1.wav"))
     export_model(streaming_checkpoint, "onnx", tmp_path / "whole.onnx")  # the whole-utterance graph

@@ -77,6 +77,51 @@ def test_a_stream_over_the_websocket_is_the_offline_transcript(server, streaming
     assert code == 1000 and messages[-1] == {"type": "end", "text": text}
 
 
+def test_sixteen_concurrent_streams_share_batched_steps_and_each_gets_its_own_offline_text(streaming_checkpoint,
+                                                                                         tmp_path):
+    """16 clients at once, each a different file at its own rate (8, 16, 44.1 kHz; mono and stereo), sending 100 ms
+    of 16-bit PCM at a time: each stream's transcript is the offline transcript of the audio it sent, and the
+    server stepped them together (more rows than rounds on /healthz)."""
+    import threading
+
+    from speechscale.data.audio import resample
+    from tests.serving.test_streaming import _files
+
+    comps = load_components(streaming_checkpoint)
+    import soundfile as sf
+
+    files = _files()[4:]
+    assert len(files) == 16 and {sf.info(str(f)).samplerate for f in files} == {8000, 16000, 44100}
+    jobs = []
+    for path in files:
+        rate = sf.info(str(path)).samplerate
+        samples = (load_audio(path, rate) * 32767).round().astype("<i2")
+        _, text = _offline_wav(comps, resample(samples / np.float32(32768), rate, 16000))
+        pcm = samples.tobytes()
+        step = 2 * (rate // 10)
+        jobs.append((rate, [pcm[i:i + step] for i in range(0, len(pcm), step)], text))
+    proc, url = start_server(streaming_checkpoint, tmp_path / "serve.log", "--max-streams", "16")
+    try:
+        results = [None] * len(jobs)
+
+        def talk(k):
+            rate, frames, _ = jobs[k]
+            results[k] = _talk(url, {"type": "start", "sample_rate": rate, "encoding": "pcm16"}, frames)
+
+        threads = [threading.Thread(target=talk, args=(k,)) for k in range(len(jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        for (messages, code, reason), (_, _, text), path in zip(results, jobs, files):
+            assert code == 1000 and messages[-1] == {"type": "end", "text": text}, (path.name, code, reason)
+        with urllib.request.urlopen(url + "/healthz", timeout=10) as r:
+            health = json.load(r)
+        assert health["stream_rows"] > health["stream_rounds"] > 0, health
+    finally:
+        kill_group(proc)
+
+
 def test_partials_every_answers_each_audio_message_with_the_audio_it_covers(server):
     path = shared("ldc93s1", "LDC93S1.wav")
     pcm = (load_audio(path, 16000) * 32767).round().astype("<i2").tobytes()

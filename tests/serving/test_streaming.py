@@ -67,26 +67,26 @@ def test_streamed_logits_and_text_equal_the_offline_ones_for_every_file_and_chun
             assert streamed.shape == logits.shape, (path.name, ms)
             torch.testing.assert_close(streamed, logits, atol=2e-4, rtol=1e-4, msg=lambda m, p=path.name, c=ms: f"{p} {c}: {m}")
             assert session.text == text, (path.name, ms)
-            assert all(e["type"] in ("partial", "final") for e in events)
+            assert all(e.type in ("partial", "final") for e in events)
 
 
-@pytest.mark.parametrize("drop", ["rnn state", "conv context", "lookahead", "stft overlap"])
+@pytest.mark.parametrize("drop", ["rnn0_h", "conv1", "lookahead", "stft overlap"])
 def test_dropping_any_carried_state_breaks_exactness(comps, drop, monkeypatch):
-    """The test above fails when a piece of state is not carried: each is reset after every chunk here."""
+    """The test above fails when a piece of state is not carried: each is reset after every chunk here (the model's
+    state by its name in stream_state_names, or the STFT's overlapping samples)."""
     path = shared("ldc93s1", "LDC93S1.wav")
     logits, _ = _offline(comps, path)
     original = StreamingSession.accept
+    names = comps.model.stream_state_names()
+    assert drop in names or drop == "stft overlap"
 
     def forgetful(self, samples):
         out = original(self, samples)
-        if drop == "rnn state":
-            self.hidden = [None] * len(self.hidden)
-        elif drop == "conv context" and self.convs[1].buf is not None:
-            self.convs[1].buf = torch.zeros_like(self.convs[1].buf)
-        elif drop == "lookahead" and self.look.buf is not None:
-            self.look.buf = torch.zeros_like(self.look.buf)
-        elif drop == "stft overlap":
-            self.features.wav = np.zeros_like(self.features.wav)
+        if drop == "stft overlap":
+            self.stream.front.features.wav = np.zeros_like(self.stream.front.features.wav)
+        else:
+            k = names.index(drop)
+            self.stream.state[k] = torch.zeros_like(self.stream.state[k])
         return out
     monkeypatch.setattr(StreamingSession, "accept", forgetful)
     session, _ = _stream(comps, path, 100)
@@ -116,17 +116,17 @@ def test_a_pause_ends_a_phrase_with_word_times_from_the_stream_start(comps):
     for i in range(0, len(audio), 1600):
         events += session.accept(audio[i:i + 1600])
     events += session.finish()
-    finals = [e for e in events if e["type"] == "final"]
-    assert len(finals) >= 2 and " ".join(f["text"] for f in finals).replace(" ", "") == session.text.replace(" ", "")
-    starts = [w["start"] for f in finals for w in f["words"]]
+    finals = [e for e in events if e.type == "final"]
+    assert len(finals) >= 2 and " ".join(f.text for f in finals).replace(" ", "") == session.text.replace(" ", "")
+    starts = [w.start for f in finals for w in f.words]
     assert starts == sorted(starts) and all(0 <= s <= len(audio) / 16000 for s in starts)
     quiet = session.frame_s * 20  # the endpoint span
     for a, b in zip(finals, finals[1:]):  # a phrase ends only after a quiet span
-        assert b["words"][0]["start"] - a["words"][-1]["end"] >= quiet - 1e-6
+        assert b.words[0].start - a.words[-1].end >= quiet - 1e-6
     # a phrase ends inside the pause: the next one starts at the second utterance's own time
     second = (len(wav) + 24000) / 16000
-    assert any(a["words"][-1]["end"] <= len(wav) / 16000 + 0.5 and b["words"][0]["start"] > second - 0.5
-               for a, b in zip(finals, finals[1:])), [(f["words"][0]["start"], f["words"][-1]["end"]) for f in finals]
+    assert any(a.words[-1].end <= len(wav) / 16000 + 0.5 and b.words[0].start > second - 0.5
+               for a, b in zip(finals, finals[1:])), [(f.words[0].start, f.words[-1].end) for f in finals]
 
 
 def test_transcribe_stream_prints_json_lines_from_a_file_and_from_standard_input(streaming_checkpoint, ldc_checkpoint,
@@ -163,7 +163,7 @@ def test_the_python_api_streams_a_streaming_checkpoint(streaming_checkpoint):
     wav, rate = sf.read(str(path), dtype="float32")
     stream = model.stream(sample_rate=rate)
     events = [e for i in range(0, len(wav), 800) for e in stream.accept(wav[i:i + 800])] + stream.finish()
-    assert stream.text == text and events[-1]["type"] == "final" and events[-1]["text"] == text
+    assert stream.text == text and events[-1].type == "final" and events[-1].text == text
 
 
 @pytest.mark.parametrize("name", ["beam", "lexicon"])
@@ -188,12 +188,12 @@ def test_a_beam_search_streams_each_phrase_as_the_offline_search_of_its_frames(c
         log_probs = logits.float().log_softmax(-1)
         starts, ends = [0, *session.boundaries], [*session.boundaries, logits.shape[0]]
         expected = [reference(log_probs[None, a:b], torch.tensor([b - a]))[0] for a, b in zip(starts, ends) if b > a]
-        finals = [e["text"] for e in events if e["type"] == "final"]
+        finals = [e.text for e in events if e.type == "final"]
         assert finals == [t for t in expected if t] or (not finals and not any(expected)), (path.name, ms)
         assert session.text == " ".join(t for t in expected if t)
         phrases[path.name] = len(finals)
         if path.name == "LDC93S1.wav":
-            assert len(session.boundaries) == 1 and any(e["type"] == "partial" for e in events)
+            assert len(session.boundaries) == 1 and any(e.type == "partial" for e in events)
     assert phrases["jfk.flac"] >= 2, phrases  # searches restarted at pauses
 
 

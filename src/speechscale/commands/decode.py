@@ -121,14 +121,14 @@ def stream(args: argparse.Namespace) -> int:
     started = time.monotonic()
     fed = 0.0
 
-    def show(events: list[dict]) -> None:
-        for e in events:
+    def show(events: list[Any]) -> None:
+        for e in events:  # serving.events: Partial | Final
             if args.json:
-                print(json.dumps(e), flush=True)
-            elif e["type"] == "final":
-                print(("\r\033[K" if tty else "") + e["text"], flush=True)
+                print(json.dumps(e.to_dict()), flush=True)
+            elif e.type == "final":
+                print(("\r\033[K" if tty else "") + e.text, flush=True)
             elif tty:
-                print("\r\033[K" + e["text"], end="", flush=True)
+                print("\r\033[K" + e.text, end="", flush=True)
 
     for chunk in chunks:
         show(session.accept(np.asarray(chunk, dtype=np.float32)))

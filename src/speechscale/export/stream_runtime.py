@@ -1,13 +1,9 @@
-"""Run a streaming step (export/stream_step.py) on feature frames as they arrive: the torch StreamStep or its
-ONNX file through onnxruntime, behind one interface that StreamingSession (serving/streaming.py) calls.
+"""A model's streaming step (models.streaming) behind one interface, in PyTorch or as the ONNX file `speechscale
+export --format onnx --streaming` writes (through onnxruntime), for serving.recognizer.Recognizer.
 
-    feeder = StepFeeder(OnnxStep("step.onnx"), comps.model)
-    logits = feeder(frames)             # (F, n) feature frames -> the logits they decide (m, V), or None
-    logits = feeder(frames, final=True) # the stream's end: the rest
-
-The feeder collects frames into the step's fixed chunk, passes the frame count and state along, and at the end
-tells the step the stream's length and feeds zero chunks until every output frame (the offline model's count)
-has come out.
+    step = OnnxStep("step.onnx")                     # or TorchStep(model)
+    state = step.initial_state(batch=4)
+    logits, decided, state = step(feats, frames_in, total, state)   # (B, F, chunk) ... -> (B, n, V), (B, n)
 """
 from __future__ import annotations
 
@@ -20,28 +16,36 @@ import torch
 
 from ..config import ConfigError
 from .exporter import META_KEY
-from .stream_step import UNKNOWN, StreamStep
 
 
 class TorchStep:
-    """The StreamStep module in PyTorch: (feats, frames_in, total, state) -> (logits, valid, state)."""
+    """The model's own stream_step in PyTorch, on the model's device."""
 
-    def __init__(self, model: Any, chunk: int = 32) -> None:
-        self.step = StreamStep(model, chunk).eval()
-        self.chunk = chunk
+    pad_batch = False  # any batch size runs as it is
 
-    def initial_state(self) -> list[Any]:
-        return self.step.initial_state()
+    def __init__(self, model: Any, chunk: int) -> None:
+        if chunk <= 0 or chunk % model.stream_stride:
+            raise ValueError(f"chunk must be a multiple of the front end's time stride {model.stream_stride}, "
+                             f"not {chunk}")
+        self.model, self.chunk = model.eval(), chunk
+        self.device = next(model.parameters()).device
+
+    def initial_state(self, batch: int) -> list[torch.Tensor]:
+        return self.model.stream_init(batch)
 
     @torch.no_grad()
-    def __call__(self, feats: np.ndarray, frames_in: int, total: int, state: list[Any]) -> tuple[Any, Any, list]:
-        logits, valid, *state = self.step(torch.from_numpy(feats), torch.tensor([frames_in]), torch.tensor([total]),
-                                          *state)
-        return logits.numpy(), valid.numpy(), state
+    def __call__(self, feats: torch.Tensor, frames_in: torch.Tensor, total: torch.Tensor,
+                 state: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        logits, ok, state = self.model.stream_step(feats.to(self.device), frames_in.to(self.device),
+                                                   total.to(self.device), state)
+        return logits.float().cpu(), ok.cpu(), state
 
 
 class OnnxStep:
-    """A streaming step written by `speechscale export --format onnx --streaming`, through onnxruntime."""
+    """A streaming step written by `speechscale export --format onnx --streaming`, through onnxruntime (batches of
+    any size; the recognizer pads them to powers of two, so onnxruntime sees a few shapes)."""
+
+    pad_batch = True
 
     def __init__(self, path: str | Path) -> None:
         from ..extras import require
@@ -60,17 +64,18 @@ class OnnxStep:
             raise ConfigError(f"{path}: not a streaming step (export it with `speechscale export --streaming`)")
         self.description = desc
         spec = desc["stream_step"]
-        self.chunk, self.shapes = spec["chunk"], spec["state"]
+        self.chunk, self.shapes = spec["chunk"], spec["state"]  # shapes of one row's state
         self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
-    def initial_state(self) -> list[np.ndarray]:
-        return [np.zeros(shape, np.float32) for shape in self.shapes.values()]
+    def initial_state(self, batch: int) -> list[torch.Tensor]:
+        return [torch.zeros(batch, *shape[1:]) for shape in self.shapes.values()]
 
-    def __call__(self, feats: np.ndarray, frames_in: int, total: int, state: list[Any]) -> tuple[Any, Any, list]:
-        feed = {"features": feats, "frames_in": np.array([frames_in], np.int64), "total": np.array([total], np.int64),
-                **dict(zip(self.shapes, state))}
-        logits, valid, *state = self.session.run(None, feed)
-        return logits, valid, state
+    def __call__(self, feats: torch.Tensor, frames_in: torch.Tensor, total: torch.Tensor,
+                 state: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        feed = {"features": feats.numpy().astype(np.float32, copy=False), "frames_in": frames_in.numpy(),
+                "total": total.numpy(), **{n: s.numpy() for n, s in zip(self.shapes, state)}}
+        logits, ok, *state = self.session.run(None, feed)
+        return torch.from_numpy(logits), torch.from_numpy(ok), [torch.from_numpy(s) for s in state]
 
 
 def is_stream_step(path: str | Path) -> bool:
@@ -82,40 +87,3 @@ def is_stream_step(path: str | Path) -> bool:
         return "stream_step" in json.loads(meta.get(META_KEY, "{}"))
     except Exception:  # noqa: BLE001 - anything else is not one
         return False
-
-
-class StepFeeder:
-    """Feature frames in any numbers -> the logits a fixed-chunk step decides (see the module doc)."""
-
-    def __init__(self, step: TorchStep | OnnxStep, model: Any) -> None:
-        self.step, self.model, self.chunk = step, model, step.chunk
-        self.state = step.initial_state()
-        self.pending = np.zeros((model.num_features, 0), np.float32)
-        self.fed = self.received = self.emitted = 0
-
-    def __call__(self, feats: torch.Tensor | None, final: bool = False) -> torch.Tensor | None:
-        """New frames (F, n) -> logits (m, V) of the frames they decide, or None."""
-        if feats is not None and feats.shape[-1]:
-            self.pending = np.concatenate([self.pending, feats.numpy().astype(np.float32)], axis=1)
-            self.received += feats.shape[-1]
-        out = []
-        while self.pending.shape[1] >= self.chunk:
-            out.append(self._step(UNKNOWN))
-        if final:
-            total = self.received
-            expected = int(self.model.output_lengths(torch.tensor([total]))[0]) if total else 0
-            while self.emitted < expected:
-                out.append(self._step(total))
-        out = [x for x in out if len(x)]
-        return torch.from_numpy(np.concatenate(out)) if out else None
-
-    def _step(self, total: int) -> np.ndarray:
-        take = self.pending[:, : self.chunk]
-        self.pending = self.pending[:, self.chunk:]
-        if take.shape[1] < self.chunk:  # the end: zeros after the last frame, as the offline padding
-            take = np.pad(take, ((0, 0), (0, self.chunk - take.shape[1])))
-        logits, valid, self.state = self.step(take[None], self.fed, total, self.state)
-        self.fed += self.chunk
-        decided = logits[valid.astype(bool)]
-        self.emitted += len(decided)
-        return decided

@@ -14,8 +14,9 @@ from torch import nn
 
 from ..config import ConfigError
 from . import flops as F
-from .layers import MaskedBatchNorm, conv_out_length, length_mask
+from .layers import MaskedBatchNorm, conv_out_length, conv_time_carry, conv_time_delay, conv_time_step, length_mask
 from .rnn import RecurrentLayer
+from .streaming import decided
 
 
 @dataclass
@@ -63,6 +64,12 @@ class Lookahead(nn.Module):
         x = x.transpose(1, 2)  # (B, H, T)
         x = nn.functional.pad(x, (0, self.context))
         return self.conv(x).transpose(1, 2)
+
+    def step(self, x: torch.Tensor, carried: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, H) new frames, carried (B, H, context) -> (B, T, H) outputs `context` frames behind, the frames to
+        carry next."""
+        y, keep = conv_time_step(self.conv, x.transpose(1, 2), carried)  # (B, H, T)
+        return y.transpose(1, 2), keep
 
 
 class DeepSpeech2(nn.Module):
@@ -134,6 +141,79 @@ class DeepSpeech2(nn.Module):
             rest += F.conv_flops(c.in_channels, c.out_channels, c.kernel_size, n, groups=c.groups)
         rest += sum(F.linear_flops(m.in_features, m.out_features, n) for m in self.fc if isinstance(m, nn.Linear))
         return F.train_flops(conv_fl[0], rest, rnn_fl)
+
+    def streaming_problem(self) -> str | None:
+        """Why this model cannot stream (one line), or None."""
+        if self.cfg.bidirectional:
+            return "has bidirectional RNNs, which read each utterance backwards from its end"
+        try:
+            self._stream_delays()
+        except ValueError as e:
+            return str(e)
+        return None
+
+    @property
+    def stream_stride(self) -> int:
+        """Feature frames per output frame."""
+        stride = 1
+        for conv in self.convs:
+            stride *= conv.stride[1]
+        return stride
+
+    def _stream_delays(self) -> list[int]:
+        """Each time convolution's output delay in the step, then the lookahead's (models.streaming)."""
+        delays, delay = [], 0
+        for conv in self.convs:
+            delay = conv_time_delay(conv, delay)
+            delays.append(delay)
+        if self.lookahead is not None:
+            delays.append(conv_time_delay(self.lookahead.conv, delay))
+        return delays
+
+    def stream_state_names(self) -> list[str]:
+        """Names of stream_init's tensors, in order."""
+        names = [f"conv{i}" for i in range(len(self.convs))]
+        for i, layer in enumerate(self.rnns):
+            names += [f"rnn{i}_h"] + ([f"rnn{i}_c"] if layer.rnn_type == "lstm" else [])
+        return names + (["lookahead"] if self.lookahead is not None else [])
+
+    def stream_init(self, batch: int) -> list[torch.Tensor]:
+        """Zeros: each time convolution's carried frames, each RNN layer's state, the lookahead's frames."""
+        state, w = [], self.fc[-1].weight
+        channels, freq = 1, self.num_features
+        for conv in self.convs:
+            state.append(conv_time_carry(conv, (batch, channels, freq, 0)))
+            channels, freq = conv.out_channels, int(conv_out_length(torch.tensor(freq), conv, dim=0))
+        for layer in self.rnns:
+            state += layer.stream_init(batch)
+        if self.lookahead is not None:
+            state.append(w.new_zeros(batch, self.rnns[-1].output_size, self.lookahead.context))
+        return state
+
+    def stream_step(self, feats: torch.Tensor, frames_in: torch.Tensor, total: torch.Tensor,
+                    state: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """feats (B, F, chunk), frames_in (B,), total (B,), state -> logits (B, chunk / stride, V), decided
+        (B, chunk / stride) bool, the new state (models.streaming)."""
+        delays, state, new = self._stream_delays(), list(state), []
+        x, first, length = feats[:, None], frames_in, total  # (B, 1, F, n)
+        for i, (conv, norm) in enumerate(zip(self.convs, self.conv_norms)):
+            x, keep = conv_time_step(conv, x, state.pop(0))  # (B, C, F', n / s)
+            new.append(keep)
+            first, length = first // conv.stride[1], conv_out_length(length, conv, dim=1)
+            ok = decided(first, x.shape[-1], delays[i], length)  # (B, n')
+            x = self.act(norm(x, torch.ones_like(ok))) * ok[:, None, None, :].to(x.dtype)  # zeros: the padding
+        b, c, f, t = x.shape
+        x = x.reshape(b, c * f, t).transpose(1, 2)  # (B, T, C*F')
+        for layer in self.rnns:
+            x, carried = layer.step(x, [state.pop(0) for _ in range(1 + (layer.rnn_type == "lstm"))], ok)
+            new += carried
+        if self.lookahead is not None:
+            x, keep = self.lookahead.step(x * ok[..., None].to(x.dtype), state.pop(0))  # (B, T, H)
+            new.append(keep)
+            x = self.act(x)
+            ok = decided(first, t, delays[-1], length)
+        x = self.fc_norm(x.transpose(1, 2), torch.ones_like(ok)).transpose(1, 2)  # (B, T, H)
+        return self.fc(x), ok, new
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         feats = feats * length_mask(lengths, feats.shape[-1], feats.device)[:, None, :].to(feats.dtype)  # padding = 0

@@ -23,6 +23,37 @@ def conv_out_length(lengths: torch.Tensor, conv: nn.Module, dim: int = -1) -> to
     return torch.div(lengths + 2 * p - d * (k - 1) - 1, s, rounding_mode="floor") + 1
 
 
+def conv_time_step(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor,
+                   carried: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A time convolution (last axis) on new frames as its `forward` computes it, its time padding replaced by the
+    carried input frames: x (B, C, [F,] n), carried (B, C, [F,] k - s) -> outputs (B, C', [F',] n / s) and the
+    frames to carry next. Other axes are padded as the layer pads them."""
+    k, s = conv.kernel_size[-1], conv.stride[-1]
+    x = torch.cat([carried, x], dim=-1)  # (..., k - s + n)
+    keep = x[..., x.shape[-1] - (k - s):]
+    if isinstance(conv, nn.Conv2d):
+        y = nn.functional.conv2d(x, conv.weight, conv.bias, conv.stride, (conv.padding[0], 0), conv.dilation,
+                                 conv.groups)
+    else:
+        y = nn.functional.conv1d(x, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
+    return y, keep
+
+
+def conv_time_carry(conv: nn.Conv1d | nn.Conv2d, shape: tuple[int, ...]) -> torch.Tensor:
+    """The zero frames conv_time_step carries at a stream's start, for inputs of `shape` (B, C, [F,] any)."""
+    k, s = conv.kernel_size[-1], conv.stride[-1]
+    return torch.zeros(*shape[:-1], k - s, device=conv.weight.device, dtype=conv.weight.dtype)
+
+
+def conv_time_delay(conv: nn.Conv1d | nn.Conv2d, delay: int) -> int:
+    """The delay (in output frames) of conv_time_step's outputs against `forward`'s, its input delayed by `delay`
+    frames: output j is offline output j - D. ValueError when it is not a whole number of outputs."""
+    k, s, p = conv.kernel_size[-1], conv.stride[-1], conv.padding[-1]
+    if (k - s - p + delay) % s:
+        raise ValueError(f"a time convolution (kernel {k}, stride {s}, padding {p}) does not align in steps")
+    return (k - s - p + delay) // s
+
+
 class MaskedBatchNorm(nn.Module):
     """Batch norm over channels (dim 1) whose statistics exclude padded time steps (last dim).
 

@@ -90,6 +90,34 @@ class RecurrentLayer(nn.Module):
             out = out[..., : self.hidden] + out[..., self.hidden:]  # (B, T, 2H) -> (B, T, H)
         return out
 
+    def stream_init(self, batch: int) -> list[torch.Tensor]:
+        """A unidirectional layer's state at a stream's start: its hidden state (and an LSTM's cell), (B, H) each."""
+        w = self.rnn.weight_hh_l0
+        return [w.new_zeros(batch, self.hidden) for _ in range(1 + (self.rnn_type == "lstm"))]
+
+    def step(self, x: torch.Tensor, state: list[torch.Tensor],
+             decided: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The unidirectional layer over a chunk of frames from the carried state, with the op and weights its
+        `forward` runs: x (B, T, H_in), state [(B, H)] (+ a cell), decided (B, T) -> (B, T, H), the new state. A
+        frame not `decided` (before the stream's start, or past its end) leaves the state as it was."""
+        if self.bidirectional:
+            raise ValueError("a bidirectional layer reads each utterance from its end: it cannot step")
+        if self.norm is not None:
+            x = self.norm(x.transpose(1, 2), torch.ones_like(decided)).transpose(1, 2)  # (B, H_in, T) eval statistics
+        params = [getattr(self.rnn, n) for n in self._weight_names]  # w_ih, w_hh, b_ih, b_hh: the op's order
+        h, cell = state[0], state[1] if len(state) > 1 else None
+        out = []
+        for t in range(x.shape[1]):
+            xt, keep = x[:, t:t + 1], decided[:, t:t + 1]  # (B, 1, H_in), (B, 1)
+            if cell is None:
+                y, h_new = torch.gru(xt, h[None], params, True, 1, 0.0, False, False, True)
+            else:
+                y, h_new, c_new = torch.lstm(xt, (h[None], cell[None]), params, True, 1, 0.0, False, False, True)
+                cell = torch.where(keep, c_new[0], cell)
+            h = torch.where(keep, h_new[0], h)  # (B, H)
+            out.append(y)
+        return torch.cat(out, dim=1), [h] if cell is None else [h, cell]
+
     def _weights(self, names: list[str], dtype: torch.dtype | None, suffix: str = "") -> dict[str, torch.Tensor]:
         ws = {n: getattr(self.rnn, n + suffix) for n in names}
         return ws if dtype is None else {n: w.to(dtype) for n, w in ws.items()}

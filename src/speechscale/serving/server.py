@@ -4,7 +4,8 @@
 
 - `POST /v1/transcribe`: a multipart upload (field `file`) or the raw audio bytes as the body -> JSON
   {text, duration, words: [{word, start, end, confidence}]}.
-- `GET /healthz` -> {status, model} (503 when the model's batcher has stopped); `GET /` -> the page.
+- `GET /healthz` -> {status, model, ...; with a streaming model, stream_rounds and stream_rows: the batched steps
+  of live streams and the streams they held} (503 when the model's batcher has stopped); `GET /` -> the page.
 - `WS /v1/stream`: live transcription with a streaming model (serving/stream_ws.py has the protocol).
 
 Requests that arrive together are transcribed as one padded batch (up to `max_batch`, waiting at most
@@ -151,6 +152,8 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
         yield
         batcher.task.cancel()
         decoders.shutdown(wait=False, cancel_futures=True)
+        if app.state.stream_batcher is not None:
+            await asyncio.to_thread(app.state.stream_batcher.close)
 
     docs = {} if limits.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="speechscale", lifespan=lifespan, **docs)
@@ -176,6 +179,8 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
         word = "stopped" if not batcher.alive else "draining" if state.draining else "ok"
         status = {"status": word, "model": asr.comps.model_name, "sample_rate": asr.sample_rate,
                   "batches": batcher.batches, "waiting": batcher.queue.qsize(), "streams": state.streams}
+        if app.state.stream_batcher is not None:  # the streams' model steps: rounds run, and rows they held
+            status.update(stream_rounds=app.state.stream_batcher.rounds, stream_rows=app.state.stream_batcher.rows)
         return JSONResponse(status, status_code=200 if word == "ok" else 503)
 
     @app.post("/v1/transcribe")

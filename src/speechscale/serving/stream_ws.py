@@ -1,4 +1,5 @@
-"""`WS /v1/stream`: live transcription over a WebSocket (serving/streaming.py's StreamingSession per connection).
+"""`WS /v1/stream`: live transcription over a WebSocket: one recognizer for the service (serving.recognizer), a Stream
+per connection, every stream's model steps batched by one worker (serving.stream_batcher).
 
 The protocol, in order:
 1. client: a text message `{"type": "start", "sample_rate": 16000, "encoding": "pcm16" | "float32"}`
@@ -20,7 +21,8 @@ service drains (serving/drain.py) a new stream is closed with 1001 and an open o
 finals of the audio it sent, the end message and 1001. The connection's own limits (protocol errors 1002, a client
 that does not read 1008) are serving/transport.py's. Each stream's model work runs in a thread and the server
 reads the next message only after answering the last, so a client that sends faster than the model runs, or reads
-slower, is throttled by its own connection instead of growing the server's memory.
+slower, is throttled by its own connection instead of growing the server's memory. A connection's front end (the
+resampler and the STFT) and decoding run in a thread of its own; the model's steps run in the batcher's.
 """
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
+from .events import Event, Partial
 from .origins import host_allowed, origin_allowed
-from .streaming import StreamingRefused, StreamingSession, streaming_problem
+from .recognizer import Recognizer, Stream, StreamingRefused
+from .stream_batcher import StreamBatcher
 
 log = logging.getLogger(__name__)
 ENCODINGS = {"pcm16": ("<i2", 32768.0), "float32": ("<f4", 1.0)}
@@ -52,6 +56,12 @@ def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], st
     """Register `WS /v1/stream` on `app` for the model of `comps` under `limits` (serving.server.Limits), counting
     open streams in `state` (serving.drain.ServiceState); `decoder` (the service's DecoderConfig or name): a beam
     or lexicon search is built for each stream."""
+    try:
+        batcher: StreamBatcher | None = StreamBatcher(Recognizer(comps))
+        refused = ""
+    except StreamingRefused as e:
+        batcher, refused = None, str(e)
+    app.state.stream_batcher = batcher
 
     @app.websocket("/v1/stream")
     async def stream(ws: WebSocket) -> None:
@@ -67,7 +77,7 @@ def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], st
             return
         state.streams += 1
         try:
-            await _serve(ws, comps, limits, decoder, state.closing)
+            await _serve(ws, comps, limits, decoder, state.closing, batcher, refused)
         except Closed as e:
             await _close(ws, e.code, e.reason)
         except WebSocketDisconnect:
@@ -124,7 +134,7 @@ def _integer(value: Any) -> bool:
     return type(value) is int  # a JSON true/false is no number here
 
 
-def _start(message: dict[str, Any], comps: Any) -> tuple[int, str, int, bool]:
+def _start(message: dict[str, Any], refused: str) -> tuple[int, str, int, bool]:
     """(sample rate, encoding, endpoint frames, a partial after every audio message) of a start message; Closed
     otherwise."""
     if message.get("text") is None:
@@ -141,23 +151,22 @@ def _start(message: dict[str, Any], comps: Any) -> tuple[int, str, int, bool]:
         raise Closed(1007, "endpoint_frames must be an integer from 1 to 1000")
     if not isinstance(start.get("partials", "changes"), str) or start.get("partials", "changes") not in ("changes", "every"):
         raise Closed(1007, 'partials must be "changes" or "every"')
-    problem = streaming_problem(comps)
-    if problem:
-        raise Closed(1003, f"this model cannot stream: {problem}")
+    if refused:
+        raise Closed(1003, f"this model cannot stream: {refused}")
     return rate, encoding, endpoint, start.get("partials") == "every"
 
 
-async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: asyncio.Event) -> None:
-    rate, encoding, endpoint, every = _start(await _receive(ws, limits, first=True), comps)
+async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: asyncio.Event,
+                 batcher: StreamBatcher | None, refused: str) -> None:
+    rate, encoding, endpoint, every = _start(await _receive(ws, limits, first=True), refused)
+    if batcher is None:  # _start refused the stream already; this keeps the type narrow
+        raise Closed(1003, f"this model cannot stream: {refused}")
     search = None
     if getattr(decoder, "name", decoder) != "greedy":
         from ..decoding.decoders import build_decoder
 
         search = await asyncio.to_thread(build_decoder, decoder, comps.tokenizer, comps.normalizer)
-    try:
-        session = StreamingSession(comps, sample_rate=rate, endpoint_frames=endpoint, decoder=search)
-    except StreamingRefused as e:
-        raise Closed(1003, f"this model cannot stream: {e}") from None
+    stream = batcher.recognizer.create_stream(rate, endpoint, search)
     await ws.send_json({"type": "ready", "model": comps.model_name, "sample_rate": rate})
     dtype, scale = ENCODINGS[encoding]
     width = np.dtype(dtype).itemsize
@@ -168,7 +177,7 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: 
             try:
                 message = await _receive(ws, limits, drained)
             except Draining:
-                await _finish(ws, session, 1001, "the server is shutting down; this is all the audio it took")
+                await _finish(ws, batcher, stream, 1001, "the server is shutting down; this is all the audio it took")
                 return
             if message.get("bytes") is not None:
                 data = message["bytes"]
@@ -180,28 +189,37 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: 
                 seconds += len(samples) / rate
                 if seconds > limits.stream_max_seconds:
                     raise Closed(1008, f"the stream is over the limit of {limits.stream_max_seconds:g} s of audio")
-                events = await asyncio.to_thread(session.accept, samples)
-                if every and not (events and events[-1]["type"] == "partial"):
-                    events.append({"type": "partial", "text": session.phrase})
+                await asyncio.to_thread(stream.push, samples)
+                events = await _decode(batcher, stream)
+                if every and not (events and isinstance(events[-1], Partial)):
+                    events.append(Partial(stream.decoder.phrase))
             else:
                 control = _json(message.get("text"), "a text message")
                 if not isinstance(control, dict) or control.get("type") != "end":
                     raise Closed(1003, 'after the start message: audio, then {"type": "end"}')
-                await _finish(ws, session, 1000, "")
+                await _finish(ws, batcher, stream, 1000, "")
                 return
-            await _send(ws, session, events)
+            await _send(ws, stream, events)
     finally:
         drained.cancel()
 
 
-async def _finish(ws: WebSocket, session: StreamingSession, code: int, reason: str) -> None:
+async def _decode(batcher: StreamBatcher, stream: Stream) -> list[Event]:
+    """Step the stream's ready chunks (batched with the other streams waiting) and decode what they decided."""
+    await batcher.decode(stream)
+    return await asyncio.to_thread(stream.events) if stream.decoder.beam is not None else stream.events()
+
+
+async def _finish(ws: WebSocket, batcher: StreamBatcher, stream: Stream, code: int, reason: str) -> None:
     """The stream's last finals, the end message with the whole transcript and a close with `code`."""
-    await _send(ws, session, await asyncio.to_thread(session.finish))
-    await ws.send_json({"type": "end", "text": session.text})
+    await asyncio.to_thread(stream.close)
+    await _send(ws, stream, await _decode(batcher, stream))
+    await ws.send_json({"type": "end", "text": stream.text})
     await ws.close(code=code, reason=reason)
 
 
-async def _send(ws: WebSocket, session: StreamingSession, events: list[dict[str, Any]]) -> None:
-    """The session's events as JSON messages, each partial with the audio it covers (`decided_s`)."""
+async def _send(ws: WebSocket, stream: Stream, events: list[Event]) -> None:
+    """The stream's events as JSON messages, each partial with the audio it covers (`decided_s`)."""
     for event in events:
-        await ws.send_json({**event, "decided_s": session.decided_s} if event["type"] == "partial" else event)
+        message = event.to_dict()
+        await ws.send_json({**message, "decided_s": stream.decided_s} if isinstance(event, Partial) else message)

@@ -1,0 +1,48 @@
+"""What a live stream says: typed events, serialized to JSON only at the edge (WebSocket, `transcribe --stream`).
+
+    for event in stream.accept(samples):
+        if isinstance(event, Final):
+            print(event.text, [w.start for w in event.words])
+        send(event.to_dict())   # {"type": "final", "text": ..., "words": [...]}
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Union
+
+
+@dataclass(frozen=True)
+class Word:
+    """A word of a final; greedy decoding gives its start and end in seconds from the stream's start (a beam search
+    keeps no alignment: None)."""
+
+    word: str
+    start: float | None = None
+    end: float | None = None
+
+
+@dataclass(frozen=True)
+class Partial:
+    """The current phrase's text so far (it may still change)."""
+
+    text: str
+    type: ClassVar[str] = "partial"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "text": self.text}
+
+
+@dataclass(frozen=True)
+class Final:
+    """A phrase that ended (at a pause, or at the stream's end): its text will not change."""
+
+    text: str
+    words: list[Word] = field(default_factory=list)
+    type: ClassVar[str] = "final"
+
+    def to_dict(self) -> dict[str, Any]:
+        words = [{k: v for k, v in asdict(w).items() if v is not None} for w in self.words]
+        return {"type": self.type, "text": self.text, "words": words}
+
+
+Event = Union[Partial, Final]

@@ -1,0 +1,105 @@
+"""A stream's decoding: decided logits in order -> partial and final events, a phrase at a time.
+
+Endpointing: a phrase ends (a Final with word times from the stream's start) after `endpoint_frames` output frames
+of blank or space following some text; the next phrase starts. The finals' texts joined with spaces are the
+transcript (except where the model emitted no space across such a pause; `text` is always it). Greedy CTC, or a
+beam search of its own (decoding.decoders: beam, LM, lexicon) searched incrementally, each phrase as its own
+utterance (phrases end where the greedy path is quiet).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..decoding.greedy import BLANK
+from .events import Event, Final, Partial, Word
+
+
+class PhraseDecoder:
+    """One stream's decoding state: the current phrase, the finals so far, the greedy path's last token."""
+
+    def __init__(self, tokenizer: Any, frame_s: float, endpoint_frames: int = 30, search: Any = None) -> None:
+        self.tokenizer, self.frame_s, self.endpoint_frames = tokenizer, frame_s, endpoint_frames
+        self.beam, self.beam_text = search, ""  # the search and its current best text
+        if search is not None:
+            search.begin()
+        self.space = tokenizer.alphabet.index(" ") + 1 if " " in tokenizer.alphabet else -1
+        self.frame, self.prev, self.quiet = 0, BLANK, 0
+        self.chars: list[tuple[str, int]] = []  # the current phrase: (character, output frame)
+        self.finals: list[Final] = []
+        self.pieces: list[str] = []  # the text of every greedy phrase, raw
+        self.boundaries: list[int] = []  # output frames where phrases ended
+
+    @property
+    def phrase(self) -> str:
+        """The current (unfinished) phrase's text, as its partials show it."""
+        if self.beam is not None:
+            return self.beam_text
+        return " ".join("".join(c for c, _ in self.chars).split())
+
+    @property
+    def text(self) -> str:
+        """Everything decided so far, as the offline transcript writes it."""
+        if self.beam is not None:
+            return " ".join(x for x in [*(f.text for f in self.finals), self.beam_text] if x)
+        return " ".join(("".join(self.pieces) + "".join(c for c, _ in self.chars)).split())
+
+    def feed(self, logits: torch.Tensor) -> list[Event]:
+        """Decided logits (n, V), in order -> a Final for each phrase that ended, then a Partial when the current
+        phrase's text changed."""
+        best = logits.argmax(-1).tolist()
+        log_probs = logits.float().log_softmax(-1) if self.beam is not None else None
+        events: list[Event] = []
+        before, fed = self.phrase, 0
+        for i, token in enumerate(best):
+            if token != self.prev and token != BLANK:
+                self.chars.append((self.tokenizer.decode([token]), self.frame))
+            self.prev = token
+            self.quiet = self.quiet + 1 if token in (BLANK, self.space) else 0
+            self.frame += 1
+            if self.quiet >= self.endpoint_frames and "".join(c for c, _ in self.chars).strip():
+                text = None
+                if self.beam is not None:  # the phrase's frames end its search; the next phrase starts a new one
+                    self.beam.step(log_probs[fed:i + 1])
+                    fed, text = i + 1, self.beam.end()
+                    self.beam.begin()
+                    self.beam_text = ""
+                events.append(self._final(text))
+                before = ""
+        if self.beam is not None:
+            self.beam.step(log_probs[fed:])
+            self.beam_text = self.beam.best()
+        if self.phrase and self.phrase != before:
+            events.append(Partial(self.phrase))
+        return events
+
+    def end(self) -> list[Event]:
+        """The stream's end: the last phrase as a Final, if it holds anything."""
+        last = self.beam.end() if self.beam is not None else None
+        return [self._final(last)] if self.chars or last else []
+
+    def _final(self, beam_text: str | None = None) -> Final:
+        """The current phrase as a Final (greedy: words with start and end seconds from the stream's start; a beam's
+        words carry no times: the search keeps no alignment)."""
+        self.boundaries.append(self.frame)
+        if self.beam is not None:
+            self.chars, self.beam_text = [], ""
+            event = Final(beam_text or "", [Word(w) for w in (beam_text or "").split()])
+            self.finals.append(event)
+            return event
+        raw = "".join(c for c, _ in self.chars)
+        words, cur = [], []
+        for c, f in self.chars + [(" ", self.frame)]:
+            if c == " ":
+                if cur:
+                    words.append(Word("".join(x for x, _ in cur), round(cur[0][1] * self.frame_s, 3),
+                                      round((cur[-1][1] + 1) * self.frame_s, 3)))
+                cur = []
+            else:
+                cur.append((c, f))
+        self.pieces.append(raw)
+        self.chars = []
+        event = Final(" ".join(raw.split()), words)
+        self.finals.append(event)
+        return event

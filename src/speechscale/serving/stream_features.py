@@ -1,0 +1,89 @@
+"""A stream's front end: audio at any rate in chunks of any size -> the feature frames they complete, as the offline
+FeatureExtractor computes them for the whole signal.
+
+    front = FrontEnd(comps.features, sample_rate=44100)
+    frames = front(samples)            # (F, n) or None
+    frames = front.finish()            # the rest: the end's reflection and the resampler's tail
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class StreamFeatures:
+    """Waveform samples at the model's rate -> feature frames, as FeatureExtractor computes them for the whole
+    signal (torch.stft with center=True: reflected at both ends; pre-emphasis carried across chunks)."""
+
+    def __init__(self, features: Any) -> None:
+        self.fx = features
+        self.hop, self.n_fft, self.pad = features.hop_length, features.n_fft, features.n_fft // 2
+        self.wav = np.zeros(0, dtype=np.float32)  # samples [start, start + len)
+        self.start, self.received, self.frames = 0, 0, 0
+        self.head = np.zeros(0, dtype=np.float32)  # the first pad + 1 samples: the start's reflection
+        self.last = None  # the previous raw sample (pre-emphasis)
+
+    def __call__(self, samples: np.ndarray, final: bool = False) -> torch.Tensor | None:
+        """New samples (n,) -> the feature frames they complete (F, m), or None."""
+        a = self.fx.cfg.preemphasis
+        if a > 0 and len(samples):
+            prev = np.concatenate([[samples[0] if self.last is None else self.last], samples[:-1]]).astype(np.float32)
+            self.last = samples[-1]
+            samples = (samples - a * prev).astype(np.float32)
+        self.wav = np.concatenate([self.wav, samples.astype(np.float32, copy=False)])
+        self.received += len(samples)
+        if len(self.head) <= self.pad:
+            self.head = np.concatenate([self.head, samples[: self.pad + 1 - len(self.head)]])
+        if self.received <= self.pad:  # the reflection at the start needs pad + 1 samples (as torch.stft does)
+            return None
+        if final:
+            total = self.received // self.hop + 1
+        else:  # frames whose window ends before the last sample received (no reflection at the end yet)
+            total = max(0, (self.received + self.pad - self.n_fft) // self.hop + 1)
+        if total <= self.frames:
+            return None
+        first = self.frames * self.hop - self.pad  # sample index of the first window's start
+        last = (total - 1) * self.hop - self.pad + self.n_fft  # one past the last window's end
+        idx = np.arange(first, last)
+        idx = np.where(idx < 0, -idx, idx)  # the reflection at the start
+        idx = np.where(idx >= self.received, 2 * (self.received - 1) - idx, idx)  # ... and at the end (final)
+        seg = np.where(idx <= self.pad, self.head[np.minimum(idx, len(self.head) - 1)], 0.0)
+        inside = idx >= self.start
+        seg = np.where(inside, self.wav[np.clip(idx - self.start, 0, len(self.wav) - 1)], seg).astype(np.float32)
+        spec = torch.stft(torch.from_numpy(seg), n_fft=self.n_fft, hop_length=self.hop, win_length=self.fx.win_length,
+                          window=self.fx.window, center=False, return_complex=True)  # (F, total - frames)
+        feats = self.fx.compress(spec.abs())
+        self.frames = total
+        keep_from = max(0, self.frames * self.hop - self.pad - self.start)  # later windows start at or after this
+        if not final:
+            keep_from = min(keep_from, max(0, self.received - self.pad - 1 - self.start))  # the end's reflection
+        self.wav, self.start = self.wav[keep_from:], self.start + keep_from
+        return feats
+
+
+class FrontEnd:
+    """Audio at the stream's rate -> feature frames: a streaming resampler (soxr) to the model's rate when they
+    differ, then StreamFeatures."""
+
+    def __init__(self, features: Any, sample_rate: int | None = None) -> None:
+        import soxr
+
+        self.rate = features.cfg.sample_rate
+        self.in_rate = sample_rate or self.rate
+        self.resampler = (soxr.ResampleStream(self.in_rate, self.rate, 1, dtype="float32", quality="HQ")
+                          if self.in_rate != self.rate else None)
+        self.features = StreamFeatures(features)
+
+    def __call__(self, samples: np.ndarray) -> torch.Tensor | None:
+        """Mono float samples at the stream's rate -> the feature frames they complete (F, n), or None."""
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if self.resampler is not None:
+            samples = self.resampler.resample_chunk(samples, last=False)
+        return self.features(samples)
+
+    def finish(self) -> torch.Tensor | None:
+        """The stream's end: the frames its last samples complete."""
+        tail = self.resampler.resample_chunk(np.zeros(0, np.float32), last=True) if self.resampler else np.zeros(0)
+        return self.features(tail.astype(np.float32), final=True)

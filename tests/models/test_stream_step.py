@@ -1,0 +1,83 @@
+"""The models' streaming interface (models.streaming): DeepSpeech2's step, fed any chunking of the features, batched
+with other streams of other lengths, gives the offline model's logits; each piece of its state matters; models
+that cannot stream say why."""
+import pytest
+import torch
+
+from speechscale.components import build_components
+from speechscale.config import load_config
+from speechscale.models.streaming import UNKNOWN, StreamingModel
+
+
+def _model(*overrides):
+    torch.manual_seed(0)
+    cfg = load_config(None, ["model.name=ds2-streaming-tiny", "features.normalize=none", *overrides])
+    model = build_components(cfg).model.eval()
+    for mod in model.modules():  # statistics away from the identity, so a skipped normalization shows
+        if getattr(mod, "running_mean", None) is not None:
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    return model
+
+
+def stream_rows(model, feats, chunk, forget=None):
+    """Each (F, T_i) of `feats` as one row of a batch, stepped chunk by chunk (zeros after a row's end, its length
+    told once its last frame is in) until every row has all its output frames -> the decided logits per row.
+    `forget`: the index of a state tensor reset to zeros after every step."""
+    lens = [f.shape[1] for f in feats]
+    expected = [int(model.output_lengths(torch.tensor([n]))[0]) for n in lens]
+    state, got, fed = model.stream_init(len(feats)), [[] for _ in feats], 0
+    with torch.no_grad():
+        while any(sum(len(x) for x in g) < e for g, e in zip(got, expected)):
+            x = torch.stack([torch.nn.functional.pad(f[:, fed:fed + chunk], (0, chunk - f[:, fed:fed + chunk].shape[1]))
+                             for f in feats])  # (B, F, chunk)
+            total = torch.tensor([n if fed + chunk >= n else UNKNOWN for n in lens])
+            logits, ok, state = model.stream_step(x, torch.full((len(feats),), fed), total, state)
+            assert logits.shape[:2] == ok.shape == (len(feats), chunk // model.stream_stride)
+            for i in range(len(feats)):
+                got[i].append(logits[i][ok[i]])
+            if forget is not None:
+                state[forget] = torch.zeros_like(state[forget])
+            fed += chunk
+    return [torch.cat(g) for g in got]
+
+
+@pytest.mark.parametrize("overrides", [[], ["model.overrides={rnn_type: lstm, rnn_layers: 2}"],
+                                       ["model.overrides={lookahead: 0}"]])
+def test_the_step_gives_the_offline_logits_for_every_row_of_a_batch_and_any_chunk(overrides):
+    """Rows of 11, 64 and 203 frames in one batch (lengths that end inside a chunk, one shorter than a chunk);
+    GRU, LSTM, and no lookahead."""
+    model = _model(*overrides)
+    assert isinstance(model, StreamingModel) and model.streaming_problem() is None
+    feats = [torch.randn(model.num_features, n) for n in (11, 64, 203)]
+    with torch.no_grad():
+        ref = [model(f[None], torch.tensor([f.shape[1]]))[0][0] for f in feats]
+    for chunk in (2, 16, 40):
+        for got, want in zip(stream_rows(model, feats, chunk), ref):
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_dropping_any_piece_of_the_state_breaks_it():
+    model = _model()
+    feats = [torch.randn(model.num_features, 150)]
+    with torch.no_grad():
+        ref = model(feats[0][None], torch.tensor([150]))[0][0]
+    names = model.stream_state_names()
+    assert names == ["conv0", "conv1", "rnn0_h", "rnn1_h", "rnn2_h", "lookahead"]
+    for k, name in enumerate(names):
+        got = stream_rows(model, feats, 16, forget=k)[0]
+        assert got.shape == ref.shape and not torch.allclose(got, ref, atol=1e-3), name
+
+
+def test_models_that_cannot_stream_say_why_in_one_line():
+    from speechscale.models.streaming import streaming_problem
+
+    for overrides, reason in [(["model.name=ds2-tiny"], "bidirectional"),
+                              (["model.name=conformer-tiny"], "whole utterance"),
+                              (["model.name=wav2letter+-tiny"], "whole utterance")]:
+        comps = build_components(load_config(None, [*overrides, "features.normalize=none"]))
+        problem = streaming_problem(comps.model, comps.features.cfg, comps.model_name)
+        assert reason in problem and "\n" not in problem
+    with pytest.raises(ValueError, match="bidirectional"):
+        build_components(load_config(None, ["model.name=ds2-tiny"])).model.rnns[0].step(None, [], None)

@@ -106,6 +106,12 @@ class RecurrentLayer(nn.Module):
             x = self.norm(x.transpose(1, 2), torch.ones_like(decided)).transpose(1, 2)  # (B, H_in, T) eval statistics
         params = [getattr(self.rnn, n) for n in self._weight_names]  # w_ih, w_hh, b_ih, b_hh: the op's order
         h, cell = state[0], state[1] if len(state) > 1 else None
+        if not torch.jit.is_tracing() and bool(decided.all()):  # every frame counts: the chunk in one call
+            if cell is None:
+                y, h_new = torch.gru(x, h[None], params, True, 1, 0.0, False, False, True)
+                return y, [h_new[0]]
+            y, h_new, c_new = torch.lstm(x, (h[None], cell[None]), params, True, 1, 0.0, False, False, True)
+            return y, [h_new[0], c_new[0]]
         out = []
         for t in range(x.shape[1]):
             xt, keep = x[:, t:t + 1], decided[:, t:t + 1]  # (B, 1, H_in), (B, 1)

@@ -4,7 +4,7 @@ chunk of feature frames ready as one batch through the model's streaming step (m
     rec = Recognizer(comps)                                 # or Recognizer(comps, step=OnnxStep("step.onnx"))
     a, b = rec.create_stream(sample_rate=8000), rec.create_stream(sample_rate=44100)
     a.push(samples_a); b.push(samples_b)                    # audio in: the stream's own front end (any thread)
-    rec.decode_streams([a, b])                              # one batched step per round of ready chunks
+    rec.decode_streams([a, b])                              # one STFT, then one batched step per round of chunks
     events = a.events() + b.events()                        # Partial / Final (serving.events)
     b.close(); rec.decode_streams([b]); events = b.events() # the end: every remaining frame, the last Final
 
@@ -13,6 +13,8 @@ A stream's text does not depend on which streams share its batches: a row of the
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -21,7 +23,7 @@ import torch
 from ..models.streaming import UNKNOWN, streaming_problem
 from .events import Event
 from .phrases import PhraseDecoder
-from .stream_features import FrontEnd
+from .stream_features import Cut, FrontEnd, spectra
 
 
 class StreamingRefused(ValueError):
@@ -30,12 +32,13 @@ class StreamingRefused(ValueError):
 
 @dataclass(eq=False)  # compared (and hashed) by identity: each is one live stream
 class Stream:
-    """One live stream's state: its front end, the frames not yet stepped, its rows of the model's state, its
-    decoding. Created by Recognizer.create_stream."""
+    """One live stream's state: its front end, the frames not yet stepped, its row of the model's state (a slot of
+    the recognizer's StatePool, given back when the stream is dropped), its decoding. Created by
+    Recognizer.create_stream."""
 
     front: FrontEnd
     decoder: PhraseDecoder
-    state: list[torch.Tensor]             # the model's state, one row (1, ...) each
+    slot: int                             # its row in the recognizer's StatePool
     pending: torch.Tensor                 # (F, n) feature frames not yet stepped
     frame_s: float                        # seconds per output frame
     out_length: Callable[[int], int]      # output frames for a stream of so many feature frames
@@ -46,6 +49,7 @@ class Stream:
     emitted: int = 0                      # decided output frames so far
     closed: bool = False
     ended: bool = False                   # the last Final is out
+    cuts: list[Cut] = field(default_factory=list)  # samples of frames whose spectra are not computed yet
     decided: list[torch.Tensor] = field(default_factory=list)  # logits (n, V) stepped but not yet decoded
     keep_logits: list[torch.Tensor] | None = None  # every decided frame's logits, when set to [] (tests)
 
@@ -90,10 +94,66 @@ class Stream:
     def text(self) -> str:
         return self.decoder.text
 
-    def _add(self, frames: torch.Tensor | None) -> None:
-        if frames is not None and frames.shape[-1]:
-            self.pending = torch.cat([self.pending, frames.float()], dim=1)
-            self.received += frames.shape[-1]
+    def _add(self, cut: Cut | None) -> None:
+        if cut is not None and cut.frames:
+            self.cuts.append(cut)
+            self.received += cut.frames
+
+
+class StatePool:
+    """The model state of every stream: row `slot` of one tensor per piece of state (models.streaming), gathered for
+    a step and written back, so a step over N streams costs a few indexing ops instead of N copies of each piece.
+    Slots are taken and given back from any thread; rows are made (zeros of the step's initial state) and grown
+    only by the thread that steps."""
+
+    def __init__(self, step: Any) -> None:
+        self.step = step
+        self.tensors: list[torch.Tensor] = []
+        self.free: list[int] = []
+        self.size = 0
+        self.fresh: set[int] = set()  # slots taken since their row was last reset
+        self.lock = threading.Lock()
+
+    def take(self) -> int:
+        with self.lock:
+            slot = self.free.pop() if self.free else self.size
+            self.size = max(self.size, slot + 1)
+            self.fresh.add(slot)
+            return slot
+
+    def give(self, slot: int) -> None:
+        with self.lock:
+            self.fresh.discard(slot)
+            self.free.append(slot)
+
+    def gather(self, slots: list[int], pad: int = 0) -> list[torch.Tensor]:
+        """The rows of `slots`, then `pad` rows of the initial state: one (len(slots) + pad, ...) tensor a piece."""
+        with self.lock:
+            size, fresh = self.size, [x for x in self.fresh if x in set(slots)]
+            self.fresh -= set(fresh)
+        capacity = self.tensors[0].shape[0] if self.tensors else 0
+        if size > capacity:  # room for every slot taken so far, doubled
+            grown = self.step.initial_state(max(size, 2 * capacity))
+            for old, new in zip(self.tensors, grown):
+                new[:capacity] = old
+            self.tensors = grown
+        if fresh:
+            index = torch.tensor(fresh)
+            for t, init in zip(self.tensors, self.step.initial_state(len(fresh))):
+                t[index] = init
+        index = torch.tensor(slots)
+        pads = self.step.initial_state(pad) if pad else [None] * len(self.tensors)
+        return [t[index] if p is None else torch.cat([t[index], p]) for t, p in zip(self.tensors, pads)]
+
+    def scatter(self, slots: list[int], state: list[torch.Tensor]) -> None:
+        """Write the first len(slots) rows of a step's new state back to `slots`."""
+        index = torch.tensor(slots)
+        for t, new in zip(self.tensors, state):
+            t[index] = new[: len(slots)].to(t.dtype)
+
+    def rows(self, slot: int) -> list[torch.Tensor]:
+        """The state of `slot` as views (1, ...) of the pool (tests reset them)."""
+        return [t[slot:slot + 1] for t in self.tensors]
 
 
 class Recognizer:
@@ -112,6 +172,7 @@ class Recognizer:
             step = TorchStep(self.model, stride * max(1, math.ceil(chunk_ms / 1000 / hop_s / stride)))
         self.step, self.chunk = step, step.chunk
         self.frame_s = hop_s * stride
+        self.pool = StatePool(step)
 
     @property
     def chunk_s(self) -> float:
@@ -121,10 +182,11 @@ class Recognizer:
     def create_stream(self, sample_rate: int | None = None, endpoint_frames: int = 30, search: Any = None) -> Stream:
         """A new stream of mono audio at `sample_rate` (default: the model's); `search`: a beam search of its own
         (decoding.decoders), greedy when None."""
-        return Stream(FrontEnd(self.comps.features, sample_rate),
-                      PhraseDecoder(self.comps.tokenizer, self.frame_s, endpoint_frames, search),
-                      self.step.initial_state(1), torch.zeros(self.model.num_features, 0), self.frame_s,
-                      self._out_length)
+        stream = Stream(FrontEnd(self.comps.features, sample_rate),
+                        PhraseDecoder(self.comps.tokenizer, self.frame_s, endpoint_frames, search),
+                        self.pool.take(), torch.zeros(self.model.num_features, 0), self.frame_s, self._out_length)
+        weakref.finalize(stream, self.pool.give, stream.slot)  # its row is free once nothing holds the stream
+        return stream
 
     def _out_length(self, frames: int) -> int:
         return int(self.model.output_lengths(torch.tensor([frames]))[0])
@@ -138,7 +200,14 @@ class Recognizer:
     def decode_streams(self, streams: list[Stream]) -> None:
         """Step every ready stream of `streams`, batched, until none is ready; the decided logits wait in each
         stream for its `events()`."""
-        while batch := [s for s in dict.fromkeys(streams) if self.ready(s)]:
+        streams = list(dict.fromkeys(streams))
+        cut = [s for s in streams if s.cuts]
+        if cut:
+            feats = spectra(self.comps.features, [c for s in cut for c in s.cuts])  # one STFT for every stream
+            for s in cut:
+                s.pending = torch.cat([s.pending, *feats[: len(s.cuts)]], dim=1)
+                feats, s.cuts = feats[len(s.cuts):], []
+        while batch := [s for s in streams if self.ready(s)]:
             self._step(batch)
 
     def _step(self, batch: list[Stream]) -> None:
@@ -152,11 +221,11 @@ class Recognizer:
             feats[i, :, : take.shape[1]] = take
             s.pending = s.pending[:, chunk:]
             frames_in[i], total[i] = s.fed, s.total
-        pad = self.step.initial_state(rows - n) if rows > n else []
-        state = [torch.cat([*(s.state[k] for s in batch), *pad[k:k + 1]]) for k in range(len(batch[0].state))]
+        slots = [s.slot for s in batch]
+        state = self.pool.gather(slots, rows - n)
         logits, ok, state = self.step(feats, frames_in, total, state)  # (R, chunk / stride, V), (R, chunk / stride)
+        self.pool.scatter(slots, state)
         for i, s in enumerate(batch):
-            s.state = [x[i:i + 1].clone() for x in state]  # its own rows, not a view holding the whole batch
             s.fed += chunk
             mine = logits[i][ok[i]]
             if len(mine):

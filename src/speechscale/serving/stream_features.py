@@ -2,15 +2,43 @@
 FeatureExtractor computes them for the whole signal.
 
     front = FrontEnd(comps.features, sample_rate=44100)
-    frames = front(samples)            # (F, n) or None
-    frames = front.finish()            # the rest: the end's reflection and the resampler's tail
+    cut = front(samples)                           # the samples of the frames they complete, or None
+    last = front.finish()                          # the rest: the end's reflection and the resampler's tail
+    feats = spectra(comps.features, [cut, ...])    # (F, n) per cut: one STFT for the cuts of many streams
+
+A stream only cuts its samples (cheap, in its own thread); the spectra of every stream in a round are one STFT.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+
+
+class Cut(NamedTuple):
+    """The samples of `frames` consecutive STFT windows ((frames - 1) * hop + n_fft of them)."""
+
+    samples: np.ndarray
+    frames: int
+
+
+def spectra(features: Any, cuts: list[Cut]) -> list[torch.Tensor]:
+    """Each cut's feature frames (F, frames), as torch.stft (center=False) and the extractor's compression compute
+    them, for all cuts in one call: each cut starts at a multiple of the hop in one signal, and the windows that
+    straddle two cuts are dropped."""
+    hop = features.hop_length
+    parts, starts, at = [], [], 0
+    for cut in cuts:
+        span = -(-len(cut.samples) // hop) * hop  # rounded up to whole hops
+        parts += [cut.samples, np.zeros(span - len(cut.samples), np.float32)]
+        starts.append(at // hop)
+        at += span
+    signal = torch.from_numpy(np.concatenate(parts))
+    spec = torch.stft(signal, n_fft=features.n_fft, hop_length=hop, win_length=features.win_length,
+                      window=features.window, center=False, return_complex=True)  # (F', windows)
+    feats = features.compress(spec.abs())  # (F, windows)
+    return [feats[:, a:a + cut.frames] for a, cut in zip(starts, cuts)]
 
 
 class StreamFeatures:
@@ -25,8 +53,8 @@ class StreamFeatures:
         self.head = np.zeros(0, dtype=np.float32)  # the first pad + 1 samples: the start's reflection
         self.last = None  # the previous raw sample (pre-emphasis)
 
-    def __call__(self, samples: np.ndarray, final: bool = False) -> torch.Tensor | None:
-        """New samples (n,) -> the feature frames they complete (F, m), or None."""
+    def __call__(self, samples: np.ndarray, final: bool = False) -> Cut | None:
+        """New samples (n,) -> the samples of the feature frames they complete, or None."""
         a = self.fx.cfg.preemphasis
         if a > 0 and len(samples):
             prev = np.concatenate([[samples[0] if self.last is None else self.last], samples[:-1]]).astype(np.float32)
@@ -52,15 +80,13 @@ class StreamFeatures:
         seg = np.where(idx <= self.pad, self.head[np.minimum(idx, len(self.head) - 1)], 0.0)
         inside = idx >= self.start
         seg = np.where(inside, self.wav[np.clip(idx - self.start, 0, len(self.wav) - 1)], seg).astype(np.float32)
-        spec = torch.stft(torch.from_numpy(seg), n_fft=self.n_fft, hop_length=self.hop, win_length=self.fx.win_length,
-                          window=self.fx.window, center=False, return_complex=True)  # (F, total - frames)
-        feats = self.fx.compress(spec.abs())
+        cut = Cut(seg, total - self.frames)
         self.frames = total
         keep_from = max(0, self.frames * self.hop - self.pad - self.start)  # later windows start at or after this
         if not final:
             keep_from = min(keep_from, max(0, self.received - self.pad - 1 - self.start))  # the end's reflection
         self.wav, self.start = self.wav[keep_from:], self.start + keep_from
-        return feats
+        return cut
 
 
 class FrontEnd:
@@ -76,14 +102,14 @@ class FrontEnd:
                           if self.in_rate != self.rate else None)
         self.features = StreamFeatures(features)
 
-    def __call__(self, samples: np.ndarray) -> torch.Tensor | None:
-        """Mono float samples at the stream's rate -> the feature frames they complete (F, n), or None."""
+    def __call__(self, samples: np.ndarray) -> Cut | None:
+        """Mono float samples at the stream's rate -> the samples of the feature frames they complete, or None."""
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         if self.resampler is not None:
             samples = self.resampler.resample_chunk(samples, last=False)
         return self.features(samples)
 
-    def finish(self) -> torch.Tensor | None:
-        """The stream's end: the frames its last samples complete."""
+    def finish(self) -> Cut | None:
+        """The stream's end: the samples of the frames its last samples complete."""
         tail = self.resampler.resample_chunk(np.zeros(0, np.float32), last=True) if self.resampler else np.zeros(0)
         return self.features(tail.astype(np.float32), final=True)

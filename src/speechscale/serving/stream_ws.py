@@ -22,7 +22,8 @@ finals of the audio it sent, the end message and 1001. The connection's own limi
 that does not read 1008) are serving/transport.py's. Each stream's model work runs in a thread and the server
 reads the next message only after answering the last, so a client that sends faster than the model runs, or reads
 slower, is throttled by its own connection instead of growing the server's memory. A connection's front end (the
-resampler and the STFT) and decoding run in a thread of its own; the model's steps run in the batcher's.
+resampler and cutting its samples into windows) and the model's steps run in the batcher's thread (one STFT and one
+batched step for every stream of a round); a beam search decodes in a thread of the connection's own.
 """
 from __future__ import annotations
 
@@ -167,7 +168,14 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: 
 
         search = await asyncio.to_thread(build_decoder, decoder, comps.tokenizer, comps.normalizer)
     stream = batcher.recognizer.create_stream(rate, endpoint, search)
-    await ws.send_json({"type": "ready", "model": comps.model_name, "sample_rate": rate})
+    with batcher.open_stream():
+        await _run(ws, limits, closing, batcher, stream, rate, encoding, every)
+
+
+async def _run(ws: WebSocket, limits: Any, closing: asyncio.Event, batcher: StreamBatcher, stream: Stream,
+               rate: int, encoding: str, every: bool) -> None:
+    """The started stream: `ready`, then audio and events until its end."""
+    await ws.send_json({"type": "ready", "model": batcher.recognizer.comps.model_name, "sample_rate": rate})
     dtype, scale = ENCODINGS[encoding]
     width = np.dtype(dtype).itemsize
     seconds = 0.0
@@ -189,8 +197,7 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: 
                 seconds += len(samples) / rate
                 if seconds > limits.stream_max_seconds:
                     raise Closed(1008, f"the stream is over the limit of {limits.stream_max_seconds:g} s of audio")
-                await asyncio.to_thread(stream.push, samples)
-                events = await _decode(batcher, stream)
+                events = await _decode(batcher, stream, samples)
                 if every and not (events and isinstance(events[-1], Partial)):
                     events.append(Partial(stream.decoder.phrase))
             else:
@@ -204,16 +211,16 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: 
         drained.cancel()
 
 
-async def _decode(batcher: StreamBatcher, stream: Stream) -> list[Event]:
-    """Step the stream's ready chunks (batched with the other streams waiting) and decode what they decided."""
-    await batcher.decode(stream)
+async def _decode(batcher: StreamBatcher, stream: Stream, samples: Any = None, close: bool = False) -> list[Event]:
+    """Push the samples (or the end), step the stream's ready chunks (batched with the other streams waiting) and
+    decode what they decided."""
+    await batcher.decode(stream, samples, close)
     return await asyncio.to_thread(stream.events) if stream.decoder.beam is not None else stream.events()
 
 
 async def _finish(ws: WebSocket, batcher: StreamBatcher, stream: Stream, code: int, reason: str) -> None:
     """The stream's last finals, the end message with the whole transcript and a close with `code`."""
-    await asyncio.to_thread(stream.close)
-    await _send(ws, stream, await _decode(batcher, stream))
+    await _send(ws, stream, await _decode(batcher, stream, close=True))
     await ws.send_json({"type": "end", "text": stream.text})
     await ws.close(code=code, reason=reason)
 

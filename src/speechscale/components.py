@@ -12,6 +12,7 @@ from .config import Config, FeatureConfig, from_dict
 from .data.features import FeatureExtractor
 from .data.text import CharTokenizer, TextNormalizer
 from .models.registry import build_model
+from .models.streaming import StreamingModel
 from .storage.checkpoints import CheckpointError, error_line
 
 
@@ -37,12 +38,21 @@ class Components:
         return self.model.output_lengths(frames).tolist()  # type: ignore[operator]
 
 
+def resolve_normalize(features: FeatureConfig, model: nn.Module) -> None:
+    """features.normalize=auto becomes global for a model that can stream (normalized frame by frame, so that it
+    streams whatever recipe trained it) and utterance for the others."""
+    if features.normalize == "auto":
+        streams = isinstance(model, StreamingModel) and model.streaming_problem() is None
+        features.normalize = "global" if streams else "utterance"
+
+
 def build_components(cfg: Config) -> Components:
-    """Fresh components for training from a validated config."""
+    """Fresh components for training from a validated config (features.normalize=auto resolved in `cfg`)."""
     normalizer = TextNormalizer(cfg.text.alphabet, cfg.text.digits)
     tokenizer = CharTokenizer(cfg.text.alphabet)
     features = FeatureExtractor(cfg.features)
     model = build_model(cfg.model.name, cfg.model.overrides, features.num_features, tokenizer.vocab_size)
+    resolve_normalize(cfg.features, model)
     return Components(normalizer, tokenizer, features, model, cfg.model.name, dict(cfg.model.overrides))
 
 
@@ -88,6 +98,7 @@ def _build(desc: dict[str, Any]) -> Components:
         tokenizer = CharTokenizer(**meta["tokenizer"])
         features = FeatureExtractor(from_dict(FeatureConfig, meta["features"], where="checkpoint.features"))
         model = build_model(meta["model_name"], meta["model_overrides"], features.num_features, tokenizer.vocab_size)
+        resolve_normalize(features.cfg, model)
         comps = Components(normalizer, tokenizer, features, model, meta["model_name"], meta["model_overrides"])
     return comps
 

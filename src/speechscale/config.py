@@ -33,8 +33,12 @@ class FeatureConfig:
     window_ms: float = 20.0            # analysis window (Hamming)
     hop_ms: float = 10.0               # frame shift
     n_mels: int = 80                   # only for kind=logmel
-    normalize: str = "utterance"       # per utterance: utterance (one mean/std, DS2) | feature (per bin, CMVN) |
-                                       # speaker (per bin over each manifest speaker's utterances) | none
+    normalize: str = "auto"            # utterance (one mean/std per utterance, DS2) | feature (per bin over the
+                                       # utterance, CMVN) | speaker (per bin over each manifest speaker's
+                                       # utterances) | global (per bin, the training set's: streams) | none |
+                                       # auto (global for a model that streams, else utterance)
+    global_stats: list[float] = field(default_factory=list)  # normalize=global; written by training: the
+                                       # training set's per-bin mean, then std (2 x features values)
     remove_dc: bool = False            # subtract the waveform's mean first (some recorders add a DC offset)
     preemphasis: float = 0.0           # x[t] - a * x[t-1] before the STFT (0 = off; Kaldi uses 0.97)
     speaker_prior: list[float] = field(default_factory=list)  # normalize=speaker; written by training: the

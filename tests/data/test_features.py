@@ -160,7 +160,8 @@ def _real_clips(rate):
 
 
 @pytest.mark.parametrize("kind, normalize, remove_dc, preemphasis", [
-    ("spectrogram", "utterance", False, 0.0), ("logmel", "feature", True, 0.97), ("spectrogram", "none", True, 0.0)])
+    ("spectrogram", "utterance", False, 0.0), ("logmel", "feature", True, 0.97), ("spectrogram", "none", True, 0.0),
+    ("logmel", "global", False, 0.0)])
 def test_the_steps_batched_features_equal_the_loaders_row_by_row(kind, normalize, remove_dc, preemphasis):
     """features.device: a padded batch of real recordings through FeatureExtractor.batch, with each row's warp and
     SpecAugment draws, equals the loader's features of each recording alone to round-off, and is zero past each
@@ -170,6 +171,10 @@ def test_the_steps_batched_features_equal_the_loaders_row_by_row(kind, normalize
 
     fx = FeatureExtractor(FeatureConfig(kind=kind, normalize=normalize, remove_dc=remove_dc, preemphasis=preemphasis,
                                         n_mels=40))
+    if normalize == "global":
+        from speechscale.data.features import global_stats
+
+        fx.cfg.global_stats = global_stats(fx.raw(c) for c in _real_clips(16000))
     aug = AugmentConfig(freq_warp=0.1, freq_masks=2, freq_mask_width=8, time_masks=2, time_mask_width=15)
     clips = _real_clips(16000)
     g = torch.Generator().manual_seed(1)
@@ -184,6 +189,31 @@ def test_the_steps_batched_features_equal_the_loaders_row_by_row(kind, normalize
     for i, a in enumerate(alone):
         torch.testing.assert_close(feats[i, :, : a.shape[1]], a, atol=2e-5, rtol=1e-5)
         assert float(feats[i, :, a.shape[1]:].abs().sum()) == 0.0
+
+
+def test_global_statistics_are_every_training_frames_per_bin_mean_and_std():
+    """normalize=global: the statistics over real recordings equal numpy's over all their frames together; each
+    frame is normalized by them alone (the same frame in a longer recording gives the same values); without
+    statistics, or with the wrong count, a one-line error names the key."""
+    from speechscale.config import ConfigError
+    from speechscale.data.features import global_stats
+
+    fx = FeatureExtractor(FeatureConfig(normalize="global"))
+    clips = _real_clips(16000)
+    raws = [fx.raw(c) for c in clips]
+    frames = np.concatenate([r.double().numpy() for r in raws], axis=1)  # (F, all frames)
+    stats = np.array(global_stats(raws))
+    np.testing.assert_allclose(stats[:161], frames.mean(axis=1), atol=1e-5)
+    np.testing.assert_allclose(stats[161:], frames.std(axis=1), atol=1e-5)
+    with pytest.raises(ConfigError, match="features.global_stats"):
+        fx(clips[0])
+    fx.cfg.global_stats = list(stats)
+    got = fx(clips[0]).numpy()
+    np.testing.assert_allclose(got, (raws[0].numpy() - stats[:161, None]) / (stats[161:, None] + 1e-5), atol=1e-4)
+    longer = fx(torch.cat([clips[0], clips[1]])).numpy()
+    np.testing.assert_allclose(longer[:, 5:50], got[:, 5:50], atol=1e-4)  # frame by frame: no utterance statistic
+    with pytest.raises(ConfigError, match="global_stats holds 3 values"):
+        FeatureExtractor(FeatureConfig(normalize="global", global_stats=[0.0, 1.0, 2.0]))
 
 
 def test_the_step_has_no_speaker_statistics():

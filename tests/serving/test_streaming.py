@@ -96,7 +96,8 @@ def test_dropping_any_carried_state_breaks_exactness(comps, drop, monkeypatch):
 def test_models_that_need_the_whole_utterance_are_refused_in_one_line():
     for overrides, reason in [(["model.name=ds2-tiny", "features.normalize=none"], "bidirectional"),
                               (["model.name=conformer-tiny", "features.normalize=none"], "whole utterance"),
-                              (["model.name=ds2-streaming-tiny"], "features.normalize=none")]:
+                              (["model.name=ds2-streaming-tiny", "features.normalize=utterance"],
+                               "features.normalize=global or none")]:
         c = build_components(load_config(None, overrides))
         with pytest.raises(StreamingRefused) as info:
             StreamingSession(c)
@@ -221,3 +222,34 @@ def test_transcribe_stream_and_the_api_take_the_lexicon_decoder(comps, streaming
         stream.accept(wav[i:i + 1000])
     stream.finish()
     assert stream.text == expected
+
+
+def test_a_streaming_preset_trained_by_any_recipe_streams_with_the_training_sets_statistics(tmp_path, capsys):
+    """The ldc93s1 recipe does not name a normalization: for ds2-streaming-tiny it resolves to global, training
+    stores the per-bin statistics of its utterances in the checkpoint (equal to numpy's over the same frames), and
+    `transcribe --stream` gives the offline transcript, frame for frame."""
+    import json
+
+    from speechscale.config import FeatureConfig
+    from speechscale.data.features import FeatureExtractor
+    from tests.conftest import main_cli
+
+    code, out, err = main_cli(capsys, "train", "--config", "ldc93s1", f"data.root={shared('ldc93s1')}",
+                              "model.name=ds2-streaming-tiny", "model.overrides={rnn_hidden: 128, rnn_layers: 2}",
+                              "trainer.max_epochs=60", f"trainer.out_dir={tmp_path}")
+    assert code == 0, err
+    ckpt = tmp_path / "checkpoints" / "last.pt"
+    saved = torch.load(ckpt, weights_only=True)["config"]["features"]
+    assert saved["normalize"] == "global" and len(saved["global_stats"]) == 2 * 161
+    raw = FeatureExtractor(FeatureConfig(normalize="none"))(torch.from_numpy(load_audio(shared("ldc93s1", "LDC93S1.wav"),
+                                                                                        16000))).double().numpy()
+    np.testing.assert_allclose(saved["global_stats"], np.concatenate([raw.mean(axis=1), raw.std(axis=1)]), atol=2e-5)
+    comps = load_components(ckpt)
+    path = shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav")
+    logits, text = _offline(comps, path)
+    session, _ = _stream(comps, path, 100)
+    torch.testing.assert_close(torch.cat(session.logits), logits, atol=2e-4, rtol=1e-4)
+    code, out, err = main_cli(capsys, "transcribe", "--stream", "--no-realtime", "--json", "--checkpoint", str(ckpt),
+                              str(path))
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert code == 0 and text and " ".join(r["text"] for r in rows if r["type"] == "final") == text, err

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from ..config import AugmentConfig
 from ..storage.seeds import generator
 from .audio import AudioError, AudioTooLong, load_audio
 from .augment import WaveAugment, freq_warp, spec_augment, spec_draws, trim_silence, word_crop
-from .features import FeatureExtractor, SpeakerStats
+from .features import FeatureExtractor, SpeakerStats, global_stats
 from .manifest import Utterance
 from .text import CharTokenizer
 
@@ -103,6 +103,23 @@ class SpeechDataset(torch.utils.data.Dataset):
         # (`speakers`: those another dataset over the same utterances already computed)
         self.speakers = speakers if speakers is not None else (
             self._speaker_stats() if features.cfg.normalize == "speaker" else {})
+
+    def global_stats(self, limit: int) -> list[float]:
+        """normalize=global's statistics (features.global_stats) over at most `limit` utterances spread evenly over
+        the manifest; one that cannot be read is left out here (and skipped and counted where it is drawn)."""
+        picks = sorted({round(k * (len(self.utts) - 1) / max(1, limit - 1)) for k in range(min(limit, len(self.utts)))})
+
+        def raws() -> Iterator[torch.Tensor]:
+            for i in picks:
+                try:
+                    wav = self._wave(i)
+                    if wav.shape[0] >= self.min_samples:
+                        yield self.features.raw(torch.from_numpy(wav))  # (F, T)
+                except Exception:  # noqa: BLE001 - counted where the utterance is used
+                    continue
+        stats = global_stats(raws())
+        log.info("global CMVN: statistics of %d utterance(s)", len(picks))
+        return stats
 
     def _speaker_stats(self) -> dict[str, SpeakerStats]:
         """Per-bin statistics of every `speaker` named in the manifest (rows without one normalize on their

@@ -7,14 +7,18 @@
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import torch
 
 from ..config import AugmentConfig, ConfigError, FeatureConfig
 
 FEATURE_KINDS = ("spectrogram", "logmel")
-# per utterance: one mean/std | per bin (CMVN) | per bin over the speaker's utterances (speaker CMVN) | none
-NORMALIZATIONS = ("utterance", "feature", "speaker", "none")
+# per utterance: one mean/std | per bin (CMVN) | per bin over the speaker's utterances (speaker CMVN) | per bin,
+# the training set's (frame by frame: streams) | none | auto: global for a model that streams, else utterance
+# (resolved when the components are built: components.resolve_normalize)
+NORMALIZATIONS = ("utterance", "feature", "speaker", "global", "none", "auto")
+GLOBAL_STATS_UTTERANCES = 2000  # training computes normalize=global's statistics over at most so many utterances
 # where training computes features: the loader's workers (CPU), or the training step on its device (the loader
 # then ships waveforms: FeatureExtractor.batch)
 FEATURE_DEVICES = ("loader", "cuda", "cpu")
@@ -71,6 +75,23 @@ def pooled_prior(speakers: dict[str, SpeakerStats]) -> list[float]:
     return [round(float(v), 5) for v in torch.cat([pooled.mean, pooled.std])]
 
 
+def global_stats(raws: Iterable[torch.Tensor]) -> list[float]:
+    """The per-bin mean then std (2F values, rounded to 1e-5) of every frame of these raw features (F, T_i):
+    features.global_stats."""
+    total = sumsq = None
+    frames = 0
+    for raw in raws:
+        x = raw.double()
+        total = x.sum(dim=1) if total is None else total + x.sum(dim=1)
+        sumsq = x.pow(2).sum(dim=1) if sumsq is None else sumsq + x.pow(2).sum(dim=1)
+        frames += x.shape[1]
+    if not frames:
+        raise ConfigError("features.normalize=global: no training audio to compute its statistics from")
+    mean = total / frames
+    std = (sumsq / frames - mean.pow(2)).clamp_min(0).sqrt()
+    return [round(float(v), 5) for v in torch.cat([mean, std])]
+
+
 def _mel_filterbank(n_freqs: int, n_mels: int, sample_rate: int) -> torch.Tensor:
     """(n_mels, n_freqs) triangular filters on the HTK mel scale."""
     def hz_to_mel(f: torch.Tensor) -> torch.Tensor:
@@ -105,6 +126,9 @@ class FeatureExtractor:
             self.mel = _mel_filterbank(n_freqs, cfg.n_mels, cfg.sample_rate) if cfg.kind == "logmel" else None
         self.num_features = cfg.n_mels if cfg.kind == "logmel" else n_freqs
         self._device_consts: dict[torch.device, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        if cfg.global_stats and len(cfg.global_stats) != 2 * self.num_features:
+            raise ConfigError(f"features.global_stats holds {len(cfg.global_stats)} values; these features need "
+                              f"{2 * self.num_features} (a per-bin mean, then std) or none")
         if cfg.speaker_prior and len(cfg.speaker_prior) != 2 * self.num_features:
             raise ConfigError(f"features.speaker_prior holds {len(cfg.speaker_prior)} values; these features "
                               f"need {2 * self.num_features} (a per-bin mean, then std) or none")
@@ -140,7 +164,7 @@ class FeatureExtractor:
 
     def normalize(self, feats: torch.Tensor, speaker: SpeakerStats | None = None) -> torch.Tensor:
         """(F, T) raw features -> normalized as features.normalize says."""
-        mode = self.cfg.normalize
+        mode = self._mode()
         if mode == "utterance":
             return (feats - feats.mean()) / (feats.std() + 1e-5)
         if mode == "speaker":
@@ -148,6 +172,9 @@ class FeatureExtractor:
             if stats is not None:
                 level_free = feats - feats.mean()  # as SpeakerStats.add saw it
                 return (level_free - stats.mean[:, None]) / (stats.std[:, None] + 1e-5)
+        if mode == "global":
+            mean, std = self._global(feats.device)
+            return (feats - mean[:, None]) / (std[:, None] + 1e-5)
         if mode in ("feature", "speaker"):  # per-bin mean/variance over the utterance's frames (CMVN)
             return (feats - feats.mean(dim=1, keepdim=True)) / (feats.std(dim=1, keepdim=True) + 1e-5)
         return feats
@@ -182,7 +209,7 @@ class FeatureExtractor:
 
     def _normalize_batch(self, feats: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """`normalize` over each row's own frames: (B, F, T) features, (B, 1, T) valid frames."""
-        mode, m = self.cfg.normalize, valid.to(feats.dtype)
+        mode, m = self._mode(), valid.to(feats.dtype)
         if mode == "speaker":
             raise ConfigError("features.normalize=speaker needs the features computed in the loader "
                               "(features.device=loader)")
@@ -192,7 +219,26 @@ class FeatureExtractor:
             mean = (feats * m).sum(dims, keepdim=True) / n
             std = ((feats - mean).pow(2) * m).sum(dims, keepdim=True).div(n - 1).sqrt()  # unbiased, as Tensor.std
             return (feats - mean) / (std + 1e-5)
+        if mode == "global":
+            mean, std = self._global(feats.device)
+            return ((feats - mean[None, :, None]) / (std[None, :, None] + 1e-5)) * m  # padding stays zero
         return feats
+
+    def _mode(self) -> str:
+        """features.normalize; auto (which a model's components resolve first: components.resolve_normalize) is
+        utterance for features used without a model."""
+        return "utterance" if self.cfg.normalize == "auto" else self.cfg.normalize
+
+    def _global(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """normalize=global's per-bin mean and std (F,) on `device`; a ConfigError where training has not
+        written them."""
+        stats = self.cfg.global_stats
+        if not stats:
+            raise ConfigError("features.normalize=global needs the training set's statistics "
+                              "(features.global_stats), which training computes; this config has none")
+        f = len(stats) // 2
+        both = torch.tensor(stats, dtype=torch.float32, device=device)
+        return both[:f], both[f:]
 
     @staticmethod
     def _augment_batch(feats: torch.Tensor, valid: torch.Tensor, draws: torch.Tensor,

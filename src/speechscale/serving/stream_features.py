@@ -24,8 +24,8 @@ class Cut(NamedTuple):
 
 
 def spectra(features: Any, cuts: list[Cut]) -> list[torch.Tensor]:
-    """Each cut's feature frames (F, frames), as torch.stft (center=False) and the extractor's compression compute
-    them, for all cuts in one call: each cut starts at a multiple of the hop in one signal, and the windows that
+    """Each cut's feature frames (F, frames), as torch.stft (center=False), the extractor's compression and its
+    normalization (one that works frame by frame) compute them, for all cuts in one call: each cut starts at a multiple of the hop in one signal, and the windows that
     straddle two cuts are dropped."""
     hop = features.hop_length
     parts, starts, at = [], [], 0
@@ -37,7 +37,7 @@ def spectra(features: Any, cuts: list[Cut]) -> list[torch.Tensor]:
     signal = torch.from_numpy(np.concatenate(parts))
     spec = torch.stft(signal, n_fft=features.n_fft, hop_length=hop, win_length=features.win_length,
                       window=features.window, center=False, return_complex=True)  # (F', windows)
-    feats = features.compress(spec.abs())  # (F, windows)
+    feats = features.normalize(features.compress(spec.abs()))  # (F, windows); global or none: frame by frame
     return [feats[:, a:a + cut.frames] for a, cut in zip(starts, cuts)]
 
 

@@ -23,7 +23,7 @@ from .. import storage
 from ..components import build_components
 from ..config import Config, ConfigError, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
-from ..data.features import pooled_prior
+from ..data.features import GLOBAL_STATS_UTTERANCES, pooled_prior
 from ..data.loading import training_data
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
@@ -105,6 +105,12 @@ class Trainer:
         self.card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts)
         if not utts:
             self.card_data.update(utterances=data.utterances, hours=None)
+        if cfg.features.normalize == "global" and not cfg.features.global_stats:  # before any feature is made
+            if not hasattr(data.plain, "global_stats"):
+                raise ConfigError("features.normalize=global computes its statistics from a manifest's utterances; "
+                                  "a sharded corpus needs them given (features.global_stats) or another "
+                                  "features.normalize")
+            cfg.features.global_stats = data.plain.global_stats(GLOBAL_STATS_UTTERANCES)  # saved with the config
         if cfg.features.normalize == "speaker" and (prior := pooled_prior(getattr(data.dataset, "speakers", {}))):
             cfg.features.speaker_prior = prior  # saved with the config: what a file without a speaker meets
         self.loader, self.plan, self.dataset, self.val_loader = data.loader, data.plan, data.dataset, data.val_loader

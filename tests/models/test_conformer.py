@@ -5,7 +5,8 @@ import torch
 
 from speechscale.config import ConfigError
 from speechscale.models import build_model
-from speechscale.models.conformer import ConformerConfig, RelPositionAttention, rel_shift, relative_positions
+from speechscale.models.conformer import (ConformerConfig, RelPositionAttention, chunk_mask, rel_shift, relative_index,
+                                          relative_positions)
 
 
 @pytest.mark.parametrize("frames", [1, 2, 7])
@@ -14,9 +15,22 @@ def test_rel_shift_puts_the_score_of_position_i_minus_j_at_i_j(frames):
     positions = relative_positions(t)  # (2T-1,) T-1 .. -(T-1)
     assert positions.tolist() == list(range(frames - 1, -frames, -1))
     scores = (positions.float() * 10)[None, None, None, :].expand(2, 3, frames, -1)  # score = 10 x position
-    shifted = rel_shift(scores, t)
+    shifted = rel_shift(scores, relative_index(t, t))
     want = (t[:, None] - t[None, :]).float() * 10  # (T, T)
     assert shifted.shape == (2, 3, frames, frames) and torch.equal(shifted[1, 2], want)
+
+
+def test_rel_shift_of_a_chunk_against_its_left_context_and_the_chunk_mask():
+    """Queries 0..C-1 after L cached keys: key j sits L + i - j positions before query i."""
+    c, left = 3, 4
+    positions = torch.arange(left + c - 1, -c, -1)  # what the streaming step embeds
+    scores = (positions.float() * 10)[None, None, None, :].expand(1, 1, c, -1)
+    shifted = rel_shift(scores, relative_index(torch.arange(c), torch.arange(left + c)))
+    want = (left + torch.arange(c)[:, None] - torch.arange(left + c)[None, :]).float() * 10
+    assert shifted.shape == (1, 1, c, left + c) and torch.equal(shifted[0, 0], want)
+    allowed = chunk_mask(torch.arange(8), chunk=3, left=2)  # chunks [0,3) [3,6) [6,8)
+    assert allowed[4].tolist() == [False, True, True, True, True, True, False, False]
+    assert allowed[0].tolist() == [True, True, True] + [False] * 5 and allowed[7].tolist() == [False] * 4 + [True] * 4
 
 
 def test_attention_ignores_what_padded_keys_hold():
@@ -28,8 +42,9 @@ def test_attention_ignores_what_padded_keys_hold():
     mask = torch.tensor([[True] * 4 + [False] * 2])
     noisy = x.clone()
     noisy[:, 4:] = 1e3 * torch.randn(1, 2, 16)
+    allowed, index = mask[:, None, None, :], relative_index(t, t)
     with torch.no_grad():
-        torch.testing.assert_close(attn(x, mask, pos, t)[:, :4], attn(noisy, mask, pos, t)[:, :4])
+        torch.testing.assert_close(attn(x, x, allowed, pos, index)[:, :4], attn(noisy, noisy, allowed, pos, index)[:, :4])
 
 
 def test_dropout_acts_only_in_training_and_the_tiny_preset_learns_one_batch():

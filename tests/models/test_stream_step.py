@@ -1,6 +1,7 @@
 """The models' streaming interface (models.streaming): DeepSpeech2's step, fed any chunking of the features, batched
-with other streams of other lengths, gives the offline model's logits; each piece of its state matters; models
-that cannot stream say why."""
+with other streams of other lengths, gives the offline model's logits; the streaming Conformer's step at chunk C
+gives its offline logits with attention in chunks of C (a bounded left context included); each piece of state
+matters; models that cannot stream say why."""
 import pytest
 import torch
 
@@ -58,6 +59,55 @@ def test_the_step_gives_the_offline_logits_for_every_row_of_a_batch_and_any_chun
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def _conformer(left):
+    torch.manual_seed(0)
+    cfg = load_config(None, ["model.name=conformer-streaming-tiny", f"model.overrides={{left_context: {left}}}",
+                             "features.kind=logmel", "features.n_mels=80", "features.normalize=none"])
+    model = build_components(cfg).model.eval()
+    for mod in model.modules():
+        if getattr(mod, "running_mean", None) is not None:
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    return model
+
+
+def test_the_streaming_conformers_step_at_chunk_c_gives_its_offline_logits_in_chunks_of_c():
+    """Rows of 11, 64 and 203 feature frames (3 to 51 output frames) in one batch; chunks of 1, 4 and 16 output
+    frames; a left context of 12 frames, which the longest row passes, so the cache's bound counts. The full
+    context's logits differ: the chunks are not the whole utterance."""
+    model = _conformer(12)
+    assert model.streaming_problem() is None and model.stream_stride == 4
+    feats = [torch.randn(80, n) for n in (11, 64, 203)]
+    for c in (1, 4, 16):
+        model.set_chunk(c)
+        with torch.no_grad():
+            ref = [model(f[None], torch.tensor([f.shape[1]]))[0][0] for f in feats]
+        for got, want in zip(stream_rows(model, feats, 4 * c), ref):
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    model.set_chunk(None)
+    with torch.no_grad():
+        full = model(feats[2][None], torch.tensor([203]))[0][0]
+    assert not torch.allclose(full, ref[2], atol=1e-2)
+    from speechscale.config import ConfigError
+
+    with pytest.raises(ConfigError, match="streaming conformer"):
+        build_components(load_config(None, ["model.name=conformer-tiny"])).model.set_chunk(4)
+
+
+def test_dropping_any_piece_of_the_conformers_state_breaks_it():
+    model = _conformer(12)
+    model.set_chunk(4)
+    feats = [torch.randn(80, 203)]
+    with torch.no_grad():
+        ref = model(feats[0][None], torch.tensor([203]))[0][0]
+    names = model.stream_state_names()
+    assert names[:4] == ["subsampling0", "subsampling1", "block0_attention", "block0_conv"] and len(names) == 10
+    for k, name in enumerate(names):
+        got = stream_rows(model, feats, 16, forget=k)[0]
+        assert got.shape == ref.shape and not torch.allclose(got, ref, atol=1e-3), name
+
+
 def test_dropping_any_piece_of_the_state_breaks_it():
     model = _model()
     feats = [torch.randn(model.num_features, 150)]
@@ -74,7 +124,7 @@ def test_models_that_cannot_stream_say_why_in_one_line():
     from speechscale.models.streaming import streaming_problem
 
     for overrides, reason in [(["model.name=ds2-tiny"], "bidirectional"),
-                              (["model.name=conformer-tiny"], "whole utterance"),
+                              (["model.name=conformer-tiny"], "attends over the whole utterance"),
                               (["model.name=wav2letter+-tiny"], "whole utterance")]:
         comps = build_components(load_config(None, [*overrides, "features.normalize=none"]))
         problem = streaming_problem(comps.model, comps.features.cfg, comps.model_name)

@@ -42,12 +42,13 @@ def _offline_wav(comps, wav):
     return logits[0, : int(lens[0])], greedy_decode(logits, lens, comps.tokenizer)[0]
 
 
-def _stream(comps, path, chunk_ms, **kwargs):
+def _stream(comps, path, piece_ms, **kwargs):
+    """`path` pushed into a StreamingSession (`kwargs`) in pieces of `piece_ms` of audio -> the session, its events."""
     raw, rate = sf.read(str(path), dtype="float32", always_2d=True)
     raw = raw.mean(axis=1)
     session = StreamingSession(comps, sample_rate=rate, **kwargs)
     session.logits = []
-    n = max(1, int(round(rate * chunk_ms / 1000)))
+    n = max(1, int(round(rate * piece_ms / 1000)))
     events = []
     for i in range(0, len(raw), n):
         events += session.accept(raw[i:i + n])

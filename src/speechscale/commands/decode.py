@@ -27,10 +27,12 @@ def evaluate(args: argparse.Namespace) -> int:
     from ..decoding.scoring import score_checkpoint
 
     dcfg = decoder_config(args)
-    scores, res, loader = score_checkpoint(args.checkpoint, args.manifest, dcfg, args.batch_seconds, args.device)
+    scores, res, loader = score_checkpoint(args.checkpoint, args.manifest, dcfg, args.batch_seconds, args.device,
+                                           args.attention_chunk)
     if args.details:
         _write_details(args.details, res, loader)
     out = {**scores, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint), "decoder": args.decoder,
+           **({"attention_chunk": args.attention_chunk} if args.attention_chunk else {}),
            **({"alpha": dcfg.alpha, "beta": dcfg.beta} if dcfg.lm else {})}
     if args.json:
         print(json.dumps(out))
@@ -211,6 +213,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     # decoding.scoring.EVAL_BATCH_SECONDS, written out: the parser is built before torch is imported
     e.add_argument("--batch-seconds", type=positive(float), default=120.0,
                    help="audio seconds per evaluation batch (lower it if memory runs out)")
+    e.add_argument("--attention-chunk", type=positive(int), default=None, metavar="FRAMES",
+                   help="a streaming conformer: attend in chunks of FRAMES output frames, as it streams with "
+                        "that chunk (default: the full context)")
     e.set_defaults(func=evaluate)
 
     r = command(sub, "transcribe", "transcribe audio files (any format, rate, channels, length)")

@@ -107,7 +107,8 @@ class SpeechDataset(torch.utils.data.Dataset):
     def global_stats(self, limit: int) -> list[float]:
         """normalize=global's statistics (features.global_stats) over at most `limit` utterances spread evenly over
         the manifest; one that cannot be read is left out here (and skipped and counted where it is drawn)."""
-        picks = sorted({round(k * (len(self.utts) - 1) / max(1, limit - 1)) for k in range(min(limit, len(self.utts)))})
+        n = len(self.utts)
+        picks = range(n) if n <= limit else [k * n // limit for k in range(limit)]
 
         def raws() -> Iterator[torch.Tensor]:
             for i in picks:

@@ -25,12 +25,20 @@ def checkpoint_loader(checkpoint: str, manifest: str, batch_seconds: float = 60.
 
 
 def score_checkpoint(checkpoint: str, manifest: str, decoder: DecoderConfig | None = None,
-                     batch_seconds: float = EVAL_BATCH_SECONDS,
-                     device: str = "cpu") -> tuple[dict[str, Any], EvalResult, Any]:
+                     batch_seconds: float = EVAL_BATCH_SECONDS, device: str = "cpu",
+                     attention_chunk: int | None = None) -> tuple[dict[str, Any], EvalResult, Any]:
     """WER/CER of `checkpoint` on `manifest` through `decoder` (greedy by default), batches of `batch_seconds`
-    of audio (eval's default), the model on `device`: {wer, cer, utterances, skipped, skipped_reasons} (skips of
+    of audio (eval's default), the model on `device` (a streaming conformer attending in chunks of
+    `attention_chunk` output frames, as it streams): {wer, cer, utterances, skipped, skipped_reasons} (skips of
     the loader and of decoding together), the EvalResult and the loader."""
     comps, loader, report = checkpoint_loader(checkpoint, manifest, batch_seconds, device)
+    if attention_chunk is not None:
+        from ..config import ConfigError
+
+        if not hasattr(comps.model, "set_chunk"):
+            raise ConfigError(f"--attention-chunk: {comps.model_name} has no chunked attention (a "
+                              f"conformer-streaming preset has)")
+        comps.model.set_chunk(attention_chunk)
     scores, res = score_loaded(comps, loader, report, decoder)
     return scores, res, loader
 

@@ -20,7 +20,8 @@ from torch import nn
 
 from ..config import ConfigError
 from . import flops as F
-from .layers import MaskedBatchNorm, conv_out_length, length_mask
+from .layers import MaskedBatchNorm, conv_out_length, conv_time_carry, conv_time_delay, conv_time_step, length_mask
+from .streaming import decided
 
 
 @dataclass
@@ -34,6 +35,11 @@ class ConformerConfig:
     conv_kernel: int = 31
     subsampling_channels: int = 256   # channels of the two stride-2 3x3 convolutions
     dropout: float = 0.1              # after each sub-module, on the embedded input, and on attention weights
+    streaming: bool = False           # causal convolutions; attention in chunks over a bounded left context,
+                                      # trained over chunk sizes drawn per batch (WeNet's U2): streams
+    max_chunk: int = 25               # streaming: training draws chunks of 1..max_chunk output frames (half the
+                                      # batches: the full context)
+    left_context: int = 64            # streaming: output frames before its chunk a frame attends to (the cache)
 
 
 class ConvSubsampling(nn.Module):
@@ -56,6 +62,19 @@ class ConvSubsampling(nn.Module):
             lengths = conv_out_length(lengths, conv)
             x = x * length_mask(lengths, x.shape[-1], x.device)[:, None, None, :].to(x.dtype)
         return self.out(x.permute(0, 3, 1, 2).flatten(2)), lengths  # (B, T', C*F') -> (B, T', d)
+
+    def step(self, feats: torch.Tensor, first: torch.Tensor, length: torch.Tensor,
+             carried: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """A chunk of features (B, F, 4C) from stream frame `first` (B,) of a stream of `length` (B,) frames ->
+        (B, C, d), its decided frames (B, C), the frames to carry next (each conv keeps its last input frame)."""
+        x, keep = feats[:, None], []  # (B, 1, F, 4C)
+        for conv, carry in zip((self.conv1, self.conv2), carried):
+            x, k = conv_time_step(conv, x, carry)  # (B, C', F', n / 2)
+            keep.append(k)
+            first, length = first // 2, conv_out_length(length, conv)
+            ok = decided(first, x.shape[-1], conv_time_delay(conv, 0), length)  # (B, n / 2)
+            x = torch.relu(x) * ok[:, None, None, :].to(x.dtype)
+        return self.out(x.permute(0, 3, 1, 2).flatten(2)), ok, keep
 
 
 class FeedForward(nn.Module):
@@ -83,11 +102,23 @@ def sinusoid(positions: torch.Tensor, d: int) -> torch.Tensor:
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)  # (N, d)
 
 
-def rel_shift(scores: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
-    """(B, H, T, 2T-1) scores against relative positions T-1..-(T-1) -> (B, H, T, T) where [i, j] is the score
-    of relative position i - j (Transformer-XL's shift, written as a gather)."""
-    index = frames[None, :] - frames[:, None] + frames[-1]  # (T, T): (T-1) - i + j
+def rel_shift(scores: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """(B, H, Tq, Tq+Tk-1) scores against the relative positions of `relative_index` -> (B, H, Tq, Tk) where
+    [i, j] is the score of query i against key j (Transformer-XL's shift, written as a gather)."""
     return scores.gather(-1, index.expand(scores.shape[0], scores.shape[1], -1, -1))
+
+
+def relative_index(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """(Tq,) and (Tk,) aranges -> (Tq, Tk) columns into positions (Tq-1)+o, ..., o-(Tk-1) (o: how many keys precede
+    the first query): (Tq-1) - i + j."""
+    return keys[None, :] - queries[:, None] + queries[-1]
+
+
+def chunk_mask(frames: torch.Tensor, chunk: int, left: int) -> torch.Tensor:
+    """(T,) arange -> (T, T) bool: query i sees key j in its own chunk of `chunk` frames or before it, at most
+    `left` frames before the chunk's start."""
+    start = frames // chunk * chunk  # (T,) each frame's chunk start
+    return (frames[None, :] < start[:, None] + chunk) & (frames[None, :] >= start[:, None] - left)
 
 
 class RelPositionAttention(nn.Module):
@@ -111,29 +142,34 @@ class RelPositionAttention(nn.Module):
         in an ONNX export."""
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_k)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
-        """x (B, T, d), mask (B, T) True on valid frames, pos (2T-1, d) embeddings -> (B, T, d)."""
-        q = self._heads(self.q(x))  # (B, T, H, d_k)
-        k, v = self._heads(self.k(x)).transpose(1, 2), self._heads(self.v(x)).transpose(1, 2)  # (B, H, T, d_k)
-        p = self.pos(pos.to(x.dtype)).view(-1, self.heads, self.d_k).permute(1, 2, 0)  # (H, d_k, 2T-1)
-        content = (q + self.bias_u.to(q.dtype)).transpose(1, 2) @ k.transpose(-2, -1)  # (B, H, T, T)
-        position = rel_shift((q + self.bias_v.to(q.dtype)).transpose(1, 2) @ p, frames)  # (B, H, T, T)
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor, pos: torch.Tensor,
+                index: torch.Tensor) -> torch.Tensor:
+        """Queries x (B, Tq, d) against keys (B, Tk, d) (x itself offline; the cached left context and x in a step),
+        allowed (B, 1, Tq or 1, Tk) the pairs that attend, pos (Tq+Tk-1, d) embeddings of the relative positions
+        that `index` (Tq, Tk) picks -> (B, Tq, d)."""
+        q = self._heads(self.q(x))  # (B, Tq, H, d_k)
+        k, v = self._heads(self.k(keys)).transpose(1, 2), self._heads(self.v(keys)).transpose(1, 2)  # (B, H, Tk, d_k)
+        p = self.pos(pos.to(x.dtype)).view(-1, self.heads, self.d_k).permute(1, 2, 0)  # (H, d_k, Tq+Tk-1)
+        content = (q + self.bias_u.to(q.dtype)).transpose(1, 2) @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+        position = rel_shift((q + self.bias_v.to(q.dtype)).transpose(1, 2) @ p, index)  # (B, H, Tq, Tk)
         scores = (content.float() + position.float()) / math.sqrt(self.d_k)
-        scores = scores.masked_fill(~mask[:, None, None, :], torch.finfo(torch.float32).min)
-        weights = self.drop(scores.softmax(-1)).to(v.dtype)  # (B, H, T, T), softmax in fp32
-        return self.o((weights @ v).transpose(1, 2).flatten(2))  # (B, T, d)
+        scores = scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
+        weights = self.drop(scores.softmax(-1)).to(v.dtype)  # (B, H, Tq, Tk), softmax in fp32
+        return self.o((weights @ v).transpose(1, 2).flatten(2))  # (B, Tq, d)
 
 
 class ConvModule(nn.Module):
-    """LayerNorm -> pointwise conv (2d) -> GLU -> depthwise conv -> masked BN -> SiLU -> pointwise conv -> dropout."""
+    """LayerNorm -> pointwise conv (2d) -> GLU -> depthwise conv -> masked BN -> SiLU -> pointwise conv -> dropout.
+    `causal`: the depthwise convolution reads only the frame and the kernel - 1 before it."""
 
-    def __init__(self, d: int, kernel: int, dropout: float) -> None:
+    def __init__(self, d: int, kernel: int, dropout: float, causal: bool = False) -> None:
         super().__init__()
         if kernel % 2 == 0:
             raise ConfigError(f"model.overrides: conv_kernel must be odd (same padding), got {kernel}")
+        self.causal, self.kernel = causal, kernel
         self.norm = nn.LayerNorm(d)
         self.pointwise1 = nn.Conv1d(d, 2 * d, 1)
-        self.depthwise = nn.Conv1d(d, d, kernel, padding=kernel // 2, groups=d)
+        self.depthwise = nn.Conv1d(d, d, kernel, padding=0 if causal else kernel // 2, groups=d)
         self.bn = MaskedBatchNorm(d)
         self.pointwise2 = nn.Conv1d(d, d, 1)
         self.drop = nn.Dropout(dropout)
@@ -141,7 +177,19 @@ class ConvModule(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x (B, T, d), mask (B, T) -> (B, T, d)."""
         y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, T)
-        y = self.depthwise(y * mask[:, None, :].to(y.dtype))  # zeros beyond each utterance
+        y = y * mask[:, None, :].to(y.dtype)  # zeros beyond each utterance
+        if self.causal:
+            y = nn.functional.pad(y, (self.kernel - 1, 0))  # (B, d, k - 1 + T)
+        return self._out(self.depthwise(y), mask)
+
+    def step(self, x: torch.Tensor, ok: torch.Tensor, carried: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A causal module over a chunk: x (B, C, d), ok (B, C) decided frames, carried (B, d, k - 1) the depthwise
+        input before it -> (B, C, d), the frames to carry next."""
+        y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, C)
+        y, keep = conv_time_step(self.depthwise, y * ok[:, None, :].to(y.dtype), carried)  # (B, d, C)
+        return self._out(y, torch.ones_like(ok)), keep
+
+    def _out(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         y = self.pointwise2(nn.functional.silu(self.bn(y, mask)))
         return self.drop(y.transpose(1, 2))
 
@@ -156,16 +204,32 @@ class ConformerBlock(nn.Module):
         self.attn_norm = nn.LayerNorm(d)
         self.attn = RelPositionAttention(d, cfg.heads, cfg.dropout)
         self.attn_drop = nn.Dropout(cfg.dropout)
-        self.conv = ConvModule(d, cfg.conv_kernel, cfg.dropout)
+        self.conv = ConvModule(d, cfg.conv_kernel, cfg.dropout, causal=cfg.streaming)
         self.ff2 = FeedForward(d, cfg.ff_expansion, cfg.dropout)
         self.out_norm = nn.LayerNorm(d)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, allowed: torch.Tensor, pos: torch.Tensor,
+                index: torch.Tensor) -> torch.Tensor:
+        """x (B, T, d), mask (B, T), allowed (B, 1, T or 1, T) -> (B, T, d)."""
         x = x + 0.5 * self.ff1(x)
-        x = x + self.attn_drop(self.attn(self.attn_norm(x), mask, pos, frames))
+        a = self.attn_norm(x)
+        x = x + self.attn_drop(self.attn(a, a, allowed, pos, index))
         x = x + self.conv(x, mask)
         x = x + 0.5 * self.ff2(x)
         return self.out_norm(x)
+
+    def step(self, x: torch.Tensor, ok: torch.Tensor, allowed: torch.Tensor, pos: torch.Tensor, index: torch.Tensor,
+             cache: torch.Tensor, carried: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A chunk x (B, C, d) after the cached attention inputs of the L frames before it (B, L, d) and the conv
+        module's carried frames -> (B, C, d), the new cache, the new carried frames."""
+        x = x + 0.5 * self.ff1(x)
+        a = self.attn_norm(x)
+        keys = torch.cat([cache, a], dim=1)  # (B, L + C, d)
+        x = x + self.attn_drop(self.attn(a, keys, allowed, pos, index))
+        y, keep = self.conv.step(x, ok, carried)
+        x = x + y
+        x = x + 0.5 * self.ff2(x)
+        return self.out_norm(x), keys[:, keys.shape[1] - cache.shape[1]:], keep
 
 
 class Conformer(nn.Module):
@@ -207,8 +271,85 @@ class Conformer(nn.Module):
         mask = length_mask(lengths, x.shape[1], x.device)  # (B, T')
         frames = torch.arange(x.shape[1], device=x.device)
         pos = sinusoid(relative_positions(frames), self.cfg.d_model)  # (2T'-1, d)
+        allowed = mask[:, None, None, :]  # (B, 1, 1, T'): every valid key
+        chunk = self._chunk()
+        if chunk is not None:
+            allowed = allowed & chunk_mask(frames, chunk, self.cfg.left_context)[None, None]  # (B, 1, T', T')
+        index = relative_index(frames, frames)
         x = self.in_drop(x)
         for block in self.blocks:
-            x = block(x, mask, pos, frames)
+            x = block(x, mask, allowed, pos, index)
         x = x * mask[..., None].to(x.dtype)
         return self.out(x), lengths  # (B, T', V)
+
+    def _chunk(self) -> int | None:
+        """The attention chunk of this forward (output frames), None for the full context: `self.chunk` in eval; in
+        training a streaming model draws one per batch (half the batches the full context)."""
+        if not self.cfg.streaming:
+            return None
+        if not self.training:
+            return self.chunk
+        if torch.rand(()) < 0.5:
+            return None
+        return int(torch.randint(1, self.cfg.max_chunk + 1, ()))
+
+    # -- streaming (models.streaming): subsampling, then every block on chunks of C output frames, each frame
+    #    attending to its chunk and the cfg.left_context frames before it (cached); the conv modules are causal.
+
+    chunk: int | None = None  # eval's attention chunk (set_chunk); the streaming step's is its own chunk
+
+    def set_chunk(self, chunk: int | None) -> None:
+        """Evaluate with attention in chunks of `chunk` output frames (a streaming model; None: full context)."""
+        if chunk is not None and (not self.cfg.streaming or chunk < 1):
+            raise ConfigError("an attention chunk needs a streaming conformer (conformer-streaming) and 1 or more "
+                              "frames")
+        self.chunk = chunk
+
+    def streaming_problem(self) -> str | None:
+        """Why this model cannot stream (one line), or None."""
+        if not self.cfg.streaming:
+            return ("attends over the whole utterance and its convolutions read ahead (a conformer-streaming preset "
+                    "streams)")
+        return None
+
+    @property
+    def stream_stride(self) -> int:
+        """Feature frames per output frame."""
+        return self.subsampling.conv1.stride[1] * self.subsampling.conv2.stride[1]
+
+    def stream_state_names(self) -> list[str]:
+        """Names of stream_init's tensors, in order."""
+        names = ["subsampling0", "subsampling1"]
+        for i in range(len(self.blocks)):
+            names += [f"block{i}_attention", f"block{i}_conv"]
+        return names
+
+    def stream_init(self, batch: int) -> list[torch.Tensor]:
+        """Zeros: each subsampling conv's carried frame, each block's attention inputs of the left context and its
+        depthwise convolution's carried frames."""
+        s, w = self.subsampling, self.out.weight
+        state = [conv_time_carry(s.conv1, (batch, 1, self.num_features, 0)),
+                 conv_time_carry(s.conv2, (batch, s.conv2.in_channels, (self.num_features + 1) // 2, 0))]
+        for block in self.blocks:
+            state += [w.new_zeros(batch, self.cfg.left_context, self.cfg.d_model),
+                      conv_time_carry(block.conv.depthwise, (batch, self.cfg.d_model, 0))]
+        return state
+
+    def stream_step(self, feats: torch.Tensor, frames_in: torch.Tensor, total: torch.Tensor,
+                    state: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """feats (B, F, 4C), frames_in (B,), total (B,), state -> logits (B, C, V), decided (B, C), the new state.
+        The step's C is the attention chunk: the logits equal the offline model's with set_chunk(C)."""
+        x, ok, new = self.subsampling.step(feats, frames_in, total, state[:2])  # (B, C, d), (B, C)
+        c, left = x.shape[1], self.cfg.left_context
+        first = frames_in // self.stream_stride  # (B,) the chunk's first output frame
+        keys = first[:, None] - left + torch.arange(left + c, device=x.device)[None, :]  # (B, L + C) key positions
+        length = self.output_lengths(total)
+        allowed = ((keys >= 0) & (keys < length[:, None]))[:, None, None, :]  # (B, 1, 1, L + C)
+        # query i (at key index L + i) against key j: relative positions L + C - 1 down to -(C - 1)
+        pos = sinusoid(torch.arange(left + c - 1, -c, -1, device=x.device), self.cfg.d_model)  # (L + 2C - 1, d)
+        index = relative_index(torch.arange(c, device=x.device), torch.arange(left + c, device=x.device))
+        for i, block in enumerate(self.blocks):
+            x, cache, carry = block.step(x, ok, allowed, pos, index, state[2 + 2 * i], state[3 + 2 * i])
+            new += [cache, carry]
+        x = x * ok[..., None].to(x.dtype)
+        return self.out(x), ok, new

@@ -53,6 +53,12 @@ MODELS: dict[str, tuple[type, Callable[..., nn.Module], dict[str, Any]]] = {
     # Conformer-S's width (144) at 4 blocks: trains on 2 CPU cores.
     "conformer-tiny": (ConformerConfig, Conformer, {"d_model": 144, "layers": 4, "heads": 4, "conv_kernel": 15,
                                                     "subsampling_channels": 64}),
+    # Streaming: causal convolutions, attention in chunks over 64 frames of left context, trained over chunk sizes
+    # 1-25 and the full context (WeNet's U2): one model for full-context and chunked decoding.
+    "conformer-streaming": (ConformerConfig, Conformer, {"streaming": True}),
+    "conformer-streaming-tiny": (ConformerConfig, Conformer, {"d_model": 144, "layers": 4, "heads": 4,
+                                                              "conv_kernel": 15, "subsampling_channels": 64,
+                                                              "streaming": True}),
 }
 
 # Features each family was designed for (bench uses them; recipes set `features:` to match).
@@ -60,6 +66,7 @@ RECOMMENDED_FEATURES: dict[str, dict[str, Any]] = {
     "wav2letter+": {"kind": "logmel", "n_mels": 64}, "wav2letter+-tiny": {"kind": "logmel", "n_mels": 64},
     "lstm-ctc": {"kind": "logmel", "n_mels": 40}, "lstm-ctc-tiny": {"kind": "logmel", "n_mels": 40},
     "conformer": {"kind": "logmel", "n_mels": 80}, "conformer-tiny": {"kind": "logmel", "n_mels": 80},
+    "conformer-streaming": {"kind": "logmel", "n_mels": 80}, "conformer-streaming-tiny": {"kind": "logmel", "n_mels": 80},
 }
 
 

@@ -25,8 +25,8 @@ class Cut(NamedTuple):
 
 def spectra(features: Any, cuts: list[Cut]) -> list[torch.Tensor]:
     """Each cut's feature frames (F, frames), as torch.stft (center=False), the extractor's compression and its
-    normalization (one that works frame by frame) compute them, for all cuts in one call: each cut starts at a multiple of the hop in one signal, and the windows that
-    straddle two cuts are dropped."""
+    normalization (one that works frame by frame) compute them, for all cuts in one call: each cut starts at a
+    multiple of the hop in one signal, and the windows that straddle two cuts are dropped."""
     hop = features.hop_length
     parts, starts, at = [], [], 0
     for cut in cuts:

@@ -1,0 +1,54 @@
+"""The streaming Conformer live: for real files at 8, 16 and 44.1 kHz, streamed in pieces of any size with model
+chunks of 4 and 16 output frames, the logits and text equal the same checkpoint's offline ones with attention in
+chunks of that size, in PyTorch and through its ONNX step; its full-context transcript is the training text."""
+import pytest
+import torch
+
+from speechscale.components import load_components
+from speechscale.export.stream_runtime import OnnxStep
+from speechscale.export.stream_step import export_stream_step
+from tests.conftest import shared
+from tests.serving.test_streaming import CHUNKS_MS, _files, _offline, _stream
+
+LDC = "she had your dark suit in greasy wash water all year"
+
+
+def _offline_chunked(comps, path, chunk):
+    comps.model.set_chunk(chunk)
+    try:
+        return _offline(comps, path)
+    finally:
+        comps.model.set_chunk(None)
+
+
+@pytest.fixture(scope="module")
+def comps(conformer_streaming_checkpoint):
+    return load_components(conformer_streaming_checkpoint)
+
+
+def test_the_streamed_logits_and_text_equal_the_chunked_offline_ones_for_every_file_and_chunk(comps):
+    assert comps.features.cfg.normalize == "global" and _offline(comps, shared("ldc93s1", "LDC93S1.wav"))[1] == LDC
+    files = [*sorted(shared("ldc93s1").glob("*.wav")), shared("jfk", "jfk.flac"), *_files()[:4]]
+    pairs = 0
+    for k, path in enumerate(files):
+        for chunk in (4, 16):
+            logits, text = _offline_chunked(comps, path, chunk)
+            ms = CHUNKS_MS[(k + chunk) % len(CHUNKS_MS)]
+            session, events = _stream(comps, path, ms, chunk_ms=chunk * 40)  # 40 ms per output frame
+            assert session.recognizer.chunk == 4 * chunk
+            torch.testing.assert_close(torch.cat(session.logits), logits, atol=2e-4, rtol=1e-4,
+                                       msg=lambda m, p=path.name, c=chunk: f"{p} chunk {c}: {m}")
+            assert session.text == text, (path.name, chunk)
+            pairs += 1
+    assert pairs == 2 * len(files)
+
+
+def test_the_onnx_step_of_the_conformer_streams_the_same_logits(conformer_streaming_checkpoint, comps, tmp_path):
+    out = tmp_path / "step.onnx"
+    summary = export_stream_step(conformer_streaming_checkpoint, out, chunk=16)
+    assert summary["model"] == "conformer-streaming-tiny"
+    for path in (shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav"), shared("jfk", "jfk.flac")):
+        logits, text = _offline_chunked(comps, path, 4)
+        session, _ = _stream(comps, path, 100, step=OnnxStep(out))
+        torch.testing.assert_close(torch.cat(session.logits), logits, atol=2e-4, rtol=1e-4)
+        assert session.text == text

@@ -29,4 +29,20 @@ def test_bench_stream_times_every_chunk_refuses_one_too_many_and_counts_memory(s
 
 def test_the_bench_counts_streamed_texts_equal_to_the_offline_ones(streaming_checkpoint):
     e = exactness(str(streaming_checkpoint), (320.0,))
-    assert e == {"files": 20, "chunk_ms": [320.0], "pairs": 20, "equal": 20, "rate": 1.0}
+    assert e == {"files": 20, "chunk_ms": [320.0], "pairs": 20, "equal": 20, "rate": 1.0,
+                 "onnx": {"pairs": 20, "equal": 20, "rate": 1.0}, "step_frames": 10, "attention_chunk": None}
+
+
+def test_the_bench_compares_a_streaming_conformer_with_its_offline_text_in_the_same_chunks(
+        conformer_streaming_checkpoint):
+    """100 ms steps are 12 feature frames, 3 output frames: the offline reference attends in chunks of 3."""
+    e = exactness(str(conformer_streaming_checkpoint), (37.0,), onnx=False)
+    assert e == {"files": 20, "chunk_ms": [37.0], "pairs": 20, "equal": 20, "rate": 1.0, "step_frames": 12,
+                 "attention_chunk": 3}
+
+
+def test_bench_stream_takes_a_model_or_a_checkpoint_not_both(capsys):
+    from tests.conftest import main_cli
+
+    code, _, err = main_cli(capsys, "bench", "stream", "--model", "conformer-streaming-tiny", "--checkpoint", "x.pt")
+    assert code == 2 and "give one" in err and len(err.strip().splitlines()) == 1

@@ -5,8 +5,14 @@ import torch
 
 from speechscale.config import ConfigError
 from speechscale.models import build_model
-from speechscale.models.conformer import (ConformerConfig, RelPositionAttention, chunk_mask, rel_shift, relative_index,
-                                          relative_positions)
+from speechscale.models.conformer import (
+    ConformerConfig,
+    RelPositionAttention,
+    chunk_mask,
+    rel_shift,
+    relative_index,
+    relative_positions,
+)
 
 
 @pytest.mark.parametrize("frames", [1, 2, 7])

@@ -242,14 +242,25 @@ def test_the_readmes_websocket_client_runs(server, streaming_checkpoint, tmp_pat
     assert lines[0].startswith("ready") and lines[-1] == f"final {text}"
 
 
-def test_the_page_streams_the_microphone_live_and_shows_partials_then_the_transcript_in_chromium(server, tmp_path):
+@pytest.fixture(scope="module")
+def conformer_server(conformer_streaming_checkpoint, tmp_path_factory):
+    proc, url = start_server(conformer_streaming_checkpoint, tmp_path_factory.mktemp("wsc") / "serve.log")
+    yield url
+    kill_group(proc)
+
+
+@pytest.mark.parametrize("family", ["ds2-streaming-tiny", "conformer-streaming-tiny"])
+def test_the_page_streams_the_microphone_live_and_shows_partials_then_the_transcript_in_chromium(family, request,
+                                                                                                tmp_path):
     """Chromium's fake capture device plays a real recording into getUserMedia; the page's Live button streams
-    it through an AudioWorklet to WS /v1/stream and shows partial text while it plays, then the transcript."""
+    it through an AudioWorklet to WS /v1/stream and shows partial text while it plays, then the transcript; with
+    each streaming family."""
     import time
 
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
+    server = request.getfixturevalue("server" if family.startswith("ds2") else "conformer_server")
     ldc = "she had your dark suit in greasy wash water all year"
     browser = fake_microphone_chromium(tmp_path)
     try:
@@ -258,7 +269,7 @@ def test_the_page_streams_the_microphone_live_and_shows_partials_then_the_transc
         started = time.monotonic()
         browser.find_element(By.ID, "live").click()
         WebDriverWait(browser, 20).until(lambda b: "Listening" in status() or "closed" in status())
-        assert "Listening (ds2-streaming-tiny)" in status(), status()
+        assert f"Listening ({family})" in status(), status()
         # text shows while the 2.9 s recording is still playing, before Stop is pressed
         WebDriverWait(browser, 20, poll_frequency=0.1).until(lambda b: live.text.strip())
         during, when = live.text.split(), time.monotonic() - started

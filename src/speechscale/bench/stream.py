@@ -53,15 +53,18 @@ def speech(seconds: float, rate: int = 16000) -> np.ndarray:
     return (np.clip(wav, -1, 1) * 32767).astype("<i2")
 
 
-def initial_streaming_checkpoint(path: Path) -> Path:
-    """ds2-streaming-tiny's initial weights on unnormalized features (latency does not depend on the weights)."""
+def initial_streaming_checkpoint(path: Path, model: str = MODEL) -> Path:
+    """A streaming preset's initial weights on unnormalized features (latency does not depend on the weights), with
+    the features its family was designed for."""
     import torch
 
     from ..components import build_components
     from ..config import to_dict
+    from ..models.registry import RECOMMENDED_FEATURES
     from ..recipe import load_recipe
 
-    cfg = load_recipe(None, [f"model.name={MODEL}", "features.normalize=none"])
+    features = [f"features.{k}={v}" for k, v in RECOMMENDED_FEATURES.get(model, {}).items()]
+    cfg = load_recipe(None, [f"model.name={model}", "features.normalize=none", *features])
     torch.save({"format_version": 3, "config": to_dict(cfg), "model": build_components(cfg).model.state_dict()},
                path)
     return path
@@ -289,45 +292,68 @@ def exactness_files() -> list[Path]:
     return [*fsdd, *yesno, *sorted(shared_data("ldc93s1").glob("*.wav")), shared_data("jfk", "jfk.flac")]
 
 
-def exactness(checkpoint: str, chunks_ms: tuple[float, ...] = CHUNKS_MS) -> dict[str, Any]:
-    """Each file streamed in each chunk size: is the streamed text the offline transcript of the whole file?"""
+def exactness(checkpoint: str, chunks_ms: tuple[float, ...] = CHUNKS_MS, onnx: bool = True) -> dict[str, Any]:
+    """Each file streamed in each chunk size, through the model in PyTorch and (`onnx`) its exported ONNX step: is
+    the streamed text the offline transcript of the whole file? (A streaming conformer's offline transcript
+    attends in the chunks it streams with.)"""
     import soundfile as sf
     import torch
 
     from ..components import load_components
     from ..data.audio import load_audio
     from ..decoding.greedy import greedy_decode
+    from ..export.stream_runtime import OnnxStep
+    from ..export.stream_step import export_stream_step
+    from ..serving.recognizer import Recognizer
     from ..serving.streaming import StreamingSession
 
     comps = load_components(checkpoint)
     model, rate = comps.model.eval(), comps.features.cfg.sample_rate
-    files, equal, pairs = exactness_files(), 0, 0
+    chunk = Recognizer(comps).chunk  # feature frames per step
+    attention = chunk // model.stream_stride if hasattr(model, "set_chunk") else None
+    if attention is not None:
+        model.set_chunk(attention)
+    files, offline = exactness_files(), {}
     for path in files:
         feats = comps.features(torch.from_numpy(load_audio(path, rate)))
         with torch.no_grad():
             logits, lens = model(feats[None], torch.tensor([feats.shape[1]]))
-        offline = greedy_decode(logits, lens, comps.tokenizer)[0]
-        raw, file_rate = sf.read(str(path), dtype="float32", always_2d=True)
-        raw = raw.mean(axis=1)
-        for ms in chunks_ms:
-            session, n = StreamingSession(comps, sample_rate=file_rate), max(1, round(file_rate * ms / 1000))
-            for i in range(0, len(raw), n):
-                session.accept(raw[i:i + n])
-            session.finish()
-            pairs += 1
-            equal += session.text == offline
-    return {"files": len(files), "chunk_ms": [round(c, 2) for c in chunks_ms], "pairs": pairs, "equal": equal,
-            "rate": round(equal / pairs, 4)}
+        offline[path] = greedy_decode(logits, lens, comps.tokenizer)[0]
+    if attention is not None:
+        model.set_chunk(None)
+    with tempfile.TemporaryDirectory() as tmp:
+        steps: dict[str, Any] = {"torch": None}
+        if onnx:
+            export_stream_step(checkpoint, Path(tmp) / "step.onnx", chunk=chunk)
+            steps["onnx"] = OnnxStep(Path(tmp) / "step.onnx")
+        counts = {}
+        for name, step in steps.items():
+            equal = pairs = 0
+            for path in files:
+                raw, file_rate = sf.read(str(path), dtype="float32", always_2d=True)
+                raw = raw.mean(axis=1)
+                for ms in chunks_ms:
+                    session = StreamingSession(comps, sample_rate=file_rate, step=step)
+                    n = max(1, round(file_rate * ms / 1000))
+                    for i in range(0, len(raw), n):
+                        session.accept(raw[i:i + n])
+                    session.finish()
+                    pairs += 1
+                    equal += session.text == offline[path]
+            counts[name] = {"pairs": pairs, "equal": equal, "rate": round(equal / pairs, 4)}
+    return {"files": len(files), "chunk_ms": [round(c, 2) for c in chunks_ms], **counts["torch"],
+            **({"onnx": counts["onnx"]} if onnx else {}), "step_frames": chunk, "attention_chunk": attention}
 
 
 def bench_stream(checkpoint: str | None = None, levels: tuple[int, ...] = (8, 32), seconds: float = 20.0,
                  chunk_ms: int = 100, memory_streams: int = 200, abandoned: int = 50,
-                 exact: bool = True, ws: str = "guarded") -> dict[str, Any]:
+                 exact: bool = True, ws: str = "guarded", model: str = MODEL) -> dict[str, Any]:
     """Exactness over real files and chunk sizes, then the latency levels and the memory run against one server
-    limited to max(levels) streams, on the connection stack `ws` (`serve --ws`)."""
+    limited to max(levels) streams, on the connection stack `ws` (`serve --ws`); without a checkpoint, `model`'s
+    initial weights."""
     audio = speech(max(seconds, 3.0) + 20)
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = checkpoint or str(initial_streaming_checkpoint(Path(tmp) / "stream.pt"))
+        ckpt = checkpoint or str(initial_streaming_checkpoint(Path(tmp) / "stream.pt", model))
         same = exactness(ckpt) if exact else None
         server = _Server(ckpt, max(levels), "--ws", ws)
         try:
@@ -340,6 +366,6 @@ def bench_stream(checkpoint: str | None = None, levels: tuple[int, ...] = (8, 32
             memory = _memory(server, audio, memory_streams, abandoned, at_once=at_once) if memory_streams else None
         finally:
             server.close()
-    return {"model": MODEL if checkpoint is None else checkpoint, "weights": "initial" if checkpoint is None
+    return {"model": model if checkpoint is None else checkpoint, "weights": "initial" if checkpoint is None
             else "trained", "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None,
             "ws": ws, "exactness": same, "levels": rows, "memory": memory}

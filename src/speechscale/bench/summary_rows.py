@@ -328,12 +328,16 @@ def _inference(figures: Path) -> list[dict[str, Any]]:
             rows.append(_row("inference", f"live streams, exactness over {e['files']} real files x "
                              f"{len(e['chunk_ms'])} chunk sizes", f"{e['equal']} of {e['pairs']} streamed texts = offline",
                              "all", _status(e["equal"] == e["pairs"]), p, src))
+        if e and "onnx" in e:
+            rows.append(_row("inference", "live streams through the exported ONNX step, the same pairs",
+                             f"{e['onnx']['equal']} of {e['onnx']['pairs']} streamed texts = offline", "all",
+                             _status(e["onnx"]["equal"] == e["onnx"]["pairs"]), p, src))
         for lv in res["levels"]:
-            first = lv is res["levels"][0]
+            top = lv is res["levels"][-1]  # the goal: the most streams the server takes
             rows.append(_row("inference", f"live streams, {lv['streams']} in real time, chunk to answer",
                              f"p95 {lv['p95_ms']:,.0f} ms ({lv['rtf_cpu']} CPU s per audio s)",
-                             "p95 ≤ 150 ms" if first else "-",
-                             _status(lv["p95_ms"] <= 150, f"gap {lv['p95_ms'] - 150:,.0f} ms") if first else "measured",
+                             "p95 ≤ 150 ms" if top else "-",
+                             _status(lv["p95_ms"] <= 150, f"gap {lv['p95_ms'] - 150:,.0f} ms") if top else "measured",
                              p, src))
         m = res.get("memory")
         if m:

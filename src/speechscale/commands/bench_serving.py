@@ -14,9 +14,14 @@ def stream(args: argparse.Namespace) -> int:
     from ..bench.stream import bench_stream
 
     levels = tuple(int(x) for x in args.streams.split(","))
+    if args.model and args.checkpoint:
+        from ..config import ConfigError
+
+        raise ConfigError("--model picks initial weights to serve; --checkpoint brings its own model: give one")
     for i, ws in enumerate(args.ws):  # stacks one after the other in one run; exactness once
         print(json.dumps(bench_stream(args.checkpoint, levels, args.seconds, args.chunk_ms, args.memory_streams,
-                                      args.memory_streams // 4, exact=i == 0, ws=ws)), flush=True)
+                                      args.memory_streams // 4, exact=i == 0, ws=ws,
+                                      model=args.model or "ds2-streaming-tiny")), flush=True)
     return 0
 
 
@@ -39,7 +44,11 @@ def register(bsub: Any, command: Callable[..., argparse.ArgumentParser]) -> None
     bs = command(bsub, "stream", "live transcription: WS /v1/stream latency with N real-time streams, the server's "
                  "real-time factor and memory over many streams")
     bs.add_argument("--checkpoint", default=None,
-                    help="a streaming model's checkpoint (default: ds2-streaming-tiny's initial weights)")
+                    help="a streaming model's checkpoint (default: --model's initial weights)")
+    bs.add_argument("--model", default=None,
+                    choices=["ds2-streaming-tiny", "ds2-streaming", "conformer-streaming-tiny", "conformer-streaming"],
+                    help="the streaming preset whose initial weights are served (default ds2-streaming-tiny); not with "
+                         "--checkpoint")
     bs.add_argument("--streams", default="8,32", help="comma-separated concurrent streams; the server takes the most")
     bs.add_argument("--seconds", type=positive(float), default=20.0, help="audio per stream (real speech)")
     bs.add_argument("--chunk-ms", type=positive(int), default=100, help="audio per message, sent in real time")

@@ -1,0 +1,77 @@
+"""The streaming Conformer on the demo corpus, against the offline conformer-tiny on the same recipe.
+
+    python benchmarks/streaming_conformer.py [--runs runs] [--out docs/figures/streaming/demo-conformer-streaming.json]
+
+Trains `demo_conformer_streaming` (conformer-streaming-tiny) and the same recipe with model.name=conformer-tiny,
+unless a run folder already holds a finished run (its metrics.jsonl ends with the stop record); then scores each
+run's last.pt on the demo's unseen voice with `speechscale eval`: the streaming model at full context and with
+attention in chunks of 16 and 4 output frames (0.64 s and 0.16 s), the offline model at full context. Goals (issue
+#53, after WeNet U2's unified conformer): CER at chunk 16 within 10 % (relative) of full context; at full context
+within 0.5 points of the offline model. Figures go to one JSON with its provenance; the recipe catalog cites it.
+Outside the package: this is how this repository makes its own figure, not a user command.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from speechscale.bench.harness import write_json
+
+RECIPE = "demo_conformer_streaming"
+TEST = "runs/demo/data/test.jsonl"
+
+
+def _run(args: list[str]) -> str:
+    proc = subprocess.run([sys.executable, "-m", "speechscale.cli", *args], capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"speechscale {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def _trained(out: Path, overrides: list[str]) -> dict:
+    """The run's stop record (training it first unless it finished)."""
+    metrics = out / "metrics.jsonl"
+    if not (metrics.is_file() and json.loads(metrics.read_text().splitlines()[-1])["kind"] == "stop"):
+        _run(["-q", "train", "--config", RECIPE, f"trainer.out_dir={out}", *overrides])
+    return json.loads(metrics.read_text().splitlines()[-1])
+
+
+def _score(out: Path, chunk: int | None = None) -> dict:
+    args = ["eval", "--json", "--checkpoint", str(out / "checkpoints" / "last.pt"), "--manifest", TEST]
+    return json.loads(_run(args + (["--attention-chunk", str(chunk)] if chunk else [])))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", default="runs", help="where the two runs' folders are (or go)")
+    p.add_argument("--out", default="docs/figures/streaming/demo-conformer-streaming.json")
+    args = p.parse_args()
+    started = time.monotonic()
+    streaming, offline = Path(args.runs) / RECIPE, Path(args.runs) / "demo_conformer_offline"
+    stop_s, stop_o = _trained(streaming, []), _trained(offline, ["model.name=conformer-tiny"])
+    full, c16, c4 = _score(streaming), _score(streaming, 16), _score(streaming, 4)
+    base = _score(offline)
+    goal_chunk = round(1.1 * full["cer"], 4)
+    goal_full = round(base["cer"] + 0.005, 4)
+    row = {"recipe": RECIPE, "model": "conformer-streaming-tiny", "wer": full["wer"], "cer": full["cer"],
+           "chunks": {"16": {"wer": c16["wer"], "cer": c16["cer"]}, "4": {"wer": c4["wer"], "cer": c4["cer"]}},
+           "goal_chunk16_cer": goal_chunk, "goal_full_cer": goal_full,
+           "reached": c16["cer"] <= goal_chunk and full["cer"] <= goal_full,
+           "epochs": stop_s["epoch"], "train_minutes": round(stop_s["minutes"], 2), "utterances": full["utterances"],
+           "scored_on": "the demo's test voice, never used in training (last.pt)"}
+    baseline = {"recipe": f"{RECIPE} model.name=conformer-tiny", "model": "conformer-tiny", "wer": base["wer"],
+                "cer": base["cer"], "epochs": stop_o["epoch"], "train_minutes": round(stop_o["minutes"], 2),
+                "normalize": "utterance (auto for a model that does not stream)"}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, [row, baseline], ["python", *sys.argv], round(time.monotonic() - started, 1),
+               {"recipe": RECIPE, "test": TEST})
+    print(json.dumps({"streaming": row, "offline": baseline}))
+
+
+if __name__ == "__main__":
+    main()

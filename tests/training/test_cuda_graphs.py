@@ -69,6 +69,17 @@ def test_what_cannot_be_captured_is_a_one_line_config_error(trainer, device, mat
         step_shapes(cfg, build_components(cfg), [_utt(1.0)], torch.device(device))
 
 
+def test_a_model_that_draws_its_attention_chunk_per_batch_trains_eagerly():
+    """conformer-streaming draws a chunk per batch on the host: a captured graph would replay one draw, so auto
+    leaves it eager on a GPU and on says why."""
+    cfg = from_dict(Config, {"model": {"name": "conformer-streaming-tiny"}})
+    comps = build_components(cfg)
+    assert step_shapes(cfg, comps, [_utt(1.0)], torch.device("cuda")) == (None, False)
+    cfg = from_dict(Config, {"model": {"name": "conformer-streaming-tiny"}, "trainer": {"cuda_graphs": "on"}})
+    with pytest.raises(ConfigError, match="conformer-streaming-tiny draws one per batch"):
+        step_shapes(cfg, comps, [_utt(1.0)], torch.device("cuda"))
+
+
 def test_bench_train_refuses_graphs_on_the_cpu(cli):
     res = cli("bench", "train", "--graphs", "both", "--device", "cpu", check=False)
     assert res.returncode != 0 and "--graphs needs a CUDA device" in res.stderr

@@ -298,6 +298,11 @@ class Conformer(nn.Module):
 
     chunk: int | None = None  # eval's attention chunk (set_chunk); the streaming step's is its own chunk
 
+    @property
+    def graph_safe(self) -> bool:
+        """Whether a captured CUDA graph can replay training steps: not while each batch draws its chunk."""
+        return not self.cfg.streaming
+
     def set_chunk(self, chunk: int | None) -> None:
         """Evaluate with attention in chunks of `chunk` output frames (a streaming model; None: full context)."""
         if chunk is not None and (not self.cfg.streaming or chunk < 1):

@@ -46,10 +46,12 @@ def step_shapes(cfg: Config, comps: Any, utts: list[Any], device: torch.device) 
         mode = "on" if mode else "off"
     if mode not in MODES:
         raise ConfigError(f"trainer.cuda_graphs: {mode!r} is unknown; use auto, on or off")
-    graphs = mode != "off" and device.type == "cuda" and bool(utts) and not cfg.trainer.compile
+    fixed = getattr(comps.model, "graph_safe", True)  # a model that decides something per batch on the host is not
+    graphs = mode != "off" and device.type == "cuda" and bool(utts) and not cfg.trainer.compile and fixed
     if mode == "on" and not graphs:
         why = ("a CUDA device" if device.type != "cuda" else "trainer.compile=false" if cfg.trainer.compile
-               else "the training durations up front (a manifest, not a shard index)")
+               else f"a model whose forward is the same every batch ({cfg.model.name} draws one per batch)"
+               if not fixed else "the training durations up front (a manifest, not a shard index)")
         raise ConfigError(f"trainer.cuda_graphs=on needs {why}; use trainer.cuda_graphs=auto or off")
     if graphs and not count:
         count = DEFAULT_SHAPES

@@ -192,6 +192,35 @@ def _stream(res: dict[str, Any]) -> str:
                  "one more stream", "failed streams"], rows) + "\n" + "".join(f"- {x}\n" for x in lines))
 
 
+def _conformer_streaming(res: list[dict[str, Any]]) -> str:
+    """benchmarks/streaming_conformer.py: one streaming conformer at full context and in chunks, the offline
+    conformer-tiny beside it, each against its goal."""
+    s, base = res
+    rows = [[s["model"], "full context", f"{100 * s['wer']:.1f} %", f"{100 * s['cer']:.2f} %", s["train_minutes"]]]
+    rows += [[s["model"], f"chunks of {c} frames ({int(c) * 40} ms)", f"{100 * v['wer']:.1f} %", f"{100 * v['cer']:.2f} %",
+              "same run"] for c, v in s["chunks"].items()]
+    rows.append([base["model"], "full context (offline model)", f"{100 * base['wer']:.1f} %", f"{100 * base['cer']:.2f} %",
+                 base["train_minutes"]])
+    c16, full = s["chunks"]["16"]["cer"], s["cer"]
+    goals = [f"CER at chunks of 16 {100 * c16:.2f} % against {100 * full:.2f} % at full context, goal within 10 % "
+             f"(≤ {100 * s['goal_chunk16_cer']:.2f} %): " + ("reached" if c16 <= s["goal_chunk16_cer"] else "**not reached**"),
+             f"CER at full context {100 * full:.2f} % against the offline conformer-tiny's {100 * base['cer']:.2f} %, goal "
+             f"within 0.5 points (≤ {100 * s['goal_full_cer']:.2f} %): " +
+             ("reached" if full <= s["goal_full_cer"] else "**not reached**")]
+    e = s.get("exactness")
+    if e:
+        goals.append(f"the trained checkpoint streamed: text = offline text in the same attention chunks for {e['equal']} "
+                     f"of {e['pairs']} (file, chunk size) pairs in PyTorch, {e['onnx']['equal']} of {e['onnx']['pairs']}"
+                     " through its ONNX step (20 real files, chunks of 20 ms to 1 s), goal all: " +
+                     ("reached" if e["equal"] == e["pairs"] and e["onnx"]["equal"] == e["onnx"]["pairs"]
+                      else "**not reached**"))
+    return (f"`{s['recipe']}` ({s['epochs']} epochs) and the same recipe with `model.name=conformer-tiny`, each "
+            f"scored with `speechscale eval` on {s['utterances']} utterances of the demo's test voice, never used in "
+            "training; the streaming model with attention at full context and in chunks (`--attention-chunk`), "
+            "as it streams with that chunk.\n\n" +
+            _md(["model", "attention", "WER", "CER", "training minutes"], rows) + "\n" + "".join(f"- {x}\n" for x in goals))
+
+
 def _yesno_shards(res: dict[str, Any]) -> str:
     rows = [[r["source"], r["seed"], r["epochs"], r["steps"], f"{100 * r['wer']:.1f} %", f"{100 * r['cer']:.1f} %",
              f"{r['wall_seconds']:.0f} s"] for r in res["rows"]]
@@ -292,6 +321,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _recipes,
                                            "demo-streaming": _recipes, "stream": _stream,
                                            "stream-conformer": _stream,
+                                           "demo-conformer-streaming": _conformer_streaming,
                                            "yesno-shards": _yesno_shards,
                                            "gpu-train": _gpu_train, "gpu-train-b128": _gpu_train,
                                            "gpu-graphs": _gpu_graphs, "gpu-graphs-b128": _gpu_graphs,

@@ -84,7 +84,8 @@ def all_benches(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             raise SystemExit("speechscale bench all: the gpu-* benches need a CUDA GPU, and torch sees none")
     if args.tables_only:
-        docs = suite.load_docs(out, tuple(only) if only else suite.BENCHES + suite.LONG_BENCHES)
+        docs = suite.load_docs(out, tuple(only) if only else
+                               suite.BENCHES + suite.LONG_BENCHES + suite.EXTERNAL_BENCHES)
         if not docs:
             raise SystemExit(f"speechscale bench all: {out}: no bench JSON files to render")
     else:

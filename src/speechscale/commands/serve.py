@@ -15,9 +15,16 @@ def serve(args: argparse.Namespace) -> int:
         require(module, "serve", "speechscale serve")
     if args.ws == "wsproto":
         require("wsproto", "dev", "speechscale serve --ws wsproto")
+    import os
+
+    import torch
+
     from ..serving.server import Limits
     from ..serving.server import serve as run_server
     from ..serving.transcribe import Transcriber
+
+    # the event loop (connections, JSON) needs a core of its own: torch's threads spinning on every core starve it
+    torch.set_num_threads(args.threads or max(1, len(os.sched_getaffinity(0)) - 1))
 
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
                       decoder=decoder_config(args), device=args.device)
@@ -57,7 +64,10 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     sv.add_argument("--allowed-host", action="append", default=None, metavar="HOST",
                     help="a Host name clients may use besides loopback and --host (repeatable; '*' allows any)")
     sv.add_argument("--docs", action="store_true", help="serve the OpenAPI page at /docs")
-    sv.add_argument("--max-streams", type=positive(int), default=32,
+    sv.add_argument("--threads", type=positive(int), default=None,
+                    help="torch's threads for the model (default: this machine's cores less one, at least one; the "
+                         "connections keep a core)")
+    sv.add_argument("--max-streams", type=positive(int), default=64,
                     help="WS /v1/stream: open streams; more are closed (1013, try again later)")
     sv.add_argument("--stream-max-seconds", type=positive(float), default=3600.0, help="audio per stream")
     sv.add_argument("--stream-idle", type=positive(float), default=30.0,

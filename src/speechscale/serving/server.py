@@ -61,7 +61,7 @@ class Limits:
     decode_workers: int = 4             # threads that decode audio
     allowed_hosts: list[str] = field(default_factory=list)  # Host names besides the bound address and loopback
     docs: bool = False                  # serve the OpenAPI page at /docs
-    max_streams: int = 32               # WS /v1/stream: open streams; more are closed (1013)
+    max_streams: int = 64               # WS /v1/stream: open streams; more are closed (1013)
     stream_max_seconds: float = 3600.0  # audio per stream (1008 past it)
     stream_idle_s: float = 30.0         # a stream that sends nothing this long is closed (1008)
     stream_max_frame_bytes: int = 1 << 20  # one message (1009 past it, while it is read)

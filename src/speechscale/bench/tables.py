@@ -196,11 +196,12 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
     """benchmarks/streaming_conformer.py: one streaming conformer at full context and in chunks, the offline
     conformer-tiny beside it, each against its goal."""
     s, base = res
-    rows = [[s["model"], "full context", f"{100 * s['wer']:.1f} %", f"{100 * s['cer']:.2f} %", s["train_minutes"]]]
+    rows = [[s["model"], "full context", f"{100 * s['wer']:.1f} %", f"{100 * s['cer']:.2f} %", s["train_minutes"],
+             s.get("epoch_seconds_median", "-")]]
     rows += [[s["model"], f"chunks of {c} frames ({int(c) * 40} ms)", f"{100 * v['wer']:.1f} %", f"{100 * v['cer']:.2f} %",
-              "same run"] for c, v in s["chunks"].items()]
+              "same run", ""] for c, v in s["chunks"].items()]
     rows.append([base["model"], "full context (offline model)", f"{100 * base['wer']:.1f} %", f"{100 * base['cer']:.2f} %",
-                 base["train_minutes"]])
+                 base["train_minutes"], base.get("epoch_seconds_median", "-")])
     c16, full = s["chunks"]["16"]["cer"], s["cer"]
     goals = [f"CER at chunks of 16 {100 * c16:.2f} % against {100 * full:.2f} % at full context, goal within 10 % "
              f"(≤ {100 * s['goal_chunk16_cer']:.2f} %): " + ("reached" if c16 <= s["goal_chunk16_cer"] else "**not reached**"),
@@ -218,7 +219,8 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
             f"scored with `speechscale eval` on {s['utterances']} utterances of the demo's test voice, never used in "
             "training; the streaming model with attention at full context and in chunks (`--attention-chunk`), "
             "as it streams with that chunk.\n\n" +
-            _md(["model", "attention", "WER", "CER", "training minutes"], rows) + "\n" + "".join(f"- {x}\n" for x in goals))
+            _md(["model", "attention", "WER", "CER", "training minutes", "median s per epoch"], rows) + "\n" +
+            "".join(f"- {x}\n" for x in goals))
 
 
 def _yesno_shards(res: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@
     >>> model.stream()   # a bidirectional model reads each utterance from its end too
     Traceback (most recent call last):
     ...
-    speechscale.serving.streaming.StreamingRefused: ds2-tiny has bidirectional RNNs, which read ...from its end
+    speechscale.serving.recognizer.StreamingRefused: ds2-tiny has bidirectional RNNs, which read ...from its end
 
 `speechscale.train` is `speechscale train --config RECIPE` with each section's keys given as a mapping
 (`trainer={"max_epochs": 3}` is `trainer.max_epochs=3`); `overrides` takes `key=value` strings as the CLI does.

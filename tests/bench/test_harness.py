@@ -6,7 +6,7 @@ import pytest
 
 from speechscale.bench import tables
 from speechscale.bench.harness import interleave, provenance, summarize, write_json
-from speechscale.bench.suite import BENCHES, LONG_BENCHES, load_docs
+from speechscale.bench.suite import BENCHES, EXTERNAL_BENCHES, LONG_BENCHES, load_docs
 from tests.conftest import ROOT
 
 
@@ -61,7 +61,9 @@ def test_benchmarks_md_tables_are_exactly_what_the_committed_json_renders():
         assert generated[name] == tables.render(name, doc), f"BENCHMARKS.md's {name} table drifted from {name}.json"
         assert (folder / f"{name}.png").stat().st_size > 10_000
         assert not isinstance(doc["results"], dict) or "error" not in doc["results"]
-    for name, doc in load_docs(folder, LONG_BENCHES).items():  # the long benches run by name (yesno-shards)
+    external = load_docs(folder, EXTERNAL_BENCHES)  # figures made by benchmarks/*.py, rendered here
+    assert set(external) == set(EXTERNAL_BENCHES)
+    for name, doc in {**load_docs(folder, LONG_BENCHES), **external}.items():  # the long benches run by name
         assert generated[name] == tables.render(name, doc), f"BENCHMARKS.md's {name} table drifted from {name}.json"
 
 
@@ -121,7 +123,8 @@ def test_bench_all_tables_only_rerenders_without_running(tmp_path, cli):
     folder = ROOT / "docs" / "figures" / "bench-all"
     md = tmp_path / "B.md"
     proc = cli("bench", "all", "--out", str(folder), "--tables-only", "--benchmarks", str(md))
-    long = {n for n in LONG_BENCHES if (folder / f"{n}.json").is_file()}  # rendered when their data exists
+    long = {n for n in LONG_BENCHES + EXTERNAL_BENCHES if (folder / f"{n}.json").is_file()}  # when their data exists
+    assert "demo-conformer-streaming" in long  # benchmarks/streaming_conformer.py's figure, made outside the package
     assert "updated" in proc.stdout and set(tables.blocks(md.read_text())) == set(BENCHES) | long
     bad = cli("bench", "all", "--out", str(tmp_path), "--only", "nope", check=False)
     assert bad.returncode != 0 and "unknown" in bad.stderr

@@ -279,7 +279,11 @@ def test_the_page_streams_the_microphone_live_and_shows_partials_then_the_transc
         WebDriverWait(browser, 60).until(lambda b: live.get_attribute("data-text") is not None or "closed" in status())
         text = live.get_attribute("data-text")
         assert text is not None, status()
-        assert len(set(text.split()) & set(ldc.split())) >= 6, text  # the recording, heard through the page
+        from speechscale.decoding.metrics import ErrorRate
+
+        heard = ErrorRate()
+        heard.update([ldc], [text])
+        assert heard.cer <= 0.35, text  # the recording, heard through the page (an untouched page hears nothing)
         assert live.text.split() == text.split() and "Stream ended." in status()
         assert during and set(during) <= set(text.split()) | {during[-1]} and when < 4.5, (during, when)
     finally:

@@ -5,8 +5,8 @@
 Trains `demo_conformer_streaming` (conformer-streaming-tiny) and the same recipe with model.name=conformer-tiny,
 unless a run folder already holds a finished run (its metrics.jsonl ends with the stop record); then scores each
 run's last.pt on the demo's unseen voice with `speechscale eval`: the streaming model at full context and with
-attention in chunks of 16 and 4 output frames (0.64 s and 0.16 s), the offline model at full context. Goals (issue
-#53, after WeNet U2's unified conformer): CER at chunk 16 within 10 % (relative) of full context; at full context
+attention in chunks of 16 and 4 output frames (0.64 s and 0.16 s), the offline model at full context. Goals (after
+WeNet U2's unified conformer): CER at chunk 16 within 10 % (relative) of full context; at full context
 within 0.5 points of the offline model. Then the trained streaming checkpoint streams 20 real files in 6 chunk sizes,
 in PyTorch and through its exported ONNX step: each streamed text against its offline text in the same attention
 chunks (speechscale.bench.stream.exactness). Figures go to one JSON with its provenance; the recipe catalog cites

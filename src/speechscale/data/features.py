@@ -36,9 +36,10 @@ class SpeakerStats:
         self.sumsq = torch.zeros(num_features, dtype=torch.float64)
         self.frames = 0
 
-    def add(self, raw: torch.Tensor) -> None:
-        """Accumulate one utterance's un-normalized features (F, T)."""
-        x = (raw - raw.mean()).double()
+    def add(self, raw: torch.Tensor, level_free: bool = True) -> None:
+        """Accumulate one utterance's un-normalized features (F, T) (`level_free`: its own mean removed first; off
+        for the training set's statistics, normalize=global)."""
+        x = (raw - raw.mean() if level_free else raw).double()
         self.sum += x.sum(dim=1)
         self.sumsq += x.pow(2).sum(dim=1)
         self.frames += x.shape[1]
@@ -78,18 +79,13 @@ def pooled_prior(speakers: dict[str, SpeakerStats]) -> list[float]:
 def global_stats(raws: Iterable[torch.Tensor]) -> list[float]:
     """The per-bin mean then std (2F values, rounded to 1e-5) of every frame of these raw features (F, T_i):
     features.global_stats."""
-    total = sumsq = None
-    frames = 0
+    stats: SpeakerStats | None = None
     for raw in raws:
-        x = raw.double()
-        total = x.sum(dim=1) if total is None else total + x.sum(dim=1)
-        sumsq = x.pow(2).sum(dim=1) if sumsq is None else sumsq + x.pow(2).sum(dim=1)
-        frames += x.shape[1]
-    if not frames:
+        stats = stats or SpeakerStats(raw.shape[0])
+        stats.add(raw, level_free=False)
+    if stats is None or not stats.frames:
         raise ConfigError("features.normalize=global: no training audio to compute its statistics from")
-    mean = total / frames
-    std = (sumsq / frames - mean.pow(2)).clamp_min(0).sqrt()
-    return [round(float(v), 5) for v in torch.cat([mean, std])]
+    return pooled_prior({"all": stats})
 
 
 def _mel_filterbank(n_freqs: int, n_mels: int, sample_rate: int) -> torch.Tensor:

@@ -39,6 +39,7 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32)
     from ..models.streaming import streaming_problem
     from ..storage.checkpoints import load_checkpoint
     from .exporter import META_KEY
+    from .stream_runtime import TorchStep
 
     onnx = require("onnx", "export", "export --format onnx --streaming")
     state = load_checkpoint(checkpoint)
@@ -47,9 +48,10 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32)
     problem = streaming_problem(model, comps.features.cfg, comps.model_name)  # the rule the recognizer applies
     if problem:
         raise ConfigError(f"--streaming: this model cannot stream: {problem}")
-    if chunk <= 0 or chunk % model.stream_stride:
-        raise ConfigError(f"--streaming: chunk must be a multiple of the front end's time stride "
-                          f"{model.stream_stride}, not {chunk}")
+    try:
+        TorchStep(model, chunk)  # the step's own check of the chunk
+    except ValueError as e:
+        raise ConfigError(f"--streaming: {e}") from None
     init = model.stream_init(2)  # batch 2 while tracing, so no size is taken for a constant
     names = model.stream_state_names()
     example = (torch.zeros(2, model.num_features, chunk), torch.zeros(2, dtype=torch.long),

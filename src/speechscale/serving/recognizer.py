@@ -40,10 +40,8 @@ class Stream:
     decoder: PhraseDecoder
     slot: int                             # its row in the recognizer's StatePool
     pending: torch.Tensor                 # (F, n) feature frames not yet stepped
-    frame_s: float                        # seconds per output frame
     out_length: Callable[[int], int]      # output frames for a stream of so many feature frames
     fed: int = 0                          # feature frames stepped
-    received: int = 0                     # feature frames from the front end
     total: int = UNKNOWN                  # the stream's feature frames, once closed
     expected: int | None = None           # its output frames, once closed
     emitted: int = 0                      # decided output frames so far
@@ -63,7 +61,7 @@ class Stream:
         """The end of the stream's audio: its last frames, and its length, which the step needs to finish."""
         if not self.closed:
             self._add(self.front.finish())
-            self.closed, self.total = True, self.received
+            self.closed, self.total = True, self.front.features.frames  # every frame the front end made
             self.expected = self.out_length(self.total) if self.total else 0
 
     def events(self) -> list[Event]:
@@ -88,7 +86,7 @@ class Stream:
     @property
     def decided_s(self) -> float:
         """Seconds of audio whose output frames are decided."""
-        return round(self.emitted * self.frame_s, 3)
+        return round(self.emitted * self.decoder.frame_s, 3)
 
     @property
     def text(self) -> str:
@@ -97,7 +95,6 @@ class Stream:
     def _add(self, cut: Cut | None) -> None:
         if cut is not None and cut.frames:
             self.cuts.append(cut)
-            self.received += cut.frames
 
 
 class StatePool:
@@ -129,7 +126,7 @@ class StatePool:
     def gather(self, slots: list[int], pad: int = 0) -> list[torch.Tensor]:
         """The rows of `slots`, then `pad` rows of the initial state: one (len(slots) + pad, ...) tensor a piece."""
         with self.lock:
-            size, fresh = self.size, [x for x in self.fresh if x in set(slots)]
+            size, fresh = self.size, list(self.fresh & set(slots))
             self.fresh -= set(fresh)
         capacity = self.tensors[0].shape[0] if self.tensors else 0
         if size > capacity:  # room for every slot taken so far, doubled
@@ -184,7 +181,7 @@ class Recognizer:
         (decoding.decoders), greedy when None."""
         stream = Stream(FrontEnd(self.comps.features, sample_rate),
                         PhraseDecoder(self.comps.tokenizer, self.frame_s, endpoint_frames, search),
-                        self.pool.take(), torch.zeros(self.model.num_features, 0), self.frame_s, self._out_length)
+                        self.pool.take(), torch.zeros(self.model.num_features, 0), self._out_length)
         weakref.finalize(stream, self.pool.give, stream.slot)  # its row is free once nothing holds the stream
         return stream
 

@@ -39,11 +39,11 @@ class AllReduceStrategy(ProcessGroupStrategy):
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         if not grads:
             return
-        flat = torch._utils._flatten_dense_tensors(grads)
+        flat = torch.cat([g.reshape(-1) for g in grads])  # (sum of numels,)
         dist.all_reduce(flat)
         flat /= self.world_size
-        for g, avg in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
-            g.copy_(avg)
+        for g, avg in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(avg.view_as(g))
 
     def lr_scale(self, scale_lr: bool) -> float:
         return float(self.world_size) if scale_lr else 1.0

@@ -8,6 +8,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .._compat import rnn_weight_names
 from ..config import ConfigError
 from .gru_cpu import GRUDirection
 from .layers import MaskedBatchNorm, align_left, align_right, reverse_within
@@ -20,7 +21,7 @@ MERGES = ("sum", "concat")  # bidirectional outputs: added, or concatenated
 #   split   - two unidirectional calls, the reverse one over each row reversed within its length (the CPU's path;
 #             on two CUDA streams side by side it ran no faster);
 #   auto    - stacked for batches of at most STACKED_MAX_ROWS rows, where the recurrent steps are latency-bound and
-#             doubling the rows costs less than a second pass; split for larger ones (docs/figures/gpu/gpu-step.json).
+#             doubling the rows costs less than a second pass; split for larger ones.
 BIDIRECTIONAL_SCHEMES = ("auto", "stacked", "split")
 STACKED_MAX_ROWS = 32
 
@@ -52,7 +53,7 @@ class RecurrentLayer(nn.Module):
             self._one_way = rnn_cls(input_size, hidden, batch_first=True)
         for name in list(self._one_way._parameters):
             delattr(self._one_way, name)
-        self._weight_names = [n for n in self.rnn._flat_weights_names if not n.endswith("_reverse")]
+        self._weight_names = [n for n in rnn_weight_names(self.rnn) if not n.endswith("_reverse")]
         self.scheme = "auto"  # of BIDIRECTIONAL_SCHEMES, for the padded path on a GPU (set_bidirectional_scheme)
 
     @property
@@ -134,7 +135,7 @@ class RecurrentLayer(nn.Module):
         if dtype is None:
             out, _ = self.rnn(packed)  # flattened fp32 weights
         else:
-            ws = self._weights(self.rnn._flat_weights_names, dtype)
+            ws = self._weights(rnn_weight_names(self.rnn), dtype)
             with warnings.catch_warnings():  # the cast weights are not one flat buffer; cuDNN packs them per call
                 warnings.simplefilter("ignore", UserWarning)
                 out, _ = functional_call(self.rnn, ws, (packed,))
@@ -166,7 +167,7 @@ class RecurrentLayer(nn.Module):
         are discarded: their gradient is zero, so the inputs' padding never reaches the weights' gradients."""
         b = x.shape[0]
         both = torch.cat([x, align_right(x, lengths)])  # (2B, T, H_in)
-        ws = self._weights(self.rnn._flat_weights_names, dtype)
+        ws = self._weights(rnn_weight_names(self.rnn), dtype)
         with warnings.catch_warnings():  # cast weights are not one flat buffer: cuDNN packs them per call
             warnings.simplefilter("ignore", UserWarning)
             out = functional_call(self.rnn, ws, (both,))[0]  # (2B, T, 2H)

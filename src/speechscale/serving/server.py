@@ -38,6 +38,7 @@ import numpy as np
 from fastapi import FastAPI, HTTPException, Request  # the `serve` extra (module-level: FastAPI reads annotations)
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from .._compat import set_request_body
 from ..data.audio import AudioError, AudioTooLong, decode_audio
 from .drain import ServiceState
 from .origins import allowed_hosts, host_allowed, host_name, origin_allowed
@@ -201,7 +202,7 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
             raise HTTPException(408, f"the request body did not arrive within {limits.body_timeout_s:g} s") from None
         data, name = body, "request body"
         if request.headers.get("content-type", "").startswith("multipart/form-data"):
-            request._body = body  # Starlette's form parser reads the body from here once it was streamed
+            set_request_body(request, body)  # Starlette's form parser reads it from there
             form = await request.form()
             upload = form.get("file")
             if upload is None or isinstance(upload, str):

@@ -7,7 +7,6 @@ before it draw the same numbers.
 from __future__ import annotations
 
 import random
-import sys
 from typing import Any
 
 import numpy as np
@@ -47,16 +46,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def deterministic_algorithms(compiling: bool) -> None:
-    """torch.use_deterministic_algorithms(True, warn_only=True), without its one side trip when nothing is
-    compiled: the public call imports torch._inductor's config (1-1.5 s at every process start here) only to
-    set the inductor's own flag, which matters to compiled code alone."""
-    if compiling or "torch._inductor.config" in sys.modules:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    else:
-        torch._C._set_deterministic_algorithms(True, warn_only=True)
 
 
 def rng_state() -> dict[str, Any]:

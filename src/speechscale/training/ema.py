@@ -3,7 +3,7 @@
 After every optimizer step each floating-point entry of the model's state (parameters and batch-norm
 statistics) moves towards the model's: ema += (1 - d_t) * (w - ema), with d_t = min(decay, (1 + t) / (10 + t))
 so the first steps do not drag the average towards the initial weights. Kept in fp32 on the model's
-device (torch._foreach_lerp_: no host sync); integer entries (batch counts) are copied. Checkpoints carry
+device (one fused lerp per device: no host sync); integer entries (batch counts) are copied. Checkpoints carry
 it under `ema`, so a resumed run continues the same average; `speechscale average --ema` writes it out as
 a checkpoint of its own that eval, transcribe, serve and export use like any other.
 """
@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from .._compat import lerp_all_
 
 
 class WeightAverage:
@@ -34,8 +36,8 @@ class WeightAverage:
     def update(self, model: nn.Module, step: int) -> None:
         """Move the average towards the model's current state."""
         state = model.state_dict()
-        torch._foreach_lerp_([self.weights[n] for n in self.names], [state[n].detach().float() for n in self.names],
-                             1.0 - self.rate(step))
+        lerp_all_([self.weights[n] for n in self.names], [state[n].detach().float() for n in self.names],
+                  1.0 - self.rate(step))
         for n, v in state.items():
             if n not in self.names:
                 self.weights[n].copy_(v)

@@ -7,6 +7,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from .._compat import unguarded
 from ..config import OptimConfig
 
 
@@ -23,34 +24,14 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, fused: bool = True) -> t
     return OPTIMIZERS[cfg.name](groups, cfg, fused or None)
 
 
-# torch keeps its compiler out of an optimizer by wrapping `step` (a graph break) and four other methods (a
-# `torch._dynamo.disable`), and either wrapper imports torch._dynamo on its first call: 1 s of CPU in every
-# training process, more than a test run's training. The trainer never compiles optimizer code (trainer.compile
-# compiles the model's forward), so its optimizers call the methods beneath those wrappers. A wrapper this code
-# does not recognise (another torch) is kept as it is.
+# The trainer never compiles optimizer code (trainer.compile compiles the model's forward), so its optimizers call
+# the methods beneath torch's compiler guards, which would import the compiler (_compat.unguarded says why).
 _GUARDED = ("step", "add_param_group", "zero_grad", "state_dict", "load_state_dict")
-try:
-    from torch._compile import _disable_dynamo
-
-    _DISABLE = _disable_dynamo(lambda: None).__code__  # the code of every `_disable_dynamo` wrapper
-except ImportError:  # a torch without it: its methods stay as they are
-    _DISABLE = None
-
-
-def _unguarded(base: type, name: str) -> Callable[..., Any] | None:
-    """The function beneath `base.name`'s wrappers (torch's compiler guard, an optimizer hook's wrapper), or None
-    where none of them is a guard this code knows."""
-    fn, guarded = getattr(base, name), False
-    while hasattr(fn, "__wrapped__"):
-        code = getattr(fn, "__code__", None)
-        guarded |= code is not None and (code is _DISABLE or code.co_name == "_use_grad")
-        fn = fn.__wrapped__
-    return fn if guarded else None
 
 
 def _without_compiler_guards(base: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
     """A subclass of `base` (same state, same checkpoints) whose methods skip torch's compiler guards."""
-    plain = {name: _unguarded(base, name) for name in _GUARDED}
+    plain = {name: unguarded(base, name) for name in _GUARDED}
     body: dict[str, Any] = {"__doc__": f"{base.__name__} without importing the compiler (training/optim.py)."}
     for name, fn in plain.items():
         if fn is not None and name != "step":

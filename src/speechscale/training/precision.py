@@ -10,6 +10,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from .._compat import steps_on_found_inf
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -27,7 +29,7 @@ def resolve_device(name: str) -> torch.device:
 
 def resolve_precision(name: str, device: torch.device) -> str:
     """`auto` -> bf16 on GPUs that support it, fp32 elsewhere (bf16 autocast is slower on CPUs without
-    AMX: see BENCHMARKS.md). Other values pass through."""
+    AMX). Other values pass through."""
     if name != "auto":
         return name
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
@@ -99,8 +101,7 @@ class Precision:
 def step_if(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
     """optimizer.step() unless `skip`. Fused optimizers read the flag on the device (no sync: the protocol
     GradScaler uses); others sync once to decide."""
-    if getattr(optimizer, "_step_supports_amp_scaling", False) and getattr(optimizer.defaults, "get",
-                                                                           lambda k: None)("fused"):
+    if steps_on_found_inf(optimizer) and getattr(optimizer.defaults, "get", lambda k: None)("fused"):
         optimizer.found_inf = skip.to(torch.float32)  # type: ignore[attr-defined]
         optimizer.grad_scale = None  # type: ignore[attr-defined]
         try:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from .. import storage
+from .._compat import deterministic_algorithms
 from ..components import build_components
 from ..config import Config, ConfigError, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
@@ -35,7 +36,7 @@ from ..storage.checkpoints import (
     newest_checkpoint,
     save_checkpoint_in,
 )
-from ..storage.seeds import derive_seed, deterministic_algorithms, seed_everything
+from ..storage.seeds import derive_seed, seed_everything
 from .ema import WeightAverage
 from .evaluate import validate
 from .feeding import FeedMeter

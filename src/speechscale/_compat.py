@@ -1,0 +1,74 @@
+"""Every private torch and Starlette access of the package, each with its reason, in one place.
+
+tests/test_compat.py pins the behaviour each relies on: an upgrade that changes one fails there, with a message
+naming it, instead of somewhere in training or serving. No other module names a private attribute of either
+(a test checks the sources).
+"""
+from __future__ import annotations
+
+import sys
+from types import CodeType
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+# -- Optimizers without the compiler ------------------------------------------------------------------------------
+# torch keeps its compiler out of an optimizer by wrapping `step` (`_use_grad`, a graph break) and four other
+# methods (`torch._compile._disable_dynamo`); either wrapper imports torch._dynamo on its first call, 1.2-1.8 s of
+# CPU in every training process on 2 cores. training/optim.py calls the methods beneath them.
+try:
+    from torch._compile import _disable_dynamo
+
+    _DISABLE_CODE: CodeType | None = _disable_dynamo(lambda: None).__code__  # the code of every such wrapper
+except ImportError:  # a torch without it: optimizers keep their methods as they are
+    _DISABLE_CODE = None
+
+
+def unguarded(base: type, name: str) -> Callable[..., Any] | None:
+    """The function beneath `base.name`'s compiler guards (and an optimizer hook's wrapper), or None where no
+    wrapper is a guard this module knows (another torch: the method is kept as it is)."""
+    fn, guarded = getattr(base, name), False
+    while hasattr(fn, "__wrapped__"):
+        code = getattr(fn, "__code__", None)
+        guarded |= code is not None and (code is _DISABLE_CODE or code.co_name == "_use_grad")
+        fn = fn.__wrapped__
+    return fn if guarded else None
+
+
+# -- Skipping a fused optimizer step on the device ----------------------------------------------------------------
+# GradScaler's protocol: an optimizer that declares `_step_supports_amp_scaling` reads `found_inf` (and
+# `grad_scale`) set on it and skips its step on the device, without a host sync.
+def steps_on_found_inf(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether `optimizer.step()` honours `optimizer.found_inf` (GradScaler's protocol) by itself."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+# -- Deterministic algorithms without the compiler ----------------------------------------------------------------
+def deterministic_algorithms(compiling: bool) -> None:
+    """torch.use_deterministic_algorithms(True, warn_only=True), without its side trip when nothing is compiled:
+    the public call imports torch._inductor's config (1-1.5 s at every process start on 2 cores) only to set the
+    inductor's own flag, which matters to compiled code alone."""
+    if compiling or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    else:
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
+
+
+# -- The order of an RNN's flat weights ---------------------------------------------------------------------------
+def rnn_weight_names(rnn: nn.RNNBase) -> list[str]:
+    """The parameter names of `rnn` in the order its fused kernel takes them (both directions)."""
+    return list(rnn._flat_weights_names)
+
+
+# -- One fused lerp over many tensors -----------------------------------------------------------------------------
+def lerp_all_(targets: Sequence[torch.Tensor], ends: Sequence[torch.Tensor], weight: float) -> None:
+    """targets[i] += weight * (ends[i] - targets[i]) for every i in one kernel per device (no host sync)."""
+    torch._foreach_lerp_(list(targets), list(ends), weight)
+
+
+# -- Starlette: a form parsed from a body read already ------------------------------------------------------------
+def set_request_body(request: Any, body: bytes) -> None:
+    """Hand `body`, read (and limited) by the server itself, to Starlette's `request.form()`, which otherwise reads
+    the stream again and finds it consumed."""
+    request._body = body

@@ -1,0 +1,134 @@
+"""The private torch and Starlette behaviour speechscale relies on, pinned in one place (speechscale/_compat.py):
+after an upgrade, a change to any of it fails here, with its name, instead of somewhere in training or serving."""
+import asyncio
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from speechscale import _compat
+from tests.conftest import ROOT
+
+SRC = ROOT / "src" / "speechscale"
+
+
+def test_no_module_but_compat_reaches_into_torch_or_starlette_privates():
+    private = re.compile(r"torch\._(?!_)|\._body\b|_flat_weights|_step_supports_amp_scaling|_disable_dynamo|_use_grad\b")
+    found = [f"{p.relative_to(SRC)}:{n}: {line.strip()}" for p in sorted(SRC.rglob("*.py")) if p.name != "_compat.py"
+             for n, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
+    assert not found, "private access outside speechscale/_compat.py:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("base", [torch.optim.AdamW, torch.optim.SGD])
+def test_torch_still_guards_each_optimizer_method_the_way_compat_unwraps(base):
+    from speechscale.training.optim import _GUARDED
+
+    missing = [name for name in _GUARDED if _compat.unguarded(base, name) is None]
+    assert not missing, (f"torch {torch.__version__} no longer wraps {base.__name__}.{missing} in the compiler guards "
+                         "_compat.unguarded knows: check that torch's optimizers still import torch._dynamo on first "
+                         "use, and update _compat (or drop training/optim.py's subclasses)")
+
+
+def test_an_optimizer_beneath_the_guards_steps_without_importing_the_compiler():
+    """What the unwrapping buys: torch's own methods import torch._dynamo first (1.2-1.8 s of CPU a process on 2
+    cores); ours update the leaf weights in place, gradients off as torch's step has them, and never import it."""
+    code = """
+import sys, torch
+from speechscale.config import OptimConfig
+from speechscale.training.optim import build_optimizer
+m = torch.nn.Linear(3, 2)
+for name in ("adamw", "sgd"):
+    opt = build_optimizer(m, OptimConfig(name=name))
+    before = m.weight.detach().clone()
+    m(torch.randn(2, 3)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    opt.load_state_dict(opt.state_dict())
+    assert not torch.equal(before, m.weight) and m.weight.grad is None and torch.is_grad_enabled()
+print("torch._dynamo" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False", "speechscale's optimizers import the compiler again"
+
+
+@pytest.mark.parametrize("name", ["adamw", "sgd"])
+def test_a_fused_optimizer_still_skips_its_step_on_found_inf(name):
+    """GradScaler's protocol, as precision.step_if uses it: found_inf = 1 leaves the weights, 0 steps."""
+    cls = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[name]
+    m = nn.Linear(4, 3)
+    opt = cls(m.parameters(), lr=0.1, fused=True)
+    assert _compat.steps_on_found_inf(opt), f"torch's fused {name} no longer declares GradScaler's protocol"
+    for inf, moves in ((1.0, False), (0.0, True)):
+        m(torch.randn(2, 4)).sum().backward()
+        before = m.weight.detach().clone()
+        opt.found_inf, opt.grad_scale = torch.tensor(inf), None
+        opt.step()
+        del opt.found_inf, opt.grad_scale
+        opt.zero_grad()
+        assert (not torch.equal(before, m.weight)) == moves, f"found_inf={inf}: the step ignored the flag"
+
+
+def test_deterministic_mode_is_on_and_warn_only_and_the_inductor_is_loaded_only_when_compiling():
+    """torch._C's switch sets what the public one does, less the inductor (1-1.5 s); one fresh process."""
+    code = """
+import sys, torch
+from speechscale._compat import deterministic_algorithms
+deterministic_algorithms(compiling=False)
+print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+      "torch._inductor.config" in sys.modules)
+torch.use_deterministic_algorithms(False)
+deterministic_algorithms(compiling=True)
+import torch._inductor.config as c
+print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+      c.deterministic)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["True", "True", "False", "True", "True", "True"]
+
+
+@pytest.mark.parametrize("cls", [nn.GRU, nn.LSTM])
+def test_an_rnns_flat_weight_names_are_its_parameters_in_kernel_order(cls):
+    """models/rnn.py casts the weights by these names and runs the fused kernel with them: they must name every
+    parameter, in the order the kernel takes (the same output as the module's own call)."""
+    rnn = cls(5, 4, num_layers=2, bidirectional=True, batch_first=True)
+    names = _compat.rnn_weight_names(rnn)
+    assert names == [n for n, _ in rnn.named_parameters()]
+    x = torch.randn(2, 7, 5)
+    weights = {n: getattr(rnn, n).detach().clone() for n in names}
+    torch.testing.assert_close(functional_call(rnn, weights, (x,))[0], rnn(x)[0])
+
+
+def test_one_fused_lerp_moves_every_tensor_as_lerp_does():
+    a, b = [torch.randn(3), torch.randn(2, 2)], [torch.randn(3), torch.randn(2, 2)]
+    want = [torch.lerp(x, y, 0.25) for x, y in zip(a, b)]
+    _compat.lerp_all_(a, b, 0.25)
+    for got, w in zip(a, want):
+        torch.testing.assert_close(got, w)
+
+
+def test_starlette_parses_a_form_from_a_body_the_server_read_itself():
+    """serving/server.py reads (and limits) the body, then hands it to `request.form()`: the stream is spent."""
+    from starlette.requests import Request
+
+    body = (b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+            b"Content-Type: audio/wav\r\n\r\nRIFFdata\r\n--XyZ--\r\n")
+
+    async def spent() -> dict:
+        raise AssertionError("Starlette read the request stream again instead of the body it was given")
+
+    async def parse() -> bytes:
+        scope = {"type": "http", "method": "POST", "path": "/", "query_string": b"",
+                 "headers": [(b"content-type", b"multipart/form-data; boundary=XyZ")]}
+        request = Request(scope, spent)
+        _compat.set_request_body(request, body)
+        form = await request.form()
+        data = await form["file"].read()
+        await form.close()
+        return data
+
+    assert asyncio.run(parse()) == b"RIFFdata"

@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 2
 PYTEST_RUN  = OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-fast lint clean browser deploy-check FORCE
+.PHONY: setup demo test test-fast lint clean browser deploy-check figures FORCE
 
 setup: $(VENV)/.installed
 
@@ -52,7 +52,7 @@ demo: $(VENV)/.installed-demo
 
 # ruff (a small rule set, pyproject.toml) and import-linter (the layers of docs/architecture.md) run first
 lint: setup
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
 
 # --durations=15: the slowest tests are named in every run (issue #20: none should take over 60 s). The browser
@@ -78,6 +78,13 @@ test-fast: setup lint
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# BENCHMARKS.md's tables re-rendered from the committed JSON under docs/figures by this repository's own tooling
+# (benchmarks/, never installed; `python -m benchmarks all --only NAME --out OUT` runs a bench). Runs no bench.
+BENCHMARKS_MD ?= BENCHMARKS.md
+figures: setup
+	$(BIN)/python -m benchmarks all --tables-only --out docs/figures/bench-all --benchmarks $(BENCHMARKS_MD)
+	$(BIN)/python -m benchmarks all --gpu --tables-only --out docs/figures/gpu --benchmarks $(BENCHMARKS_MD)
 
 # Not in `make test` (root and apt): a one-node SLURM cluster on this machine runs deploy/slurm/train.sbatch,
 # preempts it with `scancel --signal=TERM` after its first checkpoint, and checks that the requeued job resumes

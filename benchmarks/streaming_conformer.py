@@ -9,8 +9,8 @@ attention in chunks of 16 and 4 output frames (0.64 s and 0.16 s), the offline m
 WeNet U2's unified conformer): CER at chunk 16 within 10 % (relative) of full context; at full context
 within 0.5 points of the offline model. Then the trained streaming checkpoint streams 20 real files in 6 chunk sizes,
 in PyTorch and through its exported ONNX step: each streamed text against its offline text in the same attention
-chunks (speechscale.bench.stream.exactness). Figures go to one JSON with its provenance; the recipe catalog cites
-it.
+chunks (speechscale.bench.stream.exactness, over benchmarks/shared.py's files). Figures go to one JSON with its
+provenance; the recipe catalog cites it.
 Outside the package: this is how this repository makes its own figure, not a user command.
 """
 from __future__ import annotations
@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.checkout import pin_commit
+from benchmarks.shared import exactness_files
 from speechscale.bench.harness import write_json
 from speechscale.bench.stream import exactness
 
@@ -63,6 +65,7 @@ def main() -> None:
     p.add_argument("--runs", default="runs", help="where the two runs' folders are (or go)")
     p.add_argument("--out", default="docs/figures/bench-all/demo-conformer-streaming.json")
     args = p.parse_args()
+    pin_commit()
     started = time.monotonic()
     streaming, offline = Path(args.runs) / RECIPE, Path(args.runs) / "demo_conformer_offline"
     stop_s, stop_o = _trained(streaming, []), _trained(offline, ["model.name=conformer-tiny"])
@@ -74,7 +77,7 @@ def main() -> None:
            "chunks": {"16": {"wer": c16["wer"], "cer": c16["cer"]}, "4": {"wer": c4["wer"], "cer": c4["cer"]}},
            "goal_chunk16_cer": goal_chunk, "goal_full_cer": goal_full,
            "reached": c16["cer"] <= goal_chunk and full["cer"] <= goal_full,
-           "exactness": exactness(str(streaming / "checkpoints" / "last.pt")),
+           "exactness": exactness(str(streaming / "checkpoints" / "last.pt"), exactness_files()),
            "epochs": stop_s["epoch"], "train_minutes": round(stop_s["minutes"], 2),
            "epoch_seconds_median": _epoch_seconds(streaming), "utterances": full["utterances"],
            "scored_on": "the demo's test voice, never used in training (last.pt)"}

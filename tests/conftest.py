@@ -8,6 +8,7 @@ import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, Callable
 
 import pytest
 
@@ -49,20 +50,28 @@ def data_root(name: str) -> str:
     return f"data.root={shared(name)}"
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-    """Run `python -m speechscale.cli ARGS` as a real process; returns the completed process."""
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600, check: bool = True,
+            module: str = "speechscale.cli") -> subprocess.CompletedProcess:
+    """Run `python -m speechscale.cli ARGS` (or `python -m MODULE ARGS`) as a real process; returns the completed
+    process."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, "-m", "speechscale.cli", *args], cwd=cwd, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
-        raise AssertionError(f"speechscale {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise AssertionError(f"{module} {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
 
 
-def main_cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run `speechscale ARGS` in this process (no interpreter start-up: for argument and config errors);
-    returns (exit code, stdout, stderr)."""
-    from speechscale.cli import main
+def run_benchmarks(*args: str, **kwargs: Any) -> subprocess.CompletedProcess:
+    """Run the workshop's `python -m benchmarks ARGS` from the checkout as a real process (as `run_cli`)."""
+    return run_cli(*args, module="benchmarks", **kwargs)
+
+
+def main_cli(capsys, *args: str, main: Callable[[list[str]], int] | None = None) -> tuple[int, str, str]:
+    """Run `speechscale ARGS` (or another command line's `main`) in this process (no interpreter start-up: for
+    argument and config errors); returns (exit code, stdout, stderr)."""
+    if main is None:
+        from speechscale.cli import main
 
     capsys.readouterr()
     try:
@@ -75,12 +84,29 @@ def main_cli(capsys, *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def main_benchmarks(capsys, *args: str) -> tuple[int, str, str]:
+    """The workshop's `python -m benchmarks ARGS` in this process (as `main_cli`)."""
+    from benchmarks.__main__ import main
+
+    return main_cli(capsys, *args, main=main)
+
+
 @pytest.fixture
 def cli(capsys):
     """`speechscale ARGS` in this process (`main_cli`), answered as `run_cli` answers: returncode, stdout,
     stderr; `check` asserts a zero exit. It spares the 2 s torch import of a process per command."""
     def call(*args: str, check: bool = True) -> SimpleNamespace:
         code, out, err = main_cli(capsys, *args)
+        assert not check or code == 0, err
+        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+    return call
+
+
+@pytest.fixture
+def workshop(capsys):
+    """The workshop's `python -m benchmarks ARGS` in this process, answered as the `cli` fixture answers."""
+    def call(*args: str, check: bool = True) -> SimpleNamespace:
+        code, out, err = main_benchmarks(capsys, *args)
         assert not check or code == 0, err
         return SimpleNamespace(returncode=code, stdout=out, stderr=err)
     return call

@@ -2,15 +2,15 @@
 
     >>> import tempfile, speechscale
     >>> out = tempfile.mkdtemp()
-    >>> summary = speechscale.train("ldc93s1", data={"root": "../shared/data/ldc93s1"},
+    >>> summary = speechscale.train("ldc93s1", data={"root": "data/ldc93s1"},
     ...                             trainer={"out_dir": out, "progress": False})
     >>> summary["wer"], summary["stopped_by"]
     (0.0, 'target_wer')
     >>> model = speechscale.load(out + "/checkpoints/best.pt", device="cpu")
-    >>> model.transcribe("../shared/data/ldc93s1/LDC93S1.wav")["text"]
+    >>> model.transcribe("data/ldc93s1/LDC93S1.wav")["text"]
     'she had your dark suit in greasy wash water all year'
     >>> import soundfile
-    >>> wav, rate = soundfile.read("../shared/data/ldc93s1/LDC93S1.wav", dtype="float32")
+    >>> wav, rate = soundfile.read("data/ldc93s1/LDC93S1.wav", dtype="float32")
     >>> model.transcribe(wav, sample_rate=rate)["text"]   # an array (any rate: it is resampled)
     'she had your dark suit in greasy wash water all year'
     >>> model.card["model"]["name"], model.sample_rate

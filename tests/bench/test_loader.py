@@ -28,11 +28,23 @@ def test_a_loader_that_ships_waveforms_counts_the_frames_the_step_will_compute(t
     assert rows[0]["feature_frames"] == rows[1]["feature_frames"] > 0 and rows[1]["x_realtime"] > 1
 
 
-def test_bench_loader_cli_prints_json_lines(tmp_path):
-    shared("fsdd", "manifest.jsonl")
-    proc = run_cli("bench", "loader", "--workers", "0", "--augment", "off", "--limit", "12", timeout=300)
+def test_bench_loader_cli_times_synthesized_speech_without_a_manifest(tmp_path):
+    proc = run_cli("bench", "loader", "--workers", "0", "--augment", "off", "--limit", "12", "--clip-seconds", "4",
+                   timeout=300)
     rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     assert len(rows) == 1 and rows[0]["workers"] == 0 and rows[0]["utterances"] == 12
+    assert rows[0]["audio_seconds"] >= 12 * 4  # sentences joined into utterances of at least 4 s
+
+
+def test_bench_loader_refuses_corpus_flags_beside_a_manifest(cli):
+    """--limit and --clip-seconds shape the synthesized corpus: beside --manifest they would be ignored."""
+    m = str(shared("fsdd", "manifest.jsonl"))
+    for flags in (["--limit", "600"], ["--clip-seconds", "12"], ["--limit", "600", "--clip-seconds", "12"]):
+        res = cli("bench", "loader", "--manifest", m, *flags, check=False)
+        assert res.returncode == 2 and "--manifest is read as it is" in res.stderr, res.stderr
+        assert all(f in res.stderr for f in flags[::2]) and len(res.stderr.strip().splitlines()) == 1
+    res = cli("bench", "loader", "--manifest", "nowhere.jsonl", check=False)
+    assert res.returncode == 2 and "nowhere.jsonl: no such manifest" in res.stderr
 
 
 def test_shards_feed_the_loader_the_same_features_as_loose_files(tmp_path):
@@ -54,8 +66,8 @@ def test_loader_memory_stays_flat_with_shards_and_grows_with_a_manifest(tmp_path
     """Measured RSS of fresh loader processes: 20x the utterances cost a shard stream almost nothing more."""
     from speechscale.bench.memory import bench_memory
 
-    shared("fsdd", "manifest.jsonl")
-    rows = bench_memory(tmp_path, [1000, 20000], ["shards", "manifest"], batches=5, per_shard=100)
+    rows = bench_memory(tmp_path, [1000, 20000], ["shards", "manifest"], batches=5, per_shard=100,
+                        manifest=shared("fsdd", "manifest.jsonl"))
     # the listing (held before the first batch), not the peak: the batches' transient peak varies by ~10 MB
     # from run to run (CI saw 29 and 41 MB for the same shard stream)
     mb = {(r["source"], r["utterances"]): r["listing_mb"] for r in rows}

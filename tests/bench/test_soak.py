@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from speechscale.bench import tables
-from speechscale.bench.serving_tables import serving_rows
+from benchmarks import tables
+from benchmarks.serving_tables import serving_rows
 from tests.conftest import ROOT
 
 PROV = {"machine": "m", "date": "2026-11-27 18:00 UTC", "commit": "c", "torch": "t", "command": "x"}

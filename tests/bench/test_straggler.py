@@ -58,8 +58,8 @@ def test_summary_gives_median_and_range_over_seeds_and_counts_runs_that_missed_t
 
 @pytest.mark.slow
 def test_bench_straggler_runs_each_strategy_with_and_without_a_slow_learner(tmp_path):
-    shared("yesno", "manifest.jsonl")
-    proc = run_cli("bench", "straggler", "--procs", "2", "--epochs", "1", "--out", str(tmp_path),
+    root = shared("yesno", "manifest.jsonl").parent
+    proc = run_cli("bench", "straggler", "--data-root", str(root), "--procs", "2", "--epochs", "1", "--out", str(tmp_path),
                    "--strategies", "allreduce,adpsgd-fixed_ring", "--seeds", "4", "--target-wer", "0.5",
                    "--slowdown", "4",
                    "model.overrides={rnn_hidden: 64, rnn_layers: 1}", timeout=900)

@@ -1,14 +1,16 @@
 """The live-transcription benchmark against a real server process and real WebSocket clients."""
 import pytest
 
-from speechscale.bench import tables
+from benchmarks import tables
+from benchmarks.shared import exactness_files, speech_files
 from speechscale.bench.stream import bench_stream, exactness
+from tests.conftest import shared
 
 
 @pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
 def test_bench_stream_times_every_chunk_refuses_one_too_many_and_counts_memory(streaming_checkpoint):
     res = bench_stream(str(streaming_checkpoint), levels=(2,), seconds=3.0, chunk_ms=100, memory_streams=8,
-                       abandoned=2, exact=False)
+                       abandoned=2, exact=False, files=speech_files())
     (level,) = res["levels"]
     # every 100 ms chunk of both streams answered by its own partial, in real time (each stream takes ~3 s)
     assert level["chunks"] == 2 * 30 and level["failed_streams"] == 0 and level["wall_s"] >= 3.0, level["errors"]
@@ -28,7 +30,8 @@ def test_bench_stream_times_every_chunk_refuses_one_too_many_and_counts_memory(s
 
 
 def test_the_bench_counts_streamed_texts_equal_to_the_offline_ones(streaming_checkpoint):
-    e = exactness(str(streaming_checkpoint), (320.0,))
+    shared("fsdd", "recordings")
+    e = exactness(str(streaming_checkpoint), exactness_files(), (320.0,))
     assert e == {"files": 20, "chunk_ms": [320.0], "pairs": 20, "equal": 20, "rate": 1.0,
                  "onnx": {"pairs": 20, "equal": 20, "rate": 1.0}, "step_frames": 10, "attention_chunk": None}
 
@@ -36,7 +39,8 @@ def test_the_bench_counts_streamed_texts_equal_to_the_offline_ones(streaming_che
 def test_the_bench_compares_a_streaming_conformer_with_its_offline_text_in_the_same_chunks(
         conformer_streaming_checkpoint):
     """100 ms steps are 12 feature frames, 3 output frames: the offline reference attends in chunks of 3."""
-    e = exactness(str(conformer_streaming_checkpoint), (37.0,), onnx=False)
+    shared("fsdd", "recordings")
+    e = exactness(str(conformer_streaming_checkpoint), exactness_files(), (37.0,), onnx=False)
     assert e == {"files": 20, "chunk_ms": [37.0], "pairs": 20, "equal": 20, "rate": 1.0, "step_frames": 12,
                  "attention_chunk": 3}
 

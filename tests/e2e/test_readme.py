@@ -38,6 +38,19 @@ def test_every_speechscale_command_in_the_readme_parses():
             assert e.code == 0, c
 
 
+def test_every_workshop_command_in_the_docs_parses():
+    """docs/evidence.md's `python -m benchmarks ...` lines (run from a checkout) parse as the workshop reads them."""
+    from benchmarks.__main__ import build_parser as workshop
+
+    cmds = _commands("python -m benchmarks ")
+    assert {shlex.split(c)[3] for c in cmds} == {"all", "fsdd-loso", "convergence"}
+    for c in cmds:
+        try:
+            workshop().parse_args(shlex.split(c)[3:])
+        except SystemExit as e:
+            assert e.code == 0, c
+
+
 def test_torchrun_commands_in_the_readme_launch_a_valid_speechscale_command():
     """tests/distributed runs such launches for real; here the README's own lines must parse."""
     cmds = _commands("torchrun ")
@@ -101,7 +114,7 @@ def test_every_shipped_recipe_ends_by_its_epochs_and_a_time_cap_is_only_a_guard(
         assert trainer.get("max_epochs", 0) > 0 or trainer.get("max_steps", 0) > 0, path.name
         if trainer.get("max_minutes"):
             line = next(x for x in path.read_text().splitlines() if x.strip().startswith("max_minutes:"))
-            assert "only a guard" in line and re.search(r"20\d\d-\d\d-\d\d", line), (path.name, line)
+            assert "only a guard" in line, (path.name, line)
 
 
 def _min_s(seconds: float) -> str:

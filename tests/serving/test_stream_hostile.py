@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.shared import speech_files
+from speechscale.bench.audio import speech
 from speechscale.bench.rawws import Conn, close_frame, frame, text
-from speechscale.bench.stream import speech
 from tests.conftest import start_server
 from tests.distributed.launch import kill_group, wait_for
 
@@ -32,7 +33,7 @@ def server(streaming_checkpoint, tmp_path_factory):
     port = int(url.rsplit(":", 1)[1])
     c = Conn(port)
     c.start()
-    c.send(frame(0x2, speech(1.0).tobytes()) + text({"type": "end"}))
+    c.send(frame(0x2, speech(speech_files(), 1.0).tobytes()) + text({"type": "end"}))
     assert c.close_code() == (1000, "")  # warm: the model has run once
     yield proc, url, port, _rss_mb(proc.pid)
     kill_group(proc)
@@ -240,7 +241,7 @@ def test_sigterm_drains_streams_in_flight_without_losing_a_final(streaming_check
     proc, url = start_server(streaming_checkpoint, log, "--drain-timeout", "3", "--stream-idle", "20")
     port = int(url.rsplit(":", 1)[1])
     try:
-        audio = speech(6.0)
+        audio = speech(speech_files(), 6.0)
         chunks = [audio[lo:lo + 1600].tobytes() for lo in range(0, len(audio), 1600)]
         ref = Conn(port)
         ref.start()

@@ -238,7 +238,7 @@ def test_a_resumed_graphed_run_is_bit_exact(tmp_path):
 @needs_cuda
 @pytest.mark.slow
 def test_yesno_reaches_at_most_one_wrong_word_in_bf16_with_graphs(tmp_path):
-    from speechscale.bench.recipes import RECIPES, run_recipe
+    from benchmarks.recipes import RECIPES, run_recipe
     from tests.conftest import shared
 
     shared("yesno", "manifest.jsonl")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from speechscale.bench.recipes import RECIPES, bench_recipes, run_recipe
+from benchmarks.recipes import RECIPES, bench_recipes, run_recipe
 from tests.conftest import shared
 
 pytestmark = pytest.mark.slow  # trains a real model on real recordings

@@ -1,6 +1,6 @@
 """Cost of the data path per second of audio: file decoding + resampling + features, on real files.
 
-    speechscale bench features --manifest ../shared/data/fsdd/manifest.jsonl --sample-rate 16000
+    speechscale bench features --manifest DATA/fsdd/manifest.jsonl --sample-rate 16000
 """
 from __future__ import annotations
 

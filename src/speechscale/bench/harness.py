@@ -124,32 +124,30 @@ def _cpu_model() -> str:
     return f"{model} ({isa})" if isa else model
 
 
-def shared_data(*parts: str) -> Path:
-    """A file of the real recordings the benches read: under $SPEECHSCALE_SHARED_DATA, else ../shared/data from
-    the current folder, else beside the checkout this package runs from (the first that exists; else the
-    current folder's, for the caller's own error)."""
-    roots = [Path(os.environ["SPEECHSCALE_SHARED_DATA"])] if os.environ.get("SPEECHSCALE_SHARED_DATA") else []
-    roots += [Path("../shared/data"), Path(__file__).resolve().parents[3].parent / "shared" / "data"]
-    found = [r.joinpath(*parts) for r in roots if r.joinpath(*parts).exists()]
-    return found[0] if found else roots[-2].joinpath(*parts)
-
-
 def _commit() -> str:
-    if os.environ.get("SPEECHSCALE_COMMIT"):  # the launcher knows best (a copy's .git may be older than its tree)
+    """The commit the figures come from: $SPEECHSCALE_COMMIT when the caller knows it (a launcher, or a checkout's
+    own tooling that decides what counts as a change), else the git HEAD of the folder the bench runs in, with
+    "+changes" when tracked files differ from it; "unknown" outside a repository."""
+    if os.environ.get("SPEECHSCALE_COMMIT"):
         return os.environ["SPEECHSCALE_COMMIT"]
-    root = Path(__file__).resolve().parents[3]
     try:
-        head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=root, capture_output=True, text=True,
+        head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True,
                               timeout=10).stdout.strip()
-        # what the benches write (figures, BENCHMARKS.md) does not make the measured code "changed"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":!docs/figures", ":!BENCHMARKS.md"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         head, dirty = "", ""
     if not head:
         return "unknown"
     return head + ("+changes" if dirty else "")
+
+
+def _command_line() -> list[str]:
+    """This process's command as a user typed it: `python -m PACKAGE ...` for a package's __main__, else
+    `speechscale ...`."""
+    argv0 = Path(sys.argv[0])
+    prog = ["python", "-m", argv0.parent.name] if argv0.name == "__main__.py" else ["speechscale"]
+    return [*prog, *sys.argv[1:]]
 
 
 def provenance(command: list[str] | None = None) -> dict[str, Any]:
@@ -160,7 +158,7 @@ def provenance(command: list[str] | None = None) -> dict[str, Any]:
     return {"machine": f"{os.cpu_count()} cores, {_cpu_model()}" + (f", {gpu}" if gpu else ""),
             "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": _commit(),
             "torch": torch.__version__, "python": platform.python_version(),
-            "command": shlex.join(command if command is not None else ["speechscale", *sys.argv[1:]])}
+            "command": shlex.join(command if command is not None else _command_line())}
 
 
 def write_json(path: Path, results: Any, command: list[str] | None = None, seconds: float | None = None,

@@ -4,7 +4,7 @@ augmentation, normalized spectrogram, collate), with 0 (the main process) to N w
 
     speechscale bench loader --workers 0,1,2 --augment both --source both --clip-seconds 12 --features both
 
-Without --manifest the input is 16 kHz flac made once from ../shared/data/fsdd (written before timing),
+Without --manifest the input is synthesized speech written once as 16 kHz flac (before timing),
 as loose files and (`--source shards|both`) as tar shards of the same files. The clock runs from the
 loader's start (worker start-up included) to its last batch; each result is one pass over the corpus.
 `x_realtime_per_worker` divides by the processes that decode (the main process when there are no workers).
@@ -29,9 +29,9 @@ AUGMENT = AugmentConfig(speed=[0.9, 1.1], gain_db=6.0, noise_snr_db=[10.0, 30.0]
 
 def flac_corpus(src_manifest: str | Path, out: str | Path, sample_rate: int = 16000, limit: int = 400,
                 clip_seconds: float = 0.0) -> Path:
-    """Up to `limit` utterances written as `sample_rate` flac under `out`; its manifest. With `clip_seconds`,
+    """`limit` utterances written as `sample_rate` flac under `out`; its manifest. With `clip_seconds`,
     consecutive source clips are joined until each utterance lasts at least that long (LibriSpeech's mean
-    is 12.3 s; FSDD's clips last 0.5 s, where per-file costs dominate)."""
+    is 12.3 s; short clips are where per-file costs dominate). The source is read in a cycle until `limit`."""
     src_manifest, out = Path(src_manifest), Path(out)
     (out / "audio").mkdir(parents=True, exist_ok=True)
     sources = [json.loads(x) for x in src_manifest.read_text().splitlines() if x.strip()]
@@ -39,14 +39,10 @@ def flac_corpus(src_manifest: str | Path, out: str | Path, sample_rate: int = 16
     for i in range(limit):
         wavs, texts = [], []
         while not wavs or sum(len(w) for w in wavs) < clip_seconds * sample_rate:
-            if k == len(sources) and not clip_seconds:
-                break
             row = sources[k % len(sources)]
             k += 1
             wavs.append(load_audio(src_manifest.parent / row["audio_filepath"], sample_rate))
             texts.append(row["text"])
-        if not wavs:
-            break
         wav = np.concatenate(wavs)
         sf.write(out / "audio" / f"{i:05d}.flac", wav, sample_rate)
         rows.append(json.dumps({"audio_filepath": f"audio/{i:05d}.flac", "duration": len(wav) / sample_rate,

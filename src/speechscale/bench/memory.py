@@ -3,7 +3,8 @@ shard index and for a manifest of the same utterances.
 
     speechscale bench memory --utterances 10000,100000,1000000 --source both
 
-The corpus is synthetic in size only: a few real tar shards of 16 kHz FSDD flac, listed again and again
+The corpus is synthetic in size only: a few real tar shards of 16 kHz flac (`--manifest`'s recordings, else
+synthesized speech), listed again and again
 in one index (every entry names a real shard, so every batch read is real), and a manifest that lists the
 same files again and again. Each measurement runs in a fresh process: build the model's components (the
 baseline), plan the epoch and read `batches` batches through the DataLoader; the process reports its
@@ -24,14 +25,16 @@ from typing import Any
 from .loader import flac_corpus
 
 
-def synthetic_corpus(folder: str | Path, utterances: int, per_shard: int = 1000) -> tuple[Path, Path]:
-    """(index, manifest) of `utterances` utterances over real audio under `folder` (built once and reused)."""
+def synthetic_corpus(folder: str | Path, utterances: int, source: str | Path, per_shard: int = 1000
+                     ) -> tuple[Path, Path]:
+    """(index, manifest) of `utterances` utterances over the audio of manifest `source` under `folder` (built once
+    and reused)."""
     from ..data.shards import INDEX_NAME, write_shards
 
     folder = Path(folder)
     real = folder / "real"
     if not (real / "shards" / INDEX_NAME).is_file():
-        manifest = flac_corpus("../shared/data/fsdd/manifest.jsonl", real, 16000, limit=2 * per_shard)
+        manifest = flac_corpus(source, real, 16000, limit=2 * per_shard)
         write_shards(str(manifest), real / "shards", shard_size=per_shard)
     lines = (real / "shards" / INDEX_NAME).read_text().splitlines()
     entries = [json.loads(x) for x in lines[1:]]
@@ -90,11 +93,11 @@ def measure_here(source: str, batches: int) -> dict[str, Any]:
 
 
 def bench_memory(folder: str | Path, sizes: list[int], sources: list[str], batches: int = 50,
-                 per_shard: int = 1000) -> list[dict[str, Any]]:
-    """One fresh process per (source kind, size); JSON rows."""
-    rows = []
+                 per_shard: int = 1000, *, manifest: str | Path) -> list[dict[str, Any]]:
+    """One fresh process per (source kind, size) over the recordings of `manifest`; JSON rows."""
+    rows, audio = [], manifest
     for size in sizes:
-        index, manifest = synthetic_corpus(folder, size, per_shard)
+        index, manifest = synthetic_corpus(folder, size, audio, per_shard)
         for kind in sources:
             src = str(index if kind == "shards" else manifest)
             proc = subprocess.run([sys.executable, "-m", "speechscale.bench.memory", src, str(batches)],

@@ -1,5 +1,6 @@
 """Transcription service throughput and latency: `speechscale serve` in a subprocess on a loopback port,
-clients posting the same 5 s clip at concurrency 1, 8, 32.
+clients posting the same 5 s clip of speech (`--manifest`'s files end to end, else synthesized speech) at
+concurrency 1, 8, 32.
 
     speechscale bench serve --checkpoint runs/demo/checkpoints/best.pt --seconds 5 --concurrency 1,8,32
 
@@ -16,25 +17,18 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import soundfile as sf
 
-from ..data.audio import load_audio
-from .harness import shared_data
+from .audio import speech
 from .ports import free_port
 
 
-def _clip(seconds: float) -> bytes:
-    """`seconds` of real speech (JFK, repeated if needed) as 16 kHz 16-bit WAV bytes."""
-    src = shared_data("jfk", "jfk.flac")
-    if not src.is_file():
-        from ..config import ConfigError
-
-        raise ConfigError(f"{src}: bench serve sends real speech from ../shared/data (set SPEECHSCALE_SHARED_DATA)")
-    wav = load_audio(src, 16000)
-    wav = np.tile(wav, int(np.ceil(seconds * 16000 / len(wav))))[: int(seconds * 16000)]
+def _clip(files: list[Path], seconds: float) -> bytes:
+    """`seconds` of `files` end to end (repeated if needed) as 16 kHz 16-bit WAV bytes."""
+    wav = speech(files, seconds)[: int(seconds * 16000)]
     buf = io.BytesIO()
     sf.write(buf, wav, 16000, format="WAV", subtype="PCM_16")
     return buf.getvalue()
@@ -49,7 +43,8 @@ def _post(url: str, data: bytes) -> float:
 
 
 def bench_serve(checkpoint: str, seconds: float = 5.0, levels: list[int] = (1, 8, 32),
-                requests: int = 64, extra: list[str] | None = None) -> list[dict[str, Any]]:
+                requests: int = 64, extra: list[str] | None = None, *, files: list[Path]) -> list[dict[str, Any]]:
+    """Each level's requests/s and latency, posting `seconds` of `files`."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "serve", "--checkpoint", checkpoint,
                              "--port", str(port), *(extra or [])], stdout=subprocess.DEVNULL,
@@ -62,7 +57,7 @@ def bench_serve(checkpoint: str, seconds: float = 5.0, levels: list[int] = (1, 8
                 break
             except OSError:
                 time.sleep(0.1)
-        clip, url = _clip(seconds), base + "/v1/transcribe"
+        clip, url = _clip(files, seconds), base + "/v1/transcribe"
         for _ in range(4):
             _post(url, clip)
         rows = []

@@ -31,8 +31,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .audio import speech
 from .rawws import Conn, frame, text
-from .stream import _connect, _Server, _Stream, initial_streaming_checkpoint, speech
+from .stream import _connect, _Server, _Stream, initial_streaming_checkpoint
 
 IDLE_S, SEND_TIMEOUT_S, HEADER_TIMEOUT_S = 5.0, 3.0, 3.0
 START = {"type": "start", "sample_rate": 16000, "encoding": "pcm16"}
@@ -254,11 +255,12 @@ def _summary(rows: list[dict[str, Any]], rec: _Record, t0: float, minutes: float
                       "every_hostile_act_refused_as_documented": total["unexpected_n"] == 0}}
 
 
-def bench_soak(checkpoint: str | None, minutes: float, interval_s: float = 60.0, streams: int = 4) -> dict[str, Any]:
-    """Run the soak (module docstring); the per-interval rows and the summary."""
+def bench_soak(checkpoint: str | None, minutes: float, interval_s: float = 60.0, streams: int = 4, *,
+               files: list[Path]) -> dict[str, Any]:
+    """Run the soak (module docstring) sending `files` end to end; the per-interval rows and the summary."""
     import tempfile
 
-    audio = speech(60.0)
+    audio = speech(files, 60.0)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = checkpoint or str(initial_streaming_checkpoint(Path(tmp) / "stream.pt"))
         server = _Server(ckpt, 4 * streams, "--stream-idle", f"{IDLE_S:g}", "--stream-send-timeout",
@@ -304,3 +306,24 @@ def soak_table(result: dict[str, Any]) -> str:
     return "\n".join(f"{r['minute']:>6} min  RSS {r['rss_mb']:>7} MB  stream p95 {r['stream_p95_ms']} ms  "
                      f"http p95 {r['http_p95_ms']} ms  unexpected {r['unexpected_n']}" for r in result["intervals"])
 
+
+def plot_soak(result: dict[str, Any], path: Path) -> None:
+    """The soak's server memory and p95 latency (streams' chunks and HTTP) per interval."""
+    from ..plotting import pyplot
+
+    plt = pyplot()
+    fig, (mem, lat) = plt.subplots(1, 2, figsize=(10, 4))
+    rows = result["intervals"]
+    minutes = [r["minute"] for r in rows]
+    mem.plot(minutes, [r["rss_mb"] for r in rows], "o-", color="C0", ms=3, label="server VmRSS")
+    mem.set_ylabel("MB")
+    for key, color, label in (("stream_p95_ms", "C2", "stream chunk p95"), ("http_p95_ms", "C1", "HTTP p95")):
+        lat.plot(minutes, [r[key] for r in rows], "o-", color=color, ms=3, label=label)
+    lat.set_ylabel("ms")
+    for ax, title in ((mem, "Server memory"), (lat, "Latency")):
+        ax.set_xlabel("minute")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,8 +1,8 @@
 """Straggler benchmark: real training runs under torchrun, each strategy with and without one slow learner.
 
-    speechscale bench straggler --procs 4 --epochs 4 --slowdown 2 --out runs/bench_straggler
+    speechscale bench straggler --data-root DATA/yesno --procs 4 --epochs 4 --slowdown 2 --out runs/bench_straggler
 
-Every run trains the same recipe (default: configs/yesno.yaml, real recordings from ../shared/data) for
+Every run trains the same recipe (default: yesno, its recordings under --data-root) for
 the same number of epochs on `procs` CPU processes of one thread each. The slow learner sleeps (slowdown
 - 1) x its own compute after every step (`distributed.simulate_straggler`), which uses no CPU, so the
 other learners' speed is what the strategy allows. Reported per run: utterances per second of training,

@@ -1,5 +1,5 @@
 """Live transcription under load: `speechscale serve` in its own process, N WebSocket clients streaming real
-speech in real time to `/v1/stream` (issue #42).
+speech in real time to `/v1/stream`.
 
     speechscale bench stream [--checkpoint CKPT] --streams 8,32 --seconds 20 --chunk-ms 100
 
@@ -33,24 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from .harness import shared_data
+from .audio import speech
 from .ports import free_port
 
 MODEL = "ds2-streaming-tiny"
-
-
-def speech(seconds: float, rate: int = 16000) -> np.ndarray:
-    """`seconds` of real speech at `rate` (JFK, then the LDC93S1 sentence, repeated) as int16 samples."""
-    from ..config import ConfigError
-    from ..data.audio import load_audio
-
-    srcs = [shared_data("jfk", "jfk.flac"), shared_data("ldc93s1", "LDC93S1.wav")]
-    missing = [str(s) for s in srcs if not s.is_file()]
-    if missing:
-        raise ConfigError(f"{', '.join(missing)}: bench stream sends real speech from ../shared/data")
-    one = np.concatenate([load_audio(s, rate) for s in srcs])
-    wav = np.tile(one, int(np.ceil(seconds * rate / len(one))) + 1)
-    return (np.clip(wav, -1, 1) * 32767).astype("<i2")
 
 
 def initial_streaming_checkpoint(path: Path, model: str = MODEL) -> Path:
@@ -285,16 +271,10 @@ def _memory(server: _Server, audio: np.ndarray, total: int, abandoned: int, seco
 CHUNKS_MS = (20.0, 100.0, 320.0, 1000.0, 37.0, 777 / 44.1)  # odd sizes too: 777 samples at 44.1 kHz
 
 
-def exactness_files() -> list[Path]:
-    """20 real files at 8, 16 and 44.1 kHz, 0.3-11 s (as tests/serving/test_streaming.py uses)."""
-    fsdd = sorted(shared_data("fsdd", "recordings").glob("*_jackson_4*.wav"))[:12]
-    yesno = sorted(shared_data("yesno").glob("*.wav"))[::15]
-    return [*fsdd, *yesno, *sorted(shared_data("ldc93s1").glob("*.wav")), shared_data("jfk", "jfk.flac")]
-
-
-def exactness(checkpoint: str, chunks_ms: tuple[float, ...] = CHUNKS_MS, onnx: bool = True) -> dict[str, Any]:
-    """Each file streamed in each chunk size, through the model in PyTorch and (`onnx`) its exported ONNX step: is
-    the streamed text the offline transcript of the whole file? (A streaming conformer's offline transcript
+def exactness(checkpoint: str, files: list[Path], chunks_ms: tuple[float, ...] = CHUNKS_MS, onnx: bool = True
+               ) -> dict[str, Any]:
+    """Each of `files` (any rate) streamed in each chunk size, through the model in PyTorch and (`onnx`) its
+    exported ONNX step: is the streamed text the offline transcript of the whole file? (A streaming conformer's offline transcript
     attends in the chunks it streams with.)"""
     import soundfile as sf
     import torch
@@ -313,7 +293,7 @@ def exactness(checkpoint: str, chunks_ms: tuple[float, ...] = CHUNKS_MS, onnx: b
     attention = chunk // model.stream_stride if hasattr(model, "set_chunk") else None
     if attention is not None:
         model.set_chunk(attention)
-    files, offline = exactness_files(), {}
+    offline = {}
     for path in files:
         feats = comps.features(torch.from_numpy(load_audio(path, rate)))
         with torch.no_grad():
@@ -347,14 +327,15 @@ def exactness(checkpoint: str, chunks_ms: tuple[float, ...] = CHUNKS_MS, onnx: b
 
 def bench_stream(checkpoint: str | None = None, levels: tuple[int, ...] = (8, 32), seconds: float = 20.0,
                  chunk_ms: int = 100, memory_streams: int = 200, abandoned: int = 50,
-                 exact: bool = True, ws: str = "guarded", model: str = MODEL) -> dict[str, Any]:
-    """Exactness over real files and chunk sizes, then the latency levels and the memory run against one server
-    limited to max(levels) streams, on the connection stack `ws` (`serve --ws`); without a checkpoint, `model`'s
-    initial weights."""
-    audio = speech(max(seconds, 3.0) + 20)
+                 exact: bool = True, ws: str = "guarded", model: str = MODEL, *, files: list[Path],
+                 exact_files: list[Path] | None = None) -> dict[str, Any]:
+    """Exactness over `exact_files` (default: `files`) and chunk sizes, then the latency levels and the memory run
+    against one server limited to max(levels) streams, each stream sending `files` end to end, on the connection
+    stack `ws` (`serve --ws`); without a checkpoint, `model`'s initial weights."""
+    audio = speech(files, max(seconds, 3.0) + 20)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = checkpoint or str(initial_streaming_checkpoint(Path(tmp) / "stream.pt", model))
-        same = exactness(ckpt) if exact else None
+        same = exactness(ckpt, exact_files or files) if exact else None
         server = _Server(ckpt, max(levels), "--ws", ws)
         try:
             warm = _connect(server.url)  # the first stream pays the model's first run

@@ -2,12 +2,11 @@
 
     speechscale bench train --model ds2-tiny,wav2letter+-tiny --precision fp32,bf16 --batch-size 8 --seconds 2
 
-Batches are real audio cut from a manifest (default: ../shared/data/ldc93s1 when present), else
-synthesized noise; the data phase includes loading, features and the copy to the device. The modes run
-interleaved step by step in one process (bench/harness.py, rotating order), so machine noise hits them
-alike; figures are medians over the timed steps, with the 10th-90th percentile range. MFU is the analytic training
-FLOPs per second (models/flops.py) over the device peak: `--peak-tflops` when given, else a matmul
-measured here in the mode's dtype (stated in the output as peak_source).
+Batches are real audio cut from `--manifest`'s recordings, else synthesized noise; the data phase includes loading,
+features and the copy to the device. The modes run interleaved step by step in one process (bench/harness.py,
+rotating order), so machine noise hits them alike; figures are medians over the timed steps, with the 10th-90th
+percentile range. MFU is the analytic training FLOPs per second (models/flops.py) over the device peak:
+`--peak-tflops` when given, else a matmul measured here in the mode's dtype (stated in the output as peak_source).
 """
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ from ..training.graphs import GraphedModel
 from ..training.optim import build_optimizer
 from ..training.precision import Precision, resolve_device
 from ..training.step import TrainStep
-from .harness import interleave, shared_data
+from .harness import interleave
 
 TEXT = "she had your dark suit in greasy wash water all year"
 
@@ -293,11 +292,3 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             res["speedup_vs_fp32"] = round(res["audio_seconds_per_second"] / base["audio_seconds_per_second"], 3)
         results.append(res)
     return results
-
-
-def default_manifest(given: str | None) -> str | None:
-    """The manifest to cut benchmark batches from: the given one ('' = noise), else LDC93S1 when present."""
-    if given is not None:
-        return given or None
-    default = shared_data("ldc93s1", "manifest.jsonl")
-    return str(default) if default.is_file() else None

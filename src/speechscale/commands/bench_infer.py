@@ -9,8 +9,8 @@ from .args import choice_list, positive
 
 
 def infer(args: argparse.Namespace) -> int:
+    from ..bench.audio import checked_manifest
     from ..bench.infer import bench_infer
-    from ..bench.throughput import default_manifest
     from ..config import ConfigError
     from ..models.registry import check_model_name
     from ..training.precision import resolve_device
@@ -21,7 +21,8 @@ def infer(args: argparse.Namespace) -> int:
     if "graphed" in args.modes and resolve_device(args.device).type != "cuda":
         raise ConfigError("bench infer: graphed needs a CUDA device; use --modes eager,onnx on the CPU")
     for row in bench_infer(models, args.batch_size, args.seconds, args.steps, args.warmup, tuple(args.modes),
-                           args.device, args.precision, default_manifest(args.manifest) or None, args.threads):
+                           args.device, args.precision,
+                           str(checked_manifest(args.manifest)) if args.manifest else None, args.threads):
         print(json.dumps(row), flush=True)
     return 0
 
@@ -40,6 +41,6 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bi.add_argument("--device", default="auto", help="auto | cpu | cuda")
     bi.add_argument("--precision", default="fp32", choices=list(DTYPES),
                     help="autocast precision of eager and graphed on a GPU (the CPU and onnx run fp32)")
-    bi.add_argument("--manifest", default=None, help="real audio to cut batches from ('' for noise)")
+    bi.add_argument("--manifest", default=None, help="real audio to cut batches from (default: synthesized noise)")
     bi.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     bi.set_defaults(func=infer)

@@ -11,6 +11,9 @@ from .args import choice_list, positive
 
 
 def stream(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from ..bench.audio import speech_files
     from ..bench.stream import bench_stream
 
     levels = tuple(int(x) for x in args.streams.split(","))
@@ -18,20 +21,26 @@ def stream(args: argparse.Namespace) -> int:
         from ..config import ConfigError
 
         raise ConfigError("--model picks initial weights to serve; --checkpoint brings its own model: give one")
-    for i, ws in enumerate(args.ws):  # stacks one after the other in one run; exactness once
-        print(json.dumps(bench_stream(args.checkpoint, levels, args.seconds, args.chunk_ms, args.memory_streams,
-                                      args.memory_streams // 4, exact=i == 0, ws=ws,
-                                      model=args.model or "ds2-streaming-tiny")), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = speech_files(args.manifest, tmp)
+        for i, ws in enumerate(args.ws):  # stacks one after the other in one run; exactness once
+            print(json.dumps(bench_stream(args.checkpoint, levels, args.seconds, args.chunk_ms, args.memory_streams,
+                                          args.memory_streams // 4, exact=i == 0, ws=ws,
+                                          model=args.model or "ds2-streaming-tiny", files=files)), flush=True)
     return 0
 
 
 def soak(args: argparse.Namespace) -> int:
-    from ..bench.plots import plot_soak
-    from ..bench.soak import bench_soak, soak_table
+    import tempfile
+
+    from ..bench.audio import speech_files
+    from ..bench.soak import bench_soak, plot_soak, soak_table
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = bench_soak(args.checkpoint, args.minutes, args.interval, args.streams)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = bench_soak(args.checkpoint, args.minutes, args.interval, args.streams,
+                            files=speech_files(args.manifest, tmp))
     (out / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
     plot_soak(result, out / "soak.png")
     print(soak_table(result))
@@ -50,7 +59,9 @@ def register(bsub: Any, command: Callable[..., argparse.ArgumentParser]) -> None
                     help="the streaming preset whose initial weights are served (default ds2-streaming-tiny); not with "
                          "--checkpoint")
     bs.add_argument("--streams", default="8,32", help="comma-separated concurrent streams; the server takes the most")
-    bs.add_argument("--seconds", type=positive(float), default=20.0, help="audio per stream (real speech)")
+    bs.add_argument("--seconds", type=positive(float), default=20.0, help="audio per stream")
+    bs.add_argument("--manifest", default=None, help="speech to stream (its first 20 files end to end; each also "
+                    "streamed alone against its offline text) (default: synthesized speech)")
     bs.add_argument("--chunk-ms", type=positive(int), default=100, help="audio per message, sent in real time")
     bs.add_argument("--memory-streams", type=int, default=200,
                     help="streams opened and closed for the memory figure, a quarter abandoned (0: none)")
@@ -65,4 +76,6 @@ def register(bsub: Any, command: Callable[..., argparse.ArgumentParser]) -> None
     bk.add_argument("--checkpoint", default=None,
                     help="a streaming model's checkpoint (default: ds2-streaming-tiny's initial weights)")
     bk.add_argument("--out", default="runs/soak", help="folder for soak.json and soak.png")
+    bk.add_argument("--manifest", default=None,
+                    help="speech to send (its first files end to end) (default: synthesized speech)")
     bk.set_defaults(func=soak)

@@ -1,6 +1,6 @@
 """Audio I/O: any file soundfile reads (wav/flac/ogg/...) -> mono float32 at the requested rate.
 
-    >>> wav = load_audio("../shared/data/jfk/jfk.flac", 16000)  # doctest: +SKIP
+    >>> wav = load_audio("data/jfk/jfk.flac", 16000)  # doctest: +SKIP
     >>> wav.dtype, wav.ndim                                     # doctest: +SKIP
     (dtype('float32'), 1)
 """

@@ -124,7 +124,7 @@ def word_crop(wav: np.ndarray, text: str, cfg: AugmentConfig, sample_rate: int, 
     (0.1-0.5 s); when only crops from the first word kept the lead, a long lead announced "no" (test files read
     "noyes ..."). Long silences are now as likely before any word, and never only before the first. With them on
     every crop (edges 1) yesno was much harder to learn: ds2-tiny at 2 files a batch and conformer-tiny stalled
-    near 100 % WER (docs/history/accuracy.md, 2026-11-27); a quarter of the crops is enough."""
+    near 100 % WER; a quarter of the crops is enough."""
     words = text.split()
     if cfg.word_crop <= 0 or len(words) < 2 or float(torch.rand((), generator=gen)) >= cfg.word_crop:
         return wav, text

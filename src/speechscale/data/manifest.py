@@ -3,7 +3,7 @@
 Relative audio paths resolve against the manifest's folder. Reading validates every line; bad lines are
 skipped and counted with file and line number, never raised mid-run.
 
-    >>> entries, report = read_manifest("../shared/data/yesno/manifest.jsonl")  # doctest: +SKIP
+    >>> entries, report = read_manifest("data/yesno/manifest.jsonl")  # doctest: +SKIP
     >>> report.summary()                                                        # doctest: +SKIP
     'yesno/manifest.jsonl: 60 utterances kept, 0 skipped'
 """

@@ -173,7 +173,7 @@ def librispeech_cost(preemptions_per_node_hour: float = 0.05) -> tuple[float, fl
     return r.cost_on_demand, r.cost_preemptible or 0.0
 
 
-# One goal for every prediction, fixed before any row is computed (issue #20): within 10 % of the
+# One goal for every prediction, fixed before any row is computed: within 10 % of the
 # published figure. A row outside it is a miss and is printed and tabled as one.
 GOAL = 0.10
 

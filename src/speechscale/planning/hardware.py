@@ -12,7 +12,7 @@ GPUS: dict[str, dict[str, float]] = {
     "a100": {"fp32": 19.5, "amp": 312.0, "memory_gb": 80},
     "h100": {"fp32": 67.0, "amp": 989.0, "memory_gb": 80},
     "h200": {"fp32": 67.0, "amp": 989.0, "memory_gb": 141},
-    "cpu": {"fp32": 0.3, "amp": 0.16, "memory_gb": 24},  # this project's 2-core machine (LESSONS.md)
+    "cpu": {"fp32": 0.3, "amp": 0.16, "memory_gb": 24},  # a 2-core AVX2 server: fp32 matmul, bf16 emulated
 }
 
 

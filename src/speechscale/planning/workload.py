@@ -74,4 +74,4 @@ def shipped_throughput(gpu: str, model: str, precision: str, batch_seconds: floa
     how = ", CUDA graphs" if row.get("cuda_graphs") else ""
     return float(row["audio_seconds_per_second"]), (
         f"measured: {row['audio_seconds_per_second']} audio-s/s, {model} {row['precision']}{how} at "
-        f"{row['batch_seconds']} s per batch on {prov['machine'].split(' (')[0]}, {prov['date']} (issue {prov['issue']})")
+        f"{row['batch_seconds']} s per batch on {prov['machine'].split(' (')[0]}, {prov['date']}, commit {prov['commit']}")

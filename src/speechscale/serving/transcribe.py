@@ -1,7 +1,7 @@
 """Transcribe any audio file with a checkpoint; long audio is cut at quiet points into chunks.
 
     >>> asr = Transcriber("runs/demo/checkpoints/best.pt")   # doctest: +SKIP
-    >>> asr.transcribe_file("../shared/data/jfk/jfk.flac")   # doctest: +SKIP
+    >>> asr.transcribe_file("data/jfk/jfk.flac")   # doctest: +SKIP
 """
 from __future__ import annotations
 

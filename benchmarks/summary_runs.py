@@ -9,7 +9,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .straggler import _spread as _stats
+from speechscale.bench.straggler import _spread as _stats
+
 from .summary_rows import _pct, _row, _spread, _status
 
 

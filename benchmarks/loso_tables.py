@@ -166,8 +166,8 @@ def _trained_seed(res: dict[str, Any]) -> int | None:
     for o in reversed(res["overrides"]):
         if o.startswith("trainer.seed="):
             return int(o.split("=", 1)[1])
-    from ..config import ConfigError
-    from ..recipe import load_recipe
+    from speechscale.config import ConfigError
+    from speechscale.recipe import load_recipe
 
     path = Path(res["config"])  # relative to the checkout the bench ran in
     if not path.is_file():

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from speechscale.bench import loso_tables
-from speechscale.bench.loso import (
+from benchmarks import loso_tables
+from benchmarks.loso import (
     SPEAKERS,
     STAMP,
     check_fold,
@@ -15,7 +15,7 @@ from speechscale.bench.loso import (
     fold_train,
     summarize,
 )
-from tests.conftest import ROOT, run_cli, shared
+from tests.conftest import ROOT, run_benchmarks, shared
 
 
 def test_each_fold_trains_on_the_other_three_speakers_and_validates_on_its_own():
@@ -173,14 +173,14 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path, capsys):
     md = tmp_path / "B.md"
     md.write_text("# B\n")
     # one fold, two epochs of a narrow model on the dataset's own test split of the training speakers
-    proc = run_cli("bench", "fsdd-loso", "--name", "probe", "--held-out", "nicolas", "--out", str(tmp_path / "out"),
+    proc = run_benchmarks("fsdd-loso", "--name", "probe", "--held-out", "nicolas", "--out", str(tmp_path / "out"),
                    "--work", str(tmp_path / "work"), "--benchmarks", str(md), "trainer.max_epochs=2",
                    "model.overrides={rnn_hidden: 32, rnn_layers: 1}", "data.cache_audio=false",
                    "data.filter={speaker: [george, jackson, lucas], split: test}",
                    "data.val_filter={speaker: nicolas, split: test}", "features.normalize=speaker",
                    "trainer.ema_decay=0.9", timeout=600)
     doc = json.loads((tmp_path / "out" / "probe.json").read_text())
-    assert doc["provenance"]["command"].startswith("speechscale bench fsdd-loso")
+    assert doc["provenance"]["command"].startswith("python -m benchmarks fsdd-loso")
     (fold,) = doc["results"]["folds"]
     assert fold["held_out"] == "nicolas" and fold["utterances"] == 500 and fold["epochs"] == 2
     assert fold["average_of"] == 2  # the two epoch checkpoints averaged (recomputed below)
@@ -205,7 +205,7 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path, capsys):
         ckpt = torch.load(path, weights_only=True)
         ckpt["config"]["features"].pop("speaker_prior", None)  # last.pt is a hard link of a step file
         torch.save(ckpt, path)
-    run_cli("bench", "fsdd-loso", "--name", "probe", "--rescore", "--out", str(tmp_path / "out"),
+    run_benchmarks("fsdd-loso", "--name", "probe", "--rescore", "--out", str(tmp_path / "out"),
             "--work", str(tmp_path / "work"), "--benchmarks", str(md), timeout=600)
     again = json.loads((tmp_path / "out" / "probe.json").read_text())
     (new,) = again["results"]["folds"]
@@ -218,10 +218,10 @@ def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path, capsys):
     assert again["results"]["lexicon_end_boundary"] and "--rescore" in again["rescored"]["command"]
     assert again["provenance"] == doc["provenance"]  # the training run's provenance stays
     assert "990.0 →" in loso_tables.loso_block(md.read_text())
-    other = run_cli("bench", "fsdd-loso", "--name", "probe", "--held-out", "nicolas", "--out", str(tmp_path / "out"),
+    other = run_benchmarks("fsdd-loso", "--name", "probe", "--held-out", "nicolas", "--out", str(tmp_path / "out"),
                     "--work", str(tmp_path / "work"), "--benchmarks", "", "trainer.max_epochs=3", check=False)
     assert other.returncode != 0 and "holds a fold of another recipe" in other.stderr
     assert len(other.stderr.strip().splitlines()) == 1  # before any training, in one line
-    bad = run_cli("bench", "fsdd-loso", "--name", "probe", "--rescore", "--out", str(tmp_path / "out"),
+    bad = run_benchmarks("fsdd-loso", "--name", "probe", "--rescore", "--out", str(tmp_path / "out"),
                   "--work", str(tmp_path / "elsewhere"), "--benchmarks", "", check=False)
     assert bad.returncode != 0 and "has no last.pt" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -2,7 +2,7 @@
 import json
 import statistics
 
-from speechscale.bench import summary
+from benchmarks import summary
 from tests.conftest import ROOT
 
 GPU = ROOT / "docs" / "figures" / "gpu"

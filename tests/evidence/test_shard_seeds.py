@@ -5,8 +5,8 @@ import statistics
 
 import pytest
 
-from speechscale.bench import tables
-from speechscale.bench.shard_seeds import bench_shard_seeds
+from benchmarks import tables
+from benchmarks.shard_seeds import bench_shard_seeds
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import re
 import shutil
 import statistics
 
-from speechscale.bench import summary
+from benchmarks import summary
 from tests.conftest import ROOT
 
 FIGURES = ROOT / "docs" / "figures"

@@ -6,13 +6,13 @@ import jiwer
 import pytest
 import torch
 
-from speechscale.bench import loso_tables
-from speechscale.bench.adapt import halves
-from speechscale.bench.decoding import split_manifest
+from benchmarks import loso_tables
+from benchmarks.adapt import halves
+from benchmarks.decoding import split_manifest
 from speechscale.decoding.metrics import ErrorRate
 from speechscale.recipe import load_recipe
 from speechscale.training.trainer import Trainer
-from tests.conftest import main_cli, shared
+from tests.conftest import main_benchmarks, main_cli, shared
 from tests.training.tiny import NARROW
 
 WORDS = "eight five four nine one seven six three two zero".split()
@@ -41,7 +41,7 @@ def test_each_half_is_labelled_by_the_model_trained_on_and_never_scored_by_its_o
                        "folds": [{"held_out": "nicolas", "wer_greedy": 0.5, "wer_lexicon": 0.4}]}}
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "probe.json").write_text(json.dumps(doc))
-    code, _, err = main_cli(capsys, "bench", "fsdd-loso", "--name", "probe", "--adapt", "--adapt-epochs", "1",
+    code, _, err = main_benchmarks(capsys, "fsdd-loso", "--name", "probe", "--adapt", "--adapt-epochs", "1",
                             "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--benchmarks", "")
     assert code == 0, err
     again = json.loads((tmp_path / "out" / "probe.json").read_text())
@@ -90,6 +90,6 @@ def test_each_half_is_labelled_by_the_model_trained_on_and_never_scored_by_its_o
     table = loso_tables.render_loso_adapted({"probe": again})
     assert "Unsupervised speaker adaptation" in table and "| `probe` | greedy |" in table
 
-    code, _, err = main_cli(capsys, "bench", "fsdd-loso", "--name", "probe", "--adapt", "--out", str(tmp_path / "out"),
+    code, _, err = main_benchmarks(capsys, "fsdd-loso", "--name", "probe", "--adapt", "--out", str(tmp_path / "out"),
                             "--work", str(tmp_path / "elsewhere"), "--benchmarks", "")
     assert code != 0 and "has no last.pt" in err and len(err.strip().splitlines()) == 1

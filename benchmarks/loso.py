@@ -104,7 +104,7 @@ def score_fold(fold: Path, train_text: list[str], decoders: tuple[str, ...] = DE
 def _greedy(checkpoint: Path, manifest: Path) -> dict[str, float]:
     """What `speechscale eval --decoder greedy --json` gives for `checkpoint` on `manifest` ({wer, cer, ...}),
     scored in this process."""
-    from ..decoding.scoring import score_checkpoint
+    from speechscale.decoding.scoring import score_checkpoint
 
     return score_checkpoint(str(checkpoint), str(manifest))[0]
 
@@ -119,8 +119,8 @@ def averaged(fold: Path) -> dict[str, Any]:
     n = min(AVERAGE_LAST, len(steps))
     if n < 2:
         return {}
-    from ..storage.averaging import average_checkpoints, newest_steps
-    from ..storage.checkpoints import save_checkpoint
+    from speechscale.storage.averaging import average_checkpoints, newest_steps
+    from speechscale.storage.checkpoints import save_checkpoint
 
     out = fold / "checkpoints" / f"average-last-{n}.pt"  # `speechscale average --last N --dir ... --out ...`
     save_checkpoint(str(out), average_checkpoints(newest_steps(str(fold / "checkpoints"), n)))
@@ -135,8 +135,8 @@ def ema_weights(fold: Path, run_config: dict[str, Any]) -> dict[str, Any]:
     decay = run_config["trainer"].get("ema_decay") or 0.0
     if decay <= 0:
         return {}
-    from ..storage.averaging import ema_checkpoint
-    from ..storage.checkpoints import save_checkpoint
+    from speechscale.storage.averaging import ema_checkpoint
+    from speechscale.storage.checkpoints import save_checkpoint
 
     out = fold / "checkpoints" / "ema.pt"  # `speechscale average --ema last.pt --out ema.pt`
     save_checkpoint(str(out), ema_checkpoint(str(fold / "checkpoints" / "last.pt")))
@@ -166,12 +166,12 @@ def with_prior(fold: Path, run_config: dict[str, Any]) -> tuple[Path, str]:
     speaker, so the prior never touched training: the copy is the checkpoint a run saves today."""
     import torch
 
-    from ..components import components_from_description, describe
-    from ..config import Config, from_dict
-    from ..data.dataset import SpeechDataset
-    from ..data.features import pooled_prior
-    from ..data.loading import load_utterances
-    from ..storage.checkpoints import load_checkpoint
+    from speechscale.components import components_from_description, describe
+    from speechscale.config import Config, from_dict
+    from speechscale.data.dataset import SpeechDataset
+    from speechscale.data.features import pooled_prior
+    from speechscale.data.loading import load_utterances
+    from speechscale.storage.checkpoints import load_checkpoint
 
     last = fold / "checkpoints" / "last.pt"
     ckpt = load_checkpoint(last)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..plotting import pyplot as _plt
+from speechscale.plotting import pyplot as _plt
 
 
 def _finish(fig: Any, ax: Any, path: Path, **labels: str) -> None:
@@ -151,26 +151,6 @@ def plot_stream(result: dict[str, Any], path: Path) -> None:
     mem.set_xlabel("streams opened and closed")
     mem.set_ylabel("server VmRSS (MB)")
     mem.set_title("Server memory")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def plot_soak(result: dict[str, Any], path: Path) -> None:
-    """The soak's server memory and p95 latency (streams' chunks and HTTP) per interval."""
-    plt = _plt()
-    fig, (mem, lat) = plt.subplots(1, 2, figsize=(10, 4))
-    rows = result["intervals"]
-    minutes = [r["minute"] for r in rows]
-    mem.plot(minutes, [r["rss_mb"] for r in rows], "o-", color="C0", ms=3, label="server VmRSS")
-    mem.set_ylabel("MB")
-    for key, color, label in (("stream_p95_ms", "C2", "stream chunk p95"), ("http_p95_ms", "C1", "HTTP p95")):
-        lat.plot(minutes, [r[key] for r in rows], "o-", color=color, ms=3, label=label)
-    lat.set_ylabel("ms")
-    for ax, title in ((mem, "Server memory"), (lat, "Latency")):
-        ax.set_xlabel("minute")
-        ax.set_title(title)
-        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

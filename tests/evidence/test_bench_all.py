@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from speechscale.bench import tables
-from speechscale.bench.suite import SETTINGS
-from tests.conftest import run_cli, shared
+from benchmarks import tables
+from benchmarks.suite import SETTINGS
+from tests.conftest import run_benchmarks, shared
 
 pytestmark = pytest.mark.slow  # real multi-process benchmark
 
@@ -14,10 +14,10 @@ def test_bench_scaling_runs_real_processes_and_counts_allreduce_bytes(tmp_path):
     JSON with provenance, a plot, the BENCHMARKS.md table. One run for both (issue #20 §4: they were two)."""
     shared("ldc93s1", "manifest.jsonl")
     md = tmp_path / "B.md"
-    proc = run_cli("bench", "all", "--out", str(tmp_path / "out"), "--only", "scaling", "--benchmarks", str(md))
+    proc = run_benchmarks("all", "--out", str(tmp_path / "out"), "--only", "scaling", "--benchmarks", str(md))
     assert "bench scaling" in proc.stdout
     doc = json.loads((tmp_path / "out" / "scaling.json").read_text())
-    assert doc["provenance"]["command"].startswith("speechscale bench all") and doc["seconds"] > 0
+    assert doc["provenance"]["command"].startswith("python -m benchmarks all") and doc["seconds"] > 0
     assert (tmp_path / "out" / "scaling.png").stat().st_size > 10_000
     assert set(tables.blocks(md.read_text())) == {"scaling"}
     rows = doc["results"]

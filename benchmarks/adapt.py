@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..decoding.metrics import ErrorRate
+from speechscale.decoding.metrics import ErrorRate
+
 from .decoding import split_manifest
 from .recipes import run_recipe
 
@@ -40,8 +41,8 @@ def halves(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[
 def decode(checkpoint: Path, manifest: Path, lexicon: Path | None) -> tuple[dict[int, str], ErrorRate]:
     """Hypotheses of `checkpoint` on `manifest` by row (0-based manifest line; lexicon search over `lexicon`'s words, or
     greedy when None) and the error counts against the manifest's text."""
-    from ..decoding.decoders import DecoderConfig
-    from ..decoding.scoring import EVAL_BATCH_SECONDS, checkpoint_loader, score_loaded
+    from speechscale.decoding.decoders import DecoderConfig
+    from speechscale.decoding.scoring import EVAL_BATCH_SECONDS, checkpoint_loader, score_loaded
 
     comps, loader, report = checkpoint_loader(str(checkpoint), str(manifest), EVAL_BATCH_SECONDS)
     dcfg = DecoderConfig(name="lexicon", lexicon=str(lexicon)) if lexicon else DecoderConfig()

@@ -12,8 +12,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .harness import run_cli, shared_data
+from speechscale.bench.harness import run_cli
+
 from .recipes import RECIPES, run_recipe
+from .shared import shared_data
 
 
 def _spread(xs: list[float]) -> dict[str, float]:
@@ -23,7 +25,7 @@ def _spread(xs: list[float]) -> dict[str, float]:
 def bench_shard_seeds(seeds: list[int], shard_size: int = 8, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
     """Rows (source, seed, steps, epochs, WER, CER) and per source the median and range of steps and WER;
     `overrides` go to every run (the test shortens the schedule)."""
-    from ..config import ConfigError
+    from speechscale.config import ConfigError
 
     root = shared_data("yesno")
     manifest = root / "manifest.jsonl"

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from speechscale.bench.convergence import _settings, bench_convergence, load_runs, summarize
-from tests.conftest import run_cli, shared
+from benchmarks.convergence import _settings, bench_convergence, load_runs, summarize
+from tests.conftest import run_benchmarks, shared
 
 
 def _run(strategy, seed, wer):
@@ -56,10 +56,10 @@ def test_no_run_starts_after_start_within_and_the_finished_ones_are_kept(tmp_pat
 @pytest.mark.slow
 def test_bench_convergence_trains_each_strategy_and_skips_the_runs_it_has(tmp_path):
     root = shared("yesno", "manifest.jsonl").parent
-    args = ["bench", "convergence", "--config", "configs/yesno.yaml", "--data-root", str(root), "--procs", "2",
+    args = ["convergence", "--config", "configs/yesno.yaml", "--data-root", str(root), "--procs", "2",
             "--seeds", "3", "--epochs", "2", "--strategies", "single,adpsgd-fixed_ring", "--out", str(tmp_path),
             "model.overrides={rnn_hidden: 64, rnn_layers: 1}", "data.max_batch_size=4"]
-    lines = [json.loads(x) for x in run_cli(*args, timeout=900).stdout.strip().splitlines()]
+    lines = [json.loads(x) for x in run_benchmarks(*args, timeout=900).stdout.strip().splitlines()]
     rows = [x for x in lines if "summary" not in x]
     assert sorted((r["strategy"], r["learners"], r["seed"], r["epochs"]) for r in rows) == [
         ("adpsgd-fixed_ring", 2, 3, 2), ("single", 1, 3, 2)]
@@ -77,6 +77,6 @@ def test_bench_convergence_trains_each_strategy_and_skips_the_runs_it_has(tmp_pa
     summary = {x["summary"]["strategy"]: x["summary"] for x in lines if "summary" in x}
     gap = saved[[r["strategy"] for r in saved].index("adpsgd-fixed_ring")]["final_wer"] - summary["single"]["final_wer"]["median"]
     assert summary["adpsgd-fixed_ring"]["gap_to_single"]["median"] == round(gap, 4)
-    again = run_cli(*args, timeout=300).stdout.strip().splitlines()  # nothing left to train: summaries only
+    again = run_benchmarks(*args, timeout=300).stdout.strip().splitlines()  # nothing left to train: summaries only
     assert all("summary" in json.loads(x) for x in again) and len(again) == 2
     assert (tmp_path / "runs.jsonl").read_text().count("\n") == 2

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from speechscale.bench.decoding import DECODERS, bench_decoding, split_manifest
+from benchmarks.decoding import DECODERS, bench_decoding, split_manifest
 from tests.conftest import shared
 
 

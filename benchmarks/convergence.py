@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
-from .harness import provenance
-from .straggler import STRATEGY_RUNS, _spread, _train
+from speechscale.bench.harness import provenance
+from speechscale.bench.straggler import STRATEGY_RUNS, _spread, _train
 
 log = logging.getLogger(__name__)
 SINGLE = "single"

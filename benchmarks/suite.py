@@ -1,6 +1,6 @@
-"""`speechscale bench all --out DIR`: every bench with settings that finish in about 7 minutes on a
+"""`python -m benchmarks all --out DIR`: every bench with settings that finish in about 7 minutes on a
 2-core CPU, one JSON per bench (with machine, date, commit and command), PNG plots, and the measured
-tables of BENCHMARKS.md regenerated from those JSON files (bench/tables.py)."""
+tables of BENCHMARKS.md regenerated from those JSON files (benchmarks/tables.py)."""
 from __future__ import annotations
 
 import json
@@ -11,9 +11,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
+from .shared import exactness_files, ldc93s1_manifest, shared_data, speech_files
+
 log = logging.getLogger(__name__)
 
-FSDD = Path("../shared/data/fsdd/manifest.jsonl")  # relative to the project, as the recipes' data
+FSDD = shared_data("fsdd", "manifest.jsonl")
 
 # What each bench runs inside `bench all` (the settings are written into its JSON).
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -105,12 +107,12 @@ GPU_BENCHES = tuple(GPU_SETTINGS)
 
 
 def _train(s: dict[str, Any], out: Path, name: str = "train") -> list[dict[str, Any]]:
-    from .throughput import bench_train, default_manifest
+    from speechscale.bench.throughput import bench_train
 
     rows = []
     for model, precisions in s["models"].items():
         rows += bench_train(model, s["batch_size"], s["seconds"], s["steps"], s["warmup"],
-                            default_manifest(None) or None, precisions=tuple(precisions),
+                            ldc93s1_manifest(), precisions=tuple(precisions),
                             device=s.get("device", "auto"))
     from .plots import plot_train
 
@@ -119,15 +121,15 @@ def _train(s: dict[str, Any], out: Path, name: str = "train") -> list[dict[str, 
 
 
 def _gpu_infer(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
-    from .infer import bench_infer
+    from speechscale.bench.infer import bench_infer
 
     return bench_infer(s["models"], s["batch_size"], s["seconds"], s["steps"], modes=tuple(s["modes"]),
                        device=s["device"], precision=s["precision"])
 
 
 def _loader(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
-    from ..data.shards import write_shards
-    from .loader import bench_loader_interleaved, flac_corpus
+    from speechscale.bench.loader import bench_loader_interleaved, flac_corpus
+    from speechscale.data.shards import write_shards
 
     if not FSDD.is_file():
         raise FileNotFoundError(f"{FSDD}: the loader bench reads FSDD from ../shared/data")
@@ -143,13 +145,11 @@ def _loader(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
 
 
 def _scaling(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
-    from .scaling import bench_scaling
-    from .throughput import default_manifest
-
+    from speechscale.bench.scaling import bench_scaling
     rows = []
     for model in s["models"]:
         rows += bench_scaling(model, tuple(s["procs"]), s["batch_size"], s["seconds"], s["steps"], s["warmup"],
-                              1, default_manifest(None) or None)
+                              1, ldc93s1_manifest())
     from .plots import plot_scaling
 
     plot_scaling(rows, out / "scaling.png")
@@ -157,7 +157,7 @@ def _scaling(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
 
 
 def _straggler(s: dict[str, Any], out: Path) -> dict[str, Any]:
-    from .straggler import bench_straggler, summarize
+    from speechscale.bench.straggler import bench_straggler, summarize
 
     with tempfile.TemporaryDirectory() as tmp:
         runs = bench_straggler(s["procs"], s["epochs"], s["slowdown"], s["config"], tmp, s["overrides"],
@@ -167,8 +167,9 @@ def _straggler(s: dict[str, Any], out: Path) -> dict[str, Any]:
 
 
 def _planner(s: dict[str, Any], out: Path) -> dict[str, Any]:
-    from ..planning.calibration import GOAL, cases
-    from .planner import validate_planner
+    from speechscale.bench.planner import validate_planner
+    from speechscale.planning.calibration import GOAL, cases
+
     from .plots import plot_calibration
 
     result = {"goal": GOAL, "calibration": cases(), "validation": validate_planner(tuple(s["validate_models"]),
@@ -217,30 +218,30 @@ def _demo(s: dict[str, Any], out: Path, name: str = "demo") -> list[dict[str, An
 
 
 def _stream(s: dict[str, Any], out: Path) -> dict[str, Any]:
+    from speechscale.bench.stream import MODEL, bench_stream
+
     from .plots import plot_stream
-    from .stream import MODEL, bench_stream
 
     model = s.get("model", MODEL)
     result = bench_stream(None, tuple(s["streams"]), s["seconds"], s["chunk_ms"], s["memory_streams"],
-                          s["abandoned"], model=model)
+                          s["abandoned"], model=model, files=speech_files(), exact_files=exactness_files())
     plot_stream(result, out / ("stream.png" if model == MODEL else "stream-conformer.png"))
     return result
 
 
 def _soak(s: dict[str, Any], out: Path) -> dict[str, Any]:
-    from .plots import plot_soak
-    from .soak import bench_soak
+    from speechscale.bench.soak import bench_soak, plot_soak
 
-    result = bench_soak(None, s["minutes"], s["interval_s"], s["streams"])
+    result = bench_soak(None, s["minutes"], s["interval_s"], s["streams"], files=speech_files())
     plot_soak(result, out / "soak.png")
     return result
 
 
 def _stream_stacks(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
-    from .stream import bench_stream
+    from speechscale.bench.stream import bench_stream
 
     return [bench_stream(None, tuple(s["streams"]), s["seconds"], s["chunk_ms"], s["memory_streams"],
-                         s["abandoned"], exact=False, ws=ws) for ws in s["ws"]]
+                         s["abandoned"], exact=False, ws=ws, files=speech_files()) for ws in s["ws"]]
 
 
 def _yesno_shards(s: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -264,7 +265,8 @@ def _gpu_recipes(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
 
 
 def _export(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
-    from .export import bench_export
+    from speechscale.bench.export import bench_export
+
     from .plots import plot_export
 
     rows = bench_export(s["models"], s["seconds"], s["repeats"])
@@ -273,13 +275,14 @@ def _export(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
 
 
 def _serve(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
-    from .export import initial_checkpoint
+    from speechscale.bench.export import initial_checkpoint
+    from speechscale.bench.serve import bench_serve
+
     from .plots import plot_serve
-    from .serve import bench_serve
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt, _ = initial_checkpoint(s["model"], Path(tmp) / "serve.pt")
-        rows = bench_serve(str(ckpt), s["seconds"], s["concurrency"], s["requests"])
+        rows = bench_serve(str(ckpt), s["seconds"], s["concurrency"], s["requests"], files=speech_files()[:1])
     plot_serve(rows, out / "serve.png")
     return rows
 
@@ -300,7 +303,7 @@ def run_all(out: Path, only: list[str] | None = None, command: list[str] | None 
             report: Callable[[str, float], None] | None = None) -> dict[str, dict[str, Any]]:
     """Run the benches (all, or `only`), writing OUT/NAME.json and OUT/NAME.png after each; returns the
     documents by name. A bench that fails is written as {"error": ...} and the others still run."""
-    from .harness import write_json
+    from speechscale.bench.harness import write_json
 
     out.mkdir(parents=True, exist_ok=True)
     docs = {}

@@ -3,7 +3,7 @@ runs came from several calls names every commit and no single command."""
 import json
 import statistics
 
-from speechscale.bench import summary_runs
+from benchmarks import summary_runs
 
 
 def _run(strategy, seed, wer, commit, command, date):
@@ -77,7 +77,7 @@ def test_a_row_names_every_machine_and_commit_of_the_runs_it_reads_and_no_others
 def test_every_run_is_one_row_of_the_runs_table_and_benchmarks_md_holds_the_committed_one(tmp_path):
     from pathlib import Path
 
-    from speechscale.bench.tables import read_block
+    from benchmarks.tables import read_block
 
     folder = tmp_path / "convergence"
     folder.mkdir()

@@ -39,9 +39,9 @@ def split_manifest(manifest: Path, keep: dict[str, list[str]], out: Path) -> lis
 def bench_decoding(checkpoint: Path, test_manifest: Path, train_text: list[str], work: Path,
                    order: int = 2, decoders: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """Each decoder of DECODERS (or the named ones) on `test_manifest`; the LM and lexicon come from `train_text`."""
-    from ..decoding.decoders import DecoderConfig
-    from ..decoding.lm import build_arpa
-    from ..decoding.scoring import EVAL_BATCH_SECONDS, checkpoint_loader, score_loaded
+    from speechscale.decoding.decoders import DecoderConfig
+    from speechscale.decoding.lm import build_arpa
+    from speechscale.decoding.scoring import EVAL_BATCH_SECONDS, checkpoint_loader, score_loaded
 
     work.mkdir(parents=True, exist_ok=True)
     text, lexicon, lm = work / "train.txt", work / "lexicon.txt", work / "lm.arpa"

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .harness import run_cli
+from speechscale.bench.harness import run_cli
 
 CONFORMER = ["model.name=conformer-tiny", "features.kind=logmel", "features.n_mels=40"]
 

@@ -104,3 +104,36 @@ def test_an_unknown_bidirectional_scheme_is_a_config_error():
     assert {m.scheme for m in model.modules() if isinstance(m, RecurrentLayer)} == {"split"}
     with pytest.raises(ConfigError, match="scheme 'fused' is unknown; use auto, stacked, split"):
         set_bidirectional_scheme(model, "fused")
+
+
+def test_a_model_is_capturable_only_when_made_so():
+    """The padded (graph-capturable) path is chosen by a flag set at set-up, never by where the lengths are."""
+    from speechscale.models.rnn import set_capturable
+
+    model = build_model("ds2-tiny", {}, 81, 29)
+    layers = [m for m in model.modules() if isinstance(m, RecurrentLayer)]
+    assert layers and not any(m.capturable for m in layers)
+    set_capturable(model)
+    assert all(m.capturable for m in layers)
+    set_capturable(model, False)
+    assert not any(m.capturable for m in layers)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_capturable_path_gives_the_packed_paths_values():
+    """ds2-tiny's eager forward with its layers capturable (padded) and not (cuDNN packed), lengths on the device."""
+    from speechscale.models.rnn import set_capturable
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (the gpu tier)")
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(0)
+    model = build_model("ds2-tiny", {}, 81, 29).cuda().eval()
+    feats, lengths = torch.randn(4, 81, 120, device="cuda"), torch.tensor([120, 97, 64, 3], device="cuda")
+    with torch.no_grad():
+        packed, packed_lens = model(feats, lengths)
+        set_capturable(model)
+        padded, padded_lens = model(feats, lengths)
+    assert torch.equal(packed_lens, padded_lens)
+    for b, n in enumerate(packed_lens.tolist()):
+        torch.testing.assert_close(padded[b, :n], packed[b, :n], atol=1e-5, rtol=1e-4)

@@ -254,7 +254,7 @@ def test_yesno_reaches_at_most_one_wrong_word_in_bf16_with_graphs(tmp_path):
 
 
 class _Layer(torch.nn.Module):
-    """A recurrent layer called as the padded path calls it: lengths on the device, the mask made from them."""
+    """A recurrent layer called as a graphed step calls it: lengths on the device, the mask made from them."""
 
     def __init__(self, layer):
         super().__init__()
@@ -278,12 +278,14 @@ def test_every_bidirectional_scheme_replayed_in_a_graph_equals_the_packed_path(s
     t, g = 90, torch.Generator().manual_seed(3)
     x = torch.randn(8, t, 40, device="cuda", requires_grad=True)
     first = torch.randint(1, t + 1, (8,), generator=g).cuda()
+    layer.capturable = True  # captured: the padded path
     graphed = torch.cuda.make_graphed_callables(_Layer(layer), (x.detach().clone().requires_grad_(), first))
+    layer.capturable = False  # the reference: cuDNN's packed path
     for _ in range(2):  # two replays with new lengths each
         lengths = torch.randint(1, t + 1, (8,), generator=g)
         lengths[0] = t
         mask = length_mask(lengths, t, torch.device("cuda"))
-        packed = layer(x, lengths, mask)  # lengths on the host: cuDNN's packed path
+        packed = layer(x, lengths, mask)
         out = graphed(x, lengths.cuda())
         torch.testing.assert_close(out, packed, atol=1e-5, rtol=1e-4)
         w = torch.randn_like(packed)

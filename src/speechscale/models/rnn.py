@@ -55,6 +55,9 @@ class RecurrentLayer(nn.Module):
             delattr(self._one_way, name)
         self._weight_names = [n for n in rnn_weight_names(self.rnn) if not n.endswith("_reverse")]
         self.scheme = "auto"  # of BIDIRECTIONAL_SCHEMES, for the padded path on a GPU (set_bidirectional_scheme)
+        # on a GPU: the padded path, which never reads the lengths back (what a CUDA graph captures), instead of
+        # cuDNN's packed one; set by whoever captures graphs of the model (set_capturable)
+        self.capturable = False
 
     @property
     def output_size(self) -> int:
@@ -74,8 +77,9 @@ class RecurrentLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x (B, T, H_in), lengths (B,), mask (B, T) on x's device -> (B, T, H_out); padded frames are zero.
-        On a GPU, lengths on the CPU take cuDNN's packed path (packing reads them there); lengths on the GPU (a
-        batch of a fixed shape) take the padded path, which never reads them back: capturable in a CUDA graph."""
+        On a GPU the layer runs cuDNN's packed path (packing reads the lengths on the host), or, once it is
+        `capturable` (set_capturable), the padded path, which never reads them back: what a CUDA graph captures.
+        Both give the same values."""
         if self.norm is not None:
             x = self.norm(x.transpose(1, 2), mask).transpose(1, 2)  # BN over (B, H, T)
         dev = x.device.type
@@ -83,7 +87,7 @@ class RecurrentLayer(nn.Module):
         with torch.autocast(dev, enabled=False):
             if dtype is not None:
                 x = x.to(dtype)
-            if x.is_cuda and not lengths.is_cuda:
+            if x.is_cuda and not self.capturable:
                 out = self._packed(x, lengths, dtype)
             else:
                 out = self._unpacked(x, lengths, dtype) * mask[..., None].to(x.dtype)
@@ -188,6 +192,14 @@ class RecurrentLayer(nn.Module):
         if self.rnn_type == "gru":
             return torch.gru(x, h0, params, True, 1, 0.0, False, False, True)[0]
         return torch.lstm(x, (h0, h0), params, True, 1, 0.0, False, False, True)[0]
+
+
+def set_capturable(model: nn.Module, on: bool = True) -> None:
+    """Every recurrent layer of `model` takes its padded path on a GPU (`on`), which a CUDA graph can capture, or
+    cuDNN's packed path (off, the default)."""
+    for layer in model.modules():
+        if isinstance(layer, RecurrentLayer):
+            layer.capturable = on
 
 
 def set_bidirectional_scheme(model: nn.Module, scheme: str) -> None:

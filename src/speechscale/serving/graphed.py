@@ -1,9 +1,9 @@
 """Inference forward passes replayed as CUDA graphs, one per batch shape: what `bench infer` measures as `graphed`.
 
 A model's eval forward on a GPU launches thousands of small kernels per batch (a recurrent layer runs every time
-step as its own kernels); a captured graph replays them at once. Lengths go to the device with the features, where
-the models take their padded, read-back-free paths (the bidirectional layers' exact schemes), so any lengths up to
-the shape's frames replay the same graph.
+step as its own kernels); a captured graph replays them at once. Lengths go to the device with the features, and the
+model is made capturable (its recurrent layers take their padded, read-back-free paths: the bidirectional layers'
+exact schemes), so any lengths up to the shape's frames replay the same graph.
 
     >>> forward = GraphedForward(model.eval().cuda(), torch.bfloat16)  # doctest: +SKIP
     >>> log_probs = forward(feats_on_gpu, lengths_on_gpu)  # (B, T', V), the graph's own buffer  # doctest: +SKIP
@@ -25,7 +25,10 @@ class GraphedForward:
     graph's static output: read or copy it before the next call of the same shape."""
 
     def __init__(self, model: nn.Module, dtype: torch.dtype | None = None, warmup: int = 2) -> None:
+        from ..models.rnn import set_capturable
+
         self.model, self.dtype, self.warmup = model, dtype, warmup
+        set_capturable(model)
         self.graphs: dict[tuple[Any, ...], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.pool = torch.cuda.graph_pool_handle()
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from ..data.dataset import Batch
 from ..models.ctc import ctc_criterion
+from ..models.rnn import set_capturable
 from .graphs import GraphedUpdate
 from .precision import Precision, clip_and_step
 
@@ -44,12 +45,13 @@ class TrainStep:
     device and reads the time). A non-finite loss or gradient skips the update without a host sync (fused
     optimizers and the fp16 scaler decide on the device).
 
-    `graphs` (trainer.cuda_graphs): batches of a fixed shape on a CUDA device run the model's forward and
-    backward as captured graphs; `forward` is then the bare model (never DDP's wrapper), gradients are
-    zeroed in place (graphed backward returns views of its static buffers) and the strategy averages them
-    after the last micro-batch (`Strategy.reduce_gradients`), outside the captured region. The update after
-    it (clipping, checks, a fused optimizer's step) replays as a graph of its own (`GraphedUpdate`) except
-    under fp16's loss scaler.
+    Graphed or eager is decided once, at construction (`build_train_step` decides it for the trainer). With
+    `graphs` (trainer.cuda_graphs, a CUDA device) batches of a fixed shape run the model's forward and backward as
+    captured graphs, its recurrent layers made capturable; `forward` must be the bare model (never DDP's
+    wrapper); the placeholder batch, which no shape was captured for, runs eagerly. The update after it
+    (clipping, checks, a fused optimizer's step) replays as a graph of its own (`GraphedUpdate`) except under
+    fp16's loss scaler. How gradients are zeroed, accumulated over micro-batches and reduced over ranks follows
+    from the same decision, in one place (`_zero_grads`, `_accumulating`, `_reduce`).
     """
 
     def __init__(self, model: nn.Module, forward: Forward, optimizer: torch.optim.Optimizer, precision: Precision,
@@ -60,8 +62,12 @@ class TrainStep:
         self.grad_clip = grad_clip if grad_clip > 0 else math.inf
         self.placeholder, self.clock, self.graphs = placeholder, clock, graphs
         self.update = None  # the update after backward as a CUDA graph, with the model's graphs where it can be
-        if graphs is not None and GraphedUpdate.supports(optimizer, precision, device):
-            self.update = GraphedUpdate(model, optimizer, self.grad_clip)
+        if graphs is not None:
+            if device.type != "cuda" or forward is not model:
+                raise ValueError("a graphed step runs the bare model (no wrapper's hooks) on a CUDA device")
+            set_capturable(model)
+            if GraphedUpdate.supports(optimizer, precision, device):
+                self.update = GraphedUpdate(model, optimizer, self.grad_clip)
         self.ctc, self.ctc_rows = ctc_criterion(), ctc_criterion("none")
 
     def loss(self, batch: Batch, host_lens: torch.Tensor | None = None) -> torch.Tensor:
@@ -69,7 +75,7 @@ class TrainStep:
         batch of a fixed shape the fillers weigh 0: the mean over the real rows, as of the unpadded batch.
         `host_lens`: the batch's lengths on the CPU, for a graphed forward (its output lengths are computed
         there, so CTC reads nothing back from the device)."""
-        if self.graphs is not None and batch.weights is not None and batch.feats.is_cuda and host_lens is not None:
+        if self.graphs is not None and batch.weights is not None and host_lens is not None:  # a captured shape
             logits = self.graphs(batch.feats, batch.feat_lens)  # (B, T', V), replayed (captured in autocast)
             out_lens = self.model.output_lengths(host_lens)  # type: ignore[operator]
         else:
@@ -96,6 +102,25 @@ class TrainStep:
         self.clock("backward")
         return out
 
+    # How gradients are zeroed, accumulated and reduced, by the decision made at construction. Eager: set to None,
+    # the forward's wrapper (DDP) reduces them in the last micro-batch's backward, the others skip it (no_sync).
+    # Graphed: zeroed in place (a graphed backward returns views of its static buffers), no hooks, and the strategy
+    # averages them after the last micro-batch, outside the captured region (Strategy.reduce_gradients).
+    def _zero_grads(self) -> None:
+        self.optimizer.zero_grad(set_to_none=self.graphs is None)
+
+    def _accumulating(self, last: bool) -> contextlib.AbstractContextManager:
+        """Around a micro-batch's forward and backward: every micro-batch but the last skips an eager step's
+        reduction."""
+        if last or self.graphs is not None:
+            return contextlib.nullcontext()
+        return self.strategy.accumulating(self.forward)
+
+    def _reduce(self) -> None:
+        """After the last micro-batch's backward."""
+        if self.graphs is not None:
+            self.strategy.reduce_gradients(self.model)
+
     def _step(self, skip: torch.Tensor) -> None:
         """The eager optimizer step after clipping: the strategy's hook, then the step unless `skip`."""
         self.strategy.before_step(self.model, self.optimizer)
@@ -104,19 +129,16 @@ class TrainStep:
     def __call__(self, micro: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
         """One step over micro-batches (gradient accumulation). Returns the detached mean loss and (4,) flags on
         the device: non-finite loss, non-finite gradient, loss if the step counted else 0, counted."""
-        self.optimizer.zero_grad(set_to_none=self.graphs is None)
+        self._zero_grads()
         losses = []
         for j, b in enumerate(micro):
             weight = 1.0
             if len(b) == 0:  # all of this rank's batch was skipped: a placeholder keeps the ranks matched
                 assert self.placeholder is not None, "an empty batch needs the placeholder"
                 b, weight = self.placeholder, 0.0
-            # every micro-batch but the last skips the strategy's reduction; graphed steps reduce after the loop
-            accumulating = j < len(micro) - 1 and self.graphs is None
-            with self.strategy.accumulating(self.forward) if accumulating else contextlib.nullcontext():
+            with self._accumulating(last=j == len(micro) - 1):
                 losses.append(self.forward_backward(b.to(self.device), len(micro), weight, b.feat_lens))
-        if self.graphs is not None:
-            self.strategy.reduce_gradients(self.model)
+        self._reduce()
         loss = torch.stack(losses).sum()  # the mean over micro-batches (each was divided by their count)
         if self.update is not None:  # clip, checks and step replayed (before_step changes weights, not gradients)
             self.strategy.before_step(self.model, self.optimizer)
@@ -129,6 +151,23 @@ class TrainStep:
         flags = torch.stack([bad_loss.float(), bad_grad.float(), torch.where(ok, loss.float(), 0.0), ok.float()])
         self.clock("optimizer")
         return loss, flags
+
+
+def build_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, precision: Precision, strategy: "Strategy",
+                     grad_clip: float, device: torch.device, placeholder: Batch, graphed: bool,
+                     compile_model: bool = False) -> TrainStep:
+    """The trainer's step, graphed or eager as decided once at set-up: graphed runs the bare model (gradients
+    reduced by the strategy after the step's backward); eager runs it (compiled when asked) inside the strategy's
+    wrapper (DDP's hooks reduce them)."""
+    if graphed:
+        from .graphs import GraphedModel
+
+        if device.type != "cuda":
+            raise ValueError("a graphed step runs the bare model (no wrapper's hooks) on a CUDA device")
+        return TrainStep(model, model, optimizer, precision, strategy, grad_clip, device, placeholder,
+                         graphs=GraphedModel(model, precision))
+    forward = strategy.wrap(torch.compile(model, dynamic=True) if compile_model else model)
+    return TrainStep(model, forward, optimizer, precision, strategy, grad_clip, device, placeholder)
 
 
 class StepTally:

@@ -40,7 +40,7 @@ from ..storage.seeds import derive_seed, seed_everything
 from .ema import WeightAverage
 from .evaluate import validate
 from .feeding import FeedMeter
-from .graphs import GraphedModel, step_shapes
+from .graphs import step_shapes
 from .init import init_weights
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
@@ -49,7 +49,7 @@ from .prescan import prescan
 from .progress import RunProgress, planned_steps
 from .runlog import RunLog, trace_samples, train_row, write_run_config
 from .state import TrainingState, checkpoint_dict, rank_part, restore
-from .step import StepTally, TrainStep, placeholder_batch
+from .step import StepTally, build_train_step, placeholder_batch
 from .stop import StopSignals, TimeBudget
 
 log = logging.getLogger(__name__)
@@ -115,9 +115,6 @@ class Trainer:
         if cfg.features.normalize == "speaker" and (prior := pooled_prior(getattr(data.dataset, "speakers", {}))):
             cfg.features.speaker_prior = prior  # saved with the config: what a file without a speaker meets
         self.loader, self.plan, self.dataset, self.val_loader = data.loader, data.plan, data.dataset, data.val_loader
-        # Compiled (conv models) and/or strategy-wrapped module for training steps; same parameters.
-        self.forward = self.model if graphs else self.strategy.wrap(
-            torch.compile(self.model, dynamic=True) if t.compile else self.model)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.schedule = SampleSchedule(cfg.optim, self.plan.epoch_samples(1), data.batches_per_epoch, t.grad_accum,
                                        self.world, t.max_steps, t.max_epochs,
@@ -128,9 +125,12 @@ class Trainer:
         slow = cfg.distributed.simulate_straggler
         self.straggler = Straggler(self.rank, slow.rank, slow.slowdown, self.device)
         placeholder = placeholder_batch(self.comps.features.num_features, self.comps.features.frames_for_seconds(1))
-        self.optimizer_step = TrainStep(self.model, self.forward, self.optimizer, self.precision, self.strategy,
-                                        cfg.optim.grad_clip, self.device, placeholder,
-                                        graphs=GraphedModel(self.model, self.precision) if graphs else None)
+        # graphed or eager, decided here once: the step, its forward (bare, or compiled and/or strategy-wrapped)
+        # and how its gradients are reduced follow from it
+        self.optimizer_step = build_train_step(self.model, self.optimizer, self.precision, self.strategy,
+                                               cfg.optim.grad_clip, self.device, placeholder, graphed=graphs,
+                                               compile_model=t.compile)
+        self.forward = self.optimizer_step.forward
         self.resumed_from: str | None = None
         self.stopped_by: str | None = None
         self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)

@@ -23,7 +23,7 @@ def test_importing_the_package_loads_no_torch():
 
     code = "import sys, speechscale; print('torch' in sys.modules, sorted(speechscale.__all__))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False ['Model', '__version__', 'load', 'train']"
+    assert out.strip() == "False ['Model', 'Transcript', 'Word', '__version__', 'load', 'train']"
 
 
 def test_a_checkpoint_carries_its_card_and_info_prints_it(ldc_checkpoint, capsys, tmp_path):
@@ -61,7 +61,7 @@ def test_an_export_carries_the_card_and_transcribes_through_the_api(ldc_checkpoi
     assert (tmp_path / f"model.onnx.{CARD_MD}").is_file() and (tmp_path / f"model.onnx.{CARD_JSON}").is_file()
     wav = shared("ldc93s1", "LDC93S1.wav")
     onnx = speechscale.load(out)
-    assert onnx.backend == "onnx" and onnx.transcribe(wav)["text"] == LDC_TEXT
+    assert onnx.backend == "onnx" and onnx.transcribe(wav).text == LDC_TEXT
     with pytest.raises(ValueError, match="no nn.Module"):
         _ = onnx.module
     model = speechscale.load(ldc_checkpoint, device="cpu")
@@ -69,8 +69,11 @@ def test_an_export_carries_the_card_and_transcribes_through_the_api(ldc_checkpoi
     stereo, rate = sf.read(shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav"), dtype="float32")
     results = model.transcribe_batch([wav, stereo.mean(axis=1)], sample_rate=rate)
     file44 = model.transcribe(shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav"))  # down-mixed, resampled alike
-    assert [r["text"] for r in results] == [LDC_TEXT, file44["text"]]
-    assert results[0]["words"][0]["word"] == "she" and results[1]["duration"] == pytest.approx(len(stereo) / rate, 1e-3)
+    assert [r.text for r in results] == [LDC_TEXT, file44.text]
+    assert results[0].words[0].word == "she" and results[1].duration == pytest.approx(len(stereo) / rate, 1e-3)
+    assert isinstance(results[0], speechscale.Transcript) and isinstance(results[0].words[0], speechscale.Word)
+    first = results[0].words[0]
+    assert 0 <= first.start < first.end <= results[0].duration and 0 < first.confidence <= 1
     with pytest.raises(ValueError, match="mono"):
         model.transcribe(stereo, sample_rate=rate)
 
@@ -102,14 +105,14 @@ def test_transcribe_runs_files_in_batches_and_keeps_their_order(ldc_checkpoint, 
     assert code == 1 and [r["file"] for r in rows] == files and "error" in rows[1]
     model = speechscale.load(ldc_checkpoint)
     for i in (0, 2, 3):  # each file as in a batch of its own
-        assert rows[i] == {"file": files[i], **model.transcribe(files[i])}, files[i]
+        assert rows[i] == {"file": files[i], **model.transcribe(files[i]).to_dict()}, files[i]
     assert rows[3]["text"] == LDC_TEXT and rows[2]["duration"] == 1.0
 
 
 def test_a_run_folder_loads_its_best_checkpoint_and_the_module_is_public(ldc_checkpoint, tmp_path):
     run = ldc_checkpoint.parent.parent  # trainer.out_dir: checkpoints/best.pt inside
     model = speechscale.load(run, device="cpu")
-    assert model.path == str(ldc_checkpoint) and model.transcribe(shared("ldc93s1", "LDC93S1.wav"))["text"] == LDC_TEXT
+    assert model.path == str(ldc_checkpoint) and model.transcribe(shared("ldc93s1", "LDC93S1.wav")).text == LDC_TEXT
     assert isinstance(model.module, torch.nn.Module)
     reference = speechscale.load(ldc_checkpoint, device="cpu").module.state_dict()
     assert all(torch.equal(v, reference[k]) for k, v in model.module.state_dict().items())

@@ -1,10 +1,15 @@
 """The built-in recipes: each one listed by `speechscale recipes`, loadable by name, its data behind data.root, its
 comments configuration only (tests/evidence/test_recipe_figures.py checks the figures the catalog prints)."""
+import re
+
 import pytest
 
 from speechscale.commands.recipes import catalog
 from speechscale.config import RECIPES, ConfigError, builtin_recipes, load_config
 from tests.conftest import ROOT, main_cli
+
+# what a recipe's comment may not say: dates, measured outcomes, or files the wheel does not hold
+HISTORY = re.compile(r"20\d\d-\d\d-\d\d|\b(took|ended at|measured|seeds? \d)\b|docs/|BENCHMARKS|LESSONS|\.json\b|configs/")
 
 
 def test_every_recipe_file_has_a_catalog_entry_and_back():
@@ -61,10 +66,8 @@ def test_fsdd_adpsgd_is_the_fsdd_recipe_as_bench_convergence_ran_its_fixed_ring(
 
 def test_a_recipe_comments_on_what_it_is_never_on_what_it_measured():
     """Results and their history live in the catalog's data; a recipe names no file the wheel does not hold."""
-    import re
-
     for path in sorted(RECIPES.glob("*.yaml")):
         for n, line in enumerate(path.read_text().splitlines(), 1):
             comment = line.partition("#")[2]
             where = f"{path.name}:{n}: {line.strip()}"
-            assert not re.search(r"20\d\d-\d\d-\d\d|\b(took|ended at|measured|seeds? \d)\b|docs/|BENCHMARKS|LESSONS|\.json\b|configs/", comment), where
+            assert not HISTORY.search(comment), where

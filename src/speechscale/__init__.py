@@ -3,7 +3,7 @@
     import speechscale
     speechscale.train("yesno", data={"root": "data/yesno"})          # a built-in recipe; returns the summary
     model = speechscale.load("runs/yesno/checkpoints/best.pt")        # a checkpoint, ONNX or TorchScript file
-    model.transcribe("speech.flac")["text"]
+    model.transcribe("speech.flac").text                               # a Transcript: text, duration, words
 
 The API lives in `speechscale.api` (examples there); importing the package loads nothing else until one of
 these names is used.
@@ -11,11 +11,11 @@ these names is used.
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Model", "load", "train", "__version__"]
+__all__ = ["Model", "Transcript", "Word", "load", "train", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Model", "load", "train"):
+    if name in ("Model", "Transcript", "Word", "load", "train"):
         from . import api
 
         return getattr(api, name)

@@ -7,11 +7,16 @@
     >>> summary["wer"], summary["stopped_by"]
     (0.0, 'target_wer')
     >>> model = speechscale.load(out + "/checkpoints/best.pt", device="cpu")
-    >>> model.transcribe("data/ldc93s1/LDC93S1.wav")["text"]
+    >>> result = model.transcribe("data/ldc93s1/LDC93S1.wav")
+    >>> result.text
     'she had your dark suit in greasy wash water all year'
+    >>> result.words[0].word, result.words[0].start < result.words[0].end, result.duration
+    ('she', True, 2.925)
+    >>> import json; json.dumps(result.to_dict())[:50]
+    '{"text": "she had your dark suit in greasy wash wa'
     >>> import soundfile
     >>> wav, rate = soundfile.read("data/ldc93s1/LDC93S1.wav", dtype="float32")
-    >>> model.transcribe(wav, sample_rate=rate)["text"]   # an array (any rate: it is resampled)
+    >>> model.transcribe(wav, sample_rate=rate).text   # an array (any rate: it is resampled)
     'she had your dark suit in greasy wash water all year'
     >>> model.card["model"]["name"], model.sample_rate
     ('ds2-tiny', 16000)
@@ -28,6 +33,7 @@ forkserver that imports the script).
 from __future__ import annotations
 
 import functools
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +41,36 @@ import numpy as np
 
 if TYPE_CHECKING:
     from .serving.streaming import StreamingSession
+
+
+@dataclass(frozen=True)
+class Word:
+    """A word of a transcript: its start and end in seconds and a confidence (0-1) from the CTC alignment, with the
+    greedy decoder; a beam search keeps no alignment (None)."""
+
+    word: str
+    start: float | None = None
+    end: float | None = None
+    confidence: float | None = None
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What `Model.transcribe` returns: the text, the audio's duration in seconds and the words."""
+
+    text: str
+    duration: float
+    words: list[Word] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Transcript":
+        """From the service's JSON shape ({"text", "duration", "words": [{"word", "start", ...}]})."""
+        return cls(d["text"], d["duration"], [Word(**w) for w in d.get("words", [])])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape `speechscale transcribe --json` and the service write (a word's unknown fields left out)."""
+        words = [{k: v for k, v in asdict(w).items() if v is not None} for w in self.words]
+        return {"text": self.text, "duration": self.duration, "words": words}
 
 
 def resolve_model_path(path: str | Path) -> Path:
@@ -91,13 +127,13 @@ class Model:
 
         return card_of_file(self.path)
 
-    def transcribe(self, audio: str | Path | np.ndarray, sample_rate: int | None = None) -> dict[str, Any]:
+    def transcribe(self, audio: str | Path | np.ndarray, sample_rate: int | None = None) -> Transcript:
         """A file (any format soundfile reads) or a mono float waveform at `sample_rate` (default: the model's)
-        -> {"text", "duration", "words"} (greedy: each word with start, end in seconds and a confidence)."""
+        -> its Transcript (text, duration, words; greedy: each word with start, end in seconds and a confidence)."""
         return self.transcribe_batch([audio], sample_rate)[0]
 
     def transcribe_batch(self, audios: list[str | Path | np.ndarray],
-                         sample_rate: int | None = None) -> list[dict[str, Any]]:
+                         sample_rate: int | None = None) -> list[Transcript]:
         """Several files or waveforms run through the model as one padded batch (what a GPU wants)."""
         from .data.audio import load_audio, resample
 
@@ -111,7 +147,7 @@ class Model:
                 raise ValueError(f"expected a mono waveform (T,), got shape {wav.shape}; average the channels first")
             rate = sample_rate or self.sample_rate
             wavs.append(wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate))
-        return self._asr.transcribe_batch(wavs)
+        return [Transcript.from_dict(r) for r in self._asr.transcribe_batch(wavs)]
 
     def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30) -> StreamingSession:
         """A live stream of mono audio at `sample_rate` (default: the model's): `.accept(samples)` and `.finish()`

@@ -118,7 +118,7 @@ def test_the_wheel_alone_downloads_trains_describes_and_transcribes(tmp_path, wh
         "s = speechscale.train('yesno', data={'root': 'data/yesno'}, trainer={'max_steps': 2, 'out_dir': 'api',"
         " 'progress': False})\n"
         f"m = speechscale.load('api/checkpoints/last.pt', device='cpu')\n"
-        f"print(json.dumps({{'step': s['step'], 'text': m.transcribe({str(wav)!r})['text'],"
+        f"print(json.dumps({{'step': s['step'], 'text': m.transcribe({str(wav)!r}).text,"
         " 'rate': m.sample_rate}))")], cwd=work)
     out = json.loads(api.stdout.strip().splitlines()[-1])
     assert out["step"] == 2 and out["rate"] == 8000 and isinstance(out["text"], str)

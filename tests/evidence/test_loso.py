@@ -148,7 +148,7 @@ def _check_fold_figures(work, fold, capsys):
     rows = [json.loads(x) for x in (work / "test.jsonl").read_text().splitlines()]
     ckpts = work / "checkpoints"
     model = speechscale.load(ckpts / "last.pt", device="cpu")
-    hyps = [model.transcribe(r["audio_filepath"])["text"] for r in rows]
+    hyps = [model.transcribe(r["audio_filepath"]).text for r in rows]
     refs = [model.components.normalizer(r["text"]) for r in rows]
     assert fold["wer_greedy_no_speaker"] == pytest.approx(jiwer.wer(refs, hyps), abs=1e-4)
     newest = sorted(ckpts.glob("step-*.pt"), key=lambda p: int(p.stem[5:]))[-2:]

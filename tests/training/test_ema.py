@@ -81,7 +81,7 @@ def test_average_writes_checkpoints_that_eval_and_export_use(tmp_path, cli):
                              "--json").stdout.strip().splitlines()[-1])
         # the same figure recomputed independently: the Python API's transcripts of these weights, scored by jiwer
         model = speechscale.load(tmp_path / name, device="cpu")
-        hyps = [model.transcribe(manifest.parent / r["audio_filepath"])["text"] for r in rows]
+        hyps = [model.transcribe(manifest.parent / r["audio_filepath"]).text for r in rows]
         refs = [model.components.normalizer(r["text"]) for r in rows]
         assert res["utterances"] == len(rows)
         assert res["wer"] == pytest.approx(jiwer.wer(refs, hyps) if any(hyps) else 1.0, abs=1e-9), (name, hyps)

@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 2
 PYTEST_RUN  = OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-fast lint clean browser deploy-check figures FORCE
+.PHONY: setup demo test test-fast test-evidence lint clean browser deploy-check figures FORCE
 
 setup: $(VENV)/.installed
 
@@ -55,11 +55,16 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
 
-# --durations=15: the slowest tests are named in every run (issue #20: none should take over 60 s). The browser
+# --durations=15: the slowest tests are named in every run (none should take over 60 s). The browser
 # (Debian's chromium, apt) is installed by `make browser` only, which CI runs first: `make test` installs nothing
 # outside .venv, and without chromium the page's tests are skipped (a failure under CI=true).
 test: setup lint
-	$(PYTEST_RUN) --durations=15 $(PYTEST_ARGS)
+	$(PYTEST_RUN) -m "not protocol" --durations=15 $(PYTEST_ARGS)
+
+# benchmarks/ (this repository's own figures) tested whole: its renderers (also in make test) and its protocols run
+# end to end on tiny settings (the `protocol` marker: LOSO folds, convergence runs, shard seeds, `benchmarks all`)
+test-evidence: setup lint
+	$(PYTEST_RUN) tests/evidence --durations=15 $(PYTEST_ARGS)
 
 # The web page's tests drive Debian's chromium through chromium-driver. Installed when missing and apt can
 # (root, or sudo without a password). If it cannot, apt's last lines are shown; under CI=true that is a
@@ -74,7 +79,7 @@ browser:
 	      [ "$$CI" != true ] || exit 1; echo "note: the browser tests will be skipped"; }; }
 
 test-fast: setup lint
-	$(PYTEST_RUN) -m "not slow" --durations=15 $(PYTEST_ARGS)
+	$(PYTEST_RUN) -m "not slow and not protocol" --durations=15 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -4,6 +4,7 @@
     python -m benchmarks all --only recipes --out OUT                        # run benches, write JSON + PNG + tables
     python -m benchmarks fsdd-loso --name NAME [KEY=VALUE ...]               # leave-one-speaker-out on FSDD
     python -m benchmarks convergence [--seeds 1,2,3]                         # each strategy's WER against one process
+    python -m benchmarks test-time --where TEXT                              # CI's check timed on a fresh clone
 
 Every user-facing bench (`speechscale bench train|scaling|loader|...`) stays in the package; this folder holds the
 protocols (suite, recipes, LOSO, adaptation, convergence, shard seeds) and the BENCHMARKS.md renderers.
@@ -158,6 +159,23 @@ def convergence(args: argparse.Namespace) -> int:
     return 0
 
 
+def test_time(args: argparse.Namespace) -> int:
+    """Time CI's check on a fresh clone (unless --render-only), record it and restate docs/development.md's
+    paragraph from the newest record."""
+    from . import test_time as tt
+
+    if not args.render_only:
+        record = tt.run_fresh_clone(args.where)
+        print(json.dumps({k: v for k, v in record.items() if k != "slowest"}), flush=True)
+        print(f"recorded in {tt.append(record)}")
+        if record["returncode"]:
+            print(record.get("tail", ""), file=sys.stderr)
+            return 1
+    changed = tt.update(Path(args.doc), tt.newest())
+    print(f"{args.doc}: {'updated' if changed else 'unchanged'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """`python -m benchmarks all|fsdd-loso|convergence`."""
     p = Parser(prog="benchmarks", description="This repository's figures: run the protocols, render BENCHMARKS.md.")
@@ -212,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--out", default="runs/bench_convergence", help="folder for runs.jsonl and the runs")
     bc.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
     bc.set_defaults(func=convergence)
+    bt = command(sub, "test-time", "CI's check (.ci/run) timed on a fresh clone of HEAD: one JSON line into "
+                 "docs/figures/test-time/, and docs/development.md's paragraph restated from the newest run")
+    bt.add_argument("--where", default="machine otherwise idle", help="what else ran, for the record")
+    bt.add_argument("--render-only", action="store_true", help="run nothing: restate the paragraph")
+    bt.add_argument("--doc", default="docs/development.md", help="the file whose test-time paragraph is rewritten")
+    bt.set_defaults(func=test_time)
     return p
 
 

@@ -34,8 +34,8 @@ def test_torch_still_guards_each_optimizer_method_the_way_compat_unwraps(base):
 
 
 def test_an_optimizer_beneath_the_guards_steps_without_importing_the_compiler():
-    """What the unwrapping buys: torch's own methods import torch._dynamo first (1.2-1.8 s of CPU a process on 2
-    cores); ours update the leaf weights in place, gradients off as torch's step has them, and never import it."""
+    """What the unwrapping buys: torch's own methods import torch._dynamo first (benchmarks/optimizer_import.py
+    measures it); ours update the leaf weights in place, gradients off as torch's step has them, and never import it."""
     code = """
 import sys, torch
 from speechscale.config import OptimConfig

@@ -15,8 +15,8 @@ from torch import nn
 
 # -- Optimizers without the compiler ------------------------------------------------------------------------------
 # torch keeps its compiler out of an optimizer by wrapping `step` (`_use_grad`, a graph break) and four other
-# methods (`torch._compile._disable_dynamo`); either wrapper imports torch._dynamo on its first call, 1.2-1.8 s of
-# CPU in every training process on 2 cores. training/optim.py calls the methods beneath them.
+# methods (`torch._compile._disable_dynamo`); either wrapper imports torch._dynamo on its first call, seconds of CPU
+# in every training process (docs/development.md has the figure). training/optim.py calls the methods beneath them.
 try:
     from torch._compile import _disable_dynamo
 
@@ -47,7 +47,7 @@ def steps_on_found_inf(optimizer: torch.optim.Optimizer) -> bool:
 # -- Deterministic algorithms without the compiler ----------------------------------------------------------------
 def deterministic_algorithms(compiling: bool) -> None:
     """torch.use_deterministic_algorithms(True, warn_only=True), without its side trip when nothing is compiled:
-    the public call imports torch._inductor's config (1-1.5 s at every process start on 2 cores) only to set the
+    the public call imports torch._inductor's config (about a second at every process start) only to set the
     inductor's own flag, which matters to compiled code alone."""
     if compiling or "torch._inductor.config" in sys.modules:
         torch.use_deterministic_algorithms(True, warn_only=True)

@@ -36,6 +36,7 @@ def fold(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.protocol
 def test_each_half_is_labelled_by_the_model_trained_on_and_never_scored_by_its_own_adaptation(fold, tmp_path, capsys):
     doc = {"results": {"config": "configs/fsdd.yaml", "overrides": [], "summary": None,
                        "folds": [{"held_out": "nicolas", "wer_greedy": 0.5, "wer_lexicon": 0.4}]}}

@@ -6,7 +6,7 @@ from benchmarks import tables
 from benchmarks.suite import SETTINGS
 from tests.conftest import run_benchmarks, shared
 
-pytestmark = pytest.mark.slow  # real multi-process benchmark
+pytestmark = [pytest.mark.slow, pytest.mark.protocol]  # `benchmarks all`, real multi-process benchmark
 
 
 def test_bench_scaling_runs_real_processes_and_counts_allreduce_bytes(tmp_path):

@@ -54,6 +54,7 @@ def test_no_run_starts_after_start_within_and_the_finished_ones_are_kept(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.protocol
 def test_bench_convergence_trains_each_strategy_and_skips_the_runs_it_has(tmp_path):
     root = shared("yesno", "manifest.jsonl").parent
     args = ["convergence", "--config", "configs/yesno.yaml", "--data-root", str(root), "--procs", "2",

@@ -18,6 +18,7 @@ def test_split_manifest_keeps_matching_rows_with_absolute_audio_paths(tmp_path):
 
 
 @pytest.mark.slow  # six CLI processes
+@pytest.mark.protocol
 def test_each_decoder_scores_the_overfit_utterance(tmp_path, ldc_checkpoint):
     manifest = shared("ldc93s1", "manifest.jsonl")
     test = tmp_path / "test.jsonl"

@@ -168,6 +168,7 @@ def _check_fold_figures(work, fold, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.protocol
 def test_bench_fsdd_loso_runs_a_fold_end_to_end(tmp_path, capsys):
     shared("fsdd", "manifest.jsonl")
     md = tmp_path / "B.md"

@@ -10,6 +10,7 @@ from benchmarks.shard_seeds import bench_shard_seeds
 
 
 @pytest.mark.slow
+@pytest.mark.protocol
 def test_both_sources_train_the_same_number_of_steps_and_the_summary_is_their_rows():
     res = bench_shard_seeds([1], shard_size=8, overrides=("trainer.max_epochs=2",))
     rows = {r["source"]: r for r in res["rows"]}

@@ -3,7 +3,7 @@ its state, once with torch's own class and once with speechscale's (beneath the 
 speechscale/_compat.py), in alternating order; the wall time of that work in each process, and whether torch's
 compiler got imported.
 
-    python benchmarks/optimizer_import.py [--rounds 5]
+    python -m benchmarks.optimizer_import [--rounds 5] [--out docs/figures/startup/optimizer-import.json]
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ print(time.perf_counter() - t0, "torch._dynamo" in sys.modules)
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--out", default=None, help="also write the result with its provenance here")
     args = p.parse_args()
     seconds: dict[str, list[float]] = {"torch": [], "speechscale": []}
     compiler: dict[str, bool] = {}
@@ -41,8 +42,19 @@ def main() -> None:
             seconds[kind].append(float(secs))
             compiler[kind] = dynamo == "True"
     med = {k: statistics.median(v) for k, v in seconds.items()}
-    print(json.dumps({"rounds": args.rounds, "median_s": {k: round(v, 3) for k, v in med.items()},
-                      "saved_s": round(med["torch"] - med["speechscale"], 3), "imports_compiler": compiler}))
+    result = {"rounds": args.rounds, "median_s": {k: round(v, 3) for k, v in med.items()},
+              "saved_s": round(med["torch"] - med["speechscale"], 3), "imports_compiler": compiler}
+    print(json.dumps(result))
+    if args.out:
+        from pathlib import Path
+
+        from benchmarks.checkout import pin_commit
+        from speechscale.bench.harness import write_json
+
+        pin_commit()
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        write_json(Path(args.out), result, ["python", "-m", "benchmarks.optimizer_import", *sys.argv[1:]],
+                   settings={"rounds": args.rounds})
 
 
 if __name__ == "__main__":

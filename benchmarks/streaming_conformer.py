@@ -1,6 +1,6 @@
 """The streaming Conformer on the demo corpus, against the offline conformer-tiny on the same recipe.
 
-    python benchmarks/streaming_conformer.py [--runs runs] [--out docs/figures/bench-all/demo-conformer-streaming.json]
+    python -m benchmarks.streaming_conformer [--runs runs] [--out docs/figures/bench-all/demo-conformer-streaming.json]
 
 Trains `demo_conformer_streaming` (conformer-streaming-tiny) and the same recipe with model.name=conformer-tiny,
 unless a run folder already holds a finished run (its metrics.jsonl ends with the stop record); then scores each

@@ -37,3 +37,16 @@ def test_development_md_states_the_newest_fresh_clone_run():
     verdict = "reached" if record["pytest_seconds"] <= tt.goal_seconds(record["provenance"]["fp32_matmul_gflops"]) \
         else "not reached"
     assert f": **{verdict}" in text[start:end] or f": {verdict}." in text[start:end]
+
+
+def test_development_md_quotes_the_optimizer_start_up_figure_from_its_json():
+    import json
+
+    doc = json.loads((ROOT / "docs/figures/startup/optimizer-import.json").read_text())
+    r, text = doc["results"], " ".join((ROOT / "docs" / "development.md").read_text().split())
+    assert r["imports_compiler"] == {"torch": True, "speechscale": False}
+    assert r["saved_s"] == round(r["median_s"]["torch"] - r["median_s"]["speechscale"], 3) > 1.0
+    for figure in (r["median_s"]["torch"], r["median_s"]["speechscale"], r["saved_s"]):
+        assert f"{figure} s" in text, figure
+    assert doc["provenance"]["command"] in text.replace("`", "") or "benchmarks.optimizer_import" in text
+    assert f"`{doc['provenance']['commit']}`" in text

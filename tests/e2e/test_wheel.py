@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -70,34 +71,48 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 600, check: bool = True, **
     return proc
 
 
-@pytest.mark.slow
-def test_the_wheel_alone_downloads_trains_describes_and_transcribes(tmp_path, wheel):
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> SimpleNamespace:
+    """A fresh venv with torch (TORCH_SPEC, as the Makefile installs it) and the wheel, and yesno downloaded by the
+    wheel's CLI from a real loopback HTTP server into a folder with no checkout in sight."""
     shared("yesno", "manifest.jsonl")
-    venv, work = tmp_path / "venv", tmp_path / "work"
-    work.mkdir()
-    _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    _run([*pip, *shlex.split(TORCH_SPEC)], cwd=tmp_path)
-    _run([*pip, str(wheel)], cwd=tmp_path)
+    root = tmp_path_factory.mktemp("wheel-user")
+    venv, data = root / "venv", root / "data"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=root)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile"]  # each module compiles once,
+    _run([*pip, *shlex.split(TORCH_SPEC)], cwd=root)                                   # when first imported
+    _run([*pip, str(wheel)], cwd=root)
     cli = str(venv / "bin" / "speechscale")
-
-    # the wheel's package, not the checkout's
-    where = _run([str(venv / "bin" / "python"), "-c", "import speechscale; print(speechscale.__file__)"], cwd=work)
-    assert where.stdout.strip().startswith(str(venv))
-
-    listing = _run([cli, "recipes"], cwd=work).stdout
-    assert "yesno" in listing and "ldc93s1" in listing and "demo" in listing
-
     archive = yesno_archive()
     server = Archives({"waves_yesno.tar.gz": archive})
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        got = _run([cli, "-q", "data", "download", "yesno", "--out", "data/yesno", "--mirror", server.url,
-                    "--checksum", f"waves_yesno.tar.gz=md5:{md5(archive)}"], cwd=work)
+        got = _run([cli, "-q", "data", "download", "yesno", "--out", str(data / "yesno"), "--mirror", server.url,
+                    "--checksum", f"waves_yesno.tar.gz=md5:{md5(archive)}"], cwd=root)
     finally:
         server.shutdown()
         server.server_close()
     assert json.loads(got.stdout.strip().splitlines()[-1])["kept"] == 60
+    return SimpleNamespace(python=str(venv / "bin" / "python"), cli=cli, venv=venv, data=data)
+
+
+def _work(tmp_path: Path, installed: SimpleNamespace) -> Path:
+    """A user's folder: the downloaded corpus under data/, nothing of the checkout."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data").symlink_to(installed.data, target_is_directory=True)
+    return work
+
+
+@pytest.mark.slow
+def test_the_wheel_alone_lists_trains_describes_and_transcribes(tmp_path, installed):
+    cli, work = installed.cli, _work(tmp_path, installed)
+    # the wheel's package, not the checkout's
+    where = _run([installed.python, "-c", "import speechscale; print(speechscale.__file__)"], cwd=work)
+    assert where.stdout.strip().startswith(str(installed.venv))
+
+    listing = _run([cli, "recipes"], cwd=work).stdout
+    assert "yesno" in listing and "ldc93s1" in listing and "demo" in listing
 
     summary = _run([cli, "-q", "train", "--config", "yesno", "data.root=data/yesno", "trainer.max_steps=3",
                     "trainer.out_dir=run"], cwd=work).stdout
@@ -113,7 +128,12 @@ def test_the_wheel_alone_downloads_trains_describes_and_transcribes(tmp_path, wh
                           cwd=work).stdout)
     assert row["file"] == str(wav) and isinstance(row["text"], str) and row["duration"] > 5
 
-    api = _run([str(venv / "bin" / "python"), "-c", (
+
+@pytest.mark.slow
+def test_the_wheels_python_api_trains_and_transcribes_and_missing_extras_are_one_line(tmp_path, installed):
+    cli, work = installed.cli, _work(tmp_path, installed)
+    wav = sorted((work / "data" / "yesno" / "waves_yesno").glob("*.wav"))[40]
+    api = _run([installed.python, "-c", (
         "import json, speechscale\n"
         "s = speechscale.train('yesno', data={'root': 'data/yesno'}, trainer={'max_steps': 2, 'out_dir': 'api',"
         " 'progress': False})\n"
@@ -124,9 +144,9 @@ def test_the_wheel_alone_downloads_trains_describes_and_transcribes(tmp_path, wh
     assert out["step"] == 2 and out["rate"] == 8000 and isinstance(out["text"], str)
 
     # the base install leaves the extras out: each command that needs one says which, in one line
-    for cmd, extra in [(["report", "run"], "report"), (["lm", "build", str(wav), "--out", "lm.arpa"], "decode"),
-                       (["serve", "--checkpoint", "run/checkpoints/last.pt"], "serve"),
-                       (["export", "--checkpoint", "run/checkpoints/last.pt", "--format", "onnx", "--out", "m.onnx"],
+    for cmd, extra in [(["report", "api"], "report"), (["lm", "build", str(wav), "--out", "lm.arpa"], "decode"),
+                       (["serve", "--checkpoint", "api/checkpoints/last.pt"], "serve"),
+                       (["export", "--checkpoint", "api/checkpoints/last.pt", "--format", "onnx", "--out", "m.onnx"],
                         "export"), *([(["synth", "--out", "synth", "--minutes", "1"], "synth")]
                                      if ctypes.util.find_library("espeak-ng") is None else [])]:
         proc = _run([cli, *cmd], cwd=work, check=False)

@@ -6,7 +6,7 @@ and scores the other half; then the halves swap. So every clip is scored by a mo
 unlabelled, and nothing is chosen on the speaker's references. `last.pt` is scored on the same halves (each
 with its half's speaker statistics) as the figure the adaptation is measured against.
 
-    speechscale bench fsdd-loso --name NAME --work WORK --adapt
+    python -m benchmarks fsdd-loso --name NAME --work WORK --adapt
 """
 from __future__ import annotations
 

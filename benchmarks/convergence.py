@@ -1,6 +1,6 @@
 """Convergence benchmark: does asynchronous decentralized training reach the accuracy of synchronous SGD?
 
-    speechscale bench convergence --config configs/fsdd.yaml --data-root DATA/fsdd --procs 4 \
+    python -m benchmarks convergence --config configs/fsdd.yaml --data-root DATA/fsdd --procs 4 \
         --seeds 1,2,3 --parallel 3 --out docs/figures/convergence
 
 The ADPSGD paper's claim, measured as it states it: at equal epochs, each strategy's final held-out WER

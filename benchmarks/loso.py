@@ -1,11 +1,11 @@
-"""`speechscale bench fsdd-loso`: leave-one-speaker-out over FSDD's four speakers (issue #25 §1).
+"""`python -m benchmarks fsdd-loso`: leave-one-speaker-out over FSDD's four speakers.
 
 Each fold trains a recipe on three speakers to the end of its epochs and scores the fourth with `last.pt`
 (never `best.pt`, which the run picks on the speaker it is scored on), greedy and with the training speakers'
 lexicon. Nothing is tuned on the held-out speaker: the recipe is fixed before the folds run, and the run's
 own validation on that speaker is only logged. The result is the four WERs, their mean and the worst.
 
-    speechscale bench fsdd-loso --config configs/fsdd.yaml --out docs/figures/loso --name ds2-tiny
+    python -m benchmarks fsdd-loso --config configs/fsdd.yaml --out docs/figures/loso --name ds2-tiny
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Recipe results as benchmarks: a shipped recipe trained to its end, its figure against the goal fixed in
-advance (`speechscale bench all --only recipes`). The figures live in committed JSON, not in timed tests.
+advance (`python -m benchmarks all --only recipes`). The figures live in committed JSON, not in timed tests.
 
 Each recipe runs as `speechscale train --config configs/NAME.yaml` in its own process; the row is its
 summary line (epochs, steps, final validation WER/CER, how it stopped) plus the wall time.

@@ -2,7 +2,7 @@
 from `speechscale data shard` output of the same 31 training files, on several seeds each; steps and final WER
 side by side.
 
-    speechscale bench all --only yesno-shards
+    python -m benchmarks all --only yesno-shards
 """
 from __future__ import annotations
 

@@ -2,12 +2,12 @@
 with its goal, reached or not (with the gap), when and on which machine it was measured, the file it comes from,
 and under each table the command and commit that made each file.
 
-    speechscale bench all --tables-only --out docs/figures/bench-all   # re-renders these blocks too
+    python -m benchmarks all --tables-only --out docs/figures/bench-all   # re-renders these blocks too
 
 No figure here is typed by hand: each is read from `docs/figures/` (bench-all, gpu, loso, multinode, test-time),
 and tests/bench/test_summary.py fails when a block in BENCHMARKS.md differs from this rendering. A goal is
 "reached" only when every measured value clears it (a figure with one run says "1 run"; one over seeds or
-repeats is judged on its worst). The rows themselves are built in bench/summary_rows.py.
+repeats is judged on its worst). The rows themselves are built in benchmarks/summary_rows.py.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rows of BENCHMARKS.md's per-area tables (bench/summary.py renders them), each read from a JSON file under
+"""The rows of BENCHMARKS.md's per-area tables (benchmarks/summary.py renders them), each read from a JSON file under
 `docs/figures/` with that file's provenance: what was measured, the figure, its goal, reached or not with the gap.
 A missing file leaves its rows out."""
 from __future__ import annotations

@@ -155,7 +155,7 @@ def _serve(res: list[dict[str, Any]]) -> str:
 
 
 def _stream(res: dict[str, Any]) -> str:
-    """The live-transcription levels and memory run, each against its goal (fixed in bench/suite.py)."""
+    """The live-transcription levels and memory run, each against its goal (fixed in benchmarks/suite.py)."""
     rows = [[r["streams"], r["chunks"], f"{r['p50_ms']:,.0f} ms", f"{r['p95_ms']:,.0f} ms", f"{r['max_ms']:,.0f} ms",
              f"{r['behind_s_median']:.2f} s", r["rtf_cpu"], f"{r['healthz']['answered']} of {r['healthz']['polls']}",
              (f"{r['refused']['code']}" if r["refused"] else "-"), r["failed_streams"]] for r in res["levels"]]
@@ -375,7 +375,7 @@ def update(path: Path, docs: dict[str, dict[str, Any]]) -> list[str]:
         else:
             appended.append(f"### {name}\n\n<!-- bench-all:{name} -->\n{block}<!-- /bench-all:{name} -->\n")
     if appended:
-        text = text.rstrip("\n") + "\n\n## `speechscale bench all` (generated)\n\n" + "\n".join(appended)
+        text = text.rstrip("\n") + "\n\n## `python -m benchmarks all` (generated)\n\n" + "\n".join(appended)
     path.write_text(text)
     return list(docs)
 

@@ -126,3 +126,25 @@ def test_every_help_shows_defaults_and_shared_options_agree():
                 assert "file" in action.help or "folder" in action.help, (path, action.help)
     assert seen["--beam-width"] == {str(DecoderConfig().beam_width)} and seen["--device"] == {"auto"}
     assert all(len(v) == 1 for v in seen.values()), seen
+
+
+def test_commands_that_need_no_model_start_without_torch():
+    """--version, --help, `recipes` and their one-line errors import no torch (2 s a process): the parser asks for a
+    torch-backed choice only when its flag is given, and an error is matched only against modules imported."""
+    import subprocess
+    import sys
+
+    code = """
+import contextlib, io, sys
+from speechscale.cli import main
+for argv in (["recipes"], ["recipes", "show", "nope"], ["--version"], ["bench", "train", "--help"]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+    print(argv[-1], code, "torch" in sys.modules, err.getvalue().count("\\n"))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split("\n")[:4] == ["recipes 0 False 0", "nope 2 False 1", "--version 0 False 0",
+                                          "--help 0 False 0"], out.stdout

@@ -103,25 +103,32 @@ def _run(argv: list[str] | None) -> int:
     _setup_logging(-1 if args.quiet else args.verbose)
     if args.quiet and hasattr(args, "overrides") and "trainer.progress=false" not in args.overrides:
         args.overrides = list(args.overrides) + ["trainer.progress=false"]
-    from .config import ConfigError
-    from .data.espeak import EspeakNotFound
-    from .data.manifest import ManifestError
-    from .storage.checkpoints import CheckpointError
-    from .training.precision import LossScaleCollapsed
-    from .training.prescan import PrescanError
-
     try:
         return args.func(args)
-    except (ConfigError, ManifestError, CheckpointError, EspeakNotFound) as e:
-        print(f"speechscale {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:  # a second Ctrl-C during training, or one outside the training loop
         print(f"speechscale {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (PrescanError, LossScaleCollapsed) as e:  # the run stopped for a reason it explains
-        print(f"speechscale {args.command}: stopped: {e}", file=sys.stderr)
-        return 3
+    except Exception as e:
+        if _raised_one_of(e, _BAD_INPUT):
+            print(f"speechscale {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        if _raised_one_of(e, _STOPPED):  # the run stopped for a reason it explains
+            print(f"speechscale {args.command}: stopped: {e}", file=sys.stderr)
+            return 3
+        raise
 
+
+# Errors a command reports in one line, by the module that defines each: only a module that was imported can have
+# raised one, so a command that never needed torch does not import it to check (training's errors import it).
+_BAD_INPUT = (("speechscale.config", "ConfigError"), ("speechscale.data.manifest", "ManifestError"),
+              ("speechscale.storage.checkpoints", "CheckpointError"), ("speechscale.data.espeak", "EspeakNotFound"))
+_STOPPED = (("speechscale.training.prescan", "PrescanError"), ("speechscale.training.precision", "LossScaleCollapsed"))
+
+
+def _raised_one_of(error: BaseException, classes: tuple[tuple[str, str], ...]) -> bool:
+    """Whether `error` is an instance of one of `classes` (module, name) among the modules imported so far."""
+    return any(isinstance(error, getattr(sys.modules[module], name)) for module, name in classes
+               if module in sys.modules)
 
 if __name__ == "__main__":
     sys.exit(main())

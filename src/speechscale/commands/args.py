@@ -60,13 +60,15 @@ def int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
-def choice_list(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
-    """An argparse type: comma-separated names, each one of `allowed` (one line from argparse otherwise)."""
+def choice_list(allowed: tuple[str, ...] | Callable[[], tuple[str, ...]]) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated names, each one of `allowed` (one line from argparse otherwise). A callable
+    `allowed` is asked only when the flag is given (its module, e.g. torch's, is not imported otherwise)."""
     def parse(text: str) -> list[str]:
         names = [x.strip() for x in text.split(",") if x.strip()]
+        choices = allowed() if callable(allowed) else allowed
         for x in names:
-            if x not in allowed:
-                raise argparse.ArgumentTypeError(f"{x!r} is unknown; choose from {', '.join(allowed)}")
+            if x not in choices:
+                raise argparse.ArgumentTypeError(f"{x!r} is unknown; choose from {', '.join(choices)}")
         return names
     return parse
 

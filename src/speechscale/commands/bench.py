@@ -6,9 +6,23 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from ..models.rnn import BIDIRECTIONAL_SCHEMES
 from . import bench_infer, bench_serving
 from .args import Parser, choice_list, int_list, positive, yaml_mapping
+
+
+def _feature_kind(text: str) -> str:
+    """--kind, checked against the feature kinds when given (the features module imports torch)."""
+    from ..data.features import FEATURE_KINDS
+
+    if text not in FEATURE_KINDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is unknown; choose from {', '.join(FEATURE_KINDS)}")
+    return text
+
+
+def _rnn_schemes() -> tuple[str, ...]:
+    from ..models.rnn import BIDIRECTIONAL_SCHEMES
+
+    return BIDIRECTIONAL_SCHEMES
 
 
 def train(args: argparse.Namespace) -> int:
@@ -153,8 +167,6 @@ def memory(args: argparse.Namespace) -> int:
 
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `bench` and its benchmarks to the subcommand table."""
-    from ..data.features import FEATURE_KINDS
-
     b = command(sub, "bench", "benchmarks")
     bsub = b.add_subparsers(dest="bench", required=True, metavar="BENCHMARK", parser_class=Parser)
     bt = command(bsub, "train", "steady-state training throughput, as JSON")
@@ -172,7 +184,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     "a whole mode (bf16+graphs@stacked) runs as given")
     bt.add_argument("--graphs", default="off", choices=["off", "on", "both"],
                     help="CUDA graphs: replay the model per fixed batch shape; both: eager and graphed side by side")
-    bt.add_argument("--rnn-scheme", type=choice_list(BIDIRECTIONAL_SCHEMES), default=[],
+    bt.add_argument("--rnn-scheme", type=choice_list(_rnn_schemes), default=[],
                     help="graphed modes: how recurrent layers run both directions, each a mode (default: the layers')")
     bt.add_argument("--device", default="auto", help="auto | cpu | cuda")
     bt.add_argument("--peak-tflops", type=positive(float), default=None,
@@ -211,7 +223,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bf = command(bsub, "features", "cost of decoding + resampling + features per second of audio, as JSON")
     bf.add_argument("--manifest", required=True, help="the audio to read (JSONL manifest)")
     bf.add_argument("--sample-rate", type=positive(int), default=16000, help="rate the audio is resampled to")
-    bf.add_argument("--kind", default="spectrogram", choices=FEATURE_KINDS, help="feature kind")
+    bf.add_argument("--kind", default="spectrogram", type=_feature_kind, help="feature kind (spectrogram, logmel)")
     bf.add_argument("--limit", type=positive(int), default=300, help="utterances to read")
     bf.add_argument("--repeats", type=positive(int), default=2, help="passes over them (the best counts)")
     bf.set_defaults(func=features)

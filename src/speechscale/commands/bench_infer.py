@@ -27,19 +27,31 @@ def infer(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
-    from ..bench.infer import DTYPES, MODES
+def _modes() -> tuple[str, ...]:
+    from ..bench.infer import MODES  # imports torch: asked only when --modes is given
 
+    return MODES
+
+
+def _precision(text: str) -> str:
+    from ..bench.infer import DTYPES
+
+    if text not in DTYPES:
+        raise argparse.ArgumentTypeError(f"{text!r} is unknown; choose from {', '.join(DTYPES)}")
+    return text
+
+
+def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bi = command(sub, "infer", "batched inference RTFx: eager, a CUDA graph and onnxruntime side by side, as JSON")
     bi.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")
     bi.add_argument("--batch-size", type=positive(int), default=8, help="utterances per batch")
     bi.add_argument("--seconds", type=positive(float), default=5.0, help="seconds per utterance")
     bi.add_argument("--steps", type=positive(int), default=5, help="timed batches per mode")
     bi.add_argument("--warmup", type=int, default=2, help="untimed batches per mode first")
-    bi.add_argument("--modes", type=choice_list(MODES), default=["eager", "onnx"],
+    bi.add_argument("--modes", type=choice_list(_modes), default=["eager", "onnx"],
                     help="eager, graphed (CUDA) and onnx, comma-separated")
     bi.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    bi.add_argument("--precision", default="fp32", choices=list(DTYPES),
+    bi.add_argument("--precision", default="fp32", type=_precision,
                     help="autocast precision of eager and graphed on a GPU (the CPU and onnx run fp32)")
     bi.add_argument("--manifest", default=None, help="real audio to cut batches from (default: synthesized noise)")
     bi.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")

@@ -240,9 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one workshop command; a bad flag, recipe or file is one line on stderr (status 2)."""
-    from speechscale.config import ConfigError
-    from speechscale.data.manifest import ManifestError
+    """Run one workshop command; a bad flag, recipe or file is one line on stderr, as the CLI reports it."""
+    from speechscale.cli import one_line
 
     from .checkout import pin_commit
 
@@ -250,9 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     pin_commit()
     try:
         return args.func(args)
-    except (ConfigError, ManifestError) as e:
-        print(f"benchmarks {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:
+        known = one_line(e)
+        if known is None:
+            raise
+        print(f"benchmarks {args.command}: {known[1]}: {e}", file=sys.stderr)
+        return known[0]
 
 
 if __name__ == "__main__":

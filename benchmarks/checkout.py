@@ -3,7 +3,6 @@ and BENCHMARKS.md differ (writing figures does not make the measured code change
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -11,17 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def checkout_commit() -> str:
     """HEAD of this checkout (10 hex digits), "+changes" when measured code differs from it; "unknown" without git."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":!docs/figures", ":!BENCHMARKS.md"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        head, dirty = "", ""
-    if not head:
-        return "unknown"
-    return head + ("+changes" if dirty else "")
+    from speechscale.bench.harness import git_commit
+
+    return git_commit(ROOT, ignore=("docs/figures", "BENCHMARKS.md"))
 
 
 def pin_commit() -> None:

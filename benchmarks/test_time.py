@@ -3,7 +3,7 @@ docs/figures/test-time/DATE.jsonl; and the paragraph of docs/development.md that
 
     python -m benchmarks test-time --where "the closing check of a stop, machine otherwise idle"
 
-The clone goes beside this checkout (its ../shared/data is this checkout's), installs everything itself as CI does
+The clone goes to a temporary folder (its ../shared/data is this checkout's), installs everything itself as CI does
 (.venv, torch, the browser, the SLURM check) and is removed afterwards. Recorded: the tests passed and skipped,
 pytest's own seconds, the whole run's wall and CPU seconds, the machine's fp32 matmul rate just before (the
 machines here run 3-7x slower on some days), and the slowest tests as pytest's --durations listed them.
@@ -71,8 +71,9 @@ def parse_pytest(output: str) -> dict[str, Any]:
 
 
 def run_fresh_clone(where: str) -> dict[str, Any]:
-    """Clone HEAD beside this checkout, run CI's command there, and return the record."""
-    parent = Path(tempfile.mkdtemp(prefix="speechscale-ci-", dir=ROOT.parent.parent))
+    """Clone HEAD into a temporary folder (its ../shared is this checkout's), run CI's command there, and return the
+    record."""
+    parent = Path(tempfile.mkdtemp(prefix="speechscale-ci-"))
     try:
         (parent / "shared").symlink_to(ROOT.parent / "shared", target_is_directory=True)
         clone = parent / "main"

@@ -109,13 +109,21 @@ def _run(argv: list[str] | None) -> int:
         print(f"speechscale {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        if _raised_one_of(e, _BAD_INPUT):
-            print(f"speechscale {args.command}: error: {e}", file=sys.stderr)
-            return 2
-        if _raised_one_of(e, _STOPPED):  # the run stopped for a reason it explains
-            print(f"speechscale {args.command}: stopped: {e}", file=sys.stderr)
-            return 3
-        raise
+        known = one_line(e)
+        if known is None:
+            raise
+        print(f"speechscale {args.command}: {known[1]}: {e}", file=sys.stderr)
+        return known[0]
+
+
+def one_line(error: BaseException) -> tuple[int, str] | None:
+    """(exit status, label) of an error a command reports in one line: bad input (2, "error") or a run that stopped
+    for a reason it explains (3, "stopped"); None for any other error."""
+    if _raised_one_of(error, _BAD_INPUT):
+        return 2, "error"
+    if _raised_one_of(error, _STOPPED):
+        return 3, "stopped"
+    return None
 
 
 # Errors a command reports in one line, by the module that defines each: only a module that was imported can have

@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -38,10 +37,10 @@ def bench_manifest(manifest: str | Path | None, folder: str | Path, minutes: flo
 
 def manifest_files(manifest: str | Path, limit: int | None = None) -> list[Path]:
     """The audio files a manifest names (relative paths against its folder), in its order, up to `limit`."""
-    path = checked_manifest(manifest)
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()][:limit]
-    files = [Path(r["audio_filepath"]) if Path(r["audio_filepath"]).is_absolute()
-             else path.parent / r["audio_filepath"] for r in rows]
+    from ..data.manifest import read_manifest
+
+    utts, _ = read_manifest(checked_manifest(manifest), lines=[0, limit] if limit else None)
+    files = [Path(u.audio_path) for u in utts]
     if not files:
         raise ConfigError(f"--manifest {manifest}: no utterances")
     return files

@@ -128,13 +128,18 @@ def _commit() -> str:
     """The commit the figures come from: $SPEECHSCALE_COMMIT when the caller knows it (a launcher, or a checkout's
     own tooling that decides what counts as a change), else the git HEAD of the folder the bench runs in, with
     "+changes" when tracked files differ from it; "unknown" outside a repository."""
-    if os.environ.get("SPEECHSCALE_COMMIT"):
-        return os.environ["SPEECHSCALE_COMMIT"]
+    return os.environ.get("SPEECHSCALE_COMMIT") or git_commit()
+
+
+def git_commit(folder: str | Path | None = None, ignore: tuple[str, ...] = ()) -> str:
+    """HEAD of the repository at `folder` (default: the current one), 10 hex digits, "+changes" when tracked files
+    other than the `ignore` paths differ from it; "unknown" outside a repository."""
+    pathspec = ["--", ".", *(f":!{p}" for p in ignore)] if ignore else []
     try:
-        head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=folder, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", *pathspec], cwd=folder,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         head, dirty = "", ""
     if not head:

@@ -95,11 +95,11 @@ def measure_here(source: str, batches: int) -> dict[str, Any]:
 def bench_memory(folder: str | Path, sizes: list[int], sources: list[str], batches: int = 50,
                  per_shard: int = 1000, *, manifest: str | Path) -> list[dict[str, Any]]:
     """One fresh process per (source kind, size) over the recordings of `manifest`; JSON rows."""
-    rows, audio = [], manifest
+    rows = []
     for size in sizes:
-        index, manifest = synthetic_corpus(folder, size, audio, per_shard)
+        index, listing = synthetic_corpus(folder, size, manifest, per_shard)
         for kind in sources:
-            src = str(index if kind == "shards" else manifest)
+            src = str(index if kind == "shards" else listing)
             proc = subprocess.run([sys.executable, "-m", "speechscale.bench.memory", src, str(batches)],
                                   capture_output=True, text=True, timeout=1800)
             if proc.returncode != 0:

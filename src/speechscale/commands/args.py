@@ -65,11 +65,24 @@ def choice_list(allowed: tuple[str, ...] | Callable[[], tuple[str, ...]]) -> Cal
     `allowed` is asked only when the flag is given (its module, e.g. torch's, is not imported otherwise)."""
     def parse(text: str) -> list[str]:
         names = [x.strip() for x in text.split(",") if x.strip()]
-        choices = allowed() if callable(allowed) else allowed
         for x in names:
-            if x not in choices:
-                raise argparse.ArgumentTypeError(f"{x!r} is unknown; choose from {', '.join(choices)}")
+            _known(x, allowed)
         return names
+    return parse
+
+
+def _known(name: str, allowed: tuple[str, ...] | Callable[[], tuple[str, ...]]) -> None:
+    choices = allowed() if callable(allowed) else allowed
+    if name not in choices:
+        raise argparse.ArgumentTypeError(f"{name!r} is unknown; choose from {', '.join(choices)}")
+
+
+def choice(allowed: Callable[[], tuple[str, ...]] | tuple[str, ...]) -> Callable[[str], str]:
+    """An argparse type: one name of `allowed` (a callable is asked only when the flag is given, as in
+    `choice_list`)."""
+    def parse(text: str) -> str:
+        _known(text, allowed)
+        return text
     return parse
 
 

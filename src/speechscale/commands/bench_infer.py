@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from .args import choice_list, positive
+from .args import choice, choice_list, positive
 
 
 def infer(args: argparse.Namespace) -> int:
@@ -33,12 +33,10 @@ def _modes() -> tuple[str, ...]:
     return MODES
 
 
-def _precision(text: str) -> str:
+def _precisions() -> tuple[str, ...]:
     from ..bench.infer import DTYPES
 
-    if text not in DTYPES:
-        raise argparse.ArgumentTypeError(f"{text!r} is unknown; choose from {', '.join(DTYPES)}")
-    return text
+    return tuple(DTYPES)
 
 
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -51,7 +49,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bi.add_argument("--modes", type=choice_list(_modes), default=["eager", "onnx"],
                     help="eager, graphed (CUDA) and onnx, comma-separated")
     bi.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    bi.add_argument("--precision", default="fp32", type=_precision,
+    bi.add_argument("--precision", default="fp32", type=choice(_precisions),
                     help="autocast precision of eager and graphed on a GPU (the CPU and onnx run fp32)")
     bi.add_argument("--manifest", default=None, help="real audio to cut batches from (default: synthesized noise)")
     bi.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")

@@ -63,8 +63,7 @@ class TrainStep:
         self.placeholder, self.clock, self.graphs = placeholder, clock, graphs
         self.update = None  # the update after backward as a CUDA graph, with the model's graphs where it can be
         if graphs is not None:
-            if device.type != "cuda" or forward is not model:
-                raise ValueError("a graphed step runs the bare model (no wrapper's hooks) on a CUDA device")
+            _check_graphed(model, forward, device)
             set_capturable(model)
             if GraphedUpdate.supports(optimizer, precision, device):
                 self.update = GraphedUpdate(model, optimizer, self.grad_clip)
@@ -153,6 +152,11 @@ class TrainStep:
         return loss, flags
 
 
+def _check_graphed(model: nn.Module, forward: Forward, device: torch.device) -> None:
+    if device.type != "cuda" or forward is not model:
+        raise ValueError("a graphed step runs the bare model (no wrapper's hooks) on a CUDA device")
+
+
 def build_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, precision: Precision, strategy: "Strategy",
                      grad_clip: float, device: torch.device, placeholder: Batch, graphed: bool,
                      compile_model: bool = False) -> TrainStep:
@@ -162,8 +166,7 @@ def build_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, precisi
     if graphed:
         from .graphs import GraphedModel
 
-        if device.type != "cuda":
-            raise ValueError("a graphed step runs the bare model (no wrapper's hooks) on a CUDA device")
+        _check_graphed(model, model, device)  # before GraphedModel, which needs CUDA to exist
         return TrainStep(model, model, optimizer, precision, strategy, grad_clip, device, placeholder,
                          graphs=GraphedModel(model, precision))
     forward = strategy.wrap(torch.compile(model, dynamic=True) if compile_model else model)

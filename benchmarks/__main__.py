@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one workshop command; a bad flag, recipe or file is one line on stderr, as the CLI reports it."""
-    from speechscale.cli import one_line
+    from speechscale.cli import report
 
     from .checkout import pin_commit
 
@@ -250,11 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except Exception as e:
-        known = one_line(e)
-        if known is None:
-            raise
-        print(f"benchmarks {args.command}: {known[1]}: {e}", file=sys.stderr)
-        return known[0]
+        return report(f"benchmarks {args.command}", e)
 
 
 if __name__ == "__main__":

@@ -109,21 +109,19 @@ def _run(argv: list[str] | None) -> int:
         print(f"speechscale {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        known = one_line(e)
-        if known is None:
-            raise
-        print(f"speechscale {args.command}: {known[1]}: {e}", file=sys.stderr)
-        return known[0]
+        return report(f"speechscale {args.command}", e)
 
 
-def one_line(error: BaseException) -> tuple[int, str] | None:
-    """(exit status, label) of an error a command reports in one line: bad input (2, "error") or a run that stopped
-    for a reason it explains (3, "stopped"); None for any other error."""
+def report(prog: str, error: Exception) -> int:
+    """An error a command reports in one line, printed as `PROG: error: ...` (bad input, status 2) or `PROG: stopped:
+    ...` (a run that stopped for a reason it explains, status 3); any other error is raised again."""
     if _raised_one_of(error, _BAD_INPUT):
-        return 2, "error"
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
     if _raised_one_of(error, _STOPPED):
-        return 3, "stopped"
-    return None
+        print(f"{prog}: stopped: {error}", file=sys.stderr)
+        return 3
+    raise error
 
 
 # Errors a command reports in one line, by the module that defines each: only a module that was imported can have

@@ -116,7 +116,7 @@ class FeatureExtractor:
         n_freqs = self.n_fft // 2 + 1
         # features are computed on the CPU (the data side), also when a model is built under torch.device("meta");
         # there the window would come from torch's Python references, whose first call imports the compiler
-        # (dynamo): 0.5-0.8 s of every eval, transcribe or export process
+        # (dynamo) in every eval, transcribe or export process
         with torch.device("cpu"):
             self.window = torch.hamming_window(self.win_length, periodic=False)
             self.mel = _mel_filterbank(n_freqs, cfg.n_mels, cfg.sample_rate) if cfg.kind == "logmel" else None

@@ -125,7 +125,7 @@ def test_a_stuck_node_fails_the_collective_in_bounded_time_and_the_job_goes_on_w
     m = ldc_manifest(tmp_path / "data", copies=COPIES)
     out = tmp_path / "run"
     timeout_s = 8
-    args = train_args(m, out, "trainer.max_epochs=6", "trainer.resume=auto", "trainer.checkpoint_every_steps=3",
+    args = train_args(m, out, "trainer.max_epochs=4", "trainer.resume=auto", "trainer.checkpoint_every_steps=3",
                       f"distributed.timeout_s={timeout_s}")
     agents: list[subprocess.Popen] = []
     with rendezvous_store() as endpoint:

@@ -49,7 +49,8 @@ STRATEGIES = [("local", 1, [], 0.0),
 
 @pytest.mark.parametrize("name, nproc, extra, atol", STRATEGIES, ids=[s[0] for s in STRATEGIES])
 def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, nproc, extra, atol):
-    """N steps straight == train, SIGKILL the whole run after a checkpoint, resume to the same N."""
+    """SIGKILL the whole run after a checkpoint, resume to N steps: equal to N steps straight through (lockstep
+    strategies), or every learner going on from the checkpoint's step (asynchronous ones)."""
     m = ldc_manifest(tmp_path / "data", copies=12)
     if "SHARDS" in extra:
         extra = [f"data.train_manifest={ldc_shards(tmp_path / 'sharded')}", *extra[1:]]
@@ -61,7 +62,9 @@ def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, npr
     # of the kill and runs beside it.
     target = 9
     steps = ["trainer.checkpoint_every_steps=2", f"trainer.max_steps={target}", *extra]
-    ref = start(launch(train_args(m, straight, f"trainer.max_steps={target}", *extra)), tmp_path / "log3")
+    # an asynchronous run is not compared with one straight through (below): it has no reference run
+    ref = start(launch(train_args(m, straight, f"trainer.max_steps={target}", *extra)), tmp_path / "log3") \
+        if atol is not None else None
     # the first leg's rank 0 sleeps 3x its compute after each step (no effect on the numbers), so that on a
     # fast machine the kill still lands a few steps after the first checkpoint, not near the end
     slow = "distributed.simulate_straggler={rank: 0, slowdown: 4}"
@@ -73,27 +76,27 @@ def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, npr
         assert kill_step < target - 2  # killed well before the end
         at_kill = _weights(killed)  # the weights the resume starts from
         run(launch(train_args(m, killed, *steps, "trainer.resume=auto")), tmp_path / "log2")
-        ref.wait(timeout=300)
-        assert ref.returncode == 0, (tmp_path / "log3").read_text()[-4000:]
+        if ref is not None:
+            ref.wait(timeout=300)
+            assert ref.returncode == 0, (tmp_path / "log3").read_text()[-4000:]
     finally:
         kill_group(proc, signal.SIGKILL)
-        kill_group(ref)
-    a, b = _weights(straight), _weights(killed)
-    floats = [k for k, v in a["model"].items() if v.is_floating_point()]
+        if ref is not None:
+            kill_group(ref)
+    b = _weights(killed)
+    floats = [k for k, v in b["model"].items() if v.is_floating_point()]
     if atol is None:  # asynchronous: the first learner at max_steps stops all; each epoch's data read once
-        # the furthest learner of each leg reached max_steps; rank 0 (whose step the checkpoint records) may be
-        # far behind: learners keep their own pace, and two legs of 3 learners share 2 cores (CI once saw rank 0
-        # 4 steps behind; beside two other trainings here, 6)
-        for leg in (straight, killed):
-            assert max(r["step"] for r in trace(leg)) == target
-        # The weights are not compared with the straight run's: asynchronous learners take other batches in
-        # another order (the first leg's rank 0 is slowed), and the two runs end as far apart as the straight
-        # run moved after the kill point (measured: 1.24 against 3.25 for random_ring, 2.10 against 2.18 for
-        # fixed_ring; a 10 % bound on the norm, the test before, could not tell a resume from a restart). What
-        # a resume must do is checked instead: every learner went on from the checkpoint's step, and trained.
-        wa, wb, wk = (torch.cat([w["model"][k].double().flatten() for k in floats]) for w in (a, b, at_kill))
+        # the furthest learner reached max_steps; rank 0 (whose step the checkpoint records) may be far behind:
+        # learners keep their own pace (CI once saw rank 0 4 steps behind; beside two other trainings here, 6)
+        assert max(r["step"] for r in trace(killed)) == target
+        # Not compared with a run straight through: asynchronous learners take other batches in another order
+        # (the first leg's rank 0 is slowed), and two such runs end as far apart as a run moves after the kill
+        # point (measured: 1.24 against 3.25 for random_ring, 2.10 against 2.18 for fixed_ring; a 10 % bound on
+        # the norm could not tell a resume from a restart), so none is trained. What a resume must do is checked
+        # instead: every learner went on from the checkpoint's step, and trained.
+        wb, wk = (torch.cat([w["model"][k].double().flatten() for k in floats]) for w in (b, at_kill))
         assert torch.isfinite(wb).all() and not torch.equal(wb, wk)
-        print(json.dumps({"test": name, "apart": float((wb - wa).norm()), "moved_after_kill": float((wa - wk).norm())}))
+        print(json.dumps({"test": name, "moved_after_kill": float((wb - wk).norm())}))
         resumed = [r for r in trace(killed) if r["resumed_at"]]
         assert {r["resumed_at"] for r in resumed} == {kill_step}
         for rank in {r["rank"] for r in resumed}:
@@ -102,6 +105,7 @@ def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, npr
             ids = sorted(i for r in resumed if r["epoch"] == epoch for i in r["ids"])
             assert ids == list(range(12)), epoch
         return
+    a = _weights(straight)
     assert a["training"]["step"] == b["training"]["step"] == target
     for k, v in a["model"].items():
         torch.testing.assert_close(b["model"][k], v, rtol=0, atol=atol)

@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from speechscale.bench.straggler import summarize, time_to_target
+from speechscale.bench.straggler import STRATEGY_RUNS, compare_to_allreduce, summarize, time_to_target
 from speechscale.distributed.straggler import Straggler
 from tests.conftest import run_cli, shared
 
@@ -56,27 +56,41 @@ def test_summary_gives_median_and_range_over_seeds_and_counts_runs_that_missed_t
     assert slow["throughput_vs_no_straggler"] == {"median": 0.8, "min": 0.7, "max": 0.9}
 
 
+def test_each_run_is_compared_with_allreduces_run_of_the_same_straggler_setting_and_seed():
+    """The bench's strategies are the trainer's overrides; each gossip run's loss is divided, epoch by epoch, by
+    allreduce's with the same straggler and seed, and the worst ratio is kept (allreduce's own rows get none)."""
+    assert STRATEGY_RUNS["adpsgd-fixed_ring"] == ["distributed.strategy=adpsgd", "distributed.adpsgd.variant=fixed_ring"]
+    assert STRATEGY_RUNS["allreduce"] == ["distributed.strategy=allreduce"]
+
+    def run(strategy, straggler, seed, losses):
+        return {"strategy": strategy, "straggler": straggler, "seed": seed, "val": [{"loss": x} for x in losses]}
+
+    results = [run("allreduce", None, 1, [2.0, 1.0]), run("allreduce", "rank 1 x4", 1, [4.0, 2.0]),
+               run("adpsgd-fixed_ring", None, 1, [3.0, 1.1]), run("adpsgd-fixed_ring", "rank 1 x4", 1, [4.0, 3.0]),
+               run("adpsgd-fixed_ring", None, 2, [3.0, 1.0])]  # no allreduce run of seed 2
+    compare_to_allreduce(results)
+    assert [r.get("loss_vs_allreduce_max") for r in results] == [None, None, 1.5, 1.5, None]
+
+
+# allreduce only: the gossip strategies' straggled runs go through the same launcher with the overrides above, and
+# train with a slow learner in tests/distributed (test_resume.py, test_adpsgd.py)
 @pytest.mark.slow
-def test_bench_straggler_runs_each_strategy_with_and_without_a_slow_learner(tmp_path):
+def test_bench_straggler_runs_a_strategy_with_and_without_a_slow_learner(tmp_path):
     root = shared("yesno", "manifest.jsonl").parent
     proc = run_cli("bench", "straggler", "--data-root", str(root), "--procs", "2", "--epochs", "1", "--out", str(tmp_path),
-                   "--strategies", "allreduce,adpsgd-fixed_ring", "--seeds", "4", "--target-wer", "0.5",
-                   "--slowdown", "4",
+                   "--strategies", "allreduce", "--seeds", "4", "--target-wer", "0.5", "--slowdown", "4",
                    "model.overrides={rnn_hidden: 64, rnn_layers: 1}", timeout=900)
     lines = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     rows = [x for x in lines if "summary" not in x]
     summary = [x["summary"] for x in lines if "summary" in x]
-    assert [(s["strategy"], s["straggler"] is not None) for s in summary] == [
-        ("allreduce", False), ("allreduce", True), ("adpsgd-fixed_ring", False), ("adpsgd-fixed_ring", True)]
+    assert [(s["strategy"], s["straggler"] is not None) for s in summary] == [("allreduce", False), ("allreduce", True)]
     assert all(r["seed"] == 4 for r in rows)
-    assert [(r["strategy"], r["straggler"] is not None) for r in rows] == [
-        ("allreduce", False), ("allreduce", True), ("adpsgd-fixed_ring", False), ("adpsgd-fixed_ring", True)]
+    assert [(r["strategy"], r["straggler"]) for r in rows] == [("allreduce", None), ("allreduce", "rank 1 x4")]
     assert all(r["epochs"] == 1 and r["utterances_per_second"] > 0 for r in rows)
     # DDP waits for the slow learner at every allreduce (4x as long per step: 0.28 here, 0.50 at x2). The runs
     # are seconds long and another test shares the machine, so each run's speed varies: at x2 CI once measured
-    # 1.08. The gossip variant's ratio is too noisy to assert on here (BENCHMARKS.md has figures)
-    assert rows[1]["throughput_vs_no_straggler"] < 0.85
-    assert rows[2]["loss_vs_allreduce_max"] > 0 and "loss_vs_allreduce_max" not in rows[0]
+    # 1.08
+    assert rows[1]["throughput_vs_no_straggler"] < 0.85 and rows[0]["throughput_vs_no_straggler"] == 1.0
     saved = json.loads((tmp_path / "results.json").read_text())
     # a target one epoch may or may not reach (WER 50 %): each run's time to it and each summary's count are
     # recomputed from the validations the run saved
@@ -85,6 +99,6 @@ def test_bench_straggler_runs_each_strategy_with_and_without_a_slow_learner(tmp_
         assert r["seconds_to_target"] == want
     for s, r in zip(summary, saved):  # one seed: one run per summary row, in the same order
         assert s["reached"] == (r["seconds_to_target"] is not None)
-    assert len(saved) == 4 and all(len(r["val"]) == 1 for r in saved)
+    assert len(saved) == 2 and all(len(r["val"]) == 1 for r in saved)
     assert all(v["loss"] > 0 and v["wer"] >= 0 for r in saved for v in r["val"])
     assert (tmp_path / "straggler.png").stat().st_size > 10_000

@@ -39,7 +39,7 @@ def _batch(lengths: list[int], num_features: int = 40, vocab: int = 29, seed: in
     return Batch(feats, torch.tensor(lengths), targets, target_lens, ["x"] * len(lengths), list(range(len(lengths))))
 
 
-@pytest.mark.parametrize("name", ["ds2-tiny", "ds2-streaming", "wav2letter+-tiny", "lstm-ctc-tiny", "conformer-tiny"])
+@pytest.mark.parametrize("name", ["ds2-tiny", "ds2-streaming-tiny", "wav2letter+-tiny", "lstm-ctc-tiny", "conformer-tiny"])
 def test_a_batch_padded_to_its_shape_trains_as_the_unpadded_batch(name):
     torch.manual_seed(0)
     model = build_model(name, {}, 40, 29).double().train()

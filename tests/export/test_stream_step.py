@@ -35,9 +35,7 @@ def test_the_onnx_step_streams_the_offline_logits_and_text_for_every_file_and_ch
             streamed = torch.cat(session.logits)
             assert streamed.shape == logits.shape, (path.name, ms)
             torch.testing.assert_close(streamed, logits, atol=2e-4, rtol=1e-4)
-            assert session.text == text, (path.name, ms)
-            torch_session, _ = _stream(comps, path, ms)  # the layer-by-layer PyTorch stream: the same text
-            assert torch_session.text == session.text
+            assert session.text == text, (path.name, ms)  # as the PyTorch stream's (tests/serving/test_streaming.py)
 
 
 def test_the_onnx_step_batches_streams_of_different_files_and_rates(streaming_checkpoint, onnx_step):

@@ -4,13 +4,13 @@ import json
 import pytest
 import torch
 
-from tests.conftest import run_cli, shared
+from tests.conftest import shared
 
 
-def test_bench_infer_on_the_cpu_reports_rtfx_and_onnx_equal_to_eager():
+def test_bench_infer_on_the_cpu_reports_rtfx_and_onnx_equal_to_eager(cli):
     shared("ldc93s1", "manifest.jsonl")  # the default audio
-    proc = run_cli("bench", "infer", "--model", "ds2-tiny,conformer-tiny", "--batch-size", "3", "--seconds", "2",
-                   "--steps", "2", "--warmup", "1", timeout=300)
+    proc = cli("bench", "infer", "--model", "ds2-tiny,conformer-tiny", "--batch-size", "3", "--seconds", "2",
+               "--steps", "2", "--warmup", "1")
     rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     assert [(r["model"], r["mode"]) for r in rows] == [("ds2-tiny", "eager"), ("ds2-tiny", "onnx"),
                                                       ("conformer-tiny", "eager"), ("conformer-tiny", "onnx")]

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from speechscale.bench.loader import bench_loader, flac_corpus
-from tests.conftest import run_cli, shared
+from tests.conftest import shared
 
 
 def test_loader_throughput_by_workers_and_augmentation(tmp_path):
@@ -28,9 +28,8 @@ def test_a_loader_that_ships_waveforms_counts_the_frames_the_step_will_compute(t
     assert rows[0]["feature_frames"] == rows[1]["feature_frames"] > 0 and rows[1]["x_realtime"] > 1
 
 
-def test_bench_loader_cli_times_synthesized_speech_without_a_manifest(tmp_path):
-    proc = run_cli("bench", "loader", "--workers", "0", "--augment", "off", "--limit", "12", "--clip-seconds", "4",
-                   timeout=300)
+def test_bench_loader_cli_times_synthesized_speech_without_a_manifest(tmp_path, cli):
+    proc = cli("bench", "loader", "--workers", "0", "--augment", "off", "--limit", "12", "--clip-seconds", "4")
     rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     assert len(rows) == 1 and rows[0]["workers"] == 0 and rows[0]["utterances"] == 12
     assert rows[0]["audio_seconds"] >= 12 * 4  # sentences joined into utterances of at least 4 s

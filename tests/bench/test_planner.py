@@ -4,7 +4,7 @@ import json
 import pytest
 
 from speechscale.bench.planner import fit_link, validate_planner
-from tests.conftest import main_cli, run_cli
+from tests.conftest import main_cli
 
 
 @pytest.fixture
@@ -56,12 +56,12 @@ def test_plan_cli_writes_a_table_json_and_plot(tmp_path, plan_cli):
     assert (tmp_path / "plan.png").stat().st_size > 10_000
 
 
-def test_plan_cli_calibration_prints_the_goal_and_every_miss():  # a real process: the exit code
+def test_plan_cli_calibration_prints_the_goal_and_every_miss(cli):
     import re
 
     from speechscale.planning.calibration import cases
 
-    proc = run_cli("plan", "--calibrate")  # a report: exit 0 even when predictions miss
+    proc = cli("plan", "--calibrate")  # a report: exit 0 even when predictions miss
     assert "every prediction within ±10%" in proc.stdout and "preemptible" in proc.stdout
     missed = [r for r in cases() if r["role"] == "prediction" and not r["ok"]]
     for r in missed:

@@ -7,7 +7,7 @@ import torch
 
 from speechscale.bench.straggler import STRATEGY_RUNS, compare_to_allreduce, summarize, time_to_target
 from speechscale.distributed.straggler import Straggler
-from tests.conftest import run_cli, shared
+from tests.conftest import shared
 
 
 def _busy(seconds):
@@ -75,11 +75,11 @@ def test_each_run_is_compared_with_allreduces_run_of_the_same_straggler_setting_
 # allreduce only: the gossip strategies' straggled runs go through the same launcher with the overrides above, and
 # train with a slow learner in tests/distributed (test_resume.py, test_adpsgd.py)
 @pytest.mark.slow
-def test_bench_straggler_runs_a_strategy_with_and_without_a_slow_learner(tmp_path):
+def test_bench_straggler_runs_a_strategy_with_and_without_a_slow_learner(tmp_path, cli):
     root = shared("yesno", "manifest.jsonl").parent
-    proc = run_cli("bench", "straggler", "--data-root", str(root), "--procs", "2", "--epochs", "1", "--out", str(tmp_path),
-                   "--strategies", "allreduce", "--seeds", "4", "--target-wer", "0.5", "--slowdown", "4",
-                   "model.overrides={rnn_hidden: 64, rnn_layers: 1}", timeout=900)
+    proc = cli("bench", "straggler", "--data-root", str(root), "--procs", "2", "--epochs", "1", "--out", str(tmp_path),
+               "--strategies", "allreduce", "--seeds", "4", "--target-wer", "0.5", "--slowdown", "4",
+               "model.overrides={rnn_hidden: 64, rnn_layers: 1}")
     lines = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     rows = [x for x in lines if "summary" not in x]
     summary = [x["summary"] for x in lines if "summary" in x]

@@ -3,13 +3,13 @@ import re
 
 import pytest
 
-from tests.conftest import run_cli, shared
+from tests.conftest import shared
 
 
 @pytest.mark.slow
-def test_bench_train_reports_throughput_phases_ratios_and_mfu_per_precision():
+def test_bench_train_reports_throughput_phases_ratios_and_mfu_per_precision(cli):
     m = str(shared("ldc93s1", "manifest.jsonl"))
-    proc = run_cli("bench", "train", "--model", "ds2-tiny,wav2letter+-tiny,lstm-ctc-tiny,conformer-tiny",
+    proc = cli("bench", "train", "--model", "ds2-tiny,wav2letter+-tiny,lstm-ctc-tiny,conformer-tiny",
                    "--precision", "bf16,fp32", "--batch-size", "2", "--seconds", "1", "--steps", "2", "--warmup", "1",
                    "--manifest", m)
     rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
@@ -36,7 +36,7 @@ def test_bench_train_reports_throughput_phases_ratios_and_mfu_per_precision():
 @pytest.mark.slow
 def test_bench_train_uses_a_given_peak_and_rejects_unknown_precisions(cli):
     m = str(shared("ldc93s1", "manifest.jsonl"))
-    res = json.loads(run_cli("bench", "train", "--model", "wav2letter+-tiny", "--batch-size", "2", "--seconds", "1",
+    res = json.loads(cli("bench", "train", "--model", "wav2letter+-tiny", "--batch-size", "2", "--seconds", "1",
                              "--steps", "1", "--warmup", "1", "--manifest", m, "--peak-tflops", "0.5").stdout)
     # both figures are rounded to 4 decimals: mfu = round(a / 0.5), achieved = round(a), so they differ by at most
     # the two roundings (a relative tolerance failed at these tiny rates: 0.0015 against 0.0016)
@@ -45,9 +45,9 @@ def test_bench_train_uses_a_given_peak_and_rejects_unknown_precisions(cli):
     assert proc.returncode == 2 and "--precision='fp8' is unknown; choose one of fp32, tf32, bf16, fp16" in proc.stderr
 
 
-def test_bench_features_reports_cost_per_audio_second():
+def test_bench_features_reports_cost_per_audio_second(cli):
     m = str(shared("fsdd", "manifest.jsonl"))
-    res = json.loads(run_cli("bench", "features", "--manifest", m, "--limit", "20", "--repeats", "1").stdout)
+    res = json.loads(cli("bench", "features", "--manifest", m, "--limit", "20", "--repeats", "1").stdout)
     assert res["utterances"] == 20 and res["audio_seconds"] > 5
     cost = res["ms_per_audio_second"]
     assert cost["load"] > 0 and cost["features"] > 0 and abs(cost["load"] + cost["features"] - cost["total"]) < 0.01

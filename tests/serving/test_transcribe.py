@@ -11,13 +11,13 @@ import soundfile as sf
 from speechscale.config import ConfigError
 from speechscale.decoding.metrics import edit_distance
 from speechscale.serving.transcribe import Transcriber, split_points
-from tests.conftest import run_cli, shared
+from tests.conftest import shared
 
 LDC = "she had your dark suit in greasy wash water all year"
 
 
-def test_overfit_ldc93s1_to_its_exact_transcript(ldc_checkpoint):
-    proc = run_cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(shared("ldc93s1", "LDC93S1.wav")))
+def test_overfit_ldc93s1_to_its_exact_transcript(ldc_checkpoint, cli):
+    proc = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(shared("ldc93s1", "LDC93S1.wav")))
     assert json.loads(proc.stdout.strip())["text"] == LDC
 
 

@@ -5,7 +5,7 @@ from speechscale import storage
 from speechscale.recipe import load_recipe
 from speechscale.storage.checkpoints import CheckpointError, load_checkpoint, newest_checkpoint
 from speechscale.training.trainer import Trainer
-from tests.conftest import run_cli, shared
+from tests.conftest import shared
 
 
 def _cfg(out, *extra):
@@ -32,11 +32,11 @@ def test_training_checkpoints_to_s3_and_resumes_from_it(s3, tmp_path):
     assert load_checkpoint(f"{out}/checkpoints/last.pt")["training"]["step"] == 5
 
 
-def test_cli_eval_reads_a_checkpoint_from_s3(s3, tmp_path):
+def test_cli_eval_reads_a_checkpoint_from_s3(s3, tmp_path, cli):
     out = "s3://ckpts/runs/cli"
     Trainer(_cfg(out, "trainer.max_steps=1", f"trainer.log_dir={tmp_path}")).fit()
     m = str(shared("ldc93s1", "manifest.jsonl"))
-    proc = run_cli("eval", "--checkpoint", f"{out}/checkpoints/last.pt", "--manifest", m, "--json")
+    proc = cli("eval", "--checkpoint", f"{out}/checkpoints/last.pt", "--manifest", m, "--json")
     assert '"utterances"' in proc.stdout
 
 

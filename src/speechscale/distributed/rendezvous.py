@@ -17,19 +17,30 @@ from typing import Callable
 
 from torch.distributed import TCPStore
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
 
 def host_store(host: str, port: int, on_ready: Callable[[int], None] | None = None,
                stop: threading.Event | None = None) -> None:
     """Host a multi-tenant TCPStore on host:port (0: a free port) until SIGTERM/SIGINT or `stop` is set;
-    `on_ready(port)` is called once it accepts clients."""
-    store = TCPStore(host, port, is_master=True, multi_tenant=True, wait_for_workers=False,
-                     timeout=datetime.timedelta(seconds=60))
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    if on_ready:
-        on_ready(store.port)
-    while not stop.wait(1.0):
-        pass
-    del store  # closes the listening socket
+    `on_ready(port)` is called once it accepts clients.
+
+    On the main thread the two signals are taken with `sigtimedwait`, blocked from the start (the store's own
+    threads inherit that): a process started with them blocked (an exec keeps its launcher's mask) still stops."""
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if main else None
+    try:
+        store = TCPStore(host, port, is_master=True, multi_tenant=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=60))
+        stop = stop or threading.Event()
+        if on_ready:
+            on_ready(store.port)
+        while not stop.is_set():
+            if not main:
+                stop.wait(1.0)
+            elif signal.sigtimedwait(STOP_SIGNALS, 1.0) is not None:
+                break
+        del store  # closes the listening socket
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)

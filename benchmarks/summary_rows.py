@@ -356,7 +356,8 @@ def _tests(folder: Path) -> list[dict[str, Any]]:
     s, gflops = r["pytest_seconds"], r["provenance"].get("fp32_matmul_gflops")
     goal = goal_seconds(gflops or 250)  # the goal of an hour that fast (docs/development.md)
     return [_row("tests", "`make test` on a fresh clone (CI's command)",
-                 f"{s / 60:.1f} min, {r['passed']} passed" + (f", {r['skipped']} skipped" if "skipped" in r else "")
+                 f"{s / 60:.1f} min, {r['passed']} passed" + (f", {r['failed']} failed" if r.get("failed") else "")
+                 + (f", {r['skipped']} skipped" if "skipped" in r else "")
                  + (f" ({gflops} GFLOP/s matmul)" if gflops else ""),
                  f"≤ {goal / 60:.1f} min at that rate", _status(s <= goal, f"gap {s - goal:.0f} s"),
                  r["provenance"], "test-time/*.jsonl (newest fresh clone)")]

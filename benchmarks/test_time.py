@@ -137,7 +137,8 @@ def render(record: dict[str, Any]) -> str:
     over = [s for s in record["slowest"] if s["seconds"] > 60]
     lines = [
         f"Newest: `{COMMAND}` on a fresh clone at `{p['commit']}`, {p['date']} ({p['machine']}, fp32 matmul "
-        f"{p['fp32_matmul_gflops']} GFLOP/s; {p['where']}): {record['passed']} tests passed "
+        f"{p['fp32_matmul_gflops']} GFLOP/s; {p['where']}): {record['passed']} tests passed"
+        + (f" and {record['failed']} failed" if record.get("failed") else "") + " "
         f"({record['skipped']} skipped: the gpu tier) in **{_min_s(secs)}** ({_min_s(record['wall_seconds'])} in "
         f"all, with the set-up), against a goal of {_min_s(goal)} for an hour that fast: {status}.",
         f"The slowest test took {slow['seconds']:.0f} s (`{slow['test']}`); "

@@ -96,13 +96,7 @@ def cli(capsys):
     """`speechscale ARGS` in this process (`main_cli`), answered as `run_cli` answers: returncode, stdout,
     stderr; `check` asserts a zero exit. It spares the 2 s torch import of a process per command."""
     def call(*args: str, check: bool = True) -> SimpleNamespace:
-        threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
-        try:
-            code, out, err = main_cli(capsys, *args)
-        finally:  # a bench sets torch's threads for its run: the tests after it keep this process's
-            keep = threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
-            if keep and "torch" in sys.modules:
-                sys.modules["torch"].set_num_threads(keep)
+        code, out, err = main_cli(capsys, *args)
         assert not check or code == 0, err
         return SimpleNamespace(returncode=code, stdout=out, stderr=err)
     return call

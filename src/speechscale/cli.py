@@ -136,5 +136,6 @@ def _raised_one_of(error: BaseException, classes: tuple[tuple[str, str], ...]) -
     return any(isinstance(error, getattr(sys.modules[module], name)) for module, name in classes
                if module in sys.modules)
 
+
 if __name__ == "__main__":
     sys.exit(main())

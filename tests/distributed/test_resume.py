@@ -62,9 +62,8 @@ def test_kill_9_and_resume_matches_training_straight_through(tmp_path, name, npr
     # of the kill and runs beside it.
     target = 9
     steps = ["trainer.checkpoint_every_steps=2", f"trainer.max_steps={target}", *extra]
-    # an asynchronous run is not compared with one straight through (below): it has no reference run
-    ref = start(launch(train_args(m, straight, f"trainer.max_steps={target}", *extra)), tmp_path / "log3") \
-        if atol is not None else None
+    straight_run = launch(train_args(m, straight, f"trainer.max_steps={target}", *extra))
+    ref = start(straight_run, tmp_path / "log3") if atol is not None else None  # asynchronous: none (below)
     # the first leg's rank 0 sleeps 3x its compute after each step (no effect on the numbers), so that on a
     # fast machine the kill still lands a few steps after the first checkpoint, not near the end
     slow = "distributed.simulate_straggler={rank: 0, slowdown: 4}"

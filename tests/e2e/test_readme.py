@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.test_time import _min_s
 from speechscale.cli import build_parser
 from tests.conftest import ROOT, shared
 
@@ -121,10 +122,6 @@ def test_every_shipped_recipe_ends_by_its_epochs_and_a_time_cap_is_only_a_guard(
             line = next(x for x in path.read_text().splitlines() if x.strip().startswith("max_minutes:"))
             assert "only a guard" in line, (path.name, line)
 
-
-def _min_s(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)  # as pytest prints it (0:07:07)
-    return f"{m} min {s:02d} s" if m else f"{s} s"
 
 
 def test_the_quoted_test_suite_times_are_the_committed_runs():

@@ -21,6 +21,7 @@ from ..config import to_dict
 from ..export.exporter import LogProbs, export_model
 from ..export.runtime import ExportedModel
 from ..recipe import load_recipe
+from .harness import keeps_torch_threads
 
 
 def initial_checkpoint(model: str, path: Path) -> tuple[Path, Any]:
@@ -32,6 +33,7 @@ def initial_checkpoint(model: str, path: Path) -> tuple[Path, Any]:
     return path, comps
 
 
+@keeps_torch_threads
 def bench_export(models: list[str], seconds: float = 5.0, repeats: int = 20, warmup: int = 3,
                  threads: int = 0) -> list[dict[str, Any]]:
     """One row per model: ms per clip (median, p90) for torch, onnx and torchscript, and the ratios."""

@@ -11,6 +11,7 @@ another and summarized with `summarize`, which gives them the same statistics.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -71,6 +72,20 @@ def summarize(samples: list[float], extra: list[Any] | None = None) -> Stats:
     if not samples:
         raise ValueError("no samples to summarize")
     return Stats(statistics.median(samples), _quantile(samples, 0.1), _quantile(samples, 0.9), list(samples), list(extra or []))
+
+
+def keeps_torch_threads(bench: Callable[..., Any]) -> Callable[..., Any]:
+    """A bench that sets torch's intra-op threads for its run leaves its caller's as they were."""
+    @functools.wraps(bench)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        threads = torch.get_num_threads()
+        try:
+            return bench(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+    return run
 
 
 def interleave(variants: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1,

@@ -23,7 +23,7 @@ import torch
 
 from ..training.precision import resolve_device
 from .export import initial_checkpoint
-from .harness import interleave
+from .harness import interleave, keeps_torch_threads
 from .throughput import _clips, _sync
 
 MODES = ("eager", "graphed", "onnx")
@@ -56,6 +56,7 @@ def _runner(mode: str, comps: Any, ckpt: Path, tmp: Path, device: torch.device, 
     return lambda feats, lengths: onnx(feats, lengths)[0].to(device)
 
 
+@keeps_torch_threads
 def bench_infer(models: list[str], batch_size: int = 8, seconds: float = 5.0, steps: int = 5, warmup: int = 2,
                 modes: tuple[str, ...] = ("eager", "onnx"), device: str = "auto", precision: str = "fp32",
                 manifest: str | None = None, threads: int = 0) -> list[dict[str, Any]]:

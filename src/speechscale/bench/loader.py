@@ -22,6 +22,7 @@ import torch
 from ..components import build_components
 from ..config import AugmentConfig, Config, DataConfig, FeatureConfig
 from ..data.audio import load_audio
+from .harness import keeps_torch_threads
 
 # What `--augment on` applies: the waveform and feature augmentations a large recipe would use.
 AUGMENT = AugmentConfig(speed=[0.9, 1.1], gain_db=6.0, noise_snr_db=[10.0, 30.0], freq_masks=2, time_masks=2)
@@ -82,6 +83,7 @@ def bench_loader(source: str | Path, workers: list[int], augment: list[bool], sa
                                     features=features)
 
 
+@keeps_torch_threads
 def bench_loader_interleaved(sources: list[str], workers: list[int], augment: list[bool], sample_rate: int = 16000,
                              batch_seconds: float = 60.0, repeats: int = 1, features: tuple[str, ...] = ("loader",)
                              ) -> list[dict[str, Any]]:
@@ -90,7 +92,6 @@ def bench_loader_interleaved(sources: list[str], workers: list[int], augment: li
     from ..data.features import FeatureExtractor
     from .harness import interleave
 
-    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     sizes: dict[str, tuple[int, float]] = {}
 
@@ -109,10 +110,7 @@ def bench_loader_interleaved(sources: list[str], workers: list[int], augment: li
     variants = {(src, aug, w, where): (lambda src=src, w=w, aug=aug, where=where: one_pass(src, w, aug, where))
                 for src in sources for aug in augment for w in workers for where in features
                 if where == "loader" or not src.endswith("index.jsonl")}
-    try:
-        stats = interleave({str(k): v for k, v in variants.items()}, repeats=repeats, warmup=0)
-    finally:
-        torch.set_num_threads(threads)
+    stats = interleave({str(k): v for k, v in variants.items()}, repeats=repeats, warmup=0)
     results = []
     for (src, aug, w, where) in variants:
         st = stats[str((src, aug, w, where))]

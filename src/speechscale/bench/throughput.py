@@ -30,7 +30,7 @@ from ..training.graphs import GraphedModel
 from ..training.optim import build_optimizer
 from ..training.precision import Precision, resolve_device
 from ..training.step import TrainStep
-from .harness import interleave
+from .harness import interleave, keeps_torch_threads
 
 TEXT = "she had your dark suit in greasy wash water all year"
 
@@ -189,6 +189,7 @@ class _Mode:
         self.losses: list[float] = []
 
 
+@keeps_torch_threads
 def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2.0, steps: int = 5,
                 warmup: int = 2, manifest: str | None = None, threads: int = 0,
                 overrides: dict[str, Any] | None = None, precisions: tuple[str, ...] = ("fp32",),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -33,6 +34,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return -known.get(path, float("inf")), first[path]
 
     items.sort(key=cost)  # stable: a file's tests keep their order
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def _signal_state_kept():
+    """A test that leaves the process's signals blocked or their handlers changed fails, and the state is
+    restored: every process the worker starts afterwards inherits the mask (and an ignored signal), so a later
+    test's child would not stop on SIGTERM and fail far from the cause."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    yield
+    left_mask = signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    left = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+    assert left_mask == mask and left == handlers, (
+        f"the test left the signal mask {sorted(left_mask)} (was {sorted(mask)}) and handlers {left} (were {handlers})")
 
 
 def shared(*parts: str) -> Path:

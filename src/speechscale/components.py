@@ -65,28 +65,44 @@ def describe(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | None = None) -> Components:
-    """Components from a model description (`describe`), with `weights` loaded and in eval mode when given.
+    """Components from a model description (`describe`): with `weights`, the model holds them, in eval mode;
+    without, the model is its architecture only, on the meta device (what needs no weights works: output
+    lengths, strides, the streaming interface's sizes), for a runtime that brings its own weights.
 
     The description comes from a file, so it is checked before anything is allocated: it is parsed and the
     model built on the meta device (a bad key, type or shape is a CheckpointError in one line), and with
-    `weights` every tensor's shape must match, so a corrupt description cannot ask for a huge model."""
+    `weights` every tensor's shape must match, so a corrupt description cannot ask for a huge model. The
+    weights are then assigned to that model, never first drawn at random and overwritten."""
     try:
         with torch.device("meta"):
-            probe = _build(desc)
+            comps = _build(desc)
     except Exception as e:
         raise CheckpointError(f"the checkpoint's model description is not valid: {error_line(e)}") from None
-    if weights is not None:
-        expected = {k: tuple(v.shape) for k, v in probe.model.state_dict().items()}
-        found = {k: tuple(v.shape) for k, v in weights.items() if isinstance(v, torch.Tensor)}
-        if expected != found:
-            wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
-            raise CheckpointError(f"the checkpoint's weights do not match its model description "
-                                  f"({len(wrong)} tensor(s) differ, e.g. {wrong[0]})")
-    comps = _build(desc)
-    if weights is not None:
-        comps.model.load_state_dict(weights)
-        comps.model.eval()
+    if weights is None:
+        return comps
+    own = comps.model.state_dict()
+    expected = {k: tuple(v.shape) for k, v in own.items()}
+    found = {k: tuple(v.shape) for k, v in weights.items() if isinstance(v, torch.Tensor)}
+    if expected != found:
+        wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
+        raise CheckpointError(f"the checkpoint's weights do not match its model description "
+                              f"({len(wrong)} tensor(s) differ, e.g. {wrong[0]})")
+    # each tensor in the dtype the architecture declares (a checkpoint's own may differ), on the CPU
+    comps.model.load_state_dict({k: weights[k].to("cpu", own[k].dtype) for k in own}, assign=True)
+    _check_materialized(comps.model)
+    comps.model.eval()
     return comps
+
+
+def _check_materialized(model: nn.Module) -> None:
+    """Every tensor a module holds is real after its weights were assigned: a tensor attribute outside the
+    state dict would still be on the meta device, and fail only later, inside a forward."""
+    for name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            tensors = value.values() if attr in ("_parameters", "_buffers") else [value]
+            if any(isinstance(t, torch.Tensor) and t.is_meta for t in tensors):
+                raise RuntimeError(f"{type(model).__name__}: {name or 'the model'}.{attr} is not in its state dict "
+                                   "and so cannot be loaded into a model built on the meta device")
 
 
 def _build(desc: dict[str, Any]) -> Components:

@@ -48,6 +48,14 @@ def _parity(tmp_path, model, fmt):
 @pytest.mark.parametrize("model", SMALL)
 def test_small_models_export_with_a_dynamic_time_axis(tmp_path, model, fmt):
     _parity(tmp_path, model, fmt)
+    if fmt == "onnx":  # the description appended to the exported bytes leaves a model that onnx itself reads
+        import onnx
+
+        onnx.checker.check_model(str(tmp_path / f"{model}.onnx"), full_check=True)
+        meta = {p.key: p.value for p in onnx.load(str(tmp_path / f"{model}.onnx")).metadata_props}
+        assert json.loads(meta["speechscale"])["config"]["model"]["name"] == model
+    comps = ExportedModel(tmp_path / f"{model}.{fmt}", fmt).components()  # the file runs the weights
+    assert all(p.is_meta for p in comps.model.parameters())
 
 
 # Full-size presets: ONNX for each (the format whose limits grow with the model: protobuf size, the exporter's

@@ -26,7 +26,12 @@ def test_round_trip_restores_the_model_from_its_config_with_weights_only(tmp_pat
     state = torch.load(path, weights_only=True)  # plain data and tensors only
     assert state["training"]["step"] == 2 and state["config"]["trainer"]["max_steps"] == 2
     assert state["format_version"] == 3 and "meta" not in state and len(state["ranks"]) == 1
+    torch.manual_seed(5)
     comps = components_from_checkpoint(load_checkpoint(path))
+    drawn = torch.rand(3)
+    torch.manual_seed(5)
+    assert torch.equal(drawn, torch.rand(3))  # the weights were assigned, not drawn at random first
+    assert not comps.model.training and not any(t.is_meta for t in comps.model.state_dict().values())
     x, n = torch.randn(2, comps.features.num_features, 90), torch.tensor([90, 60])
     trainer.model.eval()
     with torch.no_grad():

@@ -13,6 +13,7 @@ GRU's time axis to the example's length while the file claims a dynamic one.
 """
 from __future__ import annotations
 
+import io
 import json
 import warnings
 from pathlib import Path
@@ -46,8 +47,11 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str,
     """Write the checkpoint's model to `out` in format `fmt` (onnx | torchscript); returns a summary."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    from ..extras import require
     from ..storage.checkpoints import load_checkpoint
 
+    if fmt == "onnx":
+        require("onnx", "export", "export --format onnx")  # before any work
     state = load_checkpoint(checkpoint)
     comps = components_from_checkpoint(state)
     parameters = sum(p.numel() for p in comps.model.parameters())
@@ -70,18 +74,24 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str,
 
 
 def _onnx(wrapper: nn.Module, example: tuple[torch.Tensor, torch.Tensor], out: Path, desc: str) -> None:
-    """Export in memory, add the description and write the file once (a full-size model is 0.4 GB)."""
-    import io
-
-    from ..extras import require
-
-    onnx = require("onnx", "export", "export --format onnx")
+    """Export in memory and write the file once, the description added to it (a full-size model is 0.4 GB)."""
     buffer = io.BytesIO()
     torch.onnx.export(wrapper, example, buffer, dynamo=False, opset_version=17,
                       input_names=["features", "lengths"], output_names=["log_probs", "out_lengths"],
                       dynamic_axes={"features": {0: "batch", 2: "frames"}, "lengths": {0: "batch"},
                                     "log_probs": {0: "batch", 1: "out_frames"}, "out_lengths": {0: "batch"}})
-    model = onnx.load_model_from_string(buffer.getvalue())
-    del buffer
-    model.metadata_props.add(key=META_KEY, value=desc)
-    onnx.save(model, str(out))
+    write_onnx(buffer, desc, out, "export --format onnx")
+
+
+def write_onnx(exported: io.BytesIO, desc: str, out: Path, usage: str) -> None:
+    """Write the model torch.onnx.export put in `exported` to `out`, with `desc` as its metadata (META_KEY).
+
+    The metadata is a second serialized ModelProto after the first: protobuf reads concatenated messages as
+    one, merged (repeated fields appended), so the graph is neither parsed nor serialized again."""
+    from ..extras import require
+
+    onnx = require("onnx", "export", usage)
+    meta = onnx.ModelProto(metadata_props=[onnx.StringStringEntryProto(key=META_KEY, value=desc)])
+    with open(out, "wb") as f:
+        f.write(exported.getbuffer())
+        f.write(meta.SerializeToString())

@@ -28,29 +28,21 @@ class ExportedModel:
             raise ConfigError(f"{path}: no such exported model")
         self.backend = backend
         if backend == "onnx":
-            from ..extras import require
-
-            onnx = require("onnx", "export", "an ONNX model")
-            ort = require("onnxruntime", "export", "an ONNX model")
-
-            try:
-                meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
-            except Exception as e:  # protobuf's decode errors have several types
-                raise ConfigError(f"{path}: not an ONNX file ({type(e).__name__})") from None
-            if META_KEY not in meta:
-                raise ConfigError(f"{path}: not an ONNX file written by speechscale export (no model description)")
-            self.description = json.loads(meta[META_KEY])
-            if "stream_step" in self.description:
-                raise ConfigError(f"{path}: a streaming step (export --streaming): run it with `speechscale "
-                                  "transcribe --stream --checkpoint FILE`")
-            opts = ort.SessionOptions()
-            providers = ["CPUExecutionProvider"]
+            providers: list[Any] = ["CPUExecutionProvider"]
             if self.device.type == "cuda":
-                if "CUDAExecutionProvider" not in ort.get_available_providers():
+                from ..extras import require
+
+                if "CUDAExecutionProvider" not in require("onnxruntime", "export", "an ONNX model") \
+                        .get_available_providers():
                     raise ConfigError("--device cuda with --backend onnx needs onnxruntime-gpu "
                                       "(pip install onnxruntime-gpu); this onnxruntime runs on the CPU only")
                 providers.insert(0, ("CUDAExecutionProvider", {"device_id": self.device.index or 0}))
-            self.session = ort.InferenceSession(str(path), opts, providers=providers)
+            self.session, self.description = onnx_session(path, providers, "an ONNX model")
+            if not self.description:
+                raise ConfigError(f"{path}: not an ONNX file written by speechscale export (no model description)")
+            if "stream_step" in self.description:
+                raise ConfigError(f"{path}: a streaming step (export --streaming): run it with `speechscale "
+                                  "transcribe --stream --checkpoint FILE`")
         elif backend == "torchscript":
             extra = {f"{META_KEY}.json": ""}
             try:
@@ -66,7 +58,8 @@ class ExportedModel:
             raise ConfigError(f"backend must be onnx or torchscript for an exported model, not {backend!r}")
 
     def components(self) -> Components:
-        """Normalizer, tokenizer and features from the file's model description (the model is not used)."""
+        """Normalizer, tokenizer and features from the file's model description; the model is its architecture
+        only, on the meta device (this file holds the weights)."""
         return components_from_description(self.description)
 
     def __call__(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,6 +69,20 @@ class ExportedModel:
             return torch.from_numpy(out[0]), torch.from_numpy(out[1])
         with torch.no_grad():
             return self.module(feats, lengths)
+
+
+def onnx_session(path: Path, providers: list[Any], usage: str) -> tuple[Any, dict[str, Any]]:
+    """An onnxruntime session of the file at `path` and the model description its metadata holds ({} for an
+    ONNX file that holds none). Read from the session, so the file (0.4 GB at full size) is parsed once."""
+    from ..extras import require
+
+    ort = require("onnxruntime", "export", usage)
+    errors = ort.capi.onnxruntime_pybind11_state
+    try:
+        session = ort.InferenceSession(str(path), providers=providers)
+    except (errors.InvalidProtobuf, errors.InvalidGraph, errors.Fail) as e:
+        raise ConfigError(f"{path}: not an ONNX file ({type(e).__name__})") from None
+    return session, json.loads(session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}"))
 
 
 def detect_backend(path: str | Path) -> str:

@@ -48,24 +48,17 @@ class OnnxStep:
     pad_batch = True
 
     def __init__(self, path: str | Path) -> None:
-        from ..extras import require
+        from .runtime import onnx_session
 
-        onnx = require("onnx", "export", "an ONNX streaming step")
-        ort = require("onnxruntime", "export", "an ONNX streaming step")
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"{path}: no such ONNX streaming step")
-        try:
-            meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
-        except Exception as e:  # protobuf's decode errors have several types
-            raise ConfigError(f"{path}: not an ONNX file ({type(e).__name__})") from None
-        desc = json.loads(meta.get(META_KEY, "{}"))
+        self.session, desc = onnx_session(path, ["CPUExecutionProvider"], "an ONNX streaming step")
         if "stream_step" not in desc:
             raise ConfigError(f"{path}: not a streaming step (export it with `speechscale export --streaming`)")
         self.description = desc
         spec = desc["stream_step"]
         self.chunk, self.shapes = spec["chunk"], spec["state"]  # shapes of one row's state
-        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
     def initial_state(self, batch: int) -> list[torch.Tensor]:
         return [torch.zeros(batch, *shape[1:]) for shape in self.shapes.values()]

@@ -38,10 +38,11 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32)
     from ..extras import require
     from ..models.streaming import streaming_problem
     from ..storage.checkpoints import load_checkpoint
-    from .exporter import META_KEY
+    from .exporter import write_onnx
     from .stream_runtime import TorchStep
 
-    onnx = require("onnx", "export", "export --format onnx --streaming")
+    usage = "export --format onnx --streaming"
+    require("onnx", "export", usage)  # before any work
     state = load_checkpoint(checkpoint)
     comps = components_from_checkpoint(state)
     model = comps.model.eval()
@@ -62,12 +63,10 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32)
         warnings.simplefilter("ignore")  # tracer warnings: the shapes other than the batch are fixed by design
         torch.onnx.export(StreamStep(model), example, buffer, dynamo=False, opset_version=17, input_names=inputs,
                           output_names=outputs, dynamic_axes={n: {0: "batch"} for n in inputs + outputs})
-    graph = onnx.load_model_from_string(buffer.getvalue())
     spec = {"chunk": chunk, "out_frames": chunk // model.stream_stride,
             "state": {n: [1, *t.shape[1:]] for n, t in zip(names, init)}}
-    graph.metadata_props.add(key=META_KEY, value=json.dumps({**describe(state), "stream_step": spec}))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(graph, str(out))
+    write_onnx(buffer, json.dumps({**describe(state), "stream_step": spec}), out, usage)
     return {"format": "onnx", "streaming": True, "out": str(out), "bytes": out.stat().st_size,
             "model": comps.model_name, "chunk": chunk}

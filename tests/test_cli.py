@@ -5,7 +5,7 @@ import json
 import pytest
 
 from speechscale import __version__
-from speechscale.cli import build_parser
+from speechscale.cli import GC_YOUNG_THRESHOLD, build_parser
 from tests.conftest import main_cli, run_cli
 
 
@@ -66,6 +66,8 @@ class Probe:
         print("torn down", file=sys.stderr, flush=True)
 probe = Probe()
 from speechscale.cli import main
+import atexit, gc
+atexit.register(lambda: print("young threshold", gc.get_threshold()[0], file=sys.stderr, flush=True))
 own = sys.argv.pop(1) == "own"
 sys.exit(main(None if own else sys.argv[1:]))
 """
@@ -74,7 +76,8 @@ sys.exit(main(None if own else sys.argv[1:]))
 @pytest.mark.parametrize("how", ["own", "argv"])
 def test_a_finished_command_ends_its_process_without_the_teardown_and_keeps_its_status(how):
     """The process's own command line: its output and its exit status, then no interpreter teardown (about
-    1-2 s of CPU with torch loaded, in every command and torchrun rank). A command that returned 2 (a bad
+    1-2 s of CPU with torch loaded, in every command and torchrun rank), and the collector's young threshold
+    raised (torch's import). A command that returned 2 (a bad
     config path here) keeps 2. `main(argv)` called by a program changes nothing about how it ends."""
     import subprocess
     import sys
@@ -86,6 +89,8 @@ def test_a_finished_command_ends_its_process_without_the_teardown_and_keeps_its_
                           text=True, timeout=120)
     assert proc.returncode == 2 and "speechscale train: error:" in proc.stderr and "nope.yaml" in proc.stderr
     assert ("torn down" in proc.stderr) == (how == "argv")
+    young = int(proc.stderr.split("young threshold ")[1].split()[0])  # raised only in a process the command owns
+    assert (young == GC_YOUNG_THRESHOLD) == (how == "own"), young
     printed = subprocess.run([sys.executable, "-c", _TEARDOWN_PROBE, how, "train", "-q", "--config",
                               "configs/yesno.yaml", "--print-config", "data.root=."], cwd=ROOT, capture_output=True, text=True,
                              timeout=120)

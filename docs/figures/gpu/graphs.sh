@@ -126,10 +126,11 @@ if has infer56; then  # inference: ds2-large and conformer, eager against graphe
     timeout 120 python3 -m speechscale.cli -q bench infer --model ds2-large,conformer --batch-size 32 --seconds 10 \
         --modes eager,graphed,onnx --precision bf16 --steps 5 | tee "$out/infer.jsonl"
 fi
-if has tests56; then  # the gpu tier of the schemes, the graphed update, features on the device and graphed inference
+if has tests56; then  # the gpu tier of the schemes, the graphed update, features on the device, graphed inference and
+    # eval/transcribe --graphs
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short -k "not yesno" \
         tests/training/test_cuda_graphs.py tests/training/test_step_features.py tests/bench/test_infer.py \
-        > "$out/gpu-tests.log" 2>&1
+        tests/serving/test_fixed_shapes.py tests/models/test_rnn.py > "$out/gpu-tests.log" 2>&1
     grep -E "passed|failed|^E " "$out/gpu-tests.log" | tail -30
 fi
 if has loader56; then  # the loader's CPU per audio second, features in the loader or in the step, one worker

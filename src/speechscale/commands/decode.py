@@ -27,12 +27,19 @@ def evaluate(args: argparse.Namespace) -> int:
     from ..decoding.scoring import score_checkpoint
 
     dcfg = decoder_config(args)
+    wrap = None
+    if args.graphs:
+        from ..serving.graphed import FixedShapeForward, check_graphs_device
+
+        check_graphs_device(args.device)  # before the checkpoint is read
+        wrap = FixedShapeForward
     scores, res, loader = score_checkpoint(args.checkpoint, args.manifest, dcfg, args.batch_seconds, args.device,
-                                           args.attention_chunk)
+                                           args.attention_chunk, wrap)
     if args.details:
         _write_details(args.details, res, loader)
     out = {**scores, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint), "decoder": args.decoder,
            **({"attention_chunk": args.attention_chunk} if args.attention_chunk else {}),
+           **({"graphs": True} if args.graphs else {}),
            **({"alpha": dcfg.alpha, "beta": dcfg.beta} if dcfg.lm else {})}
     if args.json:
         print(json.dumps(out))
@@ -154,12 +161,16 @@ def transcribe(args: argparse.Namespace) -> int:
     from ..serving.transcribe import Transcriber, check_chunk_seconds
 
     if args.stream:
+        if args.graphs:
+            from ..config import ConfigError
+
+            raise ConfigError("--graphs runs whole batches; a stream (--stream) runs the model's streaming step")
         return stream(args)
 
     check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
     refs = _references(args.manifest)
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
-                      decoder=decoder_config(args), device=args.device)
+                      decoder=decoder_config(args), device=args.device, graphs=args.graphs)
     failed = 0
     for f, res in _transcribed(asr, args.files, args.batch_size):
         if "error" in res:
@@ -199,6 +210,13 @@ def lm_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def graphs_arg(p: argparse.ArgumentParser) -> None:
+    """--graphs: batches padded to a few fixed shapes, each shape's forward replayed as a CUDA graph."""
+    p.add_argument("--graphs", action="store_true",
+                   help="on a CUDA device: pad each batch to one of a few shapes and replay its forward as a CUDA "
+                        "graph (one capture per shape)")
+
+
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `eval`, `transcribe`, `tune-lm` and `lm` to the subcommand table."""
     e = command(sub, "eval", "WER/CER of a checkpoint on a manifest or shard index")
@@ -216,6 +234,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     e.add_argument("--attention-chunk", type=positive(int), default=None, metavar="FRAMES",
                    help="a streaming conformer: attend in chunks of FRAMES output frames, as it streams with "
                         "that chunk (default: the full context)")
+    graphs_arg(e)
     e.set_defaults(func=evaluate)
 
     r = command(sub, "transcribe", "transcribe audio files (any format, rate, channels, length)")
@@ -226,6 +245,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="run the model in PyTorch, onnxruntime or TorchScript")
     device_arg(r)
     r.add_argument("--batch-size", type=positive(int), default=8, help="files run through the model together")
+    graphs_arg(r)
     decoder_args(r)
     r.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, ...) to transcribe")
     r.add_argument("--json", action="store_true", help="one JSON object per file")

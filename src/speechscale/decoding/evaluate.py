@@ -32,10 +32,14 @@ class EvalResult:
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: torch.device | None = None,
              autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
-             decoder: Callable[[torch.Tensor, torch.Tensor], list[str]] | None = None) -> EvalResult:
+             decoder: Callable[[torch.Tensor, torch.Tensor], list[str]] | None = None,
+             forward: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+             ) -> EvalResult:
     """Run `model` in eval mode over `loader` (yielding Batch) and score; restores the previous mode.
     Batches move to `device` (default: the model's); `autocast` gives the forward pass's precision region;
-    `decoder` (decoding/decoders.py) turns log-probabilities into texts (default greedy)."""
+    `decoder` (decoding/decoders.py) turns log-probabilities into texts (default greedy); `forward` runs the model
+    instead of calling it (feats, lengths -> logits or log-probabilities, output lengths; e.g. a
+    serving.graphed.FixedShapeForward)."""
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -53,7 +57,7 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: t
                 continue
             batch = batch.to(device)
             with autocast():
-                logits, out_lens = model(batch.feats, batch.feat_lens)
+                logits, out_lens = (forward or model)(batch.feats, batch.feat_lens)
             logits = logits.float()
             # the training criterion (mean over the batch of loss per target token), summed back over the batch
             loss_sum += float(ctc(logits.log_softmax(-1).transpose(0, 1), batch.targets, out_lens,

@@ -3,7 +3,7 @@ many checkpoints (LOSO folds, the decoding table) does it in its own process ins
 process's start-up (1.5-2.5 s of imports) per figure."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..components import Components, load_components
 from ..config import DataConfig
@@ -26,11 +26,13 @@ def checkpoint_loader(checkpoint: str, manifest: str, batch_seconds: float = 60.
 
 def score_checkpoint(checkpoint: str, manifest: str, decoder: DecoderConfig | None = None,
                      batch_seconds: float = EVAL_BATCH_SECONDS, device: str = "cpu",
-                     attention_chunk: int | None = None) -> tuple[dict[str, Any], EvalResult, Any]:
+                     attention_chunk: int | None = None, wrap: Callable[[Any], Any] | None = None
+                     ) -> tuple[dict[str, Any], EvalResult, Any]:
     """WER/CER of `checkpoint` on `manifest` through `decoder` (greedy by default), batches of `batch_seconds`
     of audio (eval's default), the model on `device` (a streaming conformer attending in chunks of
-    `attention_chunk` output frames, as it streams): {wer, cer, utterances, skipped, skipped_reasons} (skips of
-    the loader and of decoding together), the EvalResult and the loader."""
+    `attention_chunk` output frames, as it streams), run through `wrap(model)` when given (e.g.
+    serving.graphed.FixedShapeForward): {wer, cer, utterances, skipped, skipped_reasons} (skips of the loader
+    and of decoding together), the EvalResult and the loader."""
     comps, loader, report = checkpoint_loader(checkpoint, manifest, batch_seconds, device)
     if attention_chunk is not None:
         from ..config import ConfigError
@@ -39,17 +41,17 @@ def score_checkpoint(checkpoint: str, manifest: str, decoder: DecoderConfig | No
             raise ConfigError(f"--attention-chunk: {comps.model_name} has no chunked attention (a "
                               f"conformer-streaming preset has)")
         comps.model.set_chunk(attention_chunk)
-    scores, res = score_loaded(comps, loader, report, decoder)
+    scores, res = score_loaded(comps, loader, report, decoder, wrap(comps.model) if wrap else None)
     return scores, res, loader
 
 
-def score_loaded(comps: Components, loader: Any, report: Any,
-                 decoder: DecoderConfig | None = None) -> tuple[dict[str, Any], EvalResult]:
+def score_loaded(comps: Components, loader: Any, report: Any, decoder: DecoderConfig | None = None,
+                 forward: Any = None) -> tuple[dict[str, Any], EvalResult]:
     """`score_checkpoint` for a checkpoint and loader already built (`checkpoint_loader`): several decoders
-    over one set load the model and check the manifest once."""
+    over one set load the model and check the manifest once. `forward`: what runs the model (evaluate's)."""
     decoder = decoder or DecoderConfig()
     res = evaluate(comps.model, loader, comps.tokenizer,
-                   decoder=build_decoder(decoder, comps.tokenizer, comps.normalizer))
+                   decoder=build_decoder(decoder, comps.tokenizer, comps.normalizer), forward=forward)
     reasons = dict(report.reasons)
     for reason, n in res.skipped_reasons.items():
         reasons[reason] = reasons.get(reason, 0) + n

@@ -7,11 +7,19 @@ exact schemes), so any lengths up to the shape's frames replay the same graph.
 
     >>> forward = GraphedForward(model.eval().cuda(), torch.bfloat16)  # doctest: +SKIP
     >>> log_probs = forward(feats_on_gpu, lengths_on_gpu)  # (B, T', V), the graph's own buffer  # doctest: +SKIP
+
+`eval --graphs` and `transcribe --graphs` take batches of any shape through `FixedShapeForward`: each batch padded
+to one of a few shapes (rows to a power of two, frames to one of eight steps an octave), so a run captures a
+handful of graphs, not one per batch.
+
+    >>> bucket_frames(237), bucket_frames(1000), bucket_frames(1024)
+    (240, 1024, 1024)
 """
 from __future__ import annotations
 
 import logging
-from typing import Any
+import math
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -63,3 +71,62 @@ class GraphedForward:
             out = self._forward(static_feats, static_lens)
         log.info("captured an inference CUDA graph for batches of shape %s", tuple(feats.shape))
         return graph, static_feats, static_lens, out
+
+
+def check_graphs_device(device: str) -> None:
+    """--graphs replays CUDA graphs: a ConfigError in one line unless `device` resolves to a CUDA device."""
+    from ..components import resolve_device
+    from ..config import ConfigError
+
+    if resolve_device(device, "--device").type != "cuda":
+        raise ConfigError(f"--graphs replays CUDA graphs: it needs a CUDA device, not --device {device}")
+
+
+STEPS_PER_OCTAVE = 8  # frame buckets between two powers of two: a batch is padded by at most an eighth
+
+
+def bucket_frames(frames: int) -> int:
+    """The padded frame count of a batch `frames` long: the next multiple of 2**(octave - 3), at least 16."""
+    if frames <= 16:
+        return 16
+    step = 2 ** (math.floor(math.log2(frames)) - int(math.log2(STEPS_PER_OCTAVE)))
+    return -(-frames // step) * step
+
+
+def bucket_rows(rows: int) -> int:
+    """The padded row count of a batch of `rows`: the next power of two."""
+    return 1 << (rows - 1).bit_length()
+
+
+class FixedShapeForward:
+    """`model`'s inference forward for batches of any shape, each padded to a bucket (`bucket_rows`, `bucket_frames`):
+    rows beyond the batch repeat its last row, frames beyond the longest are zeros (the models are exact under
+    padding). On a CUDA device the padded batch replays a GraphedForward graph (one per bucket); `graphed=False`
+    runs the same padding eagerly. Called like the model: feats (B, F, T), lengths (B,) on the model's device ->
+    log-probabilities (B, T', V) in fp32 (a copy, T' the unpadded batch's frames out) and output lengths (B,)."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype | None = None, graphed: bool = True) -> None:
+        self.model = model.eval()
+        self.run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+        if graphed:
+            self.run = GraphedForward(self.model, dtype)
+        else:
+            self.run = self._eager
+        self.dtype = dtype
+
+    @torch.inference_mode()
+    def _eager(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(feats.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
+            logits, _ = self.model(feats, lengths)  # (B, T', V)
+        return logits.float().log_softmax(-1)
+
+    @torch.inference_mode()
+    def __call__(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, num_features, frames = feats.shape
+        padded = feats.new_zeros(bucket_rows(rows), num_features, bucket_frames(frames))  # (B*, F, T*)
+        padded[:rows, :, :frames] = feats
+        padded[rows:] = padded[rows - 1]
+        lens = torch.cat([lengths, lengths[-1:].expand(padded.shape[0] - rows)])  # (B*,)
+        frames_out = int(self.model.output_lengths(torch.tensor([frames]))[0])  # the unpadded batch's T'
+        log_probs = self.run(padded, lens)[:rows, :frames_out].clone()  # (B, T', V), off the graph's buffer
+        return log_probs, self.model.output_lengths(lengths)

@@ -54,15 +54,27 @@ class Transcriber:
     """A model loaded from a checkpoint, ready to transcribe waveforms or files."""
 
     def __init__(self, checkpoint: str | Path, chunk_seconds: float = 20.0, backend: str = "torch",
-                 decoder: Any = None, device: str = "cpu") -> None:
+                 decoder: Any = None, device: str = "cpu", graphs: bool = False) -> None:
         """`checkpoint`: a speechscale checkpoint (backend torch) or a file of `speechscale export` (backend
         onnx: onnxruntime; torchscript: torch.jit). `decoder`: a DecoderConfig (default greedy). `device`: where
-        the model runs (auto | cpu | cuda[:N]); features and decoding stay on the host."""
+        the model runs (auto | cpu | cuda[:N]); features and decoding stay on the host. `graphs` (backend torch,
+        a CUDA device): each batch padded to a fixed shape and replayed as a CUDA graph."""
         check_chunk_seconds(chunk_seconds)
         self.device = resolve_device(device, "--device")
+        if graphs:
+            from ..config import ConfigError
+            from .graphed import check_graphs_device
+
+            if backend != "torch":
+                raise ConfigError(f"--graphs replays the PyTorch model: it needs --backend torch, not {backend}")
+            check_graphs_device(device)
         if backend == "torch":
             self.comps = load_components(checkpoint, str(self.device))
             self.model: Any = self.comps.model
+            if graphs:
+                from .graphed import FixedShapeForward
+
+                self.model = FixedShapeForward(self.comps.model)
         else:
             from ..export.runtime import ExportedModel
 

@@ -9,7 +9,8 @@
 #   lease: profile56,b64,trainbench,train,yesno (the kernels behind each scheme, batch 64, the bench at the train's
 #   shape beside the real trainer, the gpu tier's yesno test alone); its third: infer56,tests56,loader56,trainfeat
 #   (inference RTFx eager/graphed/onnx, the gpu tier of the new tests, the loader per worker with the features in
-#   the loader or the step, speechscale train with features.device=loader and cuda side by side)
+#   the loader or the step, speechscale train with features.device=loader and cuda side by side); then
+#   train,evalgraphs (eval of the trained ds2-large on yesno x 20, eager against --graphs)
 # Carry .whl and .gpudata (see env.sh). Each part has its own time limit, so one failing part keeps the others.
 set -uo pipefail
 out=${1:?usage: graphs.sh OUT [PARTS]}
@@ -140,4 +141,20 @@ fi
 if has trainfeat; then  # the real trainer, features in the loader and on the GPU, 24 steps each
     train true 24 train-loader.jsonl
     train true 24 train-features-cuda.jsonl features.device=cuda
+fi
+if has evalgraphs; then  # eval on yesno x 20 (1,200 files) with the `train` part's ds2-large, eager and --graphs
+    # interleaved twice; each line: the mode, the whole command's seconds (start-up and load included), WER
+    ckpt=/tmp/train-graphs-train-metrics/checkpoints/last.pt
+    for round in 1 2; do
+        for mode in eager graphs; do
+            flag=$([ "$mode" = graphs ] && echo --graphs)
+            t0=$(date +%s.%N)
+            res=$(timeout 120 python3 -m speechscale.cli -q eval --checkpoint "$ckpt" --manifest /tmp/yesno20.jsonl \
+                --device cuda --batch-seconds 200 --json $flag)
+            t1=$(date +%s.%N)
+            python3 -c 'import json, sys; r = json.loads(sys.argv[3]); print(json.dumps({"mode": sys.argv[1],
+                "seconds": round(float(sys.argv[2]), 2), "wer": r["wer"], "utterances": r["utterances"]}))' \
+                "$mode" "$(python3 -c "print($t1 - $t0)")" "$res" | tee -a "$out/eval-graphs.jsonl"
+        done
+    done
 fi

@@ -92,7 +92,10 @@ class Model:
     ONNX or TorchScript file of `speechscale export`."""
 
     def __init__(self, path: str | Path, device: str = "auto", decoder: str = "greedy", beam_width: int = 50,
-                 lm: str | None = None, lexicon: str | None = None, chunk_seconds: float = 20.0) -> None:
+                 lm: str | None = None, lexicon: str | None = None, chunk_seconds: float = 20.0,
+                 graphs: bool = False) -> None:
+        """`graphs`: on a CUDA device, batches padded to a few shapes and replayed as CUDA graphs (a checkpoint,
+        not an export; `transcribe --graphs`)."""
         from .decoding.decoders import DecoderConfig
         from .export.runtime import detect_backend
         from .serving.transcribe import Transcriber
@@ -101,7 +104,8 @@ class Model:
         self.path = str(path)
         self.backend = detect_backend(path)
         dcfg = DecoderConfig(name=decoder, beam_width=beam_width, lm=lm or "", lexicon=lexicon or "")
-        self._asr = Transcriber(path, chunk_seconds=chunk_seconds, backend=self.backend, decoder=dcfg, device=device)
+        self._asr = Transcriber(path, chunk_seconds=chunk_seconds, backend=self.backend, decoder=dcfg, device=device,
+                                graphs=graphs)
         self._decoder = dcfg
         self.sample_rate: int = self._asr.sample_rate
         self.device = str(self._asr.device)
@@ -112,7 +116,7 @@ class Model:
         an exported file has none (ValueError)."""
         if self.backend != "torch":
             raise ValueError(f"a {self.backend} export has no nn.Module; load the checkpoint it was exported from")
-        return self._asr.model
+        return self._asr.comps.model
 
     @property
     def components(self) -> Any:
@@ -172,7 +176,7 @@ class Model:
 
 def load(path: str | Path, device: str = "auto", **options: Any) -> Model:
     """A checkpoint, a run folder or an exported file ready to transcribe on `device` (auto | cpu | cuda | cuda:N);
-    `options`: decoder (greedy | beam | lexicon), beam_width, lm, lexicon, chunk_seconds."""
+    `options`: decoder (greedy | beam | lexicon), beam_width, lm, lexicon, chunk_seconds, graphs."""
     return Model(path, device=device, **options)
 
 

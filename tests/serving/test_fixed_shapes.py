@@ -51,6 +51,11 @@ def test_graphs_need_a_cuda_device_and_whole_batches_in_one_line(ldc_checkpoint,
             (["transcribe", "--checkpoint", str(ldc_checkpoint), "--graphs", "--stream", wav], "streaming step")):
         res = cli(*args, check=False)
         assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1, args
+    import speechscale
+    from speechscale.config import ConfigError
+
+    with pytest.raises(ConfigError, match="needs a CUDA device"):
+        speechscale.load(ldc_checkpoint, device="cpu", graphs=True)
 
 
 @pytest.mark.gpu
@@ -64,3 +69,7 @@ def test_eval_and_transcribe_with_graphs_give_the_eager_scores_and_text_on_the_g
     texts = [json.loads(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--device", "cuda", "--json",
                             *extra, wav).stdout)["text"] for extra in ([], ["--graphs"])]
     assert texts[0] == texts[1] == "she had your dark suit in greasy wash water all year"
+    import speechscale
+
+    model = speechscale.load(ldc_checkpoint, device="cuda", graphs=True)  # the Python API takes the same option
+    assert model.transcribe(wav).text == texts[0] and isinstance(model.module, torch.nn.Module)

@@ -35,11 +35,11 @@ def _runner(mode: str, comps: Any, ckpt: Path, tmp: Path, device: torch.device, 
     """One mode's callable: features (B, F, T) and lengths (B,) on the host -> log-probabilities (B, T', V)."""
     model = comps.model
     if mode == "eager":
+        from ..serving.graphed import log_probs
+
         def eager(feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-            with torch.inference_mode(), torch.autocast(device.type, dtype=dtype or torch.float32,
-                                                        enabled=dtype is not None):
-                logits, _ = model(feats.to(device, non_blocking=True), lengths)
-                return logits.float().log_softmax(-1)
+            with torch.inference_mode():
+                return log_probs(model, feats.to(device, non_blocking=True), lengths, dtype)
         return eager
     if mode == "graphed":
         from ..serving.graphed import GraphedForward

@@ -27,6 +27,17 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 
+def log_probs(model: nn.Module, feats: torch.Tensor, lengths: torch.Tensor, dtype: torch.dtype | None = None,
+              cast_cache: bool = True) -> torch.Tensor:
+    """`model`'s forward as inference runs it: feats (B, F, T), lengths (B,) -> log-probabilities (B, T', V) in
+    fp32, under autocast in `dtype` (None: the model's own precision). `cast_cache=False` for a graph capture,
+    which must not keep autocast's weight casts across replays."""
+    with torch.autocast(feats.device.type, dtype=dtype or torch.float32, enabled=dtype is not None,
+                        cache_enabled=cast_cache):
+        logits, _ = model(feats, lengths)  # (B, T', V)
+    return logits.float().log_softmax(-1)
+
+
 class GraphedForward:
     """`model`'s inference forward (log-probabilities, fp32) captured per (B, F, T) shape and dtype, replayed on later
     batches of that shape. `dtype`: the autocast precision (None: the model's own). The returned tensor is the
@@ -41,10 +52,7 @@ class GraphedForward:
         self.pool = torch.cuda.graph_pool_handle()
 
     def _forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        with torch.autocast("cuda", dtype=self.dtype or torch.float32, enabled=self.dtype is not None,
-                            cache_enabled=False):
-            logits, _ = self.model(feats, lengths)  # (B, T', V)
-        return logits.float().log_softmax(-1)
+        return log_probs(self.model, feats, lengths, self.dtype, cast_cache=False)
 
     @torch.inference_mode()
     def __call__(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -107,18 +115,8 @@ class FixedShapeForward:
 
     def __init__(self, model: torch.nn.Module, dtype: torch.dtype | None = None, graphed: bool = True) -> None:
         self.model = model.eval()
-        self.run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-        if graphed:
-            self.run = GraphedForward(self.model, dtype)
-        else:
-            self.run = self._eager
-        self.dtype = dtype
-
-    @torch.inference_mode()
-    def _eager(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(feats.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
-            logits, _ = self.model(feats, lengths)  # (B, T', V)
-        return logits.float().log_softmax(-1)
+        self.run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = (
+            GraphedForward(self.model, dtype) if graphed else lambda f, n: log_probs(self.model, f, n, dtype))
 
     @torch.inference_mode()
     def __call__(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

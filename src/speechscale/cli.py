@@ -17,8 +17,8 @@ import sys
 from typing import Any
 
 # Allocations between two collections of the youngest objects in a process the CLI owns (Python's default is
-# 700). A command's start imports torch, some 1,400 modules whose objects all live as long as the process: at the
-# default the collector scans them over and over, a good part of the import's CPU time.
+# 700). A command's start imports torch, whose modules' objects all live as long as the process: at the default
+# the collector scans them over and over, a good part of the import's CPU time.
 GC_YOUNG_THRESHOLD = 20_000
 
 # The exit status of the command this process ran (`main` with the process's own argv), set when it returned.

@@ -73,7 +73,7 @@ class ExportedModel:
 
 def onnx_session(path: Path, providers: list[Any], usage: str) -> tuple[Any, dict[str, Any]]:
     """An onnxruntime session of the file at `path` and the model description its metadata holds ({} for an
-    ONNX file that holds none). Read from the session, so the file (0.4 GB at full size) is parsed once."""
+    ONNX file that holds none). Read from the session, so the file is parsed once."""
     from ..extras import require
 
     ort = require("onnxruntime", "export", usage)

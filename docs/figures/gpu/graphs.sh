@@ -10,7 +10,8 @@
 #   shape beside the real trainer, the gpu tier's yesno test alone); its third: infer56,tests56,loader56,trainfeat
 #   (inference RTFx eager/graphed/onnx, the gpu tier of the new tests, the loader per worker with the features in
 #   the loader or the step, speechscale train with features.device=loader and cuda side by side); then
-#   train,evalgraphs (eval of the trained ds2-large on yesno x 20, eager against --graphs)
+#   train,evalgraphs (eval of the trained ds2-large on yesno x 20, eager against --graphs), ctc56 (CTC captured in a
+#   graph through cuDNN's device-length path, benchmarks/ctc_graph.py)
 # Carry .whl and .gpudata (see env.sh). Each part has its own time limit, so one failing part keeps the others.
 set -uo pipefail
 out=${1:?usage: graphs.sh OUT [PARTS]}
@@ -141,6 +142,10 @@ fi
 if has trainfeat; then  # the real trainer, features in the loader and on the GPU, 24 steps each
     train true 24 train-loader.jsonl
     train true 24 train-features-cuda.jsonl features.device=cuda
+fi
+if has ctc56; then  # can CTC join the graph: the trainer's CTC, cuDNN's with device lengths eager and captured,
+    # at the conformer's frames for 10 s (251) and ds2-large's (501), 32 rows, 150 labels; a process per frame count
+    timeout 120 python3 -m benchmarks.ctc_graph --frames 251,501 | tee "$out/ctc-graph.jsonl"
 fi
 if has evalgraphs; then  # eval on yesno x 20 (1,200 files) with the `train` part's ds2-large, eager and --graphs
     # interleaved twice; each line: the mode, the whole command's seconds (start-up and load included), WER

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.ctc_graph import _problem, packed_targets
+from benchmarks.ctc_graph import _problem, masked_ctc, packed_targets, probe
 from tests.conftest import ROOT
 
 
@@ -28,6 +28,31 @@ def test_packed_targets_hold_each_rows_labels_in_order_and_give_the_padded_targe
         grads.append((rows.detach(), logits.grad))
     torch.testing.assert_close(grads[1][0], grads[0][0], rtol=1e-6, atol=1e-5)
     torch.testing.assert_close(grads[1][1], grads[0][1], rtol=1e-6, atol=1e-7)
+
+
+def test_masked_ctc_is_torchs_ctc_in_losses_and_gradients_impossible_and_empty_rows_included():
+    p = _problem(frames=70, batch=6, labels=24, vocab=10, seed=1)
+    p["target_lens"][1] = 0  # empty transcript: all blanks
+    p["target_lens"][2], p["in_lens"][2] = 24, 10  # more labels than frames: infinite, zeroed
+    p["targets"][3, :6] = 4  # repeated labels need a blank between them
+    for dtype, tol in ((torch.float64, 1e-9), (torch.float32, 1e-4)):
+        got = []
+        for ctc in (lambda lp: F.ctc_loss(lp, p["targets"], p["in_lens"], p["target_lens"], blank=0,
+                                          reduction="none", zero_infinity=True),
+                    lambda lp: masked_ctc(lp, p["targets"], p["in_lens"], p["target_lens"])):
+            logits = p["logits"].to(dtype).requires_grad_()
+            rows = ctc(logits.log_softmax(-1))
+            (rows / p["target_lens"].clamp(min=1)).mean().backward()
+            got.append((rows.detach(), logits.grad))
+        assert got[1][0][2] == 0 and got[1][0][1] > 0 and torch.isfinite(got[1][1]).all()
+        torch.testing.assert_close(got[1][0], got[0][0], rtol=tol, atol=tol)
+        torch.testing.assert_close(got[1][1], got[0][1], rtol=tol, atol=tol * 1e-2)
+
+
+def test_the_probes_eager_paths_run_and_agree_on_the_cpu():
+    row = probe(frames=40, batch=3, labels=12, vocab=9, iters=1, device="cpu")
+    assert row["masked_grad_max_abs_err"] < 1e-5 and row["masked_loss_max_rel_err"] < 1e-5
+    assert row["trainer_eager_ms"] > 0 and row["masked_eager_ms"] > 0
 
 
 def test_the_probe_says_in_one_line_that_it_needs_a_gpu():

@@ -143,8 +143,8 @@ if has trainfeat; then  # the real trainer, features in the loader and on the GP
     train true 24 train-loader.jsonl
     train true 24 train-features-cuda.jsonl features.device=cuda
 fi
-if has ctc56; then  # can CTC join the graph: the trainer's CTC, cuDNN's with device lengths eager and captured,
-    # at the conformer's frames for 10 s (251) and ds2-large's (501), 32 rows, 150 labels; a process per frame count
+if has ctc56; then  # can CTC join the graph: the trainer's CTC; cuDNN's with device lengths and masked_ctc, eager and
+    # captured, at the conformer's frames for 10 s (251) and ds2-large's (501), 32 rows, 150 labels; a process each
     timeout 120 python3 -m benchmarks.ctc_graph --frames 251,501 | tee "$out/ctc-graph.jsonl"
 fi
 if has evalgraphs; then  # eval on yesno x 20 (1,200 files) with the `train` part's ds2-large, eager and --graphs

@@ -64,8 +64,8 @@ def test_bench_modes_expand_graphs_and_schemes_and_refuse_what_cannot_run():
         bench_modes(["bf16+graphs@stacked"], "off", [], False)
     with pytest.raises(ConfigError, match=re.escape("--precision: bench mode 'bf16+graph': use one of")):
         bench_modes(["bf16+graph"], "off", [], False)
-    with pytest.raises(ConfigError, match="scheme='fused' is unknown; choose one of auto, stacked, split"):
-        bench_modes(["bf16+graphs@fused"], "off", [], False)
+    with pytest.raises(ConfigError, match="scheme='zigzag' is unknown; choose one of auto, stacked, split, fused"):
+        bench_modes(["bf16+graphs@zigzag"], "off", [], False)
     # with a CUDA device
     assert bench_modes(["bf16"], "both", ["split", "stacked"], True) == (
         "bf16", "bf16+graphs@split", "bf16+graphs@stacked")

@@ -78,6 +78,74 @@ def test_the_stacked_fused_call_equals_the_packed_path_in_values_and_gradients(r
     assert float(gb[0][~mask[..., 0]].abs().max()) == 0.0
 
 
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_without_biases_one_fused_call_over_the_padded_rows_equals_the_packed_path(rnn_type):
+    """The `fused` scheme: one bidirectional call over the B rows as they are, padding zeroed, run here on the CPU in
+    float64. Without biases a zero input keeps the zero state exactly zero, so the reverse pass starts each row at
+    its last frame from zero, as packing does: equal to the packed path to round-off, forward and backward, on
+    random lengths, with garbage in the padded input frames."""
+    torch.manual_seed(2)
+    layer = RecurrentLayer(10, 12, rnn_type, bidirectional=True, merge="concat", norm=False, bias=False).double()
+    assert not any("bias" in n for n, _ in layer.named_parameters())
+    t = 41
+    lengths = torch.randint(1, t + 1, (7,))
+    lengths[0] = t
+    mask = length_mask(lengths, t)
+    x = torch.randn(7, t, 10, dtype=torch.float64, requires_grad=True)  # the padding holds garbage, not zeros
+    packed = layer._packed(x, lengths, None) * mask[..., None]
+    fused = layer._fused(x, lengths, None, mask) * mask[..., None]
+    torch.testing.assert_close(fused, packed, atol=1e-12, rtol=1e-10)
+    w = torch.randn_like(packed)
+    params = [x, *layer.rnn.parameters()]
+    ga = torch.autograd.grad((packed * w).sum(), params)
+    gb = torch.autograd.grad((fused * w).sum(), params)
+    for name, u, v in zip(["x", *(n for n, _ in layer.rnn.named_parameters())], ga, gb):
+        torch.testing.assert_close(v, u, atol=1e-12, rtol=1e-10, msg=lambda m, name=name: f"{name}: {m}")
+    assert float(gb[0][~mask].abs().max()) == 0.0  # the zeroed padding passes no gradient on
+    # the mask can also come from the lengths alone (what the layer builds when none is given)
+    torch.testing.assert_close(layer._fused(x, lengths, None, None) * mask[..., None], fused, atol=0, rtol=0)
+    # the CPU's own padded path (split) agrees too, without biases
+    torch.testing.assert_close(layer._unpacked(x, lengths, None, mask) * mask[..., None], packed,
+                               atol=1e-12, rtol=1e-10)
+
+
+def test_with_biases_the_fused_call_would_start_the_reverse_pass_in_the_padding():
+    """Why `fused` needs bias-free layers: with biases, a zero input moves the state, and the same one call over
+    zero-padded rows differs from the packed path in the reverse direction."""
+    torch.manual_seed(3)
+    layer = RecurrentLayer(6, 8, "gru", bidirectional=True, merge="concat", norm=False).double()
+    lengths = torch.tensor([20, 9])
+    mask = length_mask(lengths, 20)
+    x = torch.randn(2, 20, 6, dtype=torch.float64) * mask[..., None]
+    packed = layer._packed(x, lengths, None)
+    one_call = layer.rnn(x)[0]
+    torch.testing.assert_close(one_call[0], packed[0], atol=1e-12, rtol=1e-10)  # the full-length row: the same
+    assert float((one_call[1, :9, 8:] - packed[1, :9, 8:]).abs().max()) > 1e-3  # the short row's reverse: not
+    with pytest.raises(ConfigError, match="exact only without recurrent biases"):
+        layer._fused(x, lengths, None, mask)
+
+
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_a_bias_free_unidirectional_layer_steps_chunk_by_chunk_as_it_runs_whole(rnn_type):
+    """Streaming and export call the RNN op with the layer's bias setting: chunks from a carried state give the
+    whole utterance's outputs."""
+    torch.manual_seed(4)
+    layer = RecurrentLayer(5, 7, rnn_type, bidirectional=False, merge="sum", norm=False, bias=False).eval()
+    layer.requires_grad_(False)  # traced with its weights as constants, as an export traces them
+    x = torch.randn(2, 30, 5)
+    lengths = torch.tensor([30, 30])
+    with torch.no_grad():
+        whole = layer(x, lengths, length_mask(lengths, 30))
+        state, outs = layer.stream_init(2), []
+        for start in range(0, 30, 7):
+            chunk = x[:, start:start + 7]
+            y, state = layer.step(chunk, state, torch.ones(chunk.shape[:2], dtype=torch.bool))
+            outs.append(y)
+        traced = torch.jit.trace(lambda v: layer._one_way_run(v, layer._weights(layer._weight_names, None)), (x,))
+    torch.testing.assert_close(torch.cat(outs, 1), whole, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(traced(x), whole, atol=1e-5, rtol=1e-5)
+
+
 def test_align_right_and_left_are_inverse_shifts_within_each_row():
     lengths = torch.tensor([5, 3, 0, 1])
     x = torch.arange(4 * 5, dtype=torch.float64).view(4, 5, 1).requires_grad_()
@@ -102,7 +170,9 @@ def test_an_unknown_bidirectional_scheme_is_a_config_error():
     model = build_model("ds2-tiny", {}, 81, 29)
     set_bidirectional_scheme(model, "split")
     assert {m.scheme for m in model.modules() if isinstance(m, RecurrentLayer)} == {"split"}
-    with pytest.raises(ConfigError, match="scheme 'fused' is unknown; use auto, stacked, split"):
+    with pytest.raises(ConfigError, match="scheme 'zigzag' is unknown; use auto, stacked, split, fused"):
+        set_bidirectional_scheme(model, "zigzag")
+    with pytest.raises(ConfigError, match="exact only without recurrent biases"):  # ds2-tiny has them
         set_bidirectional_scheme(model, "fused")
 
 

@@ -11,7 +11,8 @@
 #   (inference RTFx eager/graphed/onnx, the gpu tier of the new tests, the loader per worker with the features in
 #   the loader or the step, speechscale train with features.device=loader and cuda side by side); then
 #   train,evalgraphs (eval of the trained ds2-large on yesno x 20, eager against --graphs), ctc56 (CTC captured in a
-#   graph through cuDNN's device-length path, benchmarks/ctc_graph.py)
+#   graph through cuDNN's device-length path, benchmarks/ctc_graph.py), fused56 (bias-free recurrent layers as one
+#   exact fused bidirectional call); the next lease, two calls: probe56,fused56,ctc56 then tests56,train,evalgraphs
 # Carry .whl and .gpudata (see env.sh). Each part has its own time limit, so one failing part keeps the others.
 set -uo pipefail
 out=${1:?usage: graphs.sh OUT [PARTS]}
@@ -142,6 +143,15 @@ fi
 if has trainfeat; then  # the real trainer, features in the loader and on the GPU, 24 steps each
     train true 24 train-loader.jsonl
     train true 24 train-features-cuda.jsonl features.device=cuda
+fi
+if has fused56; then  # bias-free recurrent layers: one exact fused bidirectional call (fused) against stacked on the same
+    # model; ds2-large at 32 and 128 rows, lstm-ctc at 32; the preset with biases runs in the bench/schemes parts
+    bench 100 --model ds2-large --model-overrides '{rnn_bias: false}' --batch-size 32 --steps 6 \
+        --precision bf16,bf16+graphs@fused,bf16+graphs@stacked | tee "$out/fused.jsonl"
+    bench 80 --model ds2-large --model-overrides '{rnn_bias: false}' --batch-size 128 --steps 4 \
+        --precision bf16+graphs@fused,bf16+graphs@stacked | tee -a "$out/fused.jsonl"
+    bench 60 --model lstm-ctc --model-overrides '{bias: false}' --batch-size 32 --steps 6 \
+        --precision bf16+graphs@fused,bf16+graphs@stacked | tee -a "$out/fused.jsonl"
 fi
 if has ctc56; then  # can CTC join the graph: the trainer's CTC; cuDNN's with device lengths and masked_ctc, eager and
     # captured, at the conformer's frames for 10 s (251) and ds2-large's (501), 32 rows, 150 labels; a process each

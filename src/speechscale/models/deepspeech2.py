@@ -38,6 +38,8 @@ class DS2Config:
     rnn_hidden: int = 800
     bidirectional: bool = True
     rnn_merge: str = "sum"              # bidirectional outputs: sum (deepspeech.pytorch) | concat (OpenSeq2Seq)
+    rnn_bias: bool = True               # recurrent biases; false (DS2's own form: BN supplies the input's shift) lets
+                                        # a graphed GPU step run each layer as one exact fused bidirectional call
     lookahead: int = 20                 # future frames of the lookahead conv (unidirectional only)
     fc_hidden: int = 0                  # an extra FC layer before the output (0 = none)
     dropout: float = 0.0                # between recurrent layers
@@ -97,7 +99,7 @@ class DeepSpeech2(nn.Module):
         size = in_ch * freq
         for i in range(cfg.rnn_layers):
             layer = RecurrentLayer(size, cfg.rnn_hidden, cfg.rnn_type, cfg.bidirectional, cfg.rnn_merge,
-                                   norm=i > 0)
+                                   norm=i > 0, bias=cfg.rnn_bias)
             self.rnns.append(layer)
             size = layer.output_size
         self.dropout = nn.Dropout(cfg.dropout)

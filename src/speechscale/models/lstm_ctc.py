@@ -30,6 +30,7 @@ class LSTMConfig:
     stride: int = 3                    # keep every stride-th stacked vector (3: 30 ms output frames)
     layers: int = 6
     hidden: int = 512                  # cells per direction (1024 per layer in both directions)
+    bias: bool = True                  # the LSTMs' biases; false lets a graphed GPU step run one exact fused call
     projection: int = 256              # linear bottleneck before the output (0 = none)
     dropout: float = 0.1               # between LSTM layers
 
@@ -59,7 +60,8 @@ class LSTMCTC(nn.Module):
         size = num_features * (3 if cfg.deltas else 1) * cfg.stack
         self.rnns = nn.ModuleList()
         for _ in range(cfg.layers):
-            layer = RecurrentLayer(size, cfg.hidden, "lstm", bidirectional=True, merge="concat", norm=False)
+            layer = RecurrentLayer(size, cfg.hidden, "lstm", bidirectional=True, merge="concat", norm=False,
+                                   bias=cfg.bias)
             self.rnns.append(layer)
             size = layer.output_size
         self.dropout = nn.Dropout(cfg.dropout)

@@ -20,9 +20,12 @@ MERGES = ("sum", "concat")  # bidirectional outputs: added, or concatenated
 #             aligned to the end of the batch's time axis (its reverse outputs are kept, then aligned back);
 #   split   - two unidirectional calls, the reverse one over each row reversed within its length (the CPU's path;
 #             on two CUDA streams side by side it ran no faster);
-#   auto    - stacked for batches of at most STACKED_MAX_ROWS rows, where the recurrent steps are latency-bound and
-#             doubling the rows costs less than a second pass; split for larger ones.
-BIDIRECTIONAL_SCHEMES = ("auto", "stacked", "split")
+#   fused   - one fused bidirectional call over the B rows as they are, padding zeroed: exact for a layer without
+#             biases (`bias=False`), whose state stays exactly zero through zero inputs, so the reverse pass starts
+#             from a zero state at each row's last frame, as packing would start it;
+#   auto    - fused for a layer without biases; else stacked for batches of at most STACKED_MAX_ROWS rows, where the
+#             recurrent steps are latency-bound and doubling the rows costs less than a second pass; split for larger.
+BIDIRECTIONAL_SCHEMES = ("auto", "stacked", "split", "fused")
 STACKED_MAX_ROWS = 32
 
 class RecurrentLayer(nn.Module):
@@ -34,7 +37,7 @@ class RecurrentLayer(nn.Module):
     """
 
     def __init__(self, input_size: int, hidden: int, rnn_type: str, bidirectional: bool, merge: str,
-                 norm: bool) -> None:
+                 norm: bool, bias: bool = True) -> None:
         super().__init__()
         if rnn_type not in RNN_TYPES:
             raise ConfigError(f"model.overrides: rnn_type {rnn_type!r} is unknown; use {' or '.join(RNN_TYPES)}")
@@ -44,13 +47,14 @@ class RecurrentLayer(nn.Module):
         self.rnn_type = rnn_type
         self.input_size = input_size
         self.norm = MaskedBatchNorm(input_size) if norm else None
-        self.rnn = rnn_cls(input_size, hidden, batch_first=True, bidirectional=bidirectional)
+        self.rnn = rnn_cls(input_size, hidden, batch_first=True, bidirectional=bidirectional, bias=bias)
+        self.bias = bias
         self.bidirectional = bidirectional
         self.merge = merge
         self.hidden = hidden
         # A parameter-less unidirectional twin: runs one direction of `self.rnn` with its weights (CPU path).
         with torch.random.fork_rng(devices=[]):  # its throw-away init must not shift later layers' init
-            self._one_way = rnn_cls(input_size, hidden, batch_first=True)
+            self._one_way = rnn_cls(input_size, hidden, batch_first=True, bias=bias)
         for name in list(self._one_way._parameters):
             delattr(self._one_way, name)
         self._weight_names = [n for n in rnn_weight_names(self.rnn) if not n.endswith("_reverse")]
@@ -90,7 +94,7 @@ class RecurrentLayer(nn.Module):
             if x.is_cuda and not self.capturable:
                 out = self._packed(x, lengths, dtype)
             else:
-                out = self._unpacked(x, lengths, dtype) * mask[..., None].to(x.dtype)
+                out = self._unpacked(x, lengths, dtype, mask) * mask[..., None].to(x.dtype)
         if self.bidirectional and self.merge == "sum":
             out = out[..., : self.hidden] + out[..., self.hidden:]  # (B, T, 2H) -> (B, T, H)
         return out
@@ -109,21 +113,22 @@ class RecurrentLayer(nn.Module):
             raise ValueError("a bidirectional layer reads each utterance from its end: it cannot step")
         if self.norm is not None:
             x = self.norm(x.transpose(1, 2), torch.ones_like(decided)).transpose(1, 2)  # (B, H_in, T) eval statistics
-        params = [getattr(self.rnn, n) for n in self._weight_names]  # w_ih, w_hh, b_ih, b_hh: the op's order
+        params = [getattr(self.rnn, n) for n in self._weight_names]  # w_ih, w_hh(, b_ih, b_hh): the op's order
         h, cell = state[0], state[1] if len(state) > 1 else None
+        bias = self.bias
         if not torch.jit.is_tracing() and bool(decided.all()):  # every frame counts: the chunk in one call
             if cell is None:
-                y, h_new = torch.gru(x, h[None], params, True, 1, 0.0, False, False, True)
+                y, h_new = torch.gru(x, h[None], params, bias, 1, 0.0, False, False, True)
                 return y, [h_new[0]]
-            y, h_new, c_new = torch.lstm(x, (h[None], cell[None]), params, True, 1, 0.0, False, False, True)
+            y, h_new, c_new = torch.lstm(x, (h[None], cell[None]), params, bias, 1, 0.0, False, False, True)
             return y, [h_new[0], c_new[0]]
         out = []
         for t in range(x.shape[1]):
             xt, keep = x[:, t:t + 1], decided[:, t:t + 1]  # (B, 1, H_in), (B, 1)
             if cell is None:
-                y, h_new = torch.gru(xt, h[None], params, True, 1, 0.0, False, False, True)
+                y, h_new = torch.gru(xt, h[None], params, bias, 1, 0.0, False, False, True)
             else:
-                y, h_new, c_new = torch.lstm(xt, (h[None], cell[None]), params, True, 1, 0.0, False, False, True)
+                y, h_new, c_new = torch.lstm(xt, (h[None], cell[None]), params, bias, 1, 0.0, False, False, True)
                 cell = torch.where(keep, c_new[0], cell)
             h = torch.where(keep, h_new[0], h)  # (B, H)
             out.append(y)
@@ -146,15 +151,20 @@ class RecurrentLayer(nn.Module):
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
         return out
 
-    def _unpacked(self, x: torch.Tensor, lengths: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    def _unpacked(self, x: torch.Tensor, lengths: torch.Tensor, dtype: torch.dtype | None,
+                  mask: torch.Tensor | None = None) -> torch.Tensor:
         """The padded path, exact for padded batches without reading lengths on the host: the forward direction
         ignores trailing padding by itself; the backward direction starts at each row's own last frame (see
         BIDIRECTIONAL_SCHEMES; the CPU runs `split`, whose packed alternative on CPU zero-fills a full gradient
-        buffer per time step). (B, T, H_in) -> (B, T, dirs*H); padded frames hold garbage (the caller masks)."""
+        buffer per time step, or `fused` when asked). mask (B, T), where known. (B, T, H_in) -> (B, T, dirs*H);
+        padded frames hold garbage (the caller masks)."""
         fw = self._weights(self._weight_names, dtype)
         if not self.bidirectional:
             return self._one_way_run(x, fw)
         lengths = lengths.to(x.device)
+        if not torch.jit.is_tracing() and (self.scheme == "fused" or (
+                self.scheme == "auto" and not self.bias and x.is_cuda)):
+            return self._fused(x, lengths, dtype, mask)
         stacked = self.scheme == "stacked" or (self.scheme == "auto" and x.shape[0] <= STACKED_MAX_ROWS)
         if x.is_cuda and not torch.jit.is_tracing() and stacked:
             return self._stacked(x, lengths, dtype)
@@ -177,21 +187,41 @@ class RecurrentLayer(nn.Module):
             out = functional_call(self.rnn, ws, (both,))[0]  # (2B, T, 2H)
         return torch.cat([out[:b, :, : self.hidden], align_left(out[b:, :, self.hidden:], lengths)], dim=-1)
 
+    def _fused(self, x: torch.Tensor, lengths: torch.Tensor, dtype: torch.dtype | None,
+               mask: torch.Tensor | None) -> torch.Tensor:
+        """Both directions in one fused bidirectional call over the B rows, their padding zeroed. (B, T, H_in) ->
+        (B, T, 2H). Without biases a zero input keeps a zero state exactly zero (every gate's pre-activation is 0, so
+        a GRU's candidate and an LSTM's cell input are tanh(0) = 0), so the reverse pass reaches each row's last frame
+        with the zero state packing starts it from; the forward pass is causal. The padding's outputs are discarded
+        and its zeroed inputs pass no gradient on."""
+        if self.bias:
+            raise ConfigError("the fused bidirectional scheme is exact only without recurrent biases "
+                              "(model.overrides: rnn_bias: false)")
+        if mask is None:
+            mask = torch.arange(x.shape[1], device=x.device)[None] < lengths[:, None]  # (B, T)
+        ws = self._weights(rnn_weight_names(self.rnn), dtype)
+        with warnings.catch_warnings():  # cast weights are not one flat buffer: cuDNN packs them per call
+            warnings.simplefilter("ignore", UserWarning)
+            return functional_call(self.rnn, ws, (x * mask[..., None].to(x.dtype),))[0]  # (B, T, 2H)
+
     def _one_way_run(self, x: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
         """One direction over (B, T, H_in) with these weights -> (B, T, H). Under tracing (ONNX and
         TorchScript export, which cannot trace functional_call) the same RNN op is called directly."""
         if not torch.jit.is_tracing():
             if (self.rnn_type == "gru" and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
                     and torch.is_grad_enabled()):  # training: backward through time as a few large products
-                return GRUDirection.apply(x, *(weights[n] for n in self._weight_names))
+                w = [weights[n] for n in self._weight_names]  # w_ih, w_hh(, b_ih, b_hh)
+                if not self.bias:  # the hand-written backward takes biases: constant zeros, no gradient asked
+                    w += [w[1].new_zeros(w[1].shape[0])] * 2
+                return GRUDirection.apply(x, *w)
             with warnings.catch_warnings():  # cuDNN: the weights are not one flat buffer (it packs them per call)
                 warnings.simplefilter("ignore", UserWarning)
                 return functional_call(self._one_way, weights, (x,))[0]
         h0 = x.new_zeros(1, x.shape[0], self.hidden)
-        params = [weights[n] for n in self._weight_names]  # w_ih, w_hh, b_ih, b_hh: the op's order
+        params = [weights[n] for n in self._weight_names]  # w_ih, w_hh(, b_ih, b_hh): the op's order
         if self.rnn_type == "gru":
-            return torch.gru(x, h0, params, True, 1, 0.0, False, False, True)[0]
-        return torch.lstm(x, (h0, h0), params, True, 1, 0.0, False, False, True)[0]
+            return torch.gru(x, h0, params, self.bias, 1, 0.0, False, False, True)[0]
+        return torch.lstm(x, (h0, h0), params, self.bias, 1, 0.0, False, False, True)[0]
 
 
 def set_capturable(model: nn.Module, on: bool = True) -> None:
@@ -206,6 +236,9 @@ def set_bidirectional_scheme(model: nn.Module, scheme: str) -> None:
     """Every recurrent layer of `model` runs its padded bidirectional path on a GPU by `scheme`."""
     if scheme not in BIDIRECTIONAL_SCHEMES:
         raise ConfigError(f"bidirectional scheme {scheme!r} is unknown; use {', '.join(BIDIRECTIONAL_SCHEMES)}")
-    for layer in model.modules():
-        if isinstance(layer, RecurrentLayer):
-            layer.scheme = scheme
+    layers = [m for m in model.modules() if isinstance(m, RecurrentLayer)]
+    if scheme == "fused" and any(m.bias and m.bidirectional for m in layers):
+        raise ConfigError("the fused bidirectional scheme is exact only without recurrent biases "
+                          "(model.overrides: rnn_bias: false)")
+    for layer in layers:
+        layer.scheme = scheme

@@ -16,18 +16,18 @@ SMALL = ["ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny", "conformer-tiny"]
 LARGE = [m for m in MODELS if m not in SMALL]
 
 
-def _checkpoint(tmp_path, model):
+def _checkpoint(tmp_path, model, overrides=None):
     """A format-3 checkpoint of `model` with its initial weights (seeded), written by torch.save."""
     torch.manual_seed(0)
-    cfg = load_recipe(None, [f"model.name={model}"])
+    cfg = load_recipe(None, [f"model.name={model}", *([f"model.overrides={overrides}"] if overrides else [])])
     comps = build_components(cfg)
     path = tmp_path / f"{model}.pt"
     torch.save({"format_version": 3, "config": to_dict(cfg), "model": comps.model.state_dict()}, path)
     return path, LogProbs(comps.model.eval())
 
 
-def _parity(tmp_path, model, fmt):
-    ckpt, reference = _checkpoint(tmp_path, model)
+def _parity(tmp_path, model, fmt, overrides=None):
+    ckpt, reference = _checkpoint(tmp_path, model, overrides)
     out = tmp_path / f"{model}.{fmt}"
     summary = export_model(ckpt, fmt, out)
     assert summary["format"] == fmt and out.stat().st_size > 0
@@ -56,6 +56,14 @@ def test_small_models_export_with_a_dynamic_time_axis(tmp_path, model, fmt):
         assert json.loads(meta["speechscale"])["config"]["model"]["name"] == model
     comps = ExportedModel(tmp_path / f"{model}.{fmt}", fmt).components()  # the file runs the weights
     assert all(p.is_meta for p in comps.model.parameters())
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("model, overrides", [("ds2-tiny", "{rnn_bias: false}"), ("lstm-ctc-tiny", "{bias: false}")])
+def test_recurrent_models_without_biases_export_and_match(tmp_path, model, overrides, fmt):
+    _parity(tmp_path, model, fmt, overrides)
+    rnn = ExportedModel(tmp_path / f"{model}.{fmt}", fmt).components().model.rnns[0].rnn
+    assert not any("bias" in n for n, _ in rnn.named_parameters())
 
 
 # Full-size presets: ONNX for each (the format whose limits grow with the model: protobuf size, the exporter's

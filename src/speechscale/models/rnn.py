@@ -27,6 +27,8 @@ MERGES = ("sum", "concat")  # bidirectional outputs: added, or concatenated
 #             recurrent steps are latency-bound and doubling the rows costs less than a second pass; split for larger.
 BIDIRECTIONAL_SCHEMES = ("auto", "stacked", "split", "fused")
 STACKED_MAX_ROWS = 32
+NO_BIAS_NEEDED = ("the fused bidirectional scheme is exact only without recurrent biases (model.overrides: "
+                  "rnn_bias: false for DeepSpeech2, bias: false for LSTM-CTC)")
 
 class RecurrentLayer(nn.Module):
     """Masked batch norm (optional) -> GRU/LSTM over valid frames -> merged directions.
@@ -195,8 +197,7 @@ class RecurrentLayer(nn.Module):
         with the zero state packing starts it from; the forward pass is causal. The padding's outputs are discarded
         and its zeroed inputs pass no gradient on."""
         if self.bias:
-            raise ConfigError("the fused bidirectional scheme is exact only without recurrent biases "
-                              "(model.overrides: rnn_bias: false)")
+            raise ConfigError(NO_BIAS_NEEDED)
         if mask is None:
             mask = torch.arange(x.shape[1], device=x.device)[None] < lengths[:, None]  # (B, T)
         ws = self._weights(rnn_weight_names(self.rnn), dtype)
@@ -238,7 +239,6 @@ def set_bidirectional_scheme(model: nn.Module, scheme: str) -> None:
         raise ConfigError(f"bidirectional scheme {scheme!r} is unknown; use {', '.join(BIDIRECTIONAL_SCHEMES)}")
     layers = [m for m in model.modules() if isinstance(m, RecurrentLayer)]
     if scheme == "fused" and any(m.bias and m.bidirectional for m in layers):
-        raise ConfigError("the fused bidirectional scheme is exact only without recurrent biases "
-                          "(model.overrides: rnn_bias: false)")
+        raise ConfigError(NO_BIAS_NEEDED)
     for layer in layers:
         layer.scheme = scheme

@@ -190,15 +190,19 @@ def test_a_model_is_capturable_only_when_made_so():
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_the_capturable_path_gives_the_packed_paths_values():
-    """ds2-tiny's eager forward with its layers capturable (padded) and not (cuDNN packed), lengths on the device."""
+@pytest.mark.parametrize("overrides", [{}, {"rnn_bias": False}], ids=["biases", "bias-free"])
+def test_on_a_gpu_the_capturable_path_gives_the_packed_paths_values(overrides, monkeypatch):
+    """ds2-tiny's eager forward with its layers capturable (padded) and not (cuDNN packed), lengths on the device;
+    bias-free, `auto` runs each layer as one fused call."""
     from speechscale.models.rnn import set_capturable
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (the gpu tier)")
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
-    model = build_model("ds2-tiny", {}, 81, 29).cuda().eval()
+    model = build_model("ds2-tiny", overrides, 81, 29).cuda().eval()
+    fused, run_fused = [], RecurrentLayer._fused
+    monkeypatch.setattr(RecurrentLayer, "_fused", lambda self, *a: fused.append(1) or run_fused(self, *a))
     feats, lengths = torch.randn(4, 81, 120, device="cuda"), torch.tensor([120, 97, 64, 3], device="cuda")
     with torch.no_grad():
         packed, packed_lens = model(feats, lengths)
@@ -207,3 +211,4 @@ def test_on_a_gpu_the_capturable_path_gives_the_packed_paths_values():
     assert torch.equal(packed_lens, padded_lens)
     for b, n in enumerate(packed_lens.tolist()):
         torch.testing.assert_close(padded[b, :n], packed[b, :n], atol=1e-5, rtol=1e-4)
+    assert bool(fused) == ("rnn_bias" in overrides)  # auto: one fused call a layer exactly when bias-free

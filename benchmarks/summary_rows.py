@@ -81,7 +81,28 @@ def _accuracy(figures: Path) -> list[dict[str, Any]]:
     if streaming:
         rows.append(_recipe("recipe `demo_streaming` (offline score; goal: the demo's WER + 2 points)",
                             streaming["results"][0], streaming, "bench-all/demo-streaming.json"))
-    return rows + _loso(figures / "loso")
+    return rows + _loso(figures / "loso") + _rnn_bias(figures / "rnn-bias" / "fsdd.jsonl")
+
+
+def _rnn_bias(path: Path) -> list[dict[str, Any]]:
+    """The FSDD recipe's unseen speaker with and without recurrent biases, the same seeds run side by side: the
+    bias-free layers (the exact fused GPU scheme's condition) against the preset's."""
+    if not path.is_file():
+        return []
+    runs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    by = {b: [100 * r["wer"] for r in runs if r["rnn_bias"] is b] for b in (False, True)}
+    seeds = sorted({r["seed"] for r in runs})
+    commits = list(dict.fromkeys(r["provenance"]["commit"] for r in runs))
+    prov = {**runs[-1]["provenance"], "commit": ", ".join(commits)}
+    command = (runs[0]["provenance"]["command"].replace("rnn_bias: true", "rnn_bias: true|false")
+               .replace("rnn_bias: false", "rnn_bias: true|false").replace(f"trainer.seed={runs[0]['seed']}",
+                                                                          "trainer.seed=SEED"))
+    ok = statistics.median(by[False]) <= statistics.median(by[True])
+    return [_row("accuracy", f"recipe `fsdd` (unseen speaker), ds2-tiny without recurrent biases (`rnn_bias: false`), "
+                 f"seeds {', '.join(map(str, seeds))}",
+                 f"WER {_spread(by[False], '{:.1f}', ' %')} against {_spread(by[True], '{:.1f}', ' %')} with biases",
+                 "no worse than with biases (median over seeds)", _status(ok), prov, "rnn-bias/fsdd.jsonl",
+                 f"{command} ({len(runs)} runs, each seed's pair side by side)")]
 
 
 def _seeds(figures: Path) -> list[dict[str, Any]]:

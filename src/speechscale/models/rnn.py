@@ -11,7 +11,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from .._compat import rnn_weight_names
 from ..config import ConfigError
 from .gru_cpu import GRUDirection
-from .layers import MaskedBatchNorm, align_left, align_right, reverse_within
+from .layers import MaskedBatchNorm, align_left, align_right, length_mask, reverse_within
 
 RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
 MERGES = ("sum", "concat")  # bidirectional outputs: added, or concatenated
@@ -50,7 +50,6 @@ class RecurrentLayer(nn.Module):
         self.input_size = input_size
         self.norm = MaskedBatchNorm(input_size) if norm else None
         self.rnn = rnn_cls(input_size, hidden, batch_first=True, bidirectional=bidirectional, bias=bias)
-        self.bias = bias
         self.bidirectional = bidirectional
         self.merge = merge
         self.hidden = hidden
@@ -64,6 +63,11 @@ class RecurrentLayer(nn.Module):
         # on a GPU: the padded path, which never reads the lengths back (what a CUDA graph captures), instead of
         # cuDNN's packed one; set by whoever captures graphs of the model (set_capturable)
         self.capturable = False
+
+    @property
+    def bias(self) -> bool:
+        """Whether the recurrent layer has biases (`fused` needs it not to)."""
+        return bool(self.rnn.bias)
 
     @property
     def output_size(self) -> int:
@@ -117,7 +121,7 @@ class RecurrentLayer(nn.Module):
             x = self.norm(x.transpose(1, 2), torch.ones_like(decided)).transpose(1, 2)  # (B, H_in, T) eval statistics
         params = [getattr(self.rnn, n) for n in self._weight_names]  # w_ih, w_hh(, b_ih, b_hh): the op's order
         h, cell = state[0], state[1] if len(state) > 1 else None
-        bias = self.bias
+        bias = self.bias  # the op's has_biases
         if not torch.jit.is_tracing() and bool(decided.all()):  # every frame counts: the chunk in one call
             if cell is None:
                 y, h_new = torch.gru(x, h[None], params, bias, 1, 0.0, False, False, True)
@@ -199,7 +203,7 @@ class RecurrentLayer(nn.Module):
         if self.bias:
             raise ConfigError(NO_BIAS_NEEDED)
         if mask is None:
-            mask = torch.arange(x.shape[1], device=x.device)[None] < lengths[:, None]  # (B, T)
+            mask = length_mask(lengths, x.shape[1], x.device)  # (B, T)
         ws = self._weights(rnn_weight_names(self.rnn), dtype)
         with warnings.catch_warnings():  # cast weights are not one flat buffer: cuDNN packs them per call
             warnings.simplefilter("ignore", UserWarning)

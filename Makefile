@@ -14,7 +14,8 @@ PYTEST_ARGS ?=
 # one thread (OMP_NUM_THREADS=1): two workers then fill both cores without spinning threads fighting for them
 # (the multi-process tests wait on timeouts, heartbeats and start-ups a third of their time).
 PYTEST_WORKERS ?= 2
-# --no-loadscope-reorder: the files in tests/conftest.py's order, the costliest first (measured:
+# --no-loadscope-reorder: the files in tests/conftest.py's order, those that mostly wait beside the multi-process
+# ones, then the costliest first (measured:
 # docs/figures/test-time/file-order.json), not xdist's (most tests first, which left the slowest files for last)
 PYTEST_RUN  = OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 BIN := $(VENV)/bin

@@ -15,25 +15,46 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-# Seconds each test file held its xdist worker in a profiled run (`python -m tests.cpuprof_plugin`)
+# Seconds each test file held its xdist worker, and its CPU seconds, in a profiled run (`python -m tests.cpuprof_plugin`)
 FILE_ORDER = ROOT / "docs" / "figures" / "test-time" / "file-order.json"
 
 
+# A file whose tests mostly wait (a scheduler, a timeout, audio paced in real time): its CPU under this share of
+# its wall time
+WAITING_SHARE = 0.5
+
+
+def file_order(wall: dict[str, float], cpu: dict[str, float], children: dict[str, float]) -> list[str]:
+    """The profiled files in the order the workers should take them. The files that mostly wait (longest first)
+    alternate with the multi-process ones (most of their CPU in child processes; costliest first), so that while
+    one worker waits the other's processes get the idle core; then the rest, costliest first (longest job first,
+    so the run ends on short files)."""
+    by_cost = sorted(wall, key=lambda p: -wall[p])
+    waiting = [p for p in by_cost if p in cpu and wall[p] >= 5 and cpu[p] < WAITING_SHARE * wall[p]]
+    multi = [p for p in by_cost if p not in waiting and children.get(p, 0.0) > cpu.get(p, 0.0) / 2]
+    paired = [p for pair in zip(multi, waiting) for p in pair]
+    paired += multi[len(waiting):] + waiting[len(multi):]
+    return paired + [p for p in by_cost if p not in paired]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The costliest test files first (files never profiled before them all), each file's tests in their own
-    order. With `--dist loadfile --no-loadscope-reorder` (make test) the workers take files in this order, so
-    the run ends on short files instead of one worker finishing a long one alone (longest job first; xdist's
-    default order is the number of tests in a file, which put the few slowest multi-process tests last)."""
-    known = json.loads(FILE_ORDER.read_text())["seconds_per_file"] if FILE_ORDER.is_file() else {}
+    """Test files in `file_order`'s order of the last profiled run (files never profiled before them all), each
+    file's tests in their own order. With `--dist loadfile --no-loadscope-reorder` (make test) the workers take
+    files in this order (xdist's default order is the number of tests in a file, which put the few slowest
+    multi-process tests last)."""
+    profile = json.loads(FILE_ORDER.read_text()) if FILE_ORDER.is_file() else {}
+    rank = {p: i for i, p in enumerate(file_order(profile.get("seconds_per_file", {}),
+                                                  profile.get("cpu_seconds_per_file", {}),
+                                                  profile.get("child_cpu_seconds_per_file", {})))}
     first: dict[str, int] = {}
     for i, item in enumerate(items):
         first.setdefault(item.nodeid.split("::")[0], i)
 
-    def cost(item: pytest.Item) -> tuple[float, int]:
+    def position(item: pytest.Item) -> tuple[int, int]:
         path = item.nodeid.split("::")[0]
-        return -known.get(path, float("inf")), first[path]
+        return rank.get(path, -1), first[path]
 
-    items.sort(key=cost)  # stable: a file's tests keep their order
+    items.sort(key=position)  # stable: a file's tests keep their order
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

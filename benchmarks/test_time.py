@@ -56,8 +56,8 @@ def goal_seconds(gflops: float) -> float:
 
 
 def parse_pytest(output: str) -> dict[str, Any]:
-    """passed, skipped, pytest_seconds and the slowest tests from pytest's output (its last summary line and the
-    --durations list)."""
+    """passed, skipped, pytest_seconds, the slowest tests and the failed ones from pytest's output (its last summary
+    line, the --durations list and the short summary's FAILED/ERROR lines)."""
     summary = [line for line in output.splitlines() if re.search(r"\d+ passed.* in [\d.]+s", line)]
     if not summary:
         raise ValueError("no pytest summary line in the output")
@@ -67,7 +67,8 @@ def parse_pytest(output: str) -> dict[str, Any]:
     slowest = [{"seconds": float(s), "phase": phase, "test": test}
                for s, phase, test in re.findall(r"^([\d.]+)s (call|setup|teardown)\s+(\S+)", output, flags=re.M)]
     return {"passed": count.get("passed", 0), "skipped": count.get("skipped", 0), "failed": count.get("failed", 0),
-            "pytest_seconds": seconds, "slowest": slowest}
+            "pytest_seconds": seconds, "slowest": slowest,
+            "failures": re.findall(r"^(?:FAILED|ERROR) (\S+)", output, flags=re.M)}
 
 
 def run_fresh_clone(where: str) -> dict[str, Any]:
@@ -99,7 +100,7 @@ def run_fresh_clone(where: str) -> dict[str, Any]:
         "cpu_seconds": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
         "returncode": proc.returncode}
     if proc.returncode:
-        record["tail"] = output[-3000:]
+        record["tail"] = proc.stdout[-3000:]  # pytest's own end (stderr holds pip's warnings)
     return record
 
 

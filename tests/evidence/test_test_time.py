@@ -19,6 +19,10 @@ def test_pytest_output_gives_counts_seconds_and_the_slowest_tests():
     assert (got["passed"], got["skipped"], got["failed"], got["pytest_seconds"]) == (719, 30, 0, 781.23)
     assert got["slowest"][:2] == [{"seconds": 102.68, "phase": "call", "test": "tests/e2e/test_wheel.py::test_the_wheel_alone"},
                                   {"seconds": 61.02, "phase": "setup", "test": "tests/training/test_x.py::test_y"}]
+    assert got["failures"] == []
+    failed = tt.parse_pytest("FAILED tests/a.py::test_b[1] - AssertionError: x\nERROR tests/c.py::test_d\n"
+                             "= 1 failed, 7 passed, 1 error in 3.50s =")
+    assert failed["failures"] == ["tests/a.py::test_b[1]", "tests/c.py::test_d"] and failed["failed"] == 1
     with pytest.raises(ValueError, match="no pytest summary"):
         tt.parse_pytest("make: *** [test] Error 2")
 

@@ -1,6 +1,7 @@
 """Shared fixtures: paths to ../shared/data, a tiny trained checkpoint, a CLI runner."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -32,8 +33,7 @@ def file_order(wall: dict[str, float], cpu: dict[str, float], children: dict[str
     by_cost = sorted(wall, key=lambda p: -wall[p])
     waiting = [p for p in by_cost if p in cpu and wall[p] >= 5 and cpu[p] < WAITING_SHARE * wall[p]]
     multi = [p for p in by_cost if p not in waiting and children.get(p, 0.0) > cpu.get(p, 0.0) / 2]
-    paired = [p for pair in zip(multi, waiting) for p in pair]
-    paired += multi[len(waiting):] + waiting[len(multi):]
+    paired = [p for pair in itertools.zip_longest(multi, waiting) for p in pair if p is not None]
     return paired + [p for p in by_cost if p not in paired]
 
 

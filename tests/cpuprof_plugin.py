@@ -13,6 +13,7 @@ import json
 import os
 import resource
 import time
+from typing import Callable
 
 import pytest
 
@@ -36,13 +37,13 @@ def pytest_runtest_protocol(item, nextitem):
                                 "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}) + "\n")
 
 
-def file_costs(rows: list[dict], field: str = "wall") -> dict[str, float]:
-    """Seconds each test file held its worker (the sum of its tests' wall times; with field="cpu", the CPU
-    seconds its tests and their children used; "children", its child processes' share), costliest first."""
+def file_costs(rows: list[dict], value: Callable[[dict], float] = lambda row: row["wall"]) -> dict[str, float]:
+    """Seconds each test file held its worker (the sum of its tests' wall times; or of `value`, e.g. their CPU
+    seconds), costliest first."""
     cost: dict[str, float] = {}
     for row in rows:
         path = row["test"].split("::")[0]
-        cost[path] = cost.get(path, 0.0) + (row["self"] + row["children"] if field == "cpu" else row[field])
+        cost[path] = cost.get(path, 0.0) + value(row)
     return {p: round(c, 1) for p, c in sorted(cost.items(), key=lambda kv: -kv[1])}
 
 
@@ -54,6 +55,7 @@ if __name__ == "__main__":  # python -m tests.cpuprof_plugin PROFILE.jsonl COMMI
     print(json.dumps({"provenance": {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                      "made_by": f"python -m tests.cpuprof_plugin PROFILE.jsonl {commit}",
                                      "profile": "SPEECHSCALE_CPU_PER_TEST of make test's pytest (two workers)"},
-                      "seconds_per_file": file_costs(rows), "cpu_seconds_per_file": file_costs(rows, "cpu"),
-                      "child_cpu_seconds_per_file": file_costs(rows, "children")},
+                      "seconds_per_file": file_costs(rows),
+                      "cpu_seconds_per_file": file_costs(rows, lambda row: row["self"] + row["children"]),
+                      "child_cpu_seconds_per_file": file_costs(rows, lambda row: row["children"])},
                      indent=1))

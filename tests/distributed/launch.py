@@ -52,18 +52,28 @@ def train_args(manifest: Path, out: Path, *extra: str) -> list[str]:
 def env() -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                             "MASTER_PORT")}
-    e.update(PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    # unbuffered as torchrun's `python -u` workers are: a forked worker inherits the agent's streams
+    e.update(PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
+             PYTHONUNBUFFERED="1")
     return e
 
 
+# torchrun as users start it, and the same agent with its workers forked warm (tests/distributed/warm_torchrun.py:
+# about 3 of a 2-rank tiny run's 8 CPU-s are each worker's imports); each is (agent, entry before the arguments)
+TORCHRUN = ([sys.executable, "-m", "torch.distributed.run"], ["-m", "speechscale.cli"])
+WARM_TORCHRUN = ([sys.executable, "-m", "tests.distributed.warm_torchrun"],
+                 ["--run-path", "--start-method=fork", str(Path(__file__).with_name("rank_main.py"))])
+
+
 def torchrun(nproc: int, args: list[str], max_restarts: int = 0, port: int | None = None,
-             nnodes: str = "1") -> list[str]:
-    """The torchrun command line for `speechscale ARGS` on `nproc` local workers, c10d rendezvous.
-    With an elastic `nnodes` (MIN:MAX) the rendezvous closes 1 s after MIN nodes have joined."""
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
+             nnodes: str = "1", warm: bool = True) -> list[str]:
+    """The torchrun command line for `speechscale ARGS` on `nproc` local workers, c10d rendezvous (`warm`: its
+    workers forked from the agent, WARM_TORCHRUN). With an elastic `nnodes` (MIN:MAX) the rendezvous closes 1 s
+    after MIN nodes have joined."""
+    agent, entry = WARM_TORCHRUN if warm else TORCHRUN
+    return [*agent, f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
             f"--max-restarts={max_restarts}", "--rdzv-backend=c10d", "--rdzv-conf=last_call_timeout=1",
-            f"--rdzv-endpoint=127.0.0.1:{port or free_port()}", f"--rdzv-id=t{time.time_ns()}",
-            "-m", "speechscale.cli", *args]
+            f"--rdzv-endpoint=127.0.0.1:{port or free_port()}", f"--rdzv-id=t{time.time_ns()}", *entry, *args]
 
 
 # test-only rendezvous timings: a lost node's heartbeats are missed after 3 s (default 15 s), the round closes
@@ -72,12 +82,13 @@ NODE_RDZV_CONF = "is_host=false,last_call_timeout=1,keep_alive_interval=1,keep_a
 
 
 def node_agent(nproc: int, args: list[str], endpoint: str, rdzv_id: str, nnodes: str = "1:2", max_restarts: int = 3,
-               rdzv_conf: str = NODE_RDZV_CONF) -> list[str]:
+               rdzv_conf: str = NODE_RDZV_CONF, warm: bool = True) -> list[str]:
     """torchrun for one node of a multi-node job: the flags of deploy/kubernetes and deploy/slurm (the deploy
-    tests keep them equal), each agent a node of its own on loopback."""
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+    tests keep them equal), each agent a node of its own on loopback (`warm`: as in `torchrun`)."""
+    agent, entry = WARM_TORCHRUN if warm else TORCHRUN
+    return [*agent, f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
             f"--max-restarts={max_restarts}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={rdzv_id}", f"--rdzv-conf={rdzv_conf}", "-m", "speechscale.cli", *args]
+            f"--rdzv-id={rdzv_id}", f"--rdzv-conf={rdzv_conf}", *entry, *args]
 
 
 def start(cmd: list[str], log: Path) -> subprocess.Popen:

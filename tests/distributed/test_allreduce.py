@@ -57,7 +57,7 @@ def test_sigterm_to_torchrun_checkpoints_every_rank_at_the_same_step(tmp_path):
     out = tmp_path / "run"
     # ds2-tiny as its preset (3 x 256 GRU), not the launcher's 32-unit model: the figure in BENCHMARKS.md
     proc = start(torchrun(2, train_args(m, out, "trainer.max_steps=100000", "trainer.log_every=1000",
-                                        "model.name=ds2-tiny", "model.overrides={}")), tmp_path / "log")
+                                        "model.name=ds2-tiny", "model.overrides={}"), warm=False), tmp_path / "log")
     try:
         wait_for(lambda: sum(1 for _ in trace(out)) >= 6)
         at_signal = max(r["step"] for r in trace(out))

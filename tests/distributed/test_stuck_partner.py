@@ -35,7 +35,8 @@ def test_a_stopped_ring_learner_fails_the_run_within_the_configured_timeout(tmp_
     out = tmp_path / "run"
     proc = start(torchrun(2, train_args(m, out, "trainer.max_steps=100000", "distributed.strategy=adpsgd",
                                         "distributed.adpsgd.variant=fixed_ring", "distributed.adpsgd.skip_after_s=1",
-                                        "distributed.adpsgd.timeout_s=8")), tmp_path / "log")
+                                        "distributed.adpsgd.timeout_s=8"), warm=False),  # workers by environment
+                 tmp_path / "log")
     stopped = None
     try:
         wait_for(lambda: sum(1 for r in trace(out) if r["rank"] == 1) >= 2)

@@ -11,6 +11,7 @@ import torch.multiprocessing as mp
 from torch.distributed import TCPStore
 
 from speechscale.distributed.adpsgd import partner, random_pairs, ring_pairs
+from speechscale.training.optim import SGD  # torch's own would import the compiler in every learner
 from tests.distributed.launch import (
     assert_saved_average,
     consensus_distance,
@@ -95,7 +96,7 @@ def _gossip(strategy, variant, rank, world):
 
     torch.manual_seed(rank)  # every learner starts elsewhere
     model = torch.nn.Linear(6, 5)
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # no gradients: pure gossip
+    opt = SGD(model.parameters(), lr=0.0)  # no gradients: pure gossip
     distances, means = [], []
     partners = []
     store = getattr(strategy, "store", None)
@@ -144,7 +145,7 @@ def _drift(strategy, variant, rank, world):
 
     torch.manual_seed(rank)
     model = torch.nn.Linear(3, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = SGD(model.parameters(), lr=0.1)
     with strategy.consensus(model) as m:
         start = _flat(m).clone()
     for _ in range(6 + (3 * rank if variant != "delay_by_one" else 0)):
@@ -179,7 +180,7 @@ def _late_run(rank, out):
     strategy = _strategy("fixed_ring", skip_after_s=0.2)
     torch.manual_seed(rank)
     model = torch.nn.Linear(4, 3)
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    opt = SGD(model.parameters(), lr=0.0)
     with strategy.consensus(model) as m:
         start_mean = _flat(m).tolist()
     if rank == 1:

@@ -59,7 +59,7 @@ def env() -> dict[str, str]:
 
 
 # torchrun as users start it, and the same agent with its workers forked warm (tests/distributed/warm_torchrun.py:
-# about 3 of a 2-rank tiny run's 8 CPU-s are each worker's imports); each is (agent, entry before the arguments)
+# a worker skips its imports); each is (agent, entry before the arguments)
 TORCHRUN = ([sys.executable, "-m", "torch.distributed.run"], ["-m", "speechscale.cli"])
 WARM_TORCHRUN = ([sys.executable, "-m", "tests.distributed.warm_torchrun"],
                  ["--run-path", "--start-method=fork", str(Path(__file__).with_name("rank_main.py"))])

@@ -5,7 +5,7 @@ import os
 import signal
 import sys
 
-from speechscale.cli import main
+from speechscale import cli
 
 
 def run() -> int:
@@ -18,15 +18,13 @@ def run() -> int:
     os.set_blocking(read, False)
     os.set_blocking(write, False)
     signal.set_wakeup_fd(write)
-    code = main()
+    code = cli.main()
     try:
         received = os.read(read, 1024)
     except BlockingIOError:
         received = b""
     if signal.SIGTERM in received:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        cli._exit_without_teardown()  # the CLI's own end of a finished command: logs and streams flushed, os._exit
     return code
 
 

@@ -6,7 +6,8 @@ health checks and signal forwarding as `torchrun` does); only the interpreter it
 torch, DDP's dynamo (its constructor imports it) and the trainer. With torchrun's `--run-path` and
 `--start-method=fork` each worker is forked from the agent and runs the script in the same interpreter, instead of
 starting a new one and importing them again. The tests that must see torchrun exactly as users start it
-(SIGTERM to the agent, a worker found by its environment, the deploy recipes, the README) use the plain command.
+(SIGTERM to the agent, a worker found by its environment, the graphed reduction, the SLURM check) use the plain
+command.
 """
 import gc
 import sys

@@ -145,11 +145,13 @@ def _loader(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
 
 
 def _scaling(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
-    from speechscale.bench.scaling import bench_scaling
+    from speechscale.bench.ranks import RankLauncher
+    from speechscale.bench.scaling import WORKER_IMPORTS, bench_scaling
     rows = []
-    for model in s["models"]:
-        rows += bench_scaling(model, tuple(s["procs"]), s["batch_size"], s["seconds"], s["steps"], s["warmup"],
-                              1, ldc93s1_manifest())
+    with RankLauncher(WORKER_IMPORTS) as launcher:
+        for model in s["models"]:
+            rows += bench_scaling(model, tuple(s["procs"]), s["batch_size"], s["seconds"], s["steps"], s["warmup"],
+                                  1, ldc93s1_manifest(), launcher=launcher)
     from .plots import plot_scaling
 
     plot_scaling(rows, out / "scaling.png")

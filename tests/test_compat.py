@@ -11,6 +11,7 @@ from torch import nn
 from torch.func import functional_call
 
 from speechscale import _compat
+from speechscale.bench.ports import free_port
 from tests.conftest import ROOT
 
 SRC = ROOT / "src" / "speechscale"
@@ -132,3 +133,22 @@ def test_starlette_parses_a_form_from_a_body_the_server_read_itself():
         return data
 
     assert asyncio.run(parse()) == b"RIFFdata"
+
+
+def test_ddps_constructor_still_imports_what_the_rank_launcher_preloads():
+    """bench/ranks.py imports `_compat.DDP_CONSTRUCTOR_IMPORTS` once so that forked ranks need not: DDP's
+    constructor (world of 1, gloo) imports each of them, and nothing before it does."""
+    code = f"""
+import os, sys, torch, torch.distributed as dist
+names = {_compat.DDP_CONSTRUCTOR_IMPORTS!r}
+before = [n in sys.modules for n in names]
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2))
+print(before, [n in sys.modules for n in names])
+dist.destroy_process_group()
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n = len(_compat.DDP_CONSTRUCTOR_IMPORTS)
+    assert out.stdout.strip() == f"{[False] * n} {[True] * n}", (
+        "DDP's constructor no longer imports _compat.DDP_CONSTRUCTOR_IMPORTS: bench/ranks.py preloads them for nothing")

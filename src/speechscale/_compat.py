@@ -72,3 +72,9 @@ def set_request_body(request: Any, body: bytes) -> None:
     """Hand `body`, read (and limited) by the server itself, to Starlette's `request.form()`, which otherwise reads
     the stream again and finds it consumed."""
     request._body = body
+
+
+# -- What DistributedDataParallel's constructor imports ------------------------------------------------------------
+# The constructor asks the compiler how to reduce (`torch._dynamo.utils`), importing it: as long as importing torch
+# again. A process that forks many DDP ranks (bench/ranks.py) imports it once, before it forks.
+DDP_CONSTRUCTOR_IMPORTS = ("torch._dynamo.utils",)

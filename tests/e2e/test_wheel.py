@@ -26,7 +26,7 @@ TORCH_SPEC = os.environ.get("TORCH_SPEC", "torch==2.13.0")
 PACKAGE_FOLDERS = {"bench", "commands", "data", "decoding", "distributed", "export", "models", "planning", "recipes",
                    "reporting", "serving", "storage", "training"}
 BENCH_MODULES = {"__init__", "audio", "export", "features", "harness", "infer", "loader", "memory", "planner", "ports",
-                 "rawws", "scaling", "serve", "soak", "straggler", "stream", "throughput"}
+                 "ranks", "rawws", "scaling", "serve", "soak", "straggler", "stream", "throughput"}
 
 
 @pytest.fixture(scope="module")

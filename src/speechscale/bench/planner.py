@@ -20,6 +20,8 @@ import torch.distributed as dist
 
 from ..planning.hardware import Link
 from ..planning.model import Cluster, Workload, ring_allreduce_seconds, step
+from .ports import free_port
+from .ranks import RankLauncher
 
 SIZES_MB = (0.25, 1.0, 4.0, 16.0)
 
@@ -44,15 +46,15 @@ def _allreduce_worker(rank: int, world: int, port: int, repeats: int, out: str) 
     dist.destroy_process_group()
 
 
-def measure_allreduce(world: int = 2, repeats: int = 9) -> dict[float, float]:
-    """Median seconds of one fp32 allreduce per message size (MB) with `world` gloo processes."""
-    import torch.multiprocessing as mp
-
-    from .ports import free_port
-
+def measure_allreduce(world: int = 2, repeats: int = 9, launcher: RankLauncher | None = None) -> dict[float, float]:
+    """Median seconds of one fp32 allreduce per message size (MB) with `world` gloo processes, forked by
+    `launcher` (default: one of this call's own)."""
+    if launcher is None:
+        with RankLauncher() as own:
+            return measure_allreduce(world, repeats, own)
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp, "allreduce.json"))
-        mp.spawn(_allreduce_worker, args=(world, free_port(), repeats, out), nprocs=world, join=True)
+        launcher.run(_allreduce_worker, world, (world, free_port(), repeats, out))
         return {float(k): v for k, v in json.loads(Path(out).read_text()).items()}
 
 
@@ -69,13 +71,16 @@ def fit_link(times: dict[float, float], world: int) -> Link:
 def validate_planner(models: tuple[str, ...] = ("ds2-tiny", "wav2letter+-tiny"), world: int = 2, batch_size: int = 4,
              seconds: float = 2.0, steps: int = 4) -> dict[str, Any]:
     """Prediction vs measurement for each model's DDP step on `world` gloo processes."""
-    from .scaling import bench_scaling
+    from .scaling import WORKER_IMPORTS, bench_scaling
 
-    times = measure_allreduce(world)
+    with RankLauncher(WORKER_IMPORTS) as launcher:  # one launcher forks the ranks of every measurement
+        times = measure_allreduce(world, launcher=launcher)
+        runs = {m: bench_scaling(m, (1, world), batch_size, seconds, steps, warmup=2, threads=1, launcher=launcher)
+                for m in models}
     link = fit_link(times, world)
     rows = []
     for model in models:
-        one, many = bench_scaling(model, (1, world), batch_size, seconds, steps, warmup=2, threads=1)
+        one, many = runs[model]
         grad = many["comm_mb_per_step"] * 2 ** 20
         buckets = max(1, round(many["allreduce_calls_per_step"]))
         w = Workload(model, one["params"], throughput_per_gpu=one["audio_seconds_per_second"],

@@ -23,6 +23,11 @@ import torch
 import torch.distributed as dist
 
 from .ports import free_port
+from .ranks import PRELOAD, RankLauncher
+
+# What each rank imports, imported once by the launcher that forks them.
+WORKER_IMPORTS = (*PRELOAD, "speechscale.components", "speechscale.config", "speechscale.distributed",
+                  "speechscale.training.optim", "speechscale.training.step", "speechscale.bench.throughput")
 
 
 class _CommMeter:
@@ -104,18 +109,21 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
 
 def bench_scaling(model: str = "ds2-tiny", procs: tuple[int, ...] = (1, 2), batch_size: int = 8,
                   seconds: float = 2.0, steps: int = 5, warmup: int = 2, threads: int = 1,
-                  manifest: str | None = None, device: str = "auto") -> list[dict[str, Any]]:
-    """One result per process count: throughput, scaling efficiency against 1 process, comm time/bytes."""
-    import torch.multiprocessing as mp
-
+                  manifest: str | None = None, device: str = "auto",
+                  launcher: RankLauncher | None = None) -> list[dict[str, Any]]:
+    """One result per process count: throughput, scaling efficiency against 1 process, comm time/bytes. The
+    ranks are forked by `launcher` (default: one of this call's own)."""
+    if launcher is None:
+        with RankLauncher(WORKER_IMPORTS) as own:
+            return bench_scaling(model, procs, batch_size, seconds, steps, warmup, threads, manifest, device, own)
     opts = {"model": model, "batch_size": batch_size, "seconds": seconds, "steps": steps, "warmup": warmup,
             "threads": threads, "manifest": manifest, "device": device}
     results: list[dict[str, Any]] = []
     base: tuple[float, int] | None = None  # (unrounded throughput, processes) of the first count
     for world in procs:
         with tempfile.TemporaryDirectory() as tmp:
-            os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-            mp.spawn(_worker, args=(world, free_port(), opts, tmp), nprocs=world, join=True)
+            launcher.run(_worker, world, (world, free_port(), opts, tmp),
+                         env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))})
             rows = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
         step_ms = max(r["ms_per_step"] for r in rows)  # the step ends when the slowest rank does
         thr = world * batch_size * seconds / (step_ms / 1000)

@@ -46,18 +46,20 @@ def train(args: argparse.Namespace) -> int:
 
 def scaling(args: argparse.Namespace) -> int:
     from ..bench.audio import checked_manifest
-    from ..bench.scaling import bench_scaling
+    from ..bench.ranks import RankLauncher
+    from ..bench.scaling import WORKER_IMPORTS, bench_scaling
     from ..models.registry import check_model_name
 
     procs = tuple(int(x) for x in args.procs.split(","))
     models = args.model.split(",")
-    for model in models:  # before any process is spawned
+    for model in models:  # before any process is started
         check_model_name(model, where="--model")
-    for model in models:
-        for res in bench_scaling(model, procs, args.batch_size, args.seconds, args.steps, args.warmup,
-                                 args.threads,
-                                 str(checked_manifest(args.manifest)) if args.manifest else None, args.device):
-            print(json.dumps(res), flush=True)
+    manifest = str(checked_manifest(args.manifest)) if args.manifest else None
+    with RankLauncher(WORKER_IMPORTS) as launcher:
+        for model in models:
+            for res in bench_scaling(model, procs, args.batch_size, args.seconds, args.steps, args.warmup,
+                                     args.threads, manifest, args.device, launcher):
+                print(json.dumps(res), flush=True)
     return 0
 
 

@@ -4,6 +4,7 @@ forkserver or spawn imports the main module's file again."""
 import os
 import signal
 import sys
+import traceback
 
 from speechscale import cli
 
@@ -18,7 +19,12 @@ def run() -> int:
     os.set_blocking(read, False)
     os.set_blocking(write, False)
     signal.set_wakeup_fd(write)
-    code = cli.main()
+    try:
+        code = cli.main()
+    except BaseException:  # printed here, as the interpreter prints it for a worker torchrun started as a program:
+        traceback.print_exc()  # the agent logs only the failure it picks as the root cause, often another rank's
+        sys.stderr.flush()
+        raise
     try:
         received = os.read(read, 1024)
     except BlockingIOError:

@@ -1,4 +1,5 @@
-"""The rules of docs/architecture.md hold: lint and layer contracts pass, modules stay small, the trace is real."""
+"""The rules of docs/architecture.md hold: lint and layer contracts pass, the trace is real, docs/layout.md names every
+module, the docstring examples run."""
 import importlib
 import re
 import subprocess
@@ -41,6 +42,20 @@ def test_the_batch_trace_names_real_functions_in_at_most_12_files():
         for part in name.split("."):
             obj = getattr(obj, part)  # AttributeError names a hop that no longer exists
     assert len({path for path, _ in hops}) <= 12
+
+
+def test_the_layout_names_every_module_and_folder():
+    """docs/layout.md names each module of the package and of benchmarks/ (a name ending in * covers a prefix), and
+    each folder, so a module added without its line fails here."""
+    doc = (ROOT / "docs" / "layout.md").read_text()
+    words = set(re.findall(r"[A-Za-z_][\w+]*", doc))
+    prefixes = tuple(re.findall(r"([A-Za-z_]\w*)\*", doc))
+    names = {p: p.stem for root in (SRC, ROOT / "benchmarks") for p in root.rglob("*.py")
+             if p.stem not in ("__init__", "__main__")}
+    names.update({p: p.name for p in SRC.rglob("*") if p.is_dir() and p.name != "__pycache__"})
+    missing = sorted(str(p.relative_to(ROOT)) for p, name in names.items()
+                     if name not in words and not name.startswith(prefixes))
+    assert not missing, f"docs/layout.md does not name: {', '.join(missing)}"
 
 
 def test_the_docstring_examples_run(tmp_path):

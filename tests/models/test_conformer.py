@@ -1,5 +1,5 @@
 """Conformer-CTC's own parts: the relative-position shift, masking of padded keys, the depthwise conv's
-padding, dropout only in training."""
+padding and its reach within an attention chunk, dropout only in training."""
 import pytest
 import torch
 
@@ -7,6 +7,7 @@ from speechscale.config import ConfigError
 from speechscale.models import build_model
 from speechscale.models.conformer import (
     ConformerConfig,
+    ConvModule,
     RelPositionAttention,
     chunk_mask,
     rel_shift,
@@ -79,4 +80,26 @@ def test_an_even_kernel_or_heads_that_do_not_divide_the_width_are_refused():
         build_model("conformer-tiny", {"conv_kernel": 14}, 80, 29)
     with pytest.raises(ConfigError, match="divisible"):
         build_model("conformer-tiny", {"heads": 5}, 80, 29)
+    with pytest.raises(ConfigError, match="conv_context 'ahead' is unknown; choose one of causal, chunk"):
+        build_model("conformer-streaming-tiny", {"conv_context": "ahead"}, 80, 29)
     assert ConformerConfig().d_model == 256
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 8, 40])
+def test_a_chunked_convolution_reads_its_chunk_and_what_came_before_never_past_it(chunk):
+    """Frames in a chunk come out as the whole module computes them on the utterance cut at the chunk's end: the
+    kernel's left half reads earlier chunks, its right half stops at the chunk's end (zeros, as past an utterance's
+    end). A chunk as long as the utterance is the full context; an unchunked module reads past every chunk."""
+    torch.manual_seed(0)
+    conv = ConvModule(6, 7, 0.0).double().eval()
+    conv.bn.running_mean.uniform_(-0.5, 0.5)
+    x, t = torch.randn(2, 29, 6, dtype=torch.float64), 29
+    mask = torch.ones(2, t, dtype=torch.bool)
+    mask[1, 20:] = False
+    with torch.no_grad():
+        got, full = conv(x, mask, chunk), conv(x, mask)
+        for start in range(0, t, chunk):
+            end = min(start + chunk, t)
+            cut = conv(x[:, :end], mask[:, :end])  # the utterance ends with this chunk
+            torch.testing.assert_close(got[:, start:end], cut[:, start:end], atol=1e-12, rtol=0)
+    assert torch.equal(got, full) if chunk >= t else not torch.allclose(got, full, atol=1e-3)

@@ -35,8 +35,11 @@ class ConformerConfig:
     conv_kernel: int = 31
     subsampling_channels: int = 256   # channels of the two stride-2 3x3 convolutions
     dropout: float = 0.1              # after each sub-module, on the embedded input, and on attention weights
-    streaming: bool = False           # causal convolutions; attention in chunks over a bounded left context,
-                                      # trained over chunk sizes drawn per batch (WeNet's U2): streams
+    streaming: bool = False           # attention in chunks over a bounded left context, trained over chunk sizes
+                                      # drawn per batch (WeNet's U2), convolutions that read no further: streams
+    conv_context: str = "causal"      # streaming: what the depthwise convolution reads after a frame: causal
+                                      # (nothing) or chunk (the rest of the frame's attention chunk; at full
+                                      # context, the whole kernel: dynamic chunk convolution, Li et al. 2023)
     max_chunk: int = 25               # streaming: training draws chunks of 1..max_chunk output frames (half the
                                       # batches: the full context)
     left_context: int = 64            # streaming: output frames before its chunk a frame attends to (the cache)
@@ -158,9 +161,14 @@ class RelPositionAttention(nn.Module):
         return self.o((weights @ v).transpose(1, 2).flatten(2))  # (B, Tq, d)
 
 
+CONV_CONTEXTS = ("causal", "chunk")
+
+
 class ConvModule(nn.Module):
     """LayerNorm -> pointwise conv (2d) -> GLU -> depthwise conv -> masked BN -> SiLU -> pointwise conv -> dropout.
-    `causal`: the depthwise convolution reads only the frame and the kernel - 1 before it."""
+    `causal`: the depthwise convolution reads only the frame and the kernel - 1 before it. Otherwise it reads
+    kernel // 2 frames on each side, and with an attention chunk (`forward`'s `chunk`) nothing past the frame's
+    chunk: a chunk streams with its own frames and the kernel // 2 carried before it."""
 
     def __init__(self, d: int, kernel: int, dropout: float, causal: bool = False) -> None:
         super().__init__()
@@ -174,20 +182,48 @@ class ConvModule(nn.Module):
         self.pointwise2 = nn.Conv1d(d, d, 1)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x (B, T, d), mask (B, T) -> (B, T, d)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+        """x (B, T, d), mask (B, T), the attention chunk (output frames; None: full context) -> (B, T, d)."""
         y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, T)
         y = y * mask[:, None, :].to(y.dtype)  # zeros beyond each utterance
         if self.causal:
-            y = nn.functional.pad(y, (self.kernel - 1, 0))  # (B, d, k - 1 + T)
-        return self._out(self.depthwise(y), mask)
+            return self._out(self.depthwise(nn.functional.pad(y, (self.kernel - 1, 0))), mask)  # from (B, d, k-1+T)
+        z = self.depthwise(y)  # (B, d, T): kernel // 2 frames read on each side
+        if chunk is not None:
+            z = z - self._past_chunk(y, chunk)
+        return self._out(z, mask)
+
+    def _past_chunk(self, y: torch.Tensor, chunk: int) -> torch.Tensor:
+        """What the depthwise convolution read beyond each frame's chunk of `chunk` frames: y (B, d, T) -> (B, d, T),
+        the sum over offsets j = 1 .. k // 2 of weight[j] * y[t + j] where t + j lies in a later chunk."""
+        h, t = self.kernel // 2, y.shape[-1]
+        w = self.depthwise.weight[:, 0, :]  # (d, k): tap h + j reads frame t + j
+        into_next = torch.arange(t, device=y.device) % chunk  # (T,) each frame's place in its chunk
+        out = torch.zeros_like(y)
+        for j in range(1, h + 1):
+            ahead = nn.functional.pad(y[..., j:], (0, min(j, t)))  # (B, d, T): frame t + j (zeros past the end)
+            out = out + w[None, :, h + j, None] * ahead * (into_next + j >= chunk).to(y.dtype)
+        return out
+
+    def init_carry(self, batch: int) -> torch.Tensor:
+        """The zero depthwise inputs a stream starts with: (B, d, k - 1) causal, else (B, d, k // 2)."""
+        w = self.depthwise.weight
+        return w.new_zeros(batch, w.shape[0], self.kernel - 1 if self.causal else self.kernel // 2)
 
     def step(self, x: torch.Tensor, ok: torch.Tensor, carried: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A causal module over a chunk: x (B, C, d), ok (B, C) decided frames, carried (B, d, k - 1) the depthwise
-        input before it -> (B, C, d), the frames to carry next."""
+        """The module over one attention chunk: x (B, C, d), ok (B, C) decided frames, carried (init_carry's shape)
+        the depthwise input before it -> (B, C, d), the frames to carry next."""
         y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, C)
-        y, keep = conv_time_step(self.depthwise, y * ok[:, None, :].to(y.dtype), carried)  # (B, d, C)
-        return self._out(y, torch.ones_like(ok)), keep
+        y = y * ok[:, None, :].to(y.dtype)
+        if self.causal:
+            z, keep = conv_time_step(self.depthwise, y, carried)  # (B, d, C)
+        else:  # the chunk's own frames, the carried ones before it, zeros after it (as forward with its chunk)
+            h = self.kernel // 2
+            seen = torch.cat([carried, y], dim=-1)  # (B, d, h + C)
+            keep = seen[..., seen.shape[-1] - h:]
+            z = nn.functional.conv1d(nn.functional.pad(seen, (0, h)), self.depthwise.weight, self.depthwise.bias,
+                                     groups=self.depthwise.groups)  # (B, d, C)
+        return self._out(z, torch.ones_like(ok)), keep
 
     def _out(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         y = self.pointwise2(nn.functional.silu(self.bn(y, mask)))
@@ -204,17 +240,21 @@ class ConformerBlock(nn.Module):
         self.attn_norm = nn.LayerNorm(d)
         self.attn = RelPositionAttention(d, cfg.heads, cfg.dropout)
         self.attn_drop = nn.Dropout(cfg.dropout)
-        self.conv = ConvModule(d, cfg.conv_kernel, cfg.dropout, causal=cfg.streaming)
+        if cfg.conv_context not in CONV_CONTEXTS:
+            raise ConfigError(f"model.overrides: conv_context {cfg.conv_context!r} is unknown; choose one of "
+                              f"{', '.join(CONV_CONTEXTS)}")
+        self.conv = ConvModule(d, cfg.conv_kernel, cfg.dropout, causal=cfg.streaming and cfg.conv_context == "causal")
+        self.chunked_conv = cfg.streaming and cfg.conv_context == "chunk"
         self.ff2 = FeedForward(d, cfg.ff_expansion, cfg.dropout)
         self.out_norm = nn.LayerNorm(d)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, allowed: torch.Tensor, pos: torch.Tensor,
-                index: torch.Tensor) -> torch.Tensor:
-        """x (B, T, d), mask (B, T), allowed (B, 1, T or 1, T) -> (B, T, d)."""
+                index: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+        """x (B, T, d), mask (B, T), allowed (B, 1, T or 1, T), the attention chunk -> (B, T, d)."""
         x = x + 0.5 * self.ff1(x)
         a = self.attn_norm(x)
         x = x + self.attn_drop(self.attn(a, a, allowed, pos, index))
-        x = x + self.conv(x, mask)
+        x = x + self.conv(x, mask, chunk if self.chunked_conv else None)
         x = x + 0.5 * self.ff2(x)
         return self.out_norm(x)
 
@@ -278,7 +318,7 @@ class Conformer(nn.Module):
         index = relative_index(frames, frames)
         x = self.in_drop(x)
         for block in self.blocks:
-            x = block(x, mask, allowed, pos, index)
+            x = block(x, mask, allowed, pos, index, chunk)
         x = x * mask[..., None].to(x.dtype)
         return self.out(x), lengths  # (B, T', V)
 
@@ -294,7 +334,8 @@ class Conformer(nn.Module):
         return int(torch.randint(1, self.cfg.max_chunk + 1, ()))
 
     # -- streaming (models.streaming): subsampling, then every block on chunks of C output frames, each frame
-    #    attending to its chunk and the cfg.left_context frames before it (cached); the conv modules are causal.
+    #    attending to its chunk and the cfg.left_context frames before it (cached); each conv module reads the
+    #    frames it carried and no further than the chunk.
 
     chunk: int | None = None  # eval's attention chunk (set_chunk); the streaming step's is its own chunk
 
@@ -336,8 +377,7 @@ class Conformer(nn.Module):
         state = [conv_time_carry(s.conv1, (batch, 1, self.num_features, 0)),
                  conv_time_carry(s.conv2, (batch, s.conv2.in_channels, (self.num_features + 1) // 2, 0))]
         for block in self.blocks:
-            state += [w.new_zeros(batch, self.cfg.left_context, self.cfg.d_model),
-                      conv_time_carry(block.conv.depthwise, (batch, self.cfg.d_model, 0))]
+            state += [w.new_zeros(batch, self.cfg.left_context, self.cfg.d_model), block.conv.init_carry(batch)]
         return state
 
     def stream_step(self, feats: torch.Tensor, frames_in: torch.Tensor, total: torch.Tensor,

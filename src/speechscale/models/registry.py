@@ -53,8 +53,9 @@ MODELS: dict[str, tuple[type, Callable[..., nn.Module], dict[str, Any]]] = {
     # Conformer-S's width (144) at 4 blocks: trains on 2 CPU cores.
     "conformer-tiny": (ConformerConfig, Conformer, {"d_model": 144, "layers": 4, "heads": 4, "conv_kernel": 15,
                                                     "subsampling_channels": 64}),
-    # Streaming: causal convolutions, attention in chunks over 64 frames of left context, trained over chunk sizes
-    # 1-25 and the full context (WeNet's U2): one model for full-context and chunked decoding.
+    # Streaming: attention in chunks over 64 frames of left context, trained over chunk sizes 1-25 and the full
+    # context (WeNet's U2): one model for full-context and chunked decoding. Causal convolutions unless
+    # model.overrides sets conv_context: chunk (each reads to its chunk's end).
     "conformer-streaming": (ConformerConfig, Conformer, {"streaming": True}),
     "conformer-streaming-tiny": (ConformerConfig, Conformer, {"d_model": 144, "layers": 4, "heads": 4,
                                                               "conv_kernel": 15, "subsampling_channels": 64,

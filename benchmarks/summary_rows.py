@@ -78,6 +78,7 @@ def _accuracy(figures: Path) -> list[dict[str, Any]]:
     from .summary_runs import one_process_seeds
 
     rows += one_process_seeds(figures / "convergence" / "fsdd.jsonl", "fsdd", 0.05)
+    rows += one_process_seeds(figures / "convergence" / "fsdd-conformer.jsonl", "fsdd_conformer", 0.05)
     streaming = _load(bench / "demo-streaming.json")
     if streaming:
         rows.append(_recipe("recipe `demo_streaming` (offline score; goal: the demo's WER + 2 points)",

@@ -189,7 +189,7 @@ class ConvModule(nn.Module):
         if self.causal:
             return self._out(self.depthwise(nn.functional.pad(y, (self.kernel - 1, 0))), mask)  # from (B, d, k-1+T)
         z = self.depthwise(y)  # (B, d, T): kernel // 2 frames read on each side
-        if chunk is not None:
+        if chunk is not None and chunk < y.shape[-1]:  # a chunk as long as the utterance reads all of it
             z = z - self._past_chunk(y, chunk)
         return self._out(z, mask)
 
@@ -198,11 +198,11 @@ class ConvModule(nn.Module):
         the sum over offsets j = 1 .. k // 2 of weight[j] * y[t + j] where t + j lies in a later chunk."""
         h, t = self.kernel // 2, y.shape[-1]
         w = self.depthwise.weight[:, 0, :]  # (d, k): tap h + j reads frame t + j
-        into_next = torch.arange(t, device=y.device) % chunk  # (T,) each frame's place in its chunk
+        place = torch.arange(t, device=y.device) % chunk  # (T,) each frame's place in its chunk
         out = torch.zeros_like(y)
         for j in range(1, h + 1):
             ahead = nn.functional.pad(y[..., j:], (0, min(j, t)))  # (B, d, T): frame t + j (zeros past the end)
-            out = out + w[None, :, h + j, None] * ahead * (into_next + j >= chunk).to(y.dtype)
+            out = out + w[None, :, h + j, None] * ahead * (place + j >= chunk).to(y.dtype)
         return out
 
     def init_carry(self, batch: int) -> torch.Tensor:

@@ -166,9 +166,9 @@ CONV_CONTEXTS = ("causal", "chunk")
 
 class ConvModule(nn.Module):
     """LayerNorm -> pointwise conv (2d) -> GLU -> depthwise conv -> masked BN -> SiLU -> pointwise conv -> dropout.
-    `causal`: the depthwise convolution reads only the frame and the kernel - 1 before it. Otherwise it reads
-    kernel // 2 frames on each side, and with an attention chunk (`forward`'s `chunk`) nothing past the frame's
-    chunk: a chunk streams with its own frames and the kernel // 2 carried before it."""
+    `causal`: the depthwise convolution reads only the frame and the kernel - 1 before it (a chunk changes
+    nothing). Otherwise it reads kernel // 2 frames on each side, and with an attention chunk (`forward`'s `chunk`)
+    nothing past the frame's chunk: a chunk streams with its own frames and the kernel // 2 carried before it."""
 
     def __init__(self, d: int, kernel: int, dropout: float, causal: bool = False) -> None:
         super().__init__()
@@ -207,8 +207,10 @@ class ConvModule(nn.Module):
 
     def init_carry(self, batch: int) -> torch.Tensor:
         """The zero depthwise inputs a stream starts with: (B, d, k - 1) causal, else (B, d, k // 2)."""
-        w = self.depthwise.weight
-        return w.new_zeros(batch, w.shape[0], self.kernel - 1 if self.causal else self.kernel // 2)
+        d = self.depthwise.in_channels
+        if self.causal:
+            return conv_time_carry(self.depthwise, (batch, d, 0))  # what conv_time_step carries
+        return self.depthwise.weight.new_zeros(batch, d, self.kernel // 2)
 
     def step(self, x: torch.Tensor, ok: torch.Tensor, carried: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The module over one attention chunk: x (B, C, d), ok (B, C) decided frames, carried (init_carry's shape)
@@ -244,7 +246,6 @@ class ConformerBlock(nn.Module):
             raise ConfigError(f"model.overrides: conv_context {cfg.conv_context!r} is unknown; choose one of "
                               f"{', '.join(CONV_CONTEXTS)}")
         self.conv = ConvModule(d, cfg.conv_kernel, cfg.dropout, causal=cfg.streaming and cfg.conv_context == "causal")
-        self.chunked_conv = cfg.streaming and cfg.conv_context == "chunk"
         self.ff2 = FeedForward(d, cfg.ff_expansion, cfg.dropout)
         self.out_norm = nn.LayerNorm(d)
 
@@ -254,7 +255,7 @@ class ConformerBlock(nn.Module):
         x = x + 0.5 * self.ff1(x)
         a = self.attn_norm(x)
         x = x + self.attn_drop(self.attn(a, a, allowed, pos, index))
-        x = x + self.conv(x, mask, chunk if self.chunked_conv else None)
+        x = x + self.conv(x, mask, chunk)  # only a streaming model draws chunks
         x = x + 0.5 * self.ff2(x)
         return self.out_norm(x)
 

@@ -24,7 +24,7 @@ def test_overrides_are_typed_and_round_trip_as_plain_data():
                                       "data.batch_seconds=-1", "nosuch.key=1",
                                       "model.overrides={rnn_hidden:", "features.preemphasis=1.5",
                                       "augment.trim_silence=2", "augment.freq_warp=0.7",
-                                      "features.speaker_prior_frames=-1"])
+                                      "features.speaker_prior_frames=-1", "features.running_prior_frames=-1"])
 def test_bad_overrides_raise_config_error(override):
     with pytest.raises(ConfigError):
         load_recipe("configs/yesno.yaml", [YESNO, override])

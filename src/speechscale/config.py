@@ -35,9 +35,10 @@ class FeatureConfig:
     n_mels: int = 80                   # only for kind=logmel
     normalize: str = "auto"            # utterance (one mean/std per utterance, DS2) | feature (per bin over the
                                        # utterance, CMVN) | speaker (per bin over each manifest speaker's
-                                       # utterances) | global (per bin, the training set's: streams) | none |
-                                       # auto (global for a model that streams, else utterance)
-    global_stats: list[float] = field(default_factory=list)  # normalize=global; written by training: the
+                                       # utterances) | global (per bin, the training set's: streams) | running
+                                       # (global, its mean updated by the utterance's frames so far: streams) |
+                                       # none | auto (global for a model that streams, else utterance)
+    global_stats: list[float] = field(default_factory=list)  # normalize=global, running; written by training: the
                                        # training set's per-bin mean, then std (2 x features values)
     remove_dc: bool = False            # subtract the waveform's mean first (some recorders add a DC offset)
     preemphasis: float = 0.0           # x[t] - a * x[t-1] before the STFT (0 = off; Kaldi uses 0.97)
@@ -45,6 +46,8 @@ class FeatureConfig:
                                        # training speakers' pooled per-bin mean, then std (2 x features values)
     speaker_prior_frames: float = 400.0  # a file without its speaker's statistics (transcribe, serve) shrinks its
                                        # own toward speaker_prior, weighted as this many frames (0 = its own alone)
+    running_prior_frames: float = 10.0  # normalize=running: the training set's mean counts as so many of the
+                                       # utterance's frames (fewer: a stream follows its own level sooner)
     device: str = "loader"             # training features: in the loader's workers | cuda | cpu (in the step)
 
 

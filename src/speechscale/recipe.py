@@ -65,6 +65,7 @@ def check_recipe(cfg: Config) -> None:
         (f.n_mels >= 1, "features.n_mels must be at least 1"),
         (0.0 <= f.preemphasis < 1.0, "features.preemphasis must be in [0, 1)"),
         (f.speaker_prior_frames >= 0, f"features.speaker_prior_frames={f.speaker_prior_frames} must be 0 or more"),
+        (f.running_prior_frames >= 0, f"features.running_prior_frames={f.running_prior_frames} must be 0 or more"),
         (f.device == "loader" or f.normalize != "speaker",
          f"features.device={f.device} computes features in the training step, which has no speaker statistics: use "
          "features.normalize=utterance, feature or none there, or features.device=loader"),

@@ -161,7 +161,7 @@ def _real_clips(rate):
 
 @pytest.mark.parametrize("kind, normalize, remove_dc, preemphasis", [
     ("spectrogram", "utterance", False, 0.0), ("logmel", "feature", True, 0.97), ("spectrogram", "none", True, 0.0),
-    ("logmel", "global", False, 0.0)])
+    ("logmel", "global", False, 0.0), ("logmel", "running", False, 0.0)])
 def test_the_steps_batched_features_equal_the_loaders_row_by_row(kind, normalize, remove_dc, preemphasis):
     """features.device: a padded batch of real recordings through FeatureExtractor.batch, with each row's warp and
     SpecAugment draws, equals the loader's features of each recording alone to round-off, and is zero past each
@@ -171,7 +171,7 @@ def test_the_steps_batched_features_equal_the_loaders_row_by_row(kind, normalize
 
     fx = FeatureExtractor(FeatureConfig(kind=kind, normalize=normalize, remove_dc=remove_dc, preemphasis=preemphasis,
                                         n_mels=40))
-    if normalize == "global":
+    if normalize in ("global", "running"):
         from speechscale.data.features import global_stats
 
         fx.cfg.global_stats = global_stats(fx.raw(c) for c in _real_clips(16000))
@@ -214,6 +214,39 @@ def test_global_statistics_are_every_training_frames_per_bin_mean_and_std():
     np.testing.assert_allclose(longer[:, 5:50], got[:, 5:50], atol=1e-4)  # frame by frame: no utterance statistic
     with pytest.raises(ConfigError, match="global_stats holds 3 values"):
         FeatureExtractor(FeatureConfig(normalize="global", global_stats=[0.0, 1.0, 2.0]))
+
+
+def test_running_normalization_is_the_training_sets_with_the_mean_of_the_frames_so_far():
+    """normalize=running on a real recording equals a frame-by-frame loop in numpy: frame t less the training set's
+    mean and the mean of frames 0..t (the training set's mean weighing features.running_prior_frames), over the
+    training set's std; a frame depends on no later frame, and chunks with the carry between them equal the whole."""
+    from speechscale.config import ConfigError
+    from speechscale.data.features import global_stats
+
+    clips = _real_clips(16000)
+    fx = FeatureExtractor(FeatureConfig(kind="logmel", n_mels=40, normalize="running", running_prior_frames=30))
+    with pytest.raises(ConfigError, match="features.normalize=running needs the training set's statistics"):
+        fx(clips[1])
+    fx.cfg.global_stats = global_stats(fx.raw(c) for c in clips)
+    mean, std = np.array(fx.cfg.global_stats[:40]), np.array(fx.cfg.global_stats[40:])
+    raw = fx.raw(clips[1]).double().numpy()  # (40, T)
+    want, total = np.zeros_like(raw), np.zeros(40)
+    for t in range(raw.shape[1]):
+        total += raw[:, t] - mean
+        want[:, t] = (raw[:, t] - mean - total / (t + 1 + 30)) / (std + 1e-5)
+    got = fx(clips[1])
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-4)
+    assert float((got - fx.normalize(fx.raw(clips[1]), None)).abs().max()) == 0.0
+    static = (raw - mean[:, None]) / (std[:, None] + 1e-5)  # normalize=global: differs where the level drifted
+    assert np.abs(want - static)[:, 50:].mean() > 0.05
+    x = fx.raw(clips[1])[None]  # (1, 40, T)
+    head, carry = fx.running(x[..., :37])
+    torch.testing.assert_close(head, got[None, :, :37], atol=0, rtol=0)  # no frame reads a later one
+    parts = [head]
+    for a, b in [(37, 38), (38, 120), (120, x.shape[2])]:
+        part, carry = fx.running(x[..., a:b], carry=carry)
+        parts.append(part)
+    torch.testing.assert_close(torch.cat(parts, dim=2)[0], got, atol=1e-6, rtol=0)
 
 
 def test_the_step_has_no_speaker_statistics():

@@ -94,11 +94,57 @@ def test_dropping_any_carried_state_breaks_exactness(comps, drop, monkeypatch):
     assert streamed.shape != logits.shape or not torch.allclose(streamed, logits, atol=1e-2)
 
 
+def test_running_normalization_streams_exactly_with_each_streams_own_statistics(comps, monkeypatch):
+    """features.normalize=running (each frame's mean updated by the frames before it) streams: the streamed logits
+    equal the offline ones of the same features, for files at three rates and several chunk sizes; two streams
+    stepped in one batch keep their own statistics; resetting a stream's statistics after every chunk breaks it."""
+    import dataclasses
+
+    from speechscale.data.features import FeatureExtractor, global_stats
+
+    files = [shared("ldc93s1", "LDC93S1.wav"), shared("jfk", "jfk.flac"), _files()[0]]
+    stats = global_stats(comps.features.raw(torch.from_numpy(load_audio(f, 16000))) for f in files)
+    cfg = dataclasses.replace(comps.features.cfg, normalize="running", global_stats=stats)  # the checkpoint's: none
+    running = dataclasses.replace(comps, features=FeatureExtractor(cfg))
+    for k, path in enumerate(files):
+        logits, text = _offline(running, path)
+        assert not torch.allclose(logits, _offline(comps, path)[0], atol=1e-2)  # not the checkpoint's normalization
+        for ms in (CHUNKS_MS[k], CHUNKS_MS[-1]):
+            session, _ = _stream(running, path, ms)
+            torch.testing.assert_close(torch.cat(session.logits), logits, atol=2e-4, rtol=1e-4,
+                                       msg=lambda m, p=path.name, c=ms: f"{p} {c}: {m}")
+            assert session.text == text
+    a, b = (StreamingSession(running, sample_rate=16000) for _ in range(2))
+    rec = b.recognizer = a.recognizer  # one recognizer: both streams' spectra in one STFT, their steps in one batch
+    b.stream = rec.create_stream(16000)
+    wavs = [load_audio(f, 16000) for f in files[:2]]
+    for s in (a, b):
+        s.logits = []
+    for i in range(0, max(map(len, wavs)), 1600):
+        for s, w in zip((a, b), wavs):
+            if i < len(w):
+                s.stream.push(w[i:i + 1600])
+        rec.decode_streams([a.stream, b.stream])
+    for s, path in zip((a, b), files[:2]):
+        s.finish()
+        torch.testing.assert_close(torch.cat(s.logits), _offline(running, path)[0], atol=2e-4, rtol=1e-4)
+    original = StreamingSession.accept
+
+    def forgetful(self, samples):
+        out = original(self, samples)
+        self.stream.front.carry = None
+        return out
+    monkeypatch.setattr(StreamingSession, "accept", forgetful)
+    session, _ = _stream(running, files[0], 100)
+    streamed = torch.cat(session.logits)
+    assert streamed.shape != logits.shape or not torch.allclose(streamed, _offline(running, files[0])[0], atol=1e-2)
+
+
 def test_models_that_need_the_whole_utterance_are_refused_in_one_line():
     for overrides, reason in [(["model.name=ds2-tiny", "features.normalize=none"], "bidirectional"),
                               (["model.name=conformer-tiny", "features.normalize=none"], "whole utterance"),
                               (["model.name=ds2-streaming-tiny", "features.normalize=utterance"],
-                               "features.normalize=global or none")]:
+                               "features.normalize=global, running or none")]:
         c = build_components(load_config(None, overrides))
         with pytest.raises(StreamingRefused) as info:
             StreamingSession(c)
@@ -254,3 +300,27 @@ def test_a_streaming_preset_trained_by_any_recipe_streams_with_the_training_sets
                               str(path))
     rows = [json.loads(x) for x in out.splitlines()]
     assert code == 0 and text and " ".join(r["text"] for r in rows if r["type"] == "final") == text, err
+
+
+def test_training_with_running_normalization_saves_the_training_sets_statistics_and_streams(tmp_path, capsys):
+    """features.normalize=running: training computes the same per-bin statistics as for global (its prior) and
+    saves them; the checkpoint streams with them (`transcribe --stream` runs, the offline logits frame for frame)."""
+    from tests.conftest import main_cli
+
+    code, out, err = main_cli(capsys, "train", "--config", "ldc93s1", f"data.root={shared('ldc93s1')}",
+                              "model.name=ds2-streaming-tiny", "model.overrides={rnn_hidden: 64, rnn_layers: 1}",
+                              "features.normalize=running", "trainer.max_steps=2", f"trainer.out_dir={tmp_path}")
+    assert code == 0, err
+    ckpt = tmp_path / "checkpoints" / "last.pt"
+    saved = torch.load(ckpt, weights_only=True)["config"]["features"]
+    raw = load_components(ckpt).features.raw(torch.from_numpy(load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)))
+    raw = raw.double().numpy()
+    assert saved["normalize"] == "running"
+    np.testing.assert_allclose(saved["global_stats"], np.concatenate([raw.mean(axis=1), raw.std(axis=1)]), atol=2e-5)
+    comps = load_components(ckpt)
+    path = shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav")
+    session, _ = _stream(comps, path, 100)
+    torch.testing.assert_close(torch.cat(session.logits), _offline(comps, path)[0], atol=2e-4, rtol=1e-4)
+    code, out, err = main_cli(capsys, "transcribe", "--stream", "--no-realtime", "--json", "--checkpoint", str(ckpt),
+                              str(path))
+    assert code == 0 and out.strip().splitlines(), err

@@ -105,8 +105,9 @@ class SpeechDataset(torch.utils.data.Dataset):
             self._speaker_stats() if features.cfg.normalize == "speaker" else {})
 
     def global_stats(self, limit: int) -> list[float]:
-        """normalize=global's statistics (features.global_stats) over at most `limit` utterances spread evenly over
-        the manifest; one that cannot be read is left out here (and skipped and counted where it is drawn)."""
+        """The training set's statistics (features.global_stats: normalize=global, running) over at most `limit`
+        utterances spread evenly over the manifest; one that cannot be read is left out here (and skipped and
+        counted where it is drawn)."""
         n = len(self.utts)
         picks = range(n) if n <= limit else [k * n // limit for k in range(limit)]
 

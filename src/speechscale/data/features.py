@@ -15,10 +15,11 @@ from ..config import AugmentConfig, ConfigError, FeatureConfig
 
 FEATURE_KINDS = ("spectrogram", "logmel")
 # per utterance: one mean/std | per bin (CMVN) | per bin over the speaker's utterances (speaker CMVN) | per bin,
-# the training set's (frame by frame: streams) | none | auto: global for a model that streams, else utterance
+# the training set's (frame by frame: streams) | per bin, the training set's with the mean updated by the
+# utterance's frames so far (online CMN: streams) | none | auto: global for a model that streams, else utterance
 # (resolved when the components are built: components.resolve_normalize)
-NORMALIZATIONS = ("utterance", "feature", "speaker", "global", "none", "auto")
-GLOBAL_STATS_UTTERANCES = 2000  # training computes normalize=global's statistics over at most so many utterances
+NORMALIZATIONS = ("utterance", "feature", "speaker", "global", "running", "none", "auto")
+GLOBAL_STATS_UTTERANCES = 2000  # training computes the training set's statistics over at most so many utterances
 # where training computes features: the loader's workers (CPU), or the training step on its device (the loader
 # then ships waveforms: FeatureExtractor.batch)
 FEATURE_DEVICES = ("loader", "cuda", "cpu")
@@ -84,7 +85,7 @@ def global_stats(raws: Iterable[torch.Tensor]) -> list[float]:
         stats = stats or SpeakerStats(raw.shape[0])
         stats.add(raw, level_free=False)
     if stats is None or not stats.frames:
-        raise ConfigError("features.normalize=global: no training audio to compute its statistics from")
+        raise ConfigError("features.normalize: no training audio to compute the training set's statistics from")
     return pooled_prior({"all": stats})
 
 
@@ -171,6 +172,8 @@ class FeatureExtractor:
         if mode == "global":
             mean, std = self._global(feats.device)
             return (feats - mean[:, None]) / (std[:, None] + 1e-5)
+        if mode == "running":
+            return self.running(feats[None])[0][0]
         if mode in ("feature", "speaker"):  # per-bin mean/variance over the utterance's frames (CMVN)
             return (feats - feats.mean(dim=1, keepdim=True)) / (feats.std(dim=1, keepdim=True) + 1e-5)
         return feats
@@ -218,7 +221,31 @@ class FeatureExtractor:
         if mode == "global":
             mean, std = self._global(feats.device)
             return ((feats - mean[None, :, None]) / (std[None, :, None] + 1e-5)) * m  # padding stays zero
+        if mode == "running":
+            return self.running(feats, valid)[0]
         return feats
+
+    def running(self, feats: torch.Tensor, valid: torch.Tensor | None = None,
+                carry: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """normalize=running: frame t of each row less the training set's per-bin mean and the mean of the row's
+        frames up to t (the training set's mean weighing features.running_prior_frames of them), over the training
+        set's std. Raw features (B, F, T), `valid` (B, 1, T) (frames past a row's end count for nothing and come out
+        zero), `carry` from the frames before (None: an utterance's start) -> normalized (B, F, T) and the carry
+        after them: (B, F) float64 sums of the frames less the training set's mean, (B,) float64 counts."""
+        mean, std = self._global(feats.device)
+        b, f, _ = feats.shape
+        m = torch.ones_like(feats[:, :1], dtype=torch.float64) if valid is None else valid.to(torch.float64)
+        if carry is None:
+            carry = (torch.zeros(b, f, dtype=torch.float64, device=feats.device),
+                     torch.zeros(b, dtype=torch.float64, device=feats.device))
+        if not feats.shape[2]:
+            return feats, carry
+        off = (feats.double() - mean.double()[None, :, None]) * m  # (B, F, T) less the training set's mean
+        sums = carry[0][:, :, None] + off.cumsum(2)  # (B, F, T) over the row's frames up to each
+        counts = carry[1][:, None, None] + m.cumsum(2)  # (B, 1, T)
+        out = (off - sums / (counts + self.cfg.running_prior_frames)) * m / (std.double()[None, :, None] + 1e-5)
+        return out.to(feats.dtype), (sums[:, :, -1], counts[:, 0, -1])
 
     def _mode(self) -> str:
         """features.normalize; auto (which a model's components resolve first: components.resolve_normalize) is
@@ -226,11 +253,11 @@ class FeatureExtractor:
         return "utterance" if self.cfg.normalize == "auto" else self.cfg.normalize
 
     def _global(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """normalize=global's per-bin mean and std (F,) on `device`; a ConfigError where training has not
-        written them."""
+        """The training set's per-bin mean and std (F,) on `device` (normalize=global, running); a ConfigError where
+        training has not written them."""
         stats = self.cfg.global_stats
         if not stats:
-            raise ConfigError("features.normalize=global needs the training set's statistics "
+            raise ConfigError(f"features.normalize={self._mode()} needs the training set's statistics "
                               "(features.global_stats), which training computes; this config has none")
         f = len(stats) // 2
         both = torch.tensor(stats, dtype=torch.float32, device=device)

@@ -55,7 +55,7 @@ def streaming_problem(model: Any, features: Any, name: str) -> str | None:
     problem = model.streaming_problem()
     if problem:
         return f"{name} {problem}"
-    if features.normalize not in ("none", "global") or features.remove_dc:
+    if features.normalize not in ("none", "global", "running") or features.remove_dc:
         return (f"{name} normalizes its features over the whole utterance (features.normalize={features.normalize}"
-                f"{', remove_dc' if features.remove_dc else ''}); streaming needs features.normalize=global or none")
+                f"{', remove_dc' if features.remove_dc else ''}); streaming needs features.normalize=global, running or none")
     return None

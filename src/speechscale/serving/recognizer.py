@@ -200,10 +200,10 @@ class Recognizer:
         streams = list(dict.fromkeys(streams))
         cut = [s for s in streams if s.cuts]
         if cut:
-            feats = spectra(self.comps.features, [c for s in cut for c in s.cuts])  # one STFT for every stream
+            raws = spectra(self.comps.features, [c for s in cut for c in s.cuts])  # one STFT for every stream
             for s in cut:
-                s.pending = torch.cat([s.pending, *feats[: len(s.cuts)]], dim=1)
-                feats, s.cuts = feats[len(s.cuts):], []
+                s.pending = torch.cat([s.pending, s.front.normalize(torch.cat(raws[: len(s.cuts)], dim=1))], dim=1)
+                raws, s.cuts = raws[len(s.cuts):], []
         while batch := [s for s in streams if self.ready(s)]:
             self._step(batch)
 

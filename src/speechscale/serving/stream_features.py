@@ -4,7 +4,8 @@ FeatureExtractor computes them for the whole signal.
     front = FrontEnd(comps.features, sample_rate=44100)
     cut = front(samples)                           # the samples of the frames they complete, or None
     last = front.finish()                          # the rest: the end's reflection and the resampler's tail
-    feats = spectra(comps.features, [cut, ...])    # (F, n) per cut: one STFT for the cuts of many streams
+    raws = spectra(comps.features, [cut, ...])     # (F, n) per cut: one STFT for the cuts of many streams
+    feats = front.normalize(raws[0])               # normalized as offline, each stream with its own statistics
 
 A stream only cuts its samples (cheap, in its own thread); the spectra of every stream in a round are one STFT.
 """
@@ -24,9 +25,9 @@ class Cut(NamedTuple):
 
 
 def spectra(features: Any, cuts: list[Cut]) -> list[torch.Tensor]:
-    """Each cut's feature frames (F, frames), as torch.stft (center=False), the extractor's compression and its
-    normalization (one that works frame by frame) compute them, for all cuts in one call: each cut starts at a
-    multiple of the hop in one signal, and the windows that straddle two cuts are dropped."""
+    """Each cut's log feature frames before normalization (F, frames), as torch.stft (center=False) and the
+    extractor's compression compute them, for all cuts in one call: each cut starts at a multiple of the hop in one
+    signal, and the windows that straddle two cuts are dropped."""
     hop = features.hop_length
     parts, starts, at = [], [], 0
     for cut in cuts:
@@ -37,7 +38,7 @@ def spectra(features: Any, cuts: list[Cut]) -> list[torch.Tensor]:
     signal = torch.from_numpy(np.concatenate(parts))
     spec = torch.stft(signal, n_fft=features.n_fft, hop_length=hop, win_length=features.win_length,
                       window=features.window, center=False, return_complex=True)  # (F', windows)
-    feats = features.normalize(features.compress(spec.abs()))  # (F, windows); global or none: frame by frame
+    feats = features.compress(spec.abs())  # (F, windows)
     return [feats[:, a:a + cut.frames] for a, cut in zip(starts, cuts)]
 
 
@@ -101,6 +102,16 @@ class FrontEnd:
         self.resampler = (soxr.ResampleStream(self.in_rate, self.rate, 1, dtype="float32", quality="HQ")
                           if self.in_rate != self.rate else None)
         self.features = StreamFeatures(features)
+        self.fx = features
+        self.carry: tuple[torch.Tensor, torch.Tensor] | None = None  # normalize=running: the frames so far
+
+    def normalize(self, raw: torch.Tensor) -> torch.Tensor:
+        """The stream's next log feature frames (F, n) (`spectra`) -> normalized as the offline extractor normalizes
+        them in the whole signal (a normalization that works frame by frame: global, running, none)."""
+        if self.fx.cfg.normalize != "running":
+            return self.fx.normalize(raw)
+        feats, self.carry = self.fx.running(raw[None], carry=self.carry)
+        return feats[0]
 
     def __call__(self, samples: np.ndarray) -> Cut | None:
         """Mono float samples at the stream's rate -> the samples of the feature frames they complete, or None."""

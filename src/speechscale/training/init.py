@@ -15,7 +15,8 @@ from ..config import Config, ConfigError
 from ..storage.checkpoints import load_checkpoint
 
 # feature fields that change what the model sees; speaker_prior* only matter for a file without its speaker
-_FEATURE_KEYS = ("kind", "sample_rate", "window_ms", "hop_ms", "n_mels", "normalize", "remove_dc", "preemphasis")
+_FEATURE_KEYS = ("kind", "sample_rate", "window_ms", "hop_ms", "n_mels", "normalize", "remove_dc", "preemphasis",
+                 "running_prior_frames")
 
 
 def _differences(saved: dict[str, Any], cfg: Config) -> list[str]:

@@ -106,9 +106,10 @@ class Trainer:
         self.card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts)
         if not utts:
             self.card_data.update(utterances=data.utterances, hours=None)
-        if cfg.features.normalize == "global" and not cfg.features.global_stats:  # before any feature is made
+        if cfg.features.normalize in ("global", "running") and not cfg.features.global_stats:  # before any feature
             if not hasattr(data.plain, "global_stats"):
-                raise ConfigError("features.normalize=global computes its statistics from a manifest's utterances; "
+                raise ConfigError(f"features.normalize={cfg.features.normalize} computes the training set's "
+                                  "statistics from a manifest's utterances; "
                                   "a sharded corpus needs them given (features.global_stats) or another "
                                   "features.normalize")
             cfg.features.global_stats = data.plain.global_stats(GLOBAL_STATS_UTTERANCES)  # saved with the config

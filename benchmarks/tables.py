@@ -202,6 +202,14 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
               "same run", ""] for c, v in s["chunks"].items()]
     rows.append([base["model"], "full context (offline model)", f"{100 * base['wer']:.1f} %", f"{100 * base['cer']:.2f} %",
                  base["train_minutes"], base.get("epoch_seconds_median", "-")])
+    if "quieter" in s:  # the test set again, every recording that many dB quieter
+        q, qb = s["quieter"], base["quieter"]
+        rows += [[s["model"], f"full context, test audio {q['db']} dB quieter", f"{100 * q['wer']:.1f} %",
+                  f"{100 * q['cer']:.2f} %", "same run", ""],
+                 [s["model"], f"chunks of 16 frames, test audio {q['db']} dB quieter",
+                  f"{100 * q['chunks']['16']['wer']:.1f} %", f"{100 * q['chunks']['16']['cer']:.2f} %", "same run", ""],
+                 [base["model"], f"full context (offline model), test audio {qb['db']} dB quieter", f"{100 * qb['wer']:.1f} %",
+                  f"{100 * qb['cer']:.2f} %", "same run", ""]]
     c16, full = s["chunks"]["16"]["cer"], s["cer"]
     goals = [f"CER at chunks of 16 {100 * c16:.2f} % against {100 * full:.2f} % at full context, goal within 10 % "
              f"(≤ {100 * s['goal_chunk16_cer']:.2f} %): " + ("reached" if c16 <= s["goal_chunk16_cer"] else "**not reached**"),

@@ -223,10 +223,12 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
                      " through its ONNX step (20 real files, chunks of 20 ms to 1 s), goal all: " +
                      ("reached" if e["equal"] == e["pairs"] and e["onnx"]["equal"] == e["onnx"]["pairs"]
                       else "**not reached**"))
+    quiet = (f" Both again on the same utterances {s['quieter']['db']} dB quieter (each recording scaled down, as a "
+             "microphone set lower than the corpus's)." if "quieter" in s else "")
     return (f"`{s['recipe']}` ({s['epochs']} epochs) and the same recipe with `model.name=conformer-tiny`, each "
             f"scored with `speechscale eval` on {s['utterances']} utterances of the demo's test voice, never used in "
             "training; the streaming model with attention at full context and in chunks (`--attention-chunk`), "
-            "as it streams with that chunk.\n\n" +
+            f"as it streams with that chunk.{quiet}\n\n" +
             _md(["model", "attention", "WER", "CER", "training minutes", "median s per epoch"], rows) + "\n" +
             "".join(f"- {x}\n" for x in goals))
 

@@ -7,12 +7,13 @@ can decide (serving.recognizer with a single stream; the service batches many).
             ...
     events = session.finish()                # the rest, and the last phrase as a Final
 
-A streaming-capable model (models.streaming: DeepSpeech2 with unidirectional RNNs and its lookahead) runs a step
-per chunk of feature frames, every piece of state carried between chunks: the resampler's, the samples that the
-next STFT frames overlap (and the reflection at the stream's start), each layer's carried frames and recurrent
-state. A frame is decided once everything it depends on has arrived, so the stream's text equals the offline
-transcript of the whole file (tests/serving/test_streaming.py: real files at several rates, chunks from 20 ms to
-1 s and odd sizes). Endpointing and decoding: serving.phrases.
+A streaming-capable model (models.streaming: DeepSpeech2 with unidirectional RNNs and its lookahead, the Conformer
+with attention in chunks) runs a step per chunk of feature frames, every piece of state carried between chunks: the
+resampler's, the samples that the next STFT frames overlap (and the reflection at the stream's start), each layer's
+carried frames and recurrent state, the running normalization's sums. A frame is decided once everything it depends
+on has arrived, so the stream's text equals the offline transcript of the whole file
+(tests/serving/test_streaming.py: real files at several rates, chunks from 20 ms to 1 s and odd sizes). Endpointing
+and decoding: serving.phrases.
 
 Models that need the whole utterance (bidirectional RNNs, attention over the utterance, features normalized over
 the utterance) are refused with a one-line reason (StreamingRefused).

@@ -196,20 +196,20 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
     """benchmarks/streaming_conformer.py: one streaming conformer at full context and in chunks, the offline
     conformer-tiny beside it, each against its goal."""
     s, base = res
-    rows = [[s["model"], "full context", f"{100 * s['wer']:.1f} %", f"{100 * s['cer']:.2f} %", s["train_minutes"],
-             s.get("epoch_seconds_median", "-")]]
-    rows += [[s["model"], f"chunks of {c} frames ({int(c) * 40} ms)", f"{100 * v['wer']:.1f} %", f"{100 * v['cer']:.2f} %",
-              "same run", ""] for c, v in s["chunks"].items()]
-    rows.append([base["model"], "full context (offline model)", f"{100 * base['wer']:.1f} %", f"{100 * base['cer']:.2f} %",
-                 base["train_minutes"], base.get("epoch_seconds_median", "-")])
+
+    def row(run: dict[str, Any], attention: str, score: dict[str, Any], own: bool = False) -> list[Any]:
+        """One scored row; `own`: the run's own minutes (the other rows score the same run)."""
+        times = [run["train_minutes"], run.get("epoch_seconds_median", "-")] if own else ["same run", ""]
+        return [run["model"], attention, f"{100 * score['wer']:.1f} %", f"{100 * score['cer']:.2f} %", *times]
+
+    rows = [row(s, "full context", s, own=True)]
+    rows += [row(s, f"chunks of {c} frames ({int(c) * 40} ms)", v) for c, v in s["chunks"].items()]
+    rows.append(row(base, "full context (offline model)", base, own=True))
     if "quieter" in s:  # the test set again, every recording that many dB quieter
         q, qb = s["quieter"], base["quieter"]
-        rows += [[s["model"], f"full context, test audio {q['db']} dB quieter", f"{100 * q['wer']:.1f} %",
-                  f"{100 * q['cer']:.2f} %", "same run", ""],
-                 [s["model"], f"chunks of 16 frames, test audio {q['db']} dB quieter",
-                  f"{100 * q['chunks']['16']['wer']:.1f} %", f"{100 * q['chunks']['16']['cer']:.2f} %", "same run", ""],
-                 [base["model"], f"full context (offline model), test audio {qb['db']} dB quieter", f"{100 * qb['wer']:.1f} %",
-                  f"{100 * qb['cer']:.2f} %", "same run", ""]]
+        rows += [row(s, f"full context, test audio {q['db']} dB quieter", q),
+                 row(s, f"chunks of 16 frames, test audio {q['db']} dB quieter", q["chunks"]["16"]),
+                 row(base, f"full context (offline model), test audio {qb['db']} dB quieter", qb)]
     c16, full = s["chunks"]["16"]["cer"], s["cer"]
     goals = [f"CER at chunks of 16 {100 * c16:.2f} % against {100 * full:.2f} % at full context, goal within 10 % "
              f"(≤ {100 * s['goal_chunk16_cer']:.2f} %): " + ("reached" if c16 <= s["goal_chunk16_cer"] else "**not reached**"),

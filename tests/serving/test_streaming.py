@@ -101,6 +101,7 @@ def test_running_normalization_streams_exactly_with_each_streams_own_statistics(
     import dataclasses
 
     from speechscale.data.features import FeatureExtractor, global_stats
+    from speechscale.serving.recognizer import Recognizer
 
     files = [shared("ldc93s1", "LDC93S1.wav"), shared("jfk", "jfk.flac"), _files()[0]]
     stats = global_stats(comps.features.raw(torch.from_numpy(load_audio(f, 16000))) for f in files)
@@ -114,20 +115,22 @@ def test_running_normalization_streams_exactly_with_each_streams_own_statistics(
             torch.testing.assert_close(torch.cat(session.logits), logits, atol=2e-4, rtol=1e-4,
                                        msg=lambda m, p=path.name, c=ms: f"{p} {c}: {m}")
             assert session.text == text
-    a, b = (StreamingSession(running, sample_rate=16000) for _ in range(2))
-    rec = b.recognizer = a.recognizer  # one recognizer: both streams' spectra in one STFT, their steps in one batch
-    b.stream = rec.create_stream(16000)
+    rec = Recognizer(running)  # one recognizer: both streams' spectra in one STFT, their steps in one batch
+    streams = [rec.create_stream(16000) for _ in range(2)]
     wavs = [load_audio(f, 16000) for f in files[:2]]
-    for s in (a, b):
-        s.logits = []
+    for s in streams:
+        s.keep_logits = []
     for i in range(0, max(map(len, wavs)), 1600):
-        for s, w in zip((a, b), wavs):
+        for s, w in zip(streams, wavs):
             if i < len(w):
-                s.stream.push(w[i:i + 1600])
-        rec.decode_streams([a.stream, b.stream])
-    for s, path in zip((a, b), files[:2]):
-        s.finish()
-        torch.testing.assert_close(torch.cat(s.logits), _offline(running, path)[0], atol=2e-4, rtol=1e-4)
+                s.push(w[i:i + 1600])
+        rec.decode_streams(streams)
+    for s in streams:
+        s.close()
+    rec.decode_streams(streams)
+    for s, path in zip(streams, files[:2]):
+        s.events()  # the decided logits, kept
+        torch.testing.assert_close(torch.cat(s.keep_logits), _offline(running, path)[0], atol=2e-4, rtol=1e-4)
     original = StreamingSession.accept
 
     def forgetful(self, samples):

@@ -20,6 +20,7 @@ FEATURE_KINDS = ("spectrogram", "logmel")
 # (resolved when the components are built: components.resolve_normalize)
 NORMALIZATIONS = ("utterance", "feature", "speaker", "global", "running", "none", "auto")
 GLOBAL_STATS_UTTERANCES = 2000  # training computes the training set's statistics over at most so many utterances
+WITH_TRAINING_SET_STATS = ("global", "running")  # normalizations that read features.global_stats
 # where training computes features: the loader's workers (CPU), or the training step on its device (the loader
 # then ships waveforms: FeatureExtractor.batch)
 FEATURE_DEVICES = ("loader", "cuda", "cpu")
@@ -224,6 +225,16 @@ class FeatureExtractor:
         if mode == "running":
             return self.running(feats, valid)[0]
         return feats
+
+    def normalize_next(self, raw: torch.Tensor, carry: tuple[torch.Tensor, torch.Tensor] | None = None
+                       ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """A stream's next raw frames (F, n) -> normalized as `normalize` normalizes them in the whole signal, and
+        what the stream carries to its next frames (`running`'s sums; None at its start). For the normalizations
+        that work frame by frame (global, running, none)."""
+        if self._mode() != "running":
+            return self.normalize(raw), carry
+        feats, carry = self.running(raw[None], carry=carry)
+        return feats[0], carry
 
     def running(self, feats: torch.Tensor, valid: torch.Tensor | None = None,
                 carry: tuple[torch.Tensor, torch.Tensor] | None = None

@@ -102,16 +102,13 @@ class FrontEnd:
         self.resampler = (soxr.ResampleStream(self.in_rate, self.rate, 1, dtype="float32", quality="HQ")
                           if self.in_rate != self.rate else None)
         self.features = StreamFeatures(features)
-        self.fx = features
-        self.carry: tuple[torch.Tensor, torch.Tensor] | None = None  # normalize=running: the frames so far
+        self.carry: Any = None  # what the normalization keeps from the frames so far (normalize=running's sums)
 
     def normalize(self, raw: torch.Tensor) -> torch.Tensor:
         """The stream's next log feature frames (F, n) (`spectra`) -> normalized as the offline extractor normalizes
-        them in the whole signal (a normalization that works frame by frame: global, running, none)."""
-        if self.fx.cfg.normalize != "running":
-            return self.fx.normalize(raw)
-        feats, self.carry = self.fx.running(raw[None], carry=self.carry)
-        return feats[0]
+        them in the whole signal (FeatureExtractor.normalize_next)."""
+        feats, self.carry = self.features.fx.normalize_next(raw, self.carry)
+        return feats
 
     def __call__(self, samples: np.ndarray) -> Cut | None:
         """Mono float samples at the stream's rate -> the samples of the feature frames they complete, or None."""

@@ -24,7 +24,7 @@ from .._compat import deterministic_algorithms
 from ..components import build_components
 from ..config import Config, ConfigError, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
-from ..data.features import GLOBAL_STATS_UTTERANCES, pooled_prior
+from ..data.features import GLOBAL_STATS_UTTERANCES, WITH_TRAINING_SET_STATS, pooled_prior
 from ..data.loading import training_data
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
@@ -106,7 +106,7 @@ class Trainer:
         self.card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts)
         if not utts:
             self.card_data.update(utterances=data.utterances, hours=None)
-        if cfg.features.normalize in ("global", "running") and not cfg.features.global_stats:  # before any feature
+        if cfg.features.normalize in WITH_TRAINING_SET_STATS and not cfg.features.global_stats:  # before any feature
             if not hasattr(data.plain, "global_stats"):
                 raise ConfigError(f"features.normalize={cfg.features.normalize} computes the training set's "
                                   "statistics from a manifest's utterances; "

@@ -70,6 +70,13 @@ class AugmentConfig:
     trim_silence: float = 0.0          # probability of cutting leading and trailing silence to a random part of
                                        # itself (speakers whose clips are cut tight; for isolated-word corpora)
     trim_floor_db: float = -20.0       # a 10 ms frame is sound when within this many dB of the loudest
+    silence: float = 0.0               # probability of adding silence before and after an utterance: a live
+                                       # microphone's wait before speech, a recording's tail (corpora cut tight to
+                                       # their speech, such as synthesized ones, otherwise never show a model silence)
+    silence_max_s: float = 1.0         # the leading and the trailing silence each last up to this many seconds
+    silence_floor_db: list[float] = field(default_factory=lambda: [-90.0, -40.0])  # white noise under the whole
+                                       # utterance at a level (dBFS RMS) drawn in this range: the microphone's own
+                                       # noise in the silence; [] = digital zeros
     gain_db: float = 0.0               # random gain in [-gain_db, +gain_db]
     channel_db: float = 0.0            # a random smooth frequency response (zero phase) whose gain stays within
                                        # +-channel_db dB: another microphone or room colour (0 = off)

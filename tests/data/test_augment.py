@@ -153,3 +153,74 @@ def test_channel_colours_real_speech_by_a_bounded_smooth_response():
     assert aug.active
     np.testing.assert_array_equal(aug(wav, torch.Generator().manual_seed(4)), aug(wav, torch.Generator().manual_seed(4)))
     assert not np.array_equal(aug(wav, torch.Generator().manual_seed(4)), wav)
+
+
+def test_add_silence_pads_real_speech_within_bounds_and_lays_a_floor_at_the_drawn_level():
+    from speechscale.data.audio import load_audio
+    from speechscale.data.augment import add_silence
+    from tests.conftest import shared
+
+    wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    bare = AugmentConfig(silence=1.0, silence_max_s=0.5, silence_floor_db=[])
+    leads = set()
+    for seed in range(12):
+        out = add_silence(wav, bare, 16000, torch.Generator().manual_seed(seed))
+        extra = len(out) - len(wav)
+        assert 0 <= extra <= 2 * 8000
+        lead = next(i for i in range(extra + 1) if np.array_equal(out[i:i + len(wav)], wav))  # the speech, intact
+        assert not out[:lead].any() and not out[lead + len(wav):].any()  # digital silence on both sides
+        leads.add(lead)
+    assert len(leads) == 12  # a fresh length each draw
+    wide, floor = (AugmentConfig(silence=1.0, silence_max_s=1.0, silence_floor_db=f) for f in ([], [-60.0, -60.0]))
+    for seed in range(5):
+        plain = add_silence(wav, wide, 16000, torch.Generator().manual_seed(seed))
+        noisy = add_silence(wav, floor, 16000, torch.Generator().manual_seed(seed))  # the same lengths drawn first
+        assert len(noisy) == len(plain)
+        noise = (noisy - plain).astype(np.float64)
+        # white noise at -60 dBFS RMS under the whole utterance, silence and speech alike
+        assert abs(10 * np.log10(np.mean(noise ** 2)) + 60) < 0.2
+        assert abs(np.corrcoef(noise[:-1], noise[1:])[0, 1]) < 0.05
+    gen = torch.Generator().manual_seed(3)
+    assert add_silence(wav, AugmentConfig(), 16000, gen) is wav  # off: the input, and no draw taken
+    assert torch.equal(torch.rand(4, generator=gen), torch.rand(4, generator=torch.Generator().manual_seed(3)))
+
+
+def test_longest_seconds_bounds_what_augmentation_makes_of_an_utterance():
+    from speechscale.data.augment import add_silence, longest_seconds
+
+    cfg = AugmentConfig(silence=0.7, silence_max_s=0.4, speed=[0.9, 1.1], tempo=[0.8, 1.2])
+    assert longest_seconds(cfg, 1.0) == pytest.approx((1.0 + 0.8) / 0.9 / 0.8)
+    assert longest_seconds(AugmentConfig(silence_max_s=5.0), 1.0) == 1.0  # silence off adds nothing
+    aug, wav, worst = WaveAugment(cfg, 16000), _tone(1.0), 0
+    for seed in range(30):
+        gen = torch.Generator().manual_seed(seed)
+        worst = max(worst, len(aug(add_silence(wav, cfg, 16000, gen), gen)))
+    assert 1.3 * 16000 < worst <= longest_seconds(cfg, 1.0) * 16000 + 20
+
+
+@pytest.mark.parametrize("in_step", [False, True])
+def test_the_training_dataset_adds_the_silence_the_loader_and_the_step_both_see(in_step):
+    """The dataset draws the silence from its per-utterance generator, before the waveform augmentation, whether
+    it ships features or (features.device) the waveform."""
+    from speechscale.config import FeatureConfig
+    from speechscale.data.augment import add_silence
+    from speechscale.data.dataset import SpeechDataset
+    from speechscale.data.features import FeatureExtractor
+    from speechscale.data.manifest import read_manifest
+    from speechscale.data.text import CharTokenizer, TextNormalizer
+    from speechscale.storage.seeds import generator
+    from tests.conftest import shared
+
+    utts, _ = read_manifest(shared("ldc93s1", "manifest.jsonl"), normalize=TextNormalizer())
+    fx = FeatureExtractor(FeatureConfig(kind="logmel", n_mels=40, sample_rate=16000, normalize="utterance"))
+    cfg = AugmentConfig(silence=1.0, silence_max_s=0.5, gain_db=3)
+    ds = SpeechDataset(utts, fx, CharTokenizer(), augment=cfg, seed=7, in_step=in_step)
+    ds.epoch = 2
+    item = ds[0]
+    gen = generator(7, "item", 2, 0)
+    wav = WaveAugment(cfg, 16000)(add_silence(ds._wave(0), cfg, 16000, gen), gen)
+    assert len(wav) > len(ds._wave(0)) + 160  # lengthened by the silence
+    if in_step:
+        np.testing.assert_array_equal(item["wave"].numpy(), wav)
+    else:
+        torch.testing.assert_close(item["feats"], fx(torch.from_numpy(wav)))

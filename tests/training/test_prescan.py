@@ -36,6 +36,10 @@ def test_prescan_measures_the_worst_case_and_leaves_training_exactly_unchanged(l
     assert result["utterances"] == 5  # the sampler packs floor(15 s / 2.92 s) of the longest
     # ... and speed perturbation at 0.9 stretches each to 3.25 s
     assert result["seconds"] == pytest.approx(2.9248 / 0.9, abs=0.01) and result["peak_mb"] > 100
+    # added silence lengthens the worst case by both its ends at most, before the speed perturbation
+    padded = prescan(Trainer(_cfg(ldc40, tmp_path / "c", "augment.silence=0.5", "augment.silence_max_s=0.25")))
+    assert padded["seconds"] == pytest.approx((2.9248 + 0.5) / 0.9, abs=0.01)
+    assert padded["peak_mb"] > 100
     scanned.fit()  # fit() pre-scans again, then trains
     plain = Trainer(_cfg(ldc40, tmp_path / "b"))
     plain.fit()

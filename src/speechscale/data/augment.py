@@ -1,5 +1,5 @@
-"""Augmentation: tempo (pitch kept) and speed perturbation, a random channel (frequency response), gain,
-reverberation and noise from recordings (recorded.py) and white noise on the waveform; SpecAugment and
+"""Augmentation: added silence, tempo (pitch kept) and speed perturbation, a random channel (frequency
+response), gain, reverberation and noise from recordings (recorded.py) and white noise on the waveform; SpecAugment and
 frequency warping on features.
 
 All randomness comes from a `torch.Generator` the caller seeds, so a run is reproducible.
@@ -168,6 +168,28 @@ def trim_silence(wav: np.ndarray, cfg: AugmentConfig, sample_rate: int, gen: tor
     new_start = int(float(torch.rand((), generator=gen)) * start)
     new_end = end + int(float(torch.rand((), generator=gen)) * (wav.shape[0] - end))
     return wav[new_start:new_end]
+
+
+def add_silence(wav: np.ndarray, cfg: AugmentConfig, sample_rate: int, gen: torch.Generator) -> np.ndarray:
+    """(T,) -> (lead + T + trail,): with probability cfg.silence, silence before and after the utterance, each
+    drawn in [0, cfg.silence_max_s] seconds, and white noise under all of it at a level drawn (in dBFS RMS) in
+    cfg.silence_floor_db. A model that only heard speech from the first frame to the last reads a microphone's
+    wait before speech as words."""
+    if cfg.silence <= 0 or float(torch.rand((), generator=gen)) >= cfg.silence:
+        return wav
+    lead, trail = (int(_uniform(gen, 0.0, cfg.silence_max_s) * sample_rate) for _ in range(2))
+    out = np.concatenate([np.zeros(lead, np.float32), np.asarray(wav, dtype=np.float32), np.zeros(trail, np.float32)])
+    if cfg.silence_floor_db:
+        level = 10 ** (_uniform(gen, cfg.silence_floor_db[0], cfg.silence_floor_db[1]) / 20)
+        out = out + torch.randn(out.shape[0], generator=gen).numpy() * np.float32(level)
+    return out.astype(np.float32)
+
+
+def longest_seconds(cfg: AugmentConfig, seconds: float) -> float:
+    """The longest an utterance of `seconds` becomes under augmentation: added silence, then the slowest speed
+    and tempo factors."""
+    extra = 2 * cfg.silence_max_s if cfg.silence > 0 else 0.0
+    return (seconds + extra) / min(cfg.speed or [1.0]) / min(cfg.tempo or [1.0])
 
 
 def spec_draws(cfg: AugmentConfig, gen: torch.Generator, n_freq: int, n_time: int) -> list[float]:

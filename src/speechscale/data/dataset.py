@@ -20,7 +20,7 @@ import torch
 from ..config import AugmentConfig
 from ..storage.seeds import generator
 from .audio import AudioError, AudioTooLong, load_audio
-from .augment import WaveAugment, freq_warp, spec_augment, spec_draws, trim_silence, word_crop
+from .augment import WaveAugment, add_silence, freq_warp, spec_augment, spec_draws, trim_silence, word_crop
 from .features import FeatureExtractor, SpeakerStats, global_stats
 from .manifest import Utterance
 from .text import CharTokenizer
@@ -202,6 +202,7 @@ class SpeechDataset(torch.utils.data.Dataset):
             gen = generator(self.seed, "item", epoch, i)
             wav, text = word_crop(wav, text, self.augment_cfg, self.features.cfg.sample_rate, gen)
             wav = trim_silence(wav, self.augment_cfg, self.features.cfg.sample_rate, gen)
+            wav = add_silence(wav, self.augment_cfg, self.features.cfg.sample_rate, gen)
             if self.wave_aug is not None and self.wave_aug.active:
                 wav = self.wave_aug(wav, gen)
             draws = spec_draws(self.augment_cfg, gen, self.features.num_features, self.features.num_frames(len(wav)))

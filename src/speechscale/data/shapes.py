@@ -2,8 +2,8 @@
 replay one captured graph per shape instead of launching every kernel of every step (`data.fixed_shapes`).
 
 The sampler is untouched: its batches (which utterances, in which order, exactly once, resumable, any world size)
-are the same; only their padding changes. Frame bounds are quantiles of the training durations (stretched by the
-slowest speed/tempo perturbation), and a shape's batch size is the most utterances a batch of that bound can
+are the same; only their padding changes. Frame bounds are quantiles of the training durations (in frames for
+the longest augmentation makes them), and a shape's batch size is the most utterances a batch of that bound can
 hold under `data.batch_seconds` and `data.max_batch_size`. The rows added to fill a batch are zero-weight
 fillers of length 0: masked batch norm leaves them out of its statistics, the models zero their outputs, and
 the loss weights them 0, so the real rows' outputs and gradients are those of the unpadded batch.
@@ -34,9 +34,9 @@ class BatchShapes:
 
     @classmethod
     def from_durations(cls, durations: Sequence[float], count: int, batch_seconds: float, max_batch_size: int,
-                       frames: Callable[[float], int], stretch: float = 1.0) -> "BatchShapes":
+                       frames: Callable[[float], int]) -> "BatchShapes":
         """`count` frame bounds at equal quantiles of `durations` (seconds; the last bound is the longest), each
-        in frames as `frames(seconds * stretch)` (stretch: the slowest speed/tempo factor's inverse); a bound's
+        in frames as `frames(seconds)` (which counts what augmentation adds); a bound's
         batch size is min(max_batch_size, batch_seconds // the previous bound), the most a batch whose longest
         utterance lies above the previous bound can hold."""
         ordered = sorted(durations)
@@ -47,7 +47,7 @@ class BatchShapes:
         shapes, below = [], ordered[0]
         for bound in bounds:
             size = max(1, min(max_batch_size, int(batch_seconds // below) if below > 0 else max_batch_size))
-            shapes.append((size, frames(bound * stretch)))
+            shapes.append((size, frames(bound)))
             below = bound
         return cls(shapes)
 

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..config import Config, ConfigError
+from ..data.augment import longest_seconds
 from ..data.shapes import BatchShapes
 from .precision import Precision, clip_and_step, step_if
 
@@ -59,14 +60,13 @@ def step_shapes(cfg: Config, comps: Any, utts: list[Any], device: torch.device) 
 
 
 def fixed_shapes(cfg: Config, comps: Any, utts: list[Any], count: int) -> BatchShapes:
-    """`count` batch shapes from the training utterances' durations, frames stretched by the slowest speed and
-    tempo perturbation (and 2 frames of margin for a manifest's rounded durations)."""
+    """`count` batch shapes from the training utterances' durations, frames for the longest augmentation makes
+    of them (added silence, the slowest speed and tempo) and 2 frames of margin for a manifest's rounded durations."""
     if not utts:
         raise ConfigError("data.fixed_shapes needs the training durations up front: a manifest, not a shard index")
     a, d = cfg.augment, cfg.data
-    stretch = 1 / min(a.speed or [1.0]) / min(a.tempo or [1.0])
     return BatchShapes.from_durations([u.duration for u in utts], count, d.batch_seconds, d.max_batch_size,
-                                      lambda s: comps.features.frames_for_seconds(s) + 2, stretch)
+                                      lambda s: comps.features.frames_for_seconds(longest_seconds(a, s)) + 2)
 
 
 class _Forward(nn.Module):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..data.augment import longest_seconds
 from ..data.dataset import collate
 
 if TYPE_CHECKING:
@@ -60,13 +61,12 @@ def _is_oom(e: BaseException) -> bool:
 
 
 def worst_case_batch(trainer: "Trainer") -> tuple[Any, float]:
-    """The longest utterances, as many as a batch can hold, padded to the slowest speed perturbation.
-    Returns (batch, padded seconds per utterance)."""
+    """The longest utterances, as many as a batch can hold, padded to the longest augmentation makes them (added
+    silence, the slowest speed and tempo). Returns (batch, padded seconds per utterance)."""
     d = trainer.cfg.data
     longest = [i for _, i in trainer.data.longest]
-    slow = min(trainer.cfg.augment.speed) if trainer.cfg.augment.speed else 1.0
     nominal = trainer.data.longest[0][0]
-    seconds = nominal / slow
+    seconds = longest_seconds(trainer.cfg.augment, nominal)
     # as many as the sampler packs (it bounds nominal padded seconds), then slowed down by augmentation
     n = max(1, min(d.max_batch_size, int(d.batch_seconds // nominal), len(longest)))
     plain = trainer.data.plain  # no augmentation

@@ -205,16 +205,14 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
     rows = [row(s, "full context", s, own=True)]
     rows += [row(s, f"chunks of {c} frames ({int(c) * 40} ms)", v) for c, v in s["chunks"].items()]
     rows.append(row(base, "full context (offline model)", base, own=True))
-    if "quieter" in s:  # the test set again, every recording that many dB quieter
-        q, qb = s["quieter"], base["quieter"]
-        rows += [row(s, f"full context, test audio {q['db']} dB quieter", q),
-                 row(s, f"chunks of 16 frames, test audio {q['db']} dB quieter", q["chunks"]["16"]),
-                 row(base, f"full context (offline model), test audio {qb['db']} dB quieter", qb)]
-    if "after_silence" in s:  # the test set again, each recording after seconds of a microphone's noise
-        a, ab = s["after_silence"], base["after_silence"]
-        what = f"test audio after {a['seconds']:g} s of silence ({a['floor_dbfs']:g} dBFS noise)"
-        rows += [row(s, f"full context, {what}", a), row(s, f"chunks of 16 frames, {what}", a["chunks"]["16"]),
-                 row(base, f"full context (offline model), {what}", ab)]
+    copies = {  # the test set again, altered (every recording quieter; after a silent start): each one's label
+        "quieter": lambda v: f"test audio {v['db']} dB quieter",
+        "after_silence": lambda v: f"test audio after {v['seconds']:g} s of silence ({v['floor_dbfs']:g} dBFS noise)"}
+    for key, label in copies.items():
+        if key in s:
+            what, v = label(s[key]), s[key]
+            rows += [row(s, f"full context, {what}", v), row(s, f"chunks of 16 frames, {what}", v["chunks"]["16"]),
+                     row(base, f"full context (offline model), {what}", base[key])]
     c16, full = s["chunks"]["16"]["cer"], s["cer"]
     goals = [f"CER at chunks of 16 {100 * c16:.2f} % against {100 * full:.2f} % at full context, goal within 10 % "
              f"(≤ {100 * s['goal_chunk16_cer']:.2f} %): " + ("reached" if c16 <= s["goal_chunk16_cer"] else "**not reached**"),
@@ -228,16 +226,16 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
                      " through its ONNX step (20 real files, chunks of 20 ms to 1 s), goal all: " +
                      ("reached" if e["equal"] == e["pairs"] and e["onnx"]["equal"] == e["onnx"]["pairs"]
                       else "**not reached**"))
-    quiet = (f" Both again on the same utterances {s['quieter']['db']} dB quieter (each recording scaled down, as a "
-             "microphone set lower than the corpus's)." if "quieter" in s else "")
+    also = (f" Both again on the same utterances {s['quieter']['db']} dB quieter (each recording scaled down, as a "
+            "microphone set lower than the corpus's)." if "quieter" in s else "")
     if "after_silence" in s:
-        quiet += (f" And after {s['after_silence']['seconds']:g} s of a silent microphone (white noise at "
-                  f"{s['after_silence']['floor_dbfs']:g} dBFS under the whole recording), as a live user who waits "
-                  "before speaking.")
+        also += (f" And after {s['after_silence']['seconds']:g} s of a silent microphone (white noise at "
+                 f"{s['after_silence']['floor_dbfs']:g} dBFS under the whole recording), as a live user who waits "
+                 "before speaking.")
     return (f"`{s['recipe']}` ({s['epochs']} epochs) and the same recipe with `model.name=conformer-tiny`, each "
             f"scored with `speechscale eval` on {s['utterances']} utterances of the demo's test voice, never used in "
             "training; the streaming model with attention at full context and in chunks (`--attention-chunk`), "
-            f"as it streams with that chunk.{quiet}\n\n" +
+            f"as it streams with that chunk.{also}\n\n" +
             _md(["model", "attention", "WER", "CER", "training minutes", "median s per epoch"], rows) + "\n" +
             "".join(f"- {x}\n" for x in goals))
 

@@ -181,8 +181,8 @@ def add_silence(wav: np.ndarray, cfg: AugmentConfig, sample_rate: int, gen: torc
     out = np.concatenate([np.zeros(lead, np.float32), np.asarray(wav, dtype=np.float32), np.zeros(trail, np.float32)])
     if cfg.silence_floor_db:
         level = 10 ** (_uniform(gen, cfg.silence_floor_db[0], cfg.silence_floor_db[1]) / 20)
-        out = out + torch.randn(out.shape[0], generator=gen).numpy() * np.float32(level)
-    return out.astype(np.float32)
+        out += torch.randn(out.shape[0], generator=gen).numpy() * np.float32(level)  # float32 throughout
+    return out
 
 
 def longest_seconds(cfg: AugmentConfig, seconds: float) -> float:

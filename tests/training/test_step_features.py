@@ -6,7 +6,9 @@ import json
 import pytest
 import torch
 
+from speechscale.components import build_components
 from speechscale.config import ConfigError
+from speechscale.storage.seeds import seed_everything
 from speechscale.training.trainer import Trainer
 from tests.training.tiny import george_run, ldc_config
 
@@ -18,21 +20,27 @@ def _run(out, *extra):
     summary, trace, trainer = george_run(out, "data.num_workers=1", "features.kind=logmel", "features.n_mels=40",
                                          "features.normalize=feature", *AUGMENT, *extra)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    return summary, trace, trainer.model.state_dict(), rows
+    return summary, trace, trainer, rows
 
 
 @pytest.mark.parametrize("shapes", ["data.fixed_shapes=0", "data.fixed_shapes=2"])
 def test_features_in_the_step_train_as_features_in_the_loader(tmp_path, shapes):
     """Also padded to fixed shapes after the step computed them (what a graphed GPU run does)."""
-    loader, loader_trace, loader_w, loader_rows = _run(tmp_path / "loader", "trainer.log_every=1")
-    step, step_trace, step_w, step_rows = _run(tmp_path / "step", "trainer.log_every=1", "features.device=cpu",
+    loader, loader_trace, loader_trainer, loader_rows = _run(tmp_path / "loader", "trainer.log_every=1")
+    step, step_trace, step_trainer, step_rows = _run(tmp_path / "step", "trainer.log_every=1", "features.device=cpu",
                                                shapes)
+    loader_w, step_w = loader_trainer.model.state_dict(), step_trainer.model.state_dict()
     assert step_trace == loader_trace and len(loader_trace) == loader["step"] > 4
     losses = [[r["loss"] for r in rows if r["kind"] == "train"] for rows in (loader_rows, step_rows)]
     torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-4, atol=1e-5)
+    # round-off grows over the steps and differs by CPU, so each weight tensor is held to how far training moved
+    # it: the runs differ by under a thousandth of that (a SpecAugment mask one bin narrower: more than a half)
+    seed_everything(loader_trainer.cfg.trainer.seed)  # as the Trainer does before it builds the model
+    init = build_components(loader_trainer.cfg).model.state_dict()
     for k, v in loader_w.items():
         if v.is_floating_point():
-            torch.testing.assert_close(step_w[k], v, atol=1e-5, rtol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
+            moved = float((v - init[k]).norm())
+            assert moved > 0 and float((step_w[k] - v).norm()) <= 1e-3 * moved, k
     # the run log counts the same audio: frames on the host, from the waveforms' lengths
     assert [r["samples"] for r in step_rows if r["kind"] == "train"] == [
         r["samples"] for r in loader_rows if r["kind"] == "train"]

@@ -205,12 +205,20 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
     rows = [row(s, "full context", s, own=True)]
     rows += [row(s, f"chunks of {c} frames ({int(c) * 40} ms)", v) for c, v in s["chunks"].items()]
     rows.append(row(base, "full context (offline model)", base, own=True))
-    copies = {  # the test set again, altered (every recording quieter; after a silent start): each one's label
-        "quieter": lambda v: f"test audio {v['db']} dB quieter",
-        "after_silence": lambda v: f"test audio after {v['seconds']:g} s of silence ({v['floor_dbfs']:g} dBFS noise)"}
-    for key, label in copies.items():
+    copies = {  # the test set again, altered (every recording quieter; after a silent start): each one's row
+        # label and the sentence that describes it
+        "quieter": (lambda v: f"test audio {v['db']} dB quieter",
+                    lambda v: f" Both again on the same utterances {v['db']} dB quieter (each recording scaled down, "
+                              "as a microphone set lower than the corpus's)."),
+        "after_silence": (lambda v: f"test audio after {v['seconds']:g} s of silence ({v['floor_dbfs']:g} dBFS noise)",
+                          lambda v: f" And after {v['seconds']:g} s of a silent microphone (white noise at "
+                                    f"{v['floor_dbfs']:g} dBFS under the whole recording), as a live user who waits "
+                                    "before speaking.")}
+    also = ""
+    for key, (label, sentence) in copies.items():
         if key in s:
             what, v = label(s[key]), s[key]
+            also += sentence(v)
             rows += [row(s, f"full context, {what}", v), row(s, f"chunks of 16 frames, {what}", v["chunks"]["16"]),
                      row(base, f"full context (offline model), {what}", base[key])]
     c16, full = s["chunks"]["16"]["cer"], s["cer"]
@@ -226,12 +234,6 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
                      " through its ONNX step (20 real files, chunks of 20 ms to 1 s), goal all: " +
                      ("reached" if e["equal"] == e["pairs"] and e["onnx"]["equal"] == e["onnx"]["pairs"]
                       else "**not reached**"))
-    also = (f" Both again on the same utterances {s['quieter']['db']} dB quieter (each recording scaled down, as a "
-            "microphone set lower than the corpus's)." if "quieter" in s else "")
-    if "after_silence" in s:
-        also += (f" And after {s['after_silence']['seconds']:g} s of a silent microphone (white noise at "
-                 f"{s['after_silence']['floor_dbfs']:g} dBFS under the whole recording), as a live user who waits "
-                 "before speaking.")
     return (f"`{s['recipe']}` ({s['epochs']} epochs) and the same recipe with `model.name=conformer-tiny`, each "
             f"scored with `speechscale eval` on {s['utterances']} utterances of the demo's test voice, never used in "
             "training; the streaming model with attention at full context and in chunks (`--attention-chunk`), "

@@ -13,6 +13,8 @@ from typing import Any
 
 from speechscale.bench.harness import run_cli
 
+from .shared import altered_manifest
+
 CONFORMER = ["model.name=conformer-tiny", "features.kind=logmel", "features.n_mels=40"]
 
 # name -> (config, goal WER on its held-out set, what that set is; overrides of the config; its data.root, the
@@ -83,3 +85,15 @@ def bench_recipes(names: list[str], out: Path, overrides: dict[str, list[str]] |
     if unknown:
         raise ValueError(f"unknown recipe(s) {', '.join(unknown)}; choose from {', '.join(RECIPES)}")
     return [run_recipe(n, RECIPES[n], out / n, (overrides or {}).get(n)) for n in names]
+
+
+def score_copies(checkpoint: Path, manifest: Path, folder: Path,
+                 copies: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """`checkpoint` scored (`speechscale eval`) on altered copies of `manifest`, each made in FOLDER/copyN by
+    altered_manifest(**its arguments): label -> its arguments with the copy's wer and cer."""
+    scores = {}
+    for i, (label, kwargs) in enumerate(copies.items()):
+        copy = altered_manifest(manifest, folder / f"copy{i}", **kwargs)
+        res = json.loads(run_cli(["eval", "--json", "--checkpoint", str(checkpoint), "--manifest", copy]))
+        scores[label] = {**kwargs, "wer": res["wer"], "cer": res["cer"]}
+    return scores

@@ -3,8 +3,11 @@ README), or $SPEECHSCALE_SHARED_DATA. The package's benches never read them by t
 them in as a user passes --manifest."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+
+SILENT_MIC_DBFS = -60.0  # a silent microphone's own noise (white, RMS) in the altered copies
 
 
 def shared_data(*parts: str) -> Path:
@@ -34,3 +37,27 @@ def ldc93s1_manifest() -> str | None:
     a GPU machine given no recordings)."""
     path = shared_data("ldc93s1", "manifest.jsonl")
     return str(path) if path.is_file() else None
+
+
+def altered_manifest(manifest: Path, folder: Path, quieter_db: float = 0.0, lead_s: float = 0.0) -> str:
+    """A copy of `manifest` with every recording `quieter_db` decibels quieter (a microphone set lower than the
+    corpus's), or after `lead_s` seconds of a silent microphone (its own noise, white at SILENT_MIC_DBFS RMS,
+    under the whole recording: a live user who waits before speaking), or both; float WAVs and the manifest in
+    `folder`, whose path this returns."""
+    import numpy as np
+    import soundfile as sf
+
+    rng = np.random.default_rng(0)
+    (folder / "audio").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for line in manifest.read_text().splitlines():
+        row = json.loads(line)
+        wav, rate = sf.read(str(manifest.parent / row["audio_filepath"]), dtype="float32")
+        wav = np.concatenate([np.zeros(int(lead_s * rate), np.float32), wav * np.float32(10 ** (-quieter_db / 20))])
+        if lead_s:
+            wav = wav + rng.standard_normal(wav.shape[0]).astype(np.float32) * np.float32(10 ** (SILENT_MIC_DBFS / 20))
+        dst = folder / "audio" / Path(row["audio_filepath"]).name
+        sf.write(str(dst), wav, rate, subtype="FLOAT")
+        rows.append(json.dumps({**row, "audio_filepath": str(dst.resolve()), "duration": round(wav.shape[0] / rate, 4)}))
+    (folder / "test.jsonl").write_text("\n".join(rows) + "\n")
+    return str(folder / "test.jsonl")

@@ -25,14 +25,14 @@ import time
 from pathlib import Path
 
 from benchmarks.checkout import pin_commit
-from benchmarks.shared import exactness_files
+from benchmarks.shared import SILENT_MIC_DBFS, altered_manifest, exactness_files
 from speechscale.bench.harness import write_json
 from speechscale.bench.stream import exactness
 
 RECIPE = "demo_conformer_streaming"
 TEST = "runs/demo/data/test.jsonl"
 QUIETER_DB = 20  # the test set scored again this much quieter
-LEAD_S, LEAD_FLOOR_DBFS = 2.0, -60.0  # ... and after this many seconds of a microphone's noise at this level
+LEAD_S = 2.0  # ... and after this many seconds of a silent microphone's noise
 
 
 def _run(args: list[str]) -> str:
@@ -64,30 +64,6 @@ def _score(out: Path, chunk: int | None = None, manifest: str = TEST) -> dict:
     return json.loads(_run(args + (["--attention-chunk", str(chunk)] if chunk else [])))
 
 
-def _altered(folder: Path, quieter_db: float = 0.0, lead_s: float = 0.0) -> str:
-    """The test manifest with every recording `quieter_db` decibels quieter (a microphone set lower than the
-    corpus's, which a stream's normalization has to follow), or after `lead_s` seconds of a silent microphone
-    (its own noise, white at LEAD_FLOOR_DBFS RMS, under the whole recording: a live user who waits before
-    speaking); float WAVs in `folder`."""
-    import numpy as np
-    import soundfile as sf
-
-    root, rng = Path(TEST).parent, np.random.default_rng(0)
-    (folder / "audio").mkdir(parents=True, exist_ok=True)
-    rows = []
-    for line in Path(TEST).read_text().splitlines():
-        row = json.loads(line)
-        wav, rate = sf.read(str(root / row["audio_filepath"]), dtype="float32")
-        wav = np.concatenate([np.zeros(int(lead_s * rate), np.float32), wav * np.float32(10 ** (-quieter_db / 20))])
-        if lead_s:
-            wav = wav + rng.standard_normal(wav.shape[0]).astype(np.float32) * np.float32(10 ** (LEAD_FLOOR_DBFS / 20))
-        dst = folder / "audio" / Path(row["audio_filepath"]).name
-        sf.write(str(dst), wav, rate, subtype="FLOAT")
-        rows.append(json.dumps({**row, "audio_filepath": str(dst.resolve()), "duration": round(wav.shape[0] / rate, 4)}))
-    (folder / "test.jsonl").write_text("\n".join(rows) + "\n")
-    return str(folder / "test.jsonl")
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", default="runs", help="where the two runs' folders are (or go)")
@@ -100,9 +76,9 @@ def main() -> None:
     stop_s, stop_o = _trained(streaming, []), _trained(offline, ["model.name=conformer-tiny", "features.normalize=auto"])
     full, c16, c4 = _score(streaming), _score(streaming, 16), _score(streaming, 4)
     base = _score(offline)
-    quiet = _altered(Path(args.runs) / f"demo_test_{QUIETER_DB}db_quieter", quieter_db=QUIETER_DB)
+    quiet = altered_manifest(Path(TEST), Path(args.runs) / f"demo_test_{QUIETER_DB}db_quieter", quieter_db=QUIETER_DB)
     q_full, q_c16, q_base = _score(streaming, None, quiet), _score(streaming, 16, quiet), _score(offline, None, quiet)
-    lead = _altered(Path(args.runs) / f"demo_test_after_{LEAD_S:g}s", lead_s=LEAD_S)
+    lead = altered_manifest(Path(TEST), Path(args.runs) / f"demo_test_after_{LEAD_S:g}s", lead_s=LEAD_S)
     l_full, l_c16, l_base = _score(streaming, None, lead), _score(streaming, 16, lead), _score(offline, None, lead)
     goal_chunk = round(1.1 * full["cer"], 4)
     goal_full = round(base["cer"] + 0.005, 4)
@@ -112,7 +88,7 @@ def main() -> None:
            "reached": c16["cer"] <= goal_chunk and full["cer"] <= goal_full,
            "quieter": {"db": QUIETER_DB, "wer": q_full["wer"], "cer": q_full["cer"],
                        "chunks": {"16": {"wer": q_c16["wer"], "cer": q_c16["cer"]}}},
-           "after_silence": {"seconds": LEAD_S, "floor_dbfs": LEAD_FLOOR_DBFS, "wer": l_full["wer"], "cer": l_full["cer"],
+           "after_silence": {"seconds": LEAD_S, "floor_dbfs": SILENT_MIC_DBFS, "wer": l_full["wer"], "cer": l_full["cer"],
                              "chunks": {"16": {"wer": l_c16["wer"], "cer": l_c16["cer"]}}},
            "exactness": exactness(str(streaming / "checkpoints" / "last.pt"), exactness_files()),
            "epochs": stop_s["epoch"], "train_minutes": round(stop_s["minutes"], 2),
@@ -123,7 +99,7 @@ def main() -> None:
                 "epoch_seconds_median": _epoch_seconds(offline),
                 "normalize": "utterance (auto for a model that does not stream)",
                 "quieter": {"db": QUIETER_DB, "wer": q_base["wer"], "cer": q_base["cer"]},
-                "after_silence": {"seconds": LEAD_S, "floor_dbfs": LEAD_FLOOR_DBFS, "wer": l_base["wer"], "cer": l_base["cer"]}}
+                "after_silence": {"seconds": LEAD_S, "floor_dbfs": SILENT_MIC_DBFS, "wer": l_base["wer"], "cer": l_base["cer"]}}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, [row, baseline], ["python", *sys.argv], round(time.monotonic() - started, 1),

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from benchmarks.recipes import RECIPES, bench_recipes, run_recipe
+from benchmarks.recipes import RECIPES, bench_recipes, run_recipe, score_copies
 from tests.conftest import shared
 
 pytestmark = pytest.mark.slow  # trains a real model on real recordings
@@ -28,6 +28,16 @@ def test_the_yesno_recipe_runs_through_the_bench_and_scores_kaldis_held_out_file
     keys = ("epochs", "steps", "wer", "cer", "utterances", "val")
     assert {k: again[k] for k in keys} == {k: row[k] for k in keys}
     assert again["train_minutes"] >= row["train_minutes"] > 0
+    # the run's last.pt scored again on copies of its 29 test files (how the demo-streaming bench scores a live
+    # microphone's conditions): the copy left as recorded scores what the run's own validation did
+    test = tmp_path / "test.jsonl"
+    test.write_text("".join(json.dumps({**r, "audio_filepath": str(shared("yesno", r["audio_filepath"]))}) + "\n"
+                            for r in map(json.loads, shared("yesno", "manifest.jsonl").read_text().splitlines()[31:])))
+    copies = score_copies(tmp_path / "checkpoints" / "last.pt", test, tmp_path / "copies",
+                          {"as recorded": {}, "after 2 s of silence": {"lead_s": 2.0}})
+    assert (copies["as recorded"]["wer"], copies["as recorded"]["cer"]) == (row["wer"], row["cer"])
+    assert copies["after 2 s of silence"]["lead_s"] == 2.0 and len((tmp_path / "copies" / "copy1" /
+                                                                    "test.jsonl").read_text().splitlines()) == 29
 
 
 def test_an_unknown_recipe_is_named():

@@ -219,9 +219,11 @@ def _demo(s: dict[str, Any], out: Path, name: str = "demo") -> list[dict[str, An
 
     with tempfile.TemporaryDirectory() as tmp:
         rows = bench_recipes(s["recipes"], Path(tmp))
-        for row in rows if s.get("copies") else []:
+        for row in rows:
             run = Path(tmp) / row["recipe"]  # run_recipe's folder, the corpus synthesized in its data/
-            row["copies"] = score_copies(run / "checkpoints" / "last.pt", run / "data" / "test.jsonl", run, s["copies"])
+            if s.get("copies"):
+                row["copies"] = score_copies(run / "checkpoints" / "last.pt", run / "data" / "test.jsonl", run,
+                                             s["copies"])
     plot_recipes(rows, out / f"{name}.png")
     return rows
 

@@ -81,9 +81,9 @@ def _accuracy(figures: Path) -> list[dict[str, Any]]:
     rows += one_process_seeds(figures / "convergence" / "fsdd-conformer.jsonl", "fsdd_conformer", 0.05)
     streaming = _load(bench / "demo-streaming.json")
     if streaming:
-        rows.append(_recipe("recipe `demo_streaming` (offline score; goal: the demo's WER + 2 points)",
-                            streaming["results"][0], streaming, "bench-all/demo-streaming.json"))
         r = streaming["results"][0]
+        rows.append(_recipe("recipe `demo_streaming` (offline score; goal: the demo's WER + 2 points)",
+                            r, streaming, "bench-all/demo-streaming.json"))
         if r.get("copies"):  # the same checkpoint on a live microphone's copies of its test set
             rows.append(_row("accuracy", "recipe `demo_streaming` on copies of its test set as a live microphone gives "
                              "them", ", ".join(f"{label} CER {_pct(c['cer'])}" for label, c in r["copies"].items()) +

@@ -140,10 +140,8 @@ def _recipes_copies(res: list[dict[str, Any]]) -> str:
     """_recipes, then each checkpoint on the altered copies of its test set, where the bench scored them."""
     from .shared import SILENT_MIC_DBFS
 
-    rows = []
-    for r in (r for r in res if r.get("copies")):
-        rows += [[f"`{r['config']}`", label, f"{100 * c['wer']:.1f} %", f"{100 * c['cer']:.1f} %"]
-                 for label, c in {"the test set": r, **r["copies"]}.items()]
+    rows = [[f"`{r['config']}`", label, f"{100 * c['wer']:.1f} %", f"{100 * c['cer']:.1f} %"]
+            for r in res if r.get("copies") for label, c in {"the test set": r, **r["copies"]}.items()]
     if not rows:
         return _recipes(res)
     return (_recipes(res) + "\nThe same checkpoint on copies of its test set as a live microphone gives them (the "

@@ -155,75 +155,55 @@ def test_channel_colours_real_speech_by_a_bounded_smooth_response():
     assert not np.array_equal(aug(wav, torch.Generator().manual_seed(4)), wav)
 
 
-def test_silence_is_drawn_per_epoch_for_every_utterance_at_once():
-    """A pure function of (seed, epoch): the sampler and the loader workers draw the same spans apart."""
-    from speechscale.data.augment import added_seconds, silence_seconds
-
-    cfg = AugmentConfig(silence=0.3, silence_max_s=0.8)
-    spans = silence_seconds(cfg, 5, 2, 4000)  # (n, 2)
-    chosen = spans.sum(axis=1) > 0
-    assert abs(chosen.mean() - 0.3) < 0.03  # the probability (binomial sd 0.007)
-    assert (spans[~chosen] == 0).all() and (spans[chosen] <= 0.8).all()
-    for side in (0, 1):  # lead and trail each uniform in [0, max], drawn independently
-        assert abs(spans[chosen, side].mean() - 0.4) < 0.03
-    assert abs(np.corrcoef(spans[chosen, 0], spans[chosen, 1])[0, 1]) < 0.1
-    np.testing.assert_array_equal(spans, silence_seconds(cfg, 5, 2, 4000))
-    assert not np.array_equal(spans, silence_seconds(cfg, 5, 3, 4000))
-    assert not np.array_equal(spans, silence_seconds(cfg, 6, 2, 4000))
-    np.testing.assert_array_equal(added_seconds(cfg, 5, 4000)(2), spans.sum(axis=1))
-    assert added_seconds(AugmentConfig(silence_max_s=1.0), 5, 10) is None and added_seconds(None, 5, 10) is None
-    assert not silence_seconds(AugmentConfig(), 5, 2, 10).any()
-
-
-def test_add_silence_pads_real_speech_by_its_span_and_lays_a_floor_at_the_drawn_level():
+def test_add_silence_pads_real_speech_within_bounds_and_lays_a_floor_at_the_drawn_level():
     from speechscale.data.audio import load_audio
-    from speechscale.data.augment import add_silence, silence_seconds
+    from speechscale.data.augment import add_silence
     from tests.conftest import shared
 
     wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
     bare = AugmentConfig(silence=1.0, silence_max_s=0.5, silence_floor_db=[])
     leads = set()
-    for span in silence_seconds(bare, 0, 0, 12):
-        out = add_silence(wav, tuple(span), bare, 16000, torch.Generator().manual_seed(0))
-        lead, trail = int(span[0] * 16000), int(span[1] * 16000)
-        assert len(out) == lead + len(wav) + trail
-        np.testing.assert_array_equal(out[lead:lead + len(wav)], wav)  # the speech, intact, where the span puts it
+    for seed in range(12):
+        out = add_silence(wav, bare, 16000, torch.Generator().manual_seed(seed))
+        extra = len(out) - len(wav)
+        assert 0 <= extra <= 2 * 8000
+        lead = next(i for i in range(extra + 1) if np.array_equal(out[i:i + len(wav)], wav))  # the speech, intact
         assert not out[:lead].any() and not out[lead + len(wav):].any()  # digital silence on both sides
         leads.add(lead)
-    assert len(leads) == 12  # a fresh length for each utterance
-    floor = AugmentConfig(silence=1.0, silence_max_s=1.0, silence_floor_db=[-60.0, -60.0])
+    assert len(leads) == 12  # a fresh length each draw
+    wide, floor = (AugmentConfig(silence=1.0, silence_max_s=1.0, silence_floor_db=f) for f in ([], [-60.0, -60.0]))
     for seed in range(5):
-        span = (0.2 * seed, 0.1)
-        noisy = add_silence(wav, span, floor, 16000, torch.Generator().manual_seed(seed))
-        noise = noisy.astype(np.float64)
-        noise[int(0.2 * seed * 16000):][:len(wav)] -= wav  # what was laid under the speech and around it
+        plain = add_silence(wav, wide, 16000, torch.Generator().manual_seed(seed))
+        noisy = add_silence(wav, floor, 16000, torch.Generator().manual_seed(seed))  # the same lengths drawn first
+        assert len(noisy) == len(plain)
+        noise = (noisy - plain).astype(np.float64)
         # white noise at -60 dBFS RMS under the whole utterance, silence and speech alike
         assert abs(10 * np.log10(np.mean(noise ** 2)) + 60) < 0.2
         assert abs(np.corrcoef(noise[:-1], noise[1:])[0, 1]) < 0.05
     gen = torch.Generator().manual_seed(3)
-    assert add_silence(wav, (0.0, 0.0), floor, 16000, gen) is wav  # no span: the input, and no draw taken
+    assert add_silence(wav, AugmentConfig(), 16000, gen) is wav  # off: the input, and no draw taken
     assert torch.equal(torch.rand(4, generator=gen), torch.rand(4, generator=torch.Generator().manual_seed(3)))
 
 
 def test_longest_seconds_bounds_what_augmentation_makes_of_an_utterance():
-    from speechscale.data.augment import add_silence, longest_seconds, silence_seconds
+    from speechscale.data.augment import add_silence, longest_seconds
 
     cfg = AugmentConfig(silence=0.7, silence_max_s=0.4, speed=[0.9, 1.1], tempo=[0.8, 1.2])
     assert longest_seconds(cfg, 1.0) == pytest.approx((1.0 + 0.8) / 0.9 / 0.8)
     assert longest_seconds(AugmentConfig(silence_max_s=5.0), 1.0) == 1.0  # silence off adds nothing
     aug, wav, worst = WaveAugment(cfg, 16000), _tone(1.0), 0
-    for seed, span in enumerate(silence_seconds(cfg, 0, 0, 30)):
+    for seed in range(30):
         gen = torch.Generator().manual_seed(seed)
-        worst = max(worst, len(aug(add_silence(wav, tuple(span), cfg, 16000, gen), gen)))
+        worst = max(worst, len(aug(add_silence(wav, cfg, 16000, gen), gen)))
     assert 1.3 * 16000 < worst <= longest_seconds(cfg, 1.0) * 16000 + 20
 
 
 @pytest.mark.parametrize("in_step", [False, True])
 def test_the_training_dataset_adds_the_silence_the_loader_and_the_step_both_see(in_step):
-    """The dataset adds its epoch's silence span, with the floor drawn from its per-utterance generator, before the
-    waveform augmentation, whether it ships features or (features.device) the waveform."""
+    """The dataset draws the silence from its per-utterance generator, before the waveform augmentation, whether
+    it ships features or (features.device) the waveform."""
     from speechscale.config import FeatureConfig
-    from speechscale.data.augment import add_silence, silence_seconds
+    from speechscale.data.augment import add_silence
     from speechscale.data.dataset import SpeechDataset
     from speechscale.data.features import FeatureExtractor
     from speechscale.data.manifest import read_manifest
@@ -238,47 +218,9 @@ def test_the_training_dataset_adds_the_silence_the_loader_and_the_step_both_see(
     ds.epoch = 2
     item = ds[0]
     gen = generator(7, "item", 2, 0)
-    span = tuple(silence_seconds(cfg, 7, 2, len(utts))[0])
-    wav = WaveAugment(cfg, 16000)(add_silence(ds._wave(0), span, cfg, 16000, gen), gen)
+    wav = WaveAugment(cfg, 16000)(add_silence(ds._wave(0), cfg, 16000, gen), gen)
     assert len(wav) > len(ds._wave(0)) + 160  # lengthened by the silence
     if in_step:
         np.testing.assert_array_equal(item["wave"].numpy(), wav)
     else:
         torch.testing.assert_close(item["feats"], fx(torch.from_numpy(wav)))
-
-
-def test_training_batches_hold_their_utterances_added_silence(tmp_path):
-    """The sampler packs each utterance at the length the dataset makes of it: real batches of real speech with
-    silence added to half of them stay within batch_seconds of padded audio, where packing by the manifest's
-    durations would let one lengthened utterance pad a batch past it."""
-    import json
-
-    from speechscale.config import FeatureConfig
-    from speechscale.data.augment import added_seconds
-    from speechscale.data.dataset import SpeechDataset
-    from speechscale.data.features import FeatureExtractor
-    from speechscale.data.manifest import read_manifest
-    from speechscale.data.sampler import BucketBatchSampler
-    from speechscale.data.text import CharTokenizer, TextNormalizer
-    from tests.conftest import shared
-
-    line = json.loads(open(shared("ldc93s1", "manifest.jsonl")).readline())
-    line["audio_filepath"] = str(shared("ldc93s1", line["audio_filepath"]))
-    (tmp_path / "m.jsonl").write_text("".join(json.dumps(line) + "\n" for _ in range(24)))
-    utts, _ = read_manifest(str(tmp_path / "m.jsonl"), normalize=TextNormalizer())
-    cfg = AugmentConfig(silence=0.5, silence_max_s=1.0)
-    fx = FeatureExtractor(FeatureConfig(kind="logmel", n_mels=40, sample_rate=16000, normalize="utterance"))
-    ds = SpeechDataset(utts, fx, CharTokenizer(), augment=cfg, seed=3, cache_audio=True, in_step=True)
-    budget = 4.2 * line["duration"]  # four utterances as recorded
-    durations = [u.duration for u in utts]
-    held = BucketBatchSampler(durations, batch_seconds=budget, seed=3, added=added_seconds(cfg, 3, len(utts)))
-    plain = BucketBatchSampler(durations, batch_seconds=budget, seed=3)
-    over = 0
-    for epoch in range(2):
-        lengths = {i: len(ds[(epoch, i)]["wave"]) / 16000 for i in range(len(utts))}  # what training sees
-        assert 7 <= sum(n > line["duration"] + 0.01 for n in lengths.values()) <= 17  # about half lengthened
-        for b in held.batches(epoch):
-            assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= budget + 1e-3
-        assert sorted(i for b in held.batches(epoch) for i in b) == list(range(len(utts)))
-        over += sum(len(b) * max(lengths[i] for i in b) > budget for b in plain.batches(epoch))
-    assert over >= 2  # the manifest's durations alone pack lengthened utterances past the budget

@@ -224,20 +224,3 @@ def test_a_corpus_as_shards_packs_the_batches_its_manifest_packs(tmp_path):
                 steps["shards"].append(len(s))
         mean_m, mean_s = statistics.mean(steps["manifest"]), statistics.mean(steps["shards"])
         assert abs(mean_s - mean_m) <= within * mean_m, (window, steps)
-    # silence added to a third of the utterances: the shards pack each at the length it will have, as the
-    # manifest's sampler does, where the durations alone overfill batches
-    from speechscale.config import AugmentConfig
-    from speechscale.data.augment import added_seconds
-
-    added = added_seconds(AugmentConfig(silence=0.3, silence_max_s=1.0), 1, len(rows))
-    held, plain = (ShardUnits(index, batch_seconds=6.0, max_batch_size=48, seed=1, shuffle_shards=len(sizes), added=a)
-                   for a in (added, None))
-    over = 0
-    for epoch in range(2):
-        longer = [d + a for d, a in zip(durations, added(epoch))]
-        batches = [held.unit(epoch, k) for k in range(held.num_units(epoch))]
-        assert sorted(i for b in batches for i in b) == list(range(len(rows)))
-        assert all(len(b) == 1 or len(b) * max(longer[i] for i in b) <= 6.0 + 1e-9 for b in batches)
-        over += sum(len(b) * max(longer[i] for i in b) > 6.0 for b in (plain.unit(epoch, k)
-                                                                          for k in range(plain.num_units(epoch))))
-    assert over >= 5

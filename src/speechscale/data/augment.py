@@ -7,14 +7,12 @@ All randomness comes from a `torch.Generator` the caller seeds, so a run is repr
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import numpy as np
 import soxr
 import torch
 
 from ..config import AugmentConfig
-from ..storage.seeds import generator
 from .recorded import RecordedAugment
 from .wsola import wsola
 
@@ -172,34 +170,14 @@ def trim_silence(wav: np.ndarray, cfg: AugmentConfig, sample_rate: int, gen: tor
     return wav[new_start:new_end]
 
 
-def silence_seconds(cfg: AugmentConfig, seed: int, epoch: int, n: int) -> np.ndarray:
-    """(n, 2): the (lead, trail) seconds of silence added around each of `n` utterances in `epoch`; with probability
-    cfg.silence an utterance gets both, each drawn in [0, cfg.silence_max_s], the others none. A pure function of
-    (seed, epoch), drawn for the whole epoch at once, so that the sampler batches each utterance at the length it
-    will have: one lengthened utterance does not pad a batch of short ones."""
-    if cfg.silence <= 0 or n == 0:
-        return np.zeros((n, 2))
-    draws = torch.rand(n, 3, generator=generator(seed, "silence", epoch), dtype=torch.float64).numpy()  # (n, 3)
-    return np.where(draws[:, :1] < cfg.silence, draws[:, 1:] * cfg.silence_max_s, 0.0)
-
-
-def added_seconds(cfg: AugmentConfig | None, seed: int, n: int) -> Callable[[int], np.ndarray] | None:
-    """epoch -> (n,) seconds that augmentation adds to each utterance before its waveform augmentation (its
-    silence); None where it adds none (no augmentation, or no silence)."""
-    if cfg is None or cfg.silence <= 0:
-        return None
-    return lambda epoch: silence_seconds(cfg, seed, epoch, n).sum(axis=1)
-
-
-def add_silence(wav: np.ndarray, span: tuple[float, float], cfg: AugmentConfig, sample_rate: int,
-                gen: torch.Generator) -> np.ndarray:
-    """(T,) -> (lead + T + trail,): `span` = (lead, trail) seconds of silence (a row of `silence_seconds`) before
-    and after the utterance, and white noise under all of it at a level drawn from `gen` (in dBFS RMS) in
+def add_silence(wav: np.ndarray, cfg: AugmentConfig, sample_rate: int, gen: torch.Generator) -> np.ndarray:
+    """(T,) -> (lead + T + trail,): with probability cfg.silence, silence before and after the utterance, each
+    drawn in [0, cfg.silence_max_s] seconds, and white noise under all of it at a level drawn (in dBFS RMS) in
     cfg.silence_floor_db. A model that only heard speech from the first frame to the last reads a microphone's
-    wait before speech as words. No silence: the input, and no draw taken."""
-    lead, trail = (int(s * sample_rate) for s in span)
-    if lead <= 0 and trail <= 0:
+    wait before speech as words."""
+    if cfg.silence <= 0 or float(torch.rand((), generator=gen)) >= cfg.silence:
         return wav
+    lead, trail = (int(_uniform(gen, 0.0, cfg.silence_max_s) * sample_rate) for _ in range(2))
     out = np.concatenate([np.zeros(lead, np.float32), np.asarray(wav, dtype=np.float32), np.zeros(trail, np.float32)])
     if cfg.silence_floor_db:
         level = 10 ** (_uniform(gen, cfg.silence_floor_db[0], cfg.silence_floor_db[1]) / 20)

@@ -20,16 +20,7 @@ import torch
 from ..config import AugmentConfig
 from ..storage.seeds import generator
 from .audio import AudioError, AudioTooLong, load_audio
-from .augment import (
-    WaveAugment,
-    add_silence,
-    freq_warp,
-    silence_seconds,
-    spec_augment,
-    spec_draws,
-    trim_silence,
-    word_crop,
-)
+from .augment import WaveAugment, add_silence, freq_warp, spec_augment, spec_draws, trim_silence, word_crop
 from .features import FeatureExtractor, SpeakerStats, global_stats
 from .manifest import Utterance
 from .text import CharTokenizer
@@ -102,7 +93,6 @@ class SpeechDataset(torch.utils.data.Dataset):
         self.wave_aug = WaveAugment(augment, features.cfg.sample_rate) if augment else None
         self.seed = seed
         self.epoch = 0
-        self._silence: tuple[int, np.ndarray] | None = None
         self.cache: dict[int, np.ndarray] | None = {} if cache_audio else None
         # decoded audio shorter than this is skipped: the STFT's centre padding needs half a window
         self.min_samples = max(features.n_fft // 2 + 1, int(min_seconds * features.cfg.sample_rate))
@@ -162,14 +152,6 @@ class SpeechDataset(torch.utils.data.Dataset):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def silence(self, epoch: int) -> np.ndarray:
-        """(len, 2): the (lead, trail) seconds of silence added around each utterance in `epoch` (training only);
-        the sampler draws the same (`added_seconds`). The last epoch asked is cached."""
-        if self._silence is None or self._silence[0] != epoch:
-            assert self.augment_cfg is not None
-            self._silence = (epoch, silence_seconds(self.augment_cfg, self.seed, epoch, len(self)))
-        return self._silence[1]
-
     def __len__(self) -> int:
         return len(self.utts)
 
@@ -220,7 +202,7 @@ class SpeechDataset(torch.utils.data.Dataset):
             gen = generator(self.seed, "item", epoch, i)
             wav, text = word_crop(wav, text, self.augment_cfg, self.features.cfg.sample_rate, gen)
             wav = trim_silence(wav, self.augment_cfg, self.features.cfg.sample_rate, gen)
-            wav = add_silence(wav, self.silence(epoch)[i], self.augment_cfg, self.features.cfg.sample_rate, gen)
+            wav = add_silence(wav, self.augment_cfg, self.features.cfg.sample_rate, gen)
             if self.wave_aug is not None and self.wave_aug.active:
                 wav = self.wave_aug(wav, gen)
             draws = spec_draws(self.augment_cfg, gen, self.features.num_features, self.features.num_frames(len(wav)))

@@ -11,15 +11,12 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-import numpy as np
 import torch
 
 from ..config import AugmentConfig, ConfigError, DataConfig
-from .augment import added_seconds
 from .dataset import SpeechDataset, collate
 from .manifest import ManifestError, SkipReport, Utterance, read_manifest
 from .mixing import MixedUnits, MixPlan, domain_names, domain_probabilities
@@ -200,8 +197,7 @@ def make_loader(utts: list[Utterance], comps: "Components", data: DataConfig, au
     train = augment is not None
     sampler = BucketBatchSampler([u.duration for u in utts], batch_seconds=data.batch_seconds,
                                  max_batch_size=data.max_batch_size, num_buckets=data.num_buckets,
-                                 seed=seed, sortagrad=data.sortagrad and train, shuffle=train, mix=mix,
-                                 added=added_seconds(augment, seed, len(utts)))
+                                 seed=seed, sortagrad=data.sortagrad and train, shuffle=train, mix=mix)
     dataset = SpeechDataset(utts, comps.features, comps.tokenizer, augment, seed=seed,
                             cache_audio=data.cache_audio, min_seconds=data.min_duration, max_seconds=data.max_duration,
                             in_step=train and comps.features.cfg.device != "loader")
@@ -219,8 +215,7 @@ def shard_source(path: str, comps: "Components", data: DataConfig, augment: Augm
     index.check()
     units = ShardUnits(index, data.batch_seconds, data.max_batch_size, seed, shuffle=augment is not None,
                        shuffle_shards=data.shuffle_shards, min_duration=data.min_duration,
-                       max_duration=data.max_duration, num_buckets=data.num_buckets,
-                       added=added_seconds(augment, seed, index.utterances))
+                       max_duration=data.max_duration, num_buckets=data.num_buckets)
     report = SkipReport(path, kept=units.kept)
     if units.out_of_range:
         report.reasons["duration out of range"] = units.out_of_range
@@ -285,10 +280,6 @@ def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "C
                         domains, longest, plain)
 
 
-def _part(whole: Callable[[int], np.ndarray], lo: int, hi: int, epoch: int) -> np.ndarray:
-    return whole(epoch)[lo:hi]
-
-
 def _streamed(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Components",
               make_plan: Callable[[Units], BatchPlan], pin_memory: bool, val_loader: torch.utils.data.DataLoader,
               val_n: int) -> TrainingData:
@@ -301,9 +292,6 @@ def _streamed(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Compo
         sizes = [u.kept for u, _, _ in sources]
         parts = [d for _, d, _ in sources]
         dataset: SpeechDataset = MixedShardDataset(parts, augment, seed, data.min_duration)
-        added = added_seconds(augment, seed, len(dataset))  # the mixed dataset's ids: domain d's follow bases[d]
-        for d, (u, _, _) in enumerate(sources):
-            u.added = None if added is None else partial(_part, added, dataset.bases[d], dataset.bases[d + 1])  # type: ignore
         units = MixedUnits([u for u, _, _ in sources], domain_probabilities(sizes, data.mix_weights,
                                                                             data.mix_temperature),
                            dataset.bases, seed)  # type: ignore[attr-defined]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
 
-import numpy as np
 import torch
 
 from ..storage.seeds import generator
@@ -39,15 +38,12 @@ class BucketBatchSampler:
     """Yields lists of dataset indices; utterances of similar duration share a batch.
 
     Batches are bounded by *padded* audio seconds (batch size x longest utterance), so memory per step is
-    bounded whatever the durations. Epoch 0 runs shortest-first when `sortagrad` is set. `added` gives the
-    seconds augmentation adds to each utterance in an epoch (its silence): utterances are bucketed and packed at
-    the length they will have.
+    bounded whatever the durations. Epoch 0 runs shortest-first when `sortagrad` is set.
     """
 
     def __init__(self, durations: Sequence[float], batch_seconds: float, max_batch_size: int = 64,
                  num_buckets: int = 10, seed: int = 0, sortagrad: bool = False, shuffle: bool = True,
-                 mix: Callable[[int], list[int]] | None = None,
-                 added: Callable[[int], np.ndarray] | None = None) -> None:
+                 mix: Callable[[int], list[int]] | None = None) -> None:
         self.durations = list(durations)
         self.batch_seconds = batch_seconds
         self.max_batch_size = max_batch_size
@@ -59,7 +55,6 @@ class BucketBatchSampler:
         self.position = 0  # batches already consumed in the current epoch
         self._order = sorted(range(len(self.durations)), key=lambda i: (self.durations[i], i))
         self.mix = mix  # the indices of each epoch when not every utterance once (multi-domain mixing)
-        self.added = added
         self._cache: tuple[int, list[list[int]]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -74,22 +69,17 @@ class BucketBatchSampler:
         return self._cache[1]
 
     def _make_batches(self, epoch: int) -> list[list[int]]:
-        durs = self.durations
-        if self.added is not None:
-            durs = [d + float(a) for d, a in zip(self.durations, self.added(epoch))]
-        if self.mix is not None:
-            order = sorted(self.mix(epoch), key=lambda i: (durs[i], i))
-        else:
-            order = self._order if self.added is None else sorted(range(len(durs)), key=lambda i: (durs[i], i))
+        order = self._order if self.mix is None else sorted(self.mix(epoch), key=lambda i: (self.durations[i], i))
         if not self.shuffle or (self.sortagrad and epoch == 0):
-            return pack_batches(order, durs, self.batch_seconds, self.max_batch_size)
+            return pack_batches(order, self.durations, self.batch_seconds, self.max_batch_size)
         gen = generator(self.seed, "order", epoch)
         n = len(order)
         out: list[list[int]] = []
         for b in range(self.num_buckets):
             bucket = order[b * n // self.num_buckets:(b + 1) * n // self.num_buckets]
             perm = torch.randperm(len(bucket), generator=gen).tolist()
-            out.extend(pack_batches([bucket[p] for p in perm], durs, self.batch_seconds, self.max_batch_size))
+            out.extend(pack_batches([bucket[p] for p in perm], self.durations, self.batch_seconds,
+                                    self.max_batch_size))
         return [out[p] for p in torch.randperm(len(out), generator=gen).tolist()]
 
     def __len__(self) -> int:

@@ -38,10 +38,8 @@ class ShardUnits:
 
     def __init__(self, index: ShardIndex, batch_seconds: float, max_batch_size: int = 64, seed: int = 0,
                  shuffle: bool = True, shuffle_shards: int = 4, min_duration: float = 0.0,
-                 max_duration: float = float("inf"), num_buckets: int = 10,
-                 added: Callable[[int], np.ndarray] | None = None) -> None:
+                 max_duration: float = float("inf"), num_buckets: int = 10) -> None:
         self.index, self.seed, self.shuffle = index, seed, shuffle
-        self.added = added  # epoch -> seconds augmentation adds to each id (its silence), as the manifest sampler's
         self.num_buckets = max(1, num_buckets)
         self.batch_seconds, self.max_batch_size = batch_seconds, max_batch_size
         self.window, self.bounds = max(1, shuffle_shards), (min_duration, max_duration)
@@ -73,12 +71,11 @@ class ShardUnits:
         duration, cut into `num_buckets` buckets, each shuffled (seeded) and packed, the batches shuffled. The
         same batch sizes, so a corpus trains the same number of steps from shards as from its manifest."""
         ids, durs = [], []
-        extra = None if self.added is None else self.added(epoch)  # (utterances,)
         for s in shards:
             for m, (_, d, _, _) in enumerate(self.index.members(s)):
                 if self._keeps(d):
                     ids.append(self.index.starts[s] + m)
-                    durs.append(d if extra is None else d + float(extra[ids[-1]]))
+                    durs.append(d)
         order = sorted(range(len(ids)), key=lambda i: (durs[i], ids[i]))
         if not self.shuffle:
             return [[ids[i] for i in b] for b in pack_batches(order, durs, self.batch_seconds, self.max_batch_size)]

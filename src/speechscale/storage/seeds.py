@@ -16,7 +16,7 @@ _A, _B, _C = 7919, 1_000_003, 104_729  # primes that keep the per-purpose stream
 
 
 def derive_seed(seed: int, purpose: str, *keys: int) -> int:
-    """The seed for one `purpose` ("order", "item", "mix", "silence", "process") and its keys (epoch, index, rank...).
+    """The seed for one `purpose` ("order", "item", "mix", "pairs", "process") and its keys (epoch, index, rank...).
 
     >>> derive_seed(1, "order", 2) == 1 * 1_000_003 + 2
     True
@@ -30,9 +30,6 @@ def derive_seed(seed: int, purpose: str, *keys: int) -> int:
     if purpose == "mix":  # (epoch,): a domain mixture's draws
         (epoch,) = keys
         return seed * _B + epoch + _C
-    if purpose == "silence":  # (epoch,): the silence added around each utterance of an epoch
-        (epoch,) = keys
-        return seed * _B + epoch + 2 * _C
     if purpose == "process":  # (rank,) or (rank, step): a process's dropout and other global streams
         rank, step = (*keys, 0) if len(keys) == 1 else keys
         return seed + _A * rank + _C * step

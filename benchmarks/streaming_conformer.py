@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from benchmarks.checkout import pin_commit
 from benchmarks.shared import SILENT_MIC_DBFS, altered_manifest, exactness_files
-from speechscale.bench.harness import write_json
+from speechscale.bench.harness import run_cli, write_json
 from speechscale.bench.stream import exactness
 
 RECIPE = "demo_conformer_streaming"
@@ -35,18 +34,11 @@ QUIETER_DB = 20  # the test set scored again this much quieter
 LEAD_S = 2.0  # ... and after this many seconds of a silent microphone's noise
 
 
-def _run(args: list[str]) -> str:
-    proc = subprocess.run([sys.executable, "-m", "speechscale.cli", *args], capture_output=True, text=True)
-    if proc.returncode:
-        raise SystemExit(f"speechscale {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
-    return proc.stdout
-
-
 def _trained(out: Path, overrides: list[str]) -> dict:
     """The run's stop record (training it first unless it finished)."""
     metrics = out / "metrics.jsonl"
     if not (metrics.is_file() and json.loads(metrics.read_text().splitlines()[-1])["kind"] == "stop"):
-        _run(["-q", "train", "--config", RECIPE, f"trainer.out_dir={out}", *overrides])
+        run_cli(["train", "--config", RECIPE, f"trainer.out_dir={out}", *overrides], timeout=None)
     return json.loads(metrics.read_text().splitlines()[-1])
 
 
@@ -61,7 +53,7 @@ def _epoch_seconds(out: Path) -> float:
 
 def _score(out: Path, chunk: int | None = None, manifest: str = TEST) -> dict:
     args = ["eval", "--json", "--checkpoint", str(out / "checkpoints" / "last.pt"), "--manifest", manifest]
-    return json.loads(_run(args + (["--attention-chunk", str(chunk)] if chunk else [])))
+    return json.loads(run_cli(args + (["--attention-chunk", str(chunk)] if chunk else [])))
 
 
 def main() -> None:

@@ -171,7 +171,7 @@ def test_the_front_pages_tables_are_their_committed_data():
     from speechscale.data.download import CORPORA
 
     assert f"# {CORPORA['yesno'].download_mb:g} MB from OpenSLR" in front
-    assert f"# about {round(recipes['yesno']['wall_seconds'] / 60)} minutes on 2 CPU cores" in front
+    assert f"# about {recipes['yesno']['wall_seconds'] / 60:.1f} minutes on 2 CPU cores" in front
     ratios = [next(x for x in rows if x["model"] == m and x["precision"] == "bf16+graphs")["audio_seconds_per_second_compute"]
               / next(x for x in rows if x["model"] == m and x["precision"] == "bf16")["audio_seconds_per_second_compute"]
               for m in ("ds2-large", "wav2letter+", "lstm-ctc", "conformer")]

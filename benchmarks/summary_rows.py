@@ -79,6 +79,7 @@ def _accuracy(figures: Path) -> list[dict[str, Any]]:
 
     rows += one_process_seeds(figures / "convergence" / "fsdd.jsonl", "fsdd", 0.05)
     rows += one_process_seeds(figures / "convergence" / "fsdd-conformer.jsonl", "fsdd_conformer", 0.05)
+    rows += one_process_seeds(figures / "convergence" / "yesno-conformer.jsonl", "yesno-conformer", 0.0)
     streaming = _load(bench / "demo-streaming.json")
     if streaming:
         r = streaming["results"][0]

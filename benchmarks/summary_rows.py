@@ -9,7 +9,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .recipes import RECIPES
 from .tables import _goal, changes_note
+
+# recipes run over seeds by `benchmarks convergence` (one process): convergence/NAME.jsonl, the recipe, its goal WER
+SEED_RECIPES = (("fsdd", "fsdd", RECIPES["fsdd"]["goal_wer"]), ("fsdd-conformer", "fsdd_conformer", RECIPES["fsdd"]["goal_wer"]),
+                ("yesno-conformer", "yesno-conformer", RECIPES["yesno-conformer"]["goal_wer"]))
 
 SECTIONS = ("accuracy", "cpu", "gpu", "data", "distributed", "planner", "inference", "tests")
 LOADER_GOAL = 1500  # x real time per worker, issue #12
@@ -77,9 +82,8 @@ def _accuracy(figures: Path) -> list[dict[str, Any]]:
         rows.append(_recipe("recipe `fsdd` (unseen speaker)", fsdd["results"]["recipe"], fsdd, "bench-all/fsdd.json"))
     from .summary_runs import one_process_seeds
 
-    rows += one_process_seeds(figures / "convergence" / "fsdd.jsonl", "fsdd", 0.05)
-    rows += one_process_seeds(figures / "convergence" / "fsdd-conformer.jsonl", "fsdd_conformer", 0.05)
-    rows += one_process_seeds(figures / "convergence" / "yesno-conformer.jsonl", "yesno-conformer", 0.0)
+    for name, recipe, goal in SEED_RECIPES:
+        rows += one_process_seeds(figures / "convergence" / f"{name}.jsonl", recipe, goal)
     streaming = _load(bench / "demo-streaming.json")
     if streaming:
         r = streaming["results"][0]

@@ -7,6 +7,7 @@ import shutil
 import statistics
 
 from benchmarks import summary
+from benchmarks.summary_rows import SEED_RECIPES
 from tests.conftest import ROOT
 
 FIGURES = ROOT / "docs" / "figures"
@@ -152,8 +153,7 @@ def test_the_convergence_rows_are_recomputed_from_their_runs():
             seeds = ", ".join(str(x) for x in sorted(r["seed"] for r in mine))
             assert f" on seed{'s' if len(mine) > 1 else ''} {seeds};" in row["figure"]
             assert (row["status"] == "reached") == all(r["final_wer"] <= one[r["seed"]] for r in mine)
-    for name, recipe, goal in (("fsdd", "fsdd", 0.05), ("fsdd-conformer", "fsdd_conformer", 0.05),
-                               ("yesno-conformer", "yesno-conformer", 0.0)):  # recipes over seeds, one process
+    for name, recipe, goal in SEED_RECIPES:  # recipes over seeds, one process
         one = [r for r in (json.loads(x) for x in (FIGURES / "convergence" / f"{name}.jsonl").read_text().splitlines())
                if r["strategy"] == "single"]
         row = next(r for r in rows if r["what"].startswith(f"recipe `{recipe}`, one process, seeds"))

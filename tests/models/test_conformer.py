@@ -103,3 +103,47 @@ def test_a_chunked_convolution_reads_its_chunk_and_what_came_before_never_past_i
             cut = conv(x[:, :end], mask[:, :end])  # the utterance ends with this chunk
             torch.testing.assert_close(got[:, start:end], cut[:, start:end], atol=1e-12, rtol=0)
     assert torch.equal(got, full) if chunk >= t else not torch.allclose(got, full, atol=1e-3)
+
+
+def test_training_in_both_modes_returns_the_full_context_rows_then_a_drawn_chunk_of_the_same_rows():
+    """train_modes: both, in training: (2B, T', V), the first B rows as the model computes them at full context and
+    the last B as in the chunk it drew (torch's generator, as an alternating batch draws); eval is unchanged.
+    Batch norm is put in eval mode so both halves are compared on the same statistics, dropout is off."""
+    torch.manual_seed(0)
+    over = {"layers": 2, "dropout": 0.0, "conv_context": "chunk"}
+    both = build_model("conformer-streaming-tiny", {**over, "train_modes": "both"}, 40, 29).double()
+    alone = build_model("conformer-streaming-tiny", over, 40, 29).double()
+    for bn in both.modules():
+        if hasattr(bn, "running_mean"):
+            bn.running_mean.uniform_(-0.3, 0.3)
+    alone.load_state_dict(both.state_dict())
+    feats, lengths = torch.randn(3, 40, 300, dtype=torch.float64), torch.tensor([300, 211, 97])
+    both.train()
+    for bn in both.modules():
+        if hasattr(bn, "running_mean"):
+            bn.eval()
+    assert both.trains_pairs and not alone.trains_pairs
+    torch.manual_seed(5)
+    logits, out_lens = both(feats, lengths)
+    torch.manual_seed(5)
+    drawn = int(torch.randint(1, both.cfg.max_chunk + 1, ()))
+    alone.eval()
+    with torch.no_grad():
+        full, lens = alone(feats, lengths)
+        alone.set_chunk(drawn)
+        chunked, _ = alone(feats, lengths)
+    assert logits.shape == (6, *full.shape[1:]) and out_lens.tolist() == lens.tolist() * 2
+    torch.testing.assert_close(logits[:3].detach(), full, atol=1e-10, rtol=0)
+    torch.testing.assert_close(logits[3:].detach(), chunked, atol=1e-10, rtol=0)
+    assert not torch.allclose(full, chunked, atol=1e-3)  # the chunk was drawn below the utterances' lengths
+    both.eval()
+    assert not both.trains_pairs and both(feats, lengths)[0].shape == full.shape
+
+
+def test_train_modes_and_distill_are_checked():
+    with pytest.raises(ConfigError, match="train_modes 'twice' is unknown; choose one of alternate, both"):
+        build_model("conformer-streaming-tiny", {"train_modes": "twice"}, 80, 29)
+    with pytest.raises(ConfigError, match="distill=0.5 needs train_modes: both"):
+        build_model("conformer-streaming-tiny", {"distill": 0.5}, 80, 29)
+    with pytest.raises(ConfigError, match="distill=-1 needs"):
+        build_model("conformer-streaming-tiny", {"train_modes": "both", "distill": -1}, 80, 29)

@@ -43,6 +43,11 @@ class ConformerConfig:
     max_chunk: int = 25               # streaming: training draws chunks of 1..max_chunk output frames (half the
                                       # batches: the full context)
     left_context: int = 64            # streaming: output frames before its chunk a frame attends to (the cache)
+    train_modes: str = "alternate"    # streaming: each training batch at full context or in a chunk (alternate), or
+                                      # every batch in both (both: the forward returns the rows twice, (2B, T', V),
+                                      # the full context's first; about twice the compute a batch)
+    distill: float = 0.0              # train_modes both: weight of the chunk's divergence from the full context's
+                                      # outputs (in-place distillation, the full context's side detached)
 
 
 class ConvSubsampling(nn.Module):
@@ -162,6 +167,7 @@ class RelPositionAttention(nn.Module):
 
 
 CONV_CONTEXTS = ("causal", "chunk")
+TRAIN_MODES = ("alternate", "both")
 
 
 class ConvModule(nn.Module):
@@ -278,6 +284,11 @@ class Conformer(nn.Module):
 
     def __init__(self, cfg: ConformerConfig, num_features: int, vocab_size: int) -> None:
         super().__init__()
+        if cfg.train_modes not in TRAIN_MODES:
+            raise ConfigError(f"model.overrides: train_modes {cfg.train_modes!r} is unknown; choose one of "
+                              f"{', '.join(TRAIN_MODES)}")
+        if cfg.distill < 0 or (cfg.distill > 0 and cfg.train_modes != "both"):
+            raise ConfigError(f"model.overrides: distill={cfg.distill:g} needs train_modes: both and a weight >= 0")
         self.cfg, self.num_features = cfg, num_features
         self.subsampling = ConvSubsampling(num_features, cfg.subsampling_channels, cfg.d_model)
         self.in_drop = nn.Dropout(cfg.dropout)
@@ -313,15 +324,34 @@ class Conformer(nn.Module):
         frames = torch.arange(x.shape[1], device=x.device)
         pos = sinusoid(relative_positions(frames), self.cfg.d_model)  # (2T'-1, d)
         allowed = mask[:, None, None, :]  # (B, 1, 1, T'): every valid key
-        chunk = self._chunk()
-        if chunk is not None:
-            allowed = allowed & chunk_mask(frames, chunk, self.cfg.left_context)[None, None]  # (B, 1, T', T')
         index = relative_index(frames, frames)
         x = self.in_drop(x)
-        for block in self.blocks:
-            x = block(x, mask, allowed, pos, index, chunk)
+        if self.trains_pairs:  # the full context, then a drawn chunk: (2B, T', d)
+            chunk = int(torch.randint(1, self.cfg.max_chunk + 1, ()))
+            x = torch.cat([self._blocks(x, mask, allowed, pos, index, None),
+                           self._blocks(x, mask, allowed, pos, index, chunk)])
+            mask, lengths = torch.cat([mask, mask]), torch.cat([lengths, lengths])
+        else:
+            x = self._blocks(x, mask, allowed, pos, index, self._chunk())
         x = x * mask[..., None].to(x.dtype)
         return self.out(x), lengths  # (B, T', V)
+
+    def _blocks(self, x: torch.Tensor, mask: torch.Tensor, allowed: torch.Tensor, pos: torch.Tensor,
+                index: torch.Tensor, chunk: int | None) -> torch.Tensor:
+        """Every block with attention in chunks of `chunk` output frames (None: full context): x (B, T', d) ->
+        (B, T', d)."""
+        if chunk is not None:
+            frames = torch.arange(x.shape[1], device=x.device)
+            allowed = allowed & chunk_mask(frames, chunk, self.cfg.left_context)[None, None]  # (B, 1, T', T')
+        for block in self.blocks:
+            x = block(x, mask, allowed, pos, index, chunk)
+        return x
+
+    @property
+    def trains_pairs(self) -> bool:
+        """Whether this forward returns every row twice, at full context and in a chunk (train_modes: both, in
+        training): the training step repeats the targets and adds the distillation term."""
+        return self.training and self.cfg.streaming and self.cfg.train_modes == "both"
 
     def _chunk(self) -> int | None:
         """The attention chunk of this forward (output frames), None for the full context: `self.chunk` in eval; in

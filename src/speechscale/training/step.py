@@ -81,13 +81,22 @@ class TrainStep:
             with self.precision.autocast():
                 logits, out_lens = self.forward(batch.feats, batch.feat_lens)  # (B, T', V)
         log_probs = logits.float().log_softmax(-1).transpose(0, 1)  # (T', B, V), fp32 outside autocast
-        if batch.weights is None:
-            return self.ctc(log_probs, batch.targets, out_lens, batch.target_lens)
-        # CTCLoss's "mean": each row's loss over its target length, averaged; here averaged over the real rows
-        rows = self.ctc_rows(log_probs, batch.targets, out_lens, batch.target_lens)  # (B,)
-        rows = rows / batch.target_lens.to(rows.device).clamp(min=1)
-        w = batch.weights.to(rows.device)
-        return torch.where(w > 0, rows, 0.0).mul(w).sum() / w.sum()
+        pairs = bool(getattr(self.model, "trains_pairs", False))  # (T', 2B, V): full context, then a chunk
+        targets, target_lens, weights = batch.targets, batch.target_lens, batch.weights
+        if pairs:
+            targets, target_lens = torch.cat([targets, targets]), torch.cat([target_lens, target_lens])
+            weights = None if weights is None else torch.cat([weights, weights])
+        if weights is None:
+            loss = self.ctc(log_probs, targets, out_lens, target_lens)
+        else:  # CTCLoss's "mean": each row's loss over its target length, averaged; here averaged over the real rows
+            rows = self.ctc_rows(log_probs, targets, out_lens, target_lens)  # (B,)
+            rows = rows / target_lens.to(rows.device).clamp(min=1)
+            w = weights.to(rows.device)
+            loss = torch.where(w > 0, rows, 0.0).mul(w).sum() / w.sum()
+        if pairs and self.model.cfg.distill > 0:  # type: ignore[union-attr]
+            loss = loss + self.model.cfg.distill * chunk_divergence(log_probs, out_lens, batch.target_lens,
+                                                                    batch.weights)  # type: ignore[union-attr]
+        return loss
 
     def forward_backward(self, batch: Batch, parts: int = 1, weight: float = 1.0,
                          host_lens: torch.Tensor | None = None) -> torch.Tensor:
@@ -150,6 +159,22 @@ class TrainStep:
         flags = torch.stack([bad_loss.float(), bad_grad.float(), torch.where(ok, loss.float(), 0.0), ok.float()])
         self.clock("optimizer")
         return loss, flags
+
+
+def chunk_divergence(log_probs: torch.Tensor, out_lens: torch.Tensor, target_lens: torch.Tensor,
+                     weights: torch.Tensor | None = None) -> torch.Tensor:
+    """In-place distillation of a pair of passes: log_probs (T', 2B, V), the full context's B rows first (the
+    teacher, detached) and the chunk's after; out_lens (2B,), target_lens (B,). Each row's KL(full || chunk) summed
+    over its frames and divided by its target length (CTC's own normalization), averaged over the (real) rows."""
+    b = log_probs.shape[1] // 2
+    full, chunk = log_probs[:, :b].detach(), log_probs[:, b:]  # (T', B, V) each
+    frames = (full.exp() * (full - chunk)).sum(-1)  # (T', B)
+    valid = torch.arange(frames.shape[0], device=frames.device)[:, None] < out_lens[:b].to(frames.device)[None, :]
+    rows = torch.where(valid, frames, 0.0).sum(0) / target_lens.to(frames.device).clamp(min=1)  # (B,)
+    if weights is None:
+        return rows.mean()
+    w = weights.to(rows.device)
+    return torch.where(w > 0, rows, 0.0).mul(w).sum() / w.sum()
 
 
 def _check_graphed(model: nn.Module, forward: Forward, device: torch.device) -> None:

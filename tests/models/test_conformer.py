@@ -143,6 +143,8 @@ def test_training_in_both_modes_returns_the_full_context_rows_then_a_drawn_chunk
 def test_train_modes_and_distill_are_checked():
     with pytest.raises(ConfigError, match="train_modes 'twice' is unknown; choose one of alternate, both"):
         build_model("conformer-streaming-tiny", {"train_modes": "twice"}, 80, 29)
+    with pytest.raises(ConfigError, match="train_modes both trains full context and chunks: it needs a streaming"):
+        build_model("conformer-tiny", {"train_modes": "both"}, 80, 29)
     with pytest.raises(ConfigError, match="distill=0.5 needs train_modes: both"):
         build_model("conformer-streaming-tiny", {"distill": 0.5}, 80, 29)
     with pytest.raises(ConfigError, match="distill=-1 needs"):

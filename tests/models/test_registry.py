@@ -57,6 +57,16 @@ def test_analytic_flops_match_torchs_flop_counter(name, backward, frames):
         assert expected[1] == counter.get_total_flops() - forward
 
 
+@pytest.mark.parametrize("modes", ["alternate", "both"])
+def test_a_streaming_conformer_counts_its_passes_a_training_batch(modes):
+    """train_modes both runs the blocks and the output layer twice a batch, the subsampling once."""
+    torch.manual_seed(0)
+    model = build_model("conformer-streaming-tiny", {"train_modes": modes}, 64, 29).train()
+    with FlopCounterMode(display=False) as counter:
+        model(torch.randn(1, 64, 160), torch.tensor([160]))
+    assert model.flops(160)[0] == counter.get_total_flops()
+
+
 def test_overrides_change_the_preset_and_unknown_fields_fail():
     model = build_model("wav2letter+-tiny", {"blocks": [{"channels": 8, "kernel": 3, "stride": 2}]}, 64, 29)
     assert len(model.blocks) == 1 and model.blocks[0].conv.out_channels == 8

@@ -287,6 +287,9 @@ class Conformer(nn.Module):
         if cfg.train_modes not in TRAIN_MODES:
             raise ConfigError(f"model.overrides: train_modes {cfg.train_modes!r} is unknown; choose one of "
                               f"{', '.join(TRAIN_MODES)}")
+        if cfg.train_modes == "both" and not cfg.streaming:
+            raise ConfigError("model.overrides: train_modes both trains full context and chunks: it needs a streaming "
+                              "conformer (conformer-streaming)")
         if cfg.distill < 0 or (cfg.distill > 0 and cfg.train_modes != "both"):
             raise ConfigError(f"model.overrides: distill={cfg.distill:g} needs train_modes: both and a weight >= 0")
         self.cfg, self.num_features = cfg, num_features
@@ -300,14 +303,16 @@ class Conformer(nn.Module):
         return self.subsampling.output_lengths(lengths)
 
     def flops(self, frames: int) -> tuple[int, int]:
-        """(forward, backward) FLOPs for one utterance of `frames` feature frames (see models.flops). The
-        relative-position projection's input is constant: it gets a weight gradient only."""
+        """(forward, backward) FLOPs for one utterance of `frames` feature frames in training (see models.flops):
+        with train_modes both, the blocks and the output layer run twice. The relative-position projection's input
+        is constant: it gets a weight gradient only."""
         s, d, e = self.subsampling, self.cfg.d_model, self.cfg.ff_expansion
         t1 = (frames + 1) // 2  # each 3x3 stride-2 conv with padding 1 halves, rounding up
         t = int(self.output_lengths(torch.tensor(frames)))
         first = F.conv_flops(1, s.conv1.out_channels, (3, 3), (self.num_features + 1) // 2 * t1)
         rest = F.conv_flops(s.conv2.in_channels, s.conv2.out_channels, (3, 3), s.freq * t)
-        rest += F.linear_flops(s.out.in_features, d, t) + F.linear_flops(d, self.out.out_features, t)
+        rest += F.linear_flops(s.out.in_features, d, t)
+        head = F.linear_flops(d, self.out.out_features, t)
         per_block = (2 * (F.linear_flops(d, e * d, t) + F.linear_flops(e * d, d, t))  # two feed-forward halves
                      + 4 * F.linear_flops(d, d, t)                                   # q, k, v, out
                      + 2 * t * t * d + 2 * t * (2 * t - 1) * d + 2 * t * t * d       # content, position, values
@@ -315,7 +320,8 @@ class Conformer(nn.Module):
                      + F.conv_flops(d, d, (self.cfg.conv_kernel,), t, groups=d))
         pos = F.linear_flops(d, d, 2 * t - 1)
         n = len(self.blocks)
-        return F.train_flops(first, rest + n * per_block, (n * pos, n * pos))
+        passes = 2 if self.cfg.streaming and self.cfg.train_modes == "both" else 1
+        return F.train_flops(first, rest + passes * (head + n * per_block), (passes * n * pos, passes * n * pos))
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = feats * length_mask(lengths, feats.shape[-1], feats.device)[:, None, :].to(feats.dtype)  # (B, F, T)

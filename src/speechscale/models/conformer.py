@@ -280,7 +280,8 @@ class ConformerBlock(nn.Module):
 
 
 class Conformer(nn.Module):
-    """Features (B, F, T) and lengths -> logits (B, T', V) and output lengths T' (T' = ceil(ceil(T/2)/2))."""
+    """Features (B, F, T) and lengths -> logits (B, T', V) and output lengths T' (T' = ceil(ceil(T/2)/2)); a streaming
+    model training in both modes (`trains_pairs`) returns every row twice, full context first."""
 
     def __init__(self, cfg: ConformerConfig, num_features: int, vocab_size: int) -> None:
         super().__init__()
@@ -340,7 +341,7 @@ class Conformer(nn.Module):
         else:
             x = self._blocks(x, mask, allowed, pos, index, self._chunk())
         x = x * mask[..., None].to(x.dtype)
-        return self.out(x), lengths  # (B, T', V)
+        return self.out(x), lengths  # (B, T', V); (2B, T', V) when trains_pairs
 
     def _blocks(self, x: torch.Tensor, mask: torch.Tensor, allowed: torch.Tensor, pos: torch.Tensor,
                 index: torch.Tensor, chunk: int | None) -> torch.Tensor:

@@ -335,20 +335,19 @@ class Conformer(nn.Module):
         x = self.in_drop(x)
         if self.trains_pairs:  # the full context, then a drawn chunk: (2B, T', d)
             chunk = int(torch.randint(1, self.cfg.max_chunk + 1, ()))
-            x = torch.cat([self._blocks(x, mask, allowed, pos, index, None),
-                           self._blocks(x, mask, allowed, pos, index, chunk)])
+            x = torch.cat([self._blocks(x, mask, allowed, pos, index, frames, None),
+                           self._blocks(x, mask, allowed, pos, index, frames, chunk)])
             mask, lengths = torch.cat([mask, mask]), torch.cat([lengths, lengths])
         else:
-            x = self._blocks(x, mask, allowed, pos, index, self._chunk())
+            x = self._blocks(x, mask, allowed, pos, index, frames, self._chunk())
         x = x * mask[..., None].to(x.dtype)
         return self.out(x), lengths  # (B, T', V); (2B, T', V) when trains_pairs
 
     def _blocks(self, x: torch.Tensor, mask: torch.Tensor, allowed: torch.Tensor, pos: torch.Tensor,
-                index: torch.Tensor, chunk: int | None) -> torch.Tensor:
-        """Every block with attention in chunks of `chunk` output frames (None: full context): x (B, T', d) ->
-        (B, T', d)."""
+                index: torch.Tensor, frames: torch.Tensor, chunk: int | None) -> torch.Tensor:
+        """Every block with attention in chunks of `chunk` output frames (None: full context): x (B, T', d), frames
+        (T',) arange -> (B, T', d)."""
         if chunk is not None:
-            frames = torch.arange(x.shape[1], device=x.device)
             allowed = allowed & chunk_mask(frames, chunk, self.cfg.left_context)[None, None]  # (B, 1, T', T')
         for block in self.blocks:
             x = block(x, mask, allowed, pos, index, chunk)

@@ -90,9 +90,7 @@ class TrainStep:
             loss = self.ctc(log_probs, targets, out_lens, target_lens)
         else:  # CTCLoss's "mean": each row's loss over its target length, averaged; here averaged over the real rows
             rows = self.ctc_rows(log_probs, targets, out_lens, target_lens)  # (B,)
-            rows = rows / target_lens.to(rows.device).clamp(min=1)
-            w = weights.to(rows.device)
-            loss = torch.where(w > 0, rows, 0.0).mul(w).sum() / w.sum()
+            loss = row_mean(rows / target_lens.to(rows.device).clamp(min=1), weights)
         if pairs and self.model.cfg.distill > 0:  # type: ignore[union-attr]
             loss = loss + self.model.cfg.distill * chunk_divergence(log_probs, out_lens, batch.target_lens,
                                                                     batch.weights)  # type: ignore[union-attr]
@@ -171,8 +169,12 @@ def chunk_divergence(log_probs: torch.Tensor, out_lens: torch.Tensor, target_len
     frames = (full.exp() * (full - chunk)).sum(-1)  # (T', B)
     valid = torch.arange(frames.shape[0], device=frames.device)[:, None] < out_lens[:b].to(frames.device)[None, :]
     rows = torch.where(valid, frames, 0.0).sum(0) / target_lens.to(frames.device).clamp(min=1)  # (B,)
-    if weights is None:
-        return rows.mean()
+    return rows.mean() if weights is None else row_mean(rows, weights)
+
+
+def row_mean(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The mean of per-row losses (B,) over the real rows of a batch padded to a fixed shape (weights (B,): 1 real,
+    0 filler; a filler's loss, even a non-finite one, counts for nothing)."""
     w = weights.to(rows.device)
     return torch.where(w > 0, rows, 0.0).mul(w).sum() / w.sum()
 

@@ -7,8 +7,6 @@ import io
 import json
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -18,7 +16,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.conftest import ROOT, shared
+from tests.conftest import shared, start_server
 from tests.distributed.launch import free_port, kill_group
 
 pytestmark = pytest.mark.slow  # real servers (one per configuration) and raw sockets
@@ -28,21 +26,7 @@ INTERNALS = ("0x", "Traceback", "BytesIO", "soundfile", "libsndfile", "File \"")
 
 
 def _start(checkpoint, tmp_path_factory, *flags):
-    port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "log"
-    proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "serve", "--checkpoint", str(checkpoint),
-                             "--port", str(port), *flags], cwd=ROOT, stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
-                if json.load(r)["status"] == "ok":
-                    return proc, url
-        except OSError:
-            time.sleep(0.1)
-    kill_group(proc)
-    raise AssertionError(log.read_text())
+    return start_server(checkpoint, tmp_path_factory.mktemp("serve") / "log", *flags)
 
 
 @pytest.fixture(scope="module")

@@ -105,12 +105,16 @@ def test_a_chunked_convolution_reads_its_chunk_and_what_came_before_never_past_i
     assert torch.equal(got, full) if chunk >= t else not torch.allclose(got, full, atol=1e-3)
 
 
-def test_training_in_both_modes_returns_the_full_context_rows_then_a_drawn_chunk_of_the_same_rows():
+@pytest.mark.parametrize("chunks", [None, (13, 13)])
+def test_training_in_both_modes_returns_the_full_context_rows_then_a_drawn_chunk_of_the_same_rows(chunks):
     """train_modes: both, in training: (2B, T', V), the first B rows as the model computes them at full context and
-    the last B as in the chunk it drew (torch's generator, as an alternating batch draws); eval is unchanged.
-    Batch norm is put in eval mode so both halves are compared on the same statistics, dropout is off."""
+    the last B as in the chunk it drew (torch's generator, as an alternating batch draws: 1..25 by default, or the
+    one chunk min_chunk = max_chunk names); eval is unchanged. Batch norm is put in eval mode so both halves are
+    compared on the same statistics, dropout is off."""
     torch.manual_seed(0)
     over = {"layers": 2, "dropout": 0.0, "conv_context": "chunk"}
+    if chunks is not None:
+        over |= {"min_chunk": chunks[0], "max_chunk": chunks[1]}
     both = build_model("conformer-streaming-tiny", {**over, "train_modes": "both"}, 40, 29).double()
     alone = build_model("conformer-streaming-tiny", over, 40, 29).double()
     for bn in both.modules():
@@ -126,7 +130,7 @@ def test_training_in_both_modes_returns_the_full_context_rows_then_a_drawn_chunk
     torch.manual_seed(5)
     logits, out_lens = both(feats, lengths)
     torch.manual_seed(5)
-    drawn = int(torch.randint(1, both.cfg.max_chunk + 1, ()))
+    drawn = int(torch.randint(1, 26, ())) if chunks is None else chunks[0]
     alone.eval()
     with torch.no_grad():
         full, lens = alone(feats, lengths)
@@ -149,3 +153,15 @@ def test_train_modes_and_distill_are_checked():
         build_model("conformer-streaming-tiny", {"distill": 0.5}, 80, 29)
     with pytest.raises(ConfigError, match="distill=-1 needs"):
         build_model("conformer-streaming-tiny", {"train_modes": "both", "distill": -1}, 80, 29)
+    with pytest.raises(ConfigError, match="chunks of min_chunk..max_chunk frames; 30..25 is not a range"):
+        build_model("conformer-streaming-tiny", {"min_chunk": 30}, 80, 29)
+    with pytest.raises(ConfigError, match="0..25 is not a range of 1 or more"):
+        build_model("conformer-streaming-tiny", {"min_chunk": 0}, 80, 29)
+
+
+def test_one_mode_a_batch_draws_the_full_context_or_a_chunk_within_min_and_max_chunk():
+    model = build_model("conformer-streaming-tiny", {"min_chunk": 6, "max_chunk": 8}, 80, 29).train()
+    torch.manual_seed(0)
+    drawn = [model._chunk() for _ in range(400)]
+    assert set(drawn) == {None, 6, 7, 8}
+    assert 150 < drawn.count(None) < 250

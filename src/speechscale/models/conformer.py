@@ -40,8 +40,9 @@ class ConformerConfig:
     conv_context: str = "causal"      # streaming: what the depthwise convolution reads after a frame: causal
                                       # (nothing) or chunk (the rest of the frame's attention chunk; at full
                                       # context, the whole kernel: dynamic chunk convolution, Li et al. 2023)
-    max_chunk: int = 25               # streaming: training draws chunks of 1..max_chunk output frames (half the
-                                      # batches: the full context)
+    max_chunk: int = 25               # streaming: training draws chunks of min_chunk..max_chunk output frames (half
+                                      # the batches, or with train_modes both a second pass: the full context)
+    min_chunk: int = 1                # streaming: the smallest chunk training draws (a deployment's fixed chunk: both)
     left_context: int = 64            # streaming: output frames before its chunk a frame attends to (the cache)
     train_modes: str = "alternate"    # streaming: each training batch at full context or in a chunk (alternate), or
                                       # every batch in both (both: the forward returns the rows twice, (2B, T', V),
@@ -293,6 +294,9 @@ class Conformer(nn.Module):
                               "conformer (conformer-streaming)")
         if cfg.distill < 0 or (cfg.distill > 0 and cfg.train_modes != "both"):
             raise ConfigError(f"model.overrides: distill={cfg.distill:g} needs train_modes: both and a weight >= 0")
+        if not 1 <= cfg.min_chunk <= cfg.max_chunk:
+            raise ConfigError(f"model.overrides: training draws chunks of min_chunk..max_chunk frames; "
+                              f"{cfg.min_chunk}..{cfg.max_chunk} is not a range of 1 or more")
         self.cfg, self.num_features = cfg, num_features
         self.subsampling = ConvSubsampling(num_features, cfg.subsampling_channels, cfg.d_model)
         self.in_drop = nn.Dropout(cfg.dropout)
@@ -334,7 +338,7 @@ class Conformer(nn.Module):
         index = relative_index(frames, frames)
         x = self.in_drop(x)
         if self.trains_pairs:  # the full context, then a drawn chunk: (2B, T', d)
-            chunk = int(torch.randint(1, self.cfg.max_chunk + 1, ()))
+            chunk = self._draw_chunk()
             x = torch.cat([self._blocks(x, mask, allowed, pos, index, frames, None),
                            self._blocks(x, mask, allowed, pos, index, frames, chunk)])
             mask, lengths = torch.cat([mask, mask]), torch.cat([lengths, lengths])
@@ -368,7 +372,11 @@ class Conformer(nn.Module):
             return self.chunk
         if torch.rand(()) < 0.5:
             return None
-        return int(torch.randint(1, self.cfg.max_chunk + 1, ()))
+        return self._draw_chunk()
+
+    def _draw_chunk(self) -> int:
+        """A training chunk, uniform over min_chunk..max_chunk output frames."""
+        return int(torch.randint(self.cfg.min_chunk, self.cfg.max_chunk + 1, ()))
 
     # -- streaming (models.streaming): subsampling, then every block on chunks of C output frames, each frame
     #    attending to its chunk and the cfg.left_context frames before it (cached); each conv module reads the

@@ -42,7 +42,7 @@ class ConformerConfig:
                                       # context, the whole kernel: dynamic chunk convolution, Li et al. 2023)
     max_chunk: int = 25               # streaming: training draws chunks of min_chunk..max_chunk output frames (half
                                       # the batches, or with train_modes both a second pass: the full context)
-    min_chunk: int = 1                # streaming: the smallest chunk training draws (a deployment's fixed chunk: both)
+    min_chunk: int = 1                # streaming: the smallest chunk training draws (equal to max_chunk: one chunk)
     left_context: int = 64            # streaming: output frames before its chunk a frame attends to (the cache)
     train_modes: str = "alternate"    # streaming: each training batch at full context or in a chunk (alternate), or
                                       # every batch in both (both: the forward returns the rows twice, (2B, T', V),

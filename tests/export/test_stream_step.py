@@ -111,30 +111,3 @@ def test_export_streaming_and_transcribe_stream_run_the_step_from_the_command_li
     code, _, err = main_cli(capsys, "export", "--checkpoint", str(streaming_checkpoint), "--format", "torchscript",
                             "--streaming", "--out", str(tmp_path / "x.ts"))
     assert code == 2 and "--format onnx" in err
-
-
-def test_a_conformer_told_its_chunk_positions_exports_a_step_that_gives_its_chunked_logits(tmp_path):
-    """conformer-streaming-tiny with chunk_position (random vectors, so a frame told the wrong place shows), its
-    initial weights saved as a checkpoint: the ONNX step for chunks of 4 output frames gives the offline logits with
-    attention in chunks of 4, for rows of 11, 64 and 203 feature frames in one batch."""
-    from speechscale.config import to_dict
-    from tests.models.test_stream_step import _conformer, stream_rows
-
-    model = _conformer(12, "chunk", position=3)
-    cfg = load_config(None, ["model.name=conformer-streaming-tiny", "features.kind=logmel", "features.n_mels=80",
-                             "features.normalize=none",
-                             "model.overrides={left_context: 12, conv_context: chunk, chunk_position: 3}"])
-    ckpt = tmp_path / "told.pt"
-    torch.save({"format_version": 3, "config": to_dict(cfg), "model": model.state_dict()}, ckpt)
-    export_stream_step(ckpt, tmp_path / "step.onnx", chunk=16)
-    feats = [torch.randn(80, n) for n in (11, 64, 203)]
-    model.set_chunk(4)
-    with torch.no_grad():
-        want = [model(f[None], torch.tensor([f.shape[1]]))[0][0] for f in feats]
-    for got, ref in zip(stream_rows(model, feats, 16, step=OnnxStep(tmp_path / "step.onnx")), want):
-        assert got.shape == ref.shape
-        torch.testing.assert_close(got, ref, atol=2e-4, rtol=1e-4)
-    with torch.no_grad():
-        model.chunk_position.zero_()
-        untold = model(feats[2][None], torch.tensor([203]))[0][0]
-    assert not torch.allclose(untold, want[2], atol=1e-2)  # the vectors count in what the step matched

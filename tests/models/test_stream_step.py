@@ -21,21 +21,19 @@ def _model(*overrides):
     return model
 
 
-def stream_rows(model, feats, chunk, forget=None, step=None):
+def stream_rows(model, feats, chunk, forget=None):
     """Each (F, T_i) of `feats` as one row of a batch, stepped chunk by chunk (zeros after a row's end, its length
     told once its last frame is in) until every row has all its output frames -> the decided logits per row.
-    `forget`: the index of a state tensor reset to zeros after every step; `step`: a step runtime
-    (export.stream_runtime) run instead of the model's own step."""
+    `forget`: the index of a state tensor reset to zeros after every step."""
     lens = [f.shape[1] for f in feats]
     expected = [int(model.output_lengths(torch.tensor([n]))[0]) for n in lens]
-    state = step.initial_state(len(feats)) if step else model.stream_init(len(feats))
-    got, fed = [[] for _ in feats], 0
+    state, got, fed = model.stream_init(len(feats)), [[] for _ in feats], 0
     with torch.no_grad():
         while any(sum(len(x) for x in g) < e for g, e in zip(got, expected)):
             x = torch.stack([torch.nn.functional.pad(f[:, fed:fed + chunk], (0, chunk - f[:, fed:fed + chunk].shape[1]))
                              for f in feats])  # (B, F, chunk)
             total = torch.tensor([n if fed + chunk >= n else UNKNOWN for n in lens])
-            logits, ok, state = (step or model.stream_step)(x, torch.full((len(feats),), fed), total, state)
+            logits, ok, state = model.stream_step(x, torch.full((len(feats),), fed), total, state)
             assert logits.shape[:2] == ok.shape == (len(feats), chunk // model.stream_stride)
             for i in range(len(feats)):
                 got[i].append(logits[i][ok[i]])

@@ -157,26 +157,6 @@ def test_train_modes_and_distill_are_checked():
         build_model("conformer-streaming-tiny", {"min_chunk": 30}, 80, 29)
     with pytest.raises(ConfigError, match="0..25 is not a range of 1 or more"):
         build_model("conformer-streaming-tiny", {"min_chunk": 0}, 80, 29)
-    with pytest.raises(ConfigError, match="chunk_position=4 tells frames where their chunk ends: it needs a streaming"):
-        build_model("conformer-tiny", {"chunk_position": 4}, 80, 29)
-    with pytest.raises(ConfigError, match="chunk_position=-1 .* 0 or more frames"):
-        build_model("conformer-streaming-tiny", {"chunk_position": -1}, 80, 29)
-
-
-def test_each_frame_is_told_the_frames_after_it_in_its_chunk_up_to_chunk_position():
-    """A chunk of 5 over 12 frames told up to 3: 3 3 2 1 0 | 3 3 2 1 0 | 3 3 (the last chunk counted at its size,
-    as a stream's step counts it before it knows the end); the full context: 3 everywhere.
-    The vectors start at zeros (not told), and a model without them has no such parameter."""
-    model = build_model("conformer-streaming-tiny", {"chunk_position": 3}, 80, 29)
-    assert torch.equal(model.chunk_position, torch.zeros(4, 144))
-    assert not any("chunk_position" in n for n, _ in build_model("conformer-streaming-tiny", {}, 80, 29).named_parameters())
-    with torch.no_grad():
-        model.chunk_position.copy_(torch.arange(4.0)[:, None].expand(4, 144))  # vector k holds k
-    x, frames = torch.zeros(2, 12, 144), torch.arange(12)
-    told = model._told_position(x, frames, 5)[:, :, 0]  # (2, 12)
-    want = torch.tensor([3, 3, 2, 1, 0, 3, 3, 2, 1, 0, 3, 3], dtype=torch.float32)
-    assert torch.equal(told, want.expand(2, 12))
-    assert torch.equal(model._told_position(x, frames, None), torch.full((2, 12, 144), 3.0))
 
 
 def test_one_mode_a_batch_draws_the_full_context_or_a_chunk_within_min_and_max_chunk():

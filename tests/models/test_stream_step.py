@@ -59,28 +59,26 @@ def test_the_step_gives_the_offline_logits_for_every_row_of_a_batch_and_any_chun
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def _conformer(left, conv="causal", position=0):
+def _conformer(left, conv="causal"):
     torch.manual_seed(0)
     cfg = load_config(None, ["model.name=conformer-streaming-tiny",
-                             f"model.overrides={{left_context: {left}, conv_context: {conv}, chunk_position: {position}}}",
+                             f"model.overrides={{left_context: {left}, conv_context: {conv}}}",
                              "features.kind=logmel", "features.n_mels=80", "features.normalize=none"])
     model = build_components(cfg).model.eval()
     for mod in model.modules():
         if getattr(mod, "running_mean", None) is not None:
             mod.running_mean.uniform_(-0.5, 0.5)
             mod.running_var.uniform_(0.5, 2.0)
-    if model.chunk_position is not None:  # away from zeros, so a frame told the wrong place shows
-        model.chunk_position.data.normal_()
     return model
 
 
-@pytest.mark.parametrize(("conv", "position"), [("causal", 0), ("chunk", 0), ("chunk", 3)])
-def test_the_streaming_conformers_step_at_chunk_c_gives_its_offline_logits_in_chunks_of_c(conv, position):
+@pytest.mark.parametrize("conv", ["causal", "chunk"])
+def test_the_streaming_conformers_step_at_chunk_c_gives_its_offline_logits_in_chunks_of_c(conv):
     """Rows of 11, 64 and 203 feature frames (3 to 51 output frames) in one batch; chunks of 1, 4 and 16 output
     frames; a left context of 12 frames, which the longest row passes, so the cache's bound counts; convolutions
-    causal or reading to their chunk's end; frames told their place in the chunk or not. The full context's logits
-    differ: the chunks are not the whole utterance."""
-    model = _conformer(12, conv, position)
+    causal or reading to their chunk's end. The full context's logits differ: the chunks are not the whole
+    utterance."""
+    model = _conformer(12, conv)
     assert model.streaming_problem() is None and model.stream_stride == 4
     feats = [torch.randn(80, n) for n in (11, 64, 203)]
     for c in (1, 4, 16):

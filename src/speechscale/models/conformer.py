@@ -44,9 +44,6 @@ class ConformerConfig:
                                       # the batches, or with train_modes both a second pass: the full context)
     min_chunk: int = 1                # streaming: the smallest chunk training draws (equal to max_chunk: one chunk)
     left_context: int = 64            # streaming: output frames before its chunk a frame attends to (the cache)
-    chunk_position: int = 0           # streaming: each frame is told how many frames follow it in its chunk, up to
-                                      # this many (a learned vector added after the subsampling; the full context:
-                                      # this many), so the model can learn when to wait for the next chunk; 0: not told
     train_modes: str = "alternate"    # streaming: each training batch at full context or in a chunk (alternate), or
                                       # every batch in both (both: the forward returns the rows twice, (2B, T', V),
                                       # the full context's first; about twice the compute a batch)
@@ -300,15 +297,9 @@ class Conformer(nn.Module):
         if not 1 <= cfg.min_chunk <= cfg.max_chunk:
             raise ConfigError(f"model.overrides: training draws chunks of min_chunk..max_chunk frames; "
                               f"{cfg.min_chunk}..{cfg.max_chunk} is not a range of 1 or more")
-        if cfg.chunk_position < 0 or (cfg.chunk_position and not cfg.streaming):
-            raise ConfigError(f"model.overrides: chunk_position={cfg.chunk_position} tells frames where their chunk "
-                              f"ends: it needs a streaming conformer (conformer-streaming) and 0 or more frames")
         self.cfg, self.num_features = cfg, num_features
         self.subsampling = ConvSubsampling(num_features, cfg.subsampling_channels, cfg.d_model)
         self.in_drop = nn.Dropout(cfg.dropout)
-        self.chunk_position = None
-        if cfg.chunk_position:  # starts at zeros: the model begins as one that is not told
-            self.chunk_position = nn.Parameter(torch.zeros(cfg.chunk_position + 1, cfg.d_model))
         self.blocks = nn.ModuleList(ConformerBlock(cfg) for _ in range(cfg.layers))
         self.out = nn.Linear(cfg.d_model, vocab_size)
 
@@ -362,19 +353,9 @@ class Conformer(nn.Module):
         (T',) arange -> (B, T', d)."""
         if chunk is not None:
             allowed = allowed & chunk_mask(frames, chunk, self.cfg.left_context)[None, None]  # (B, 1, T', T')
-        x = self._told_position(x, frames, chunk)
         for block in self.blocks:
             x = block(x, mask, allowed, pos, index, chunk)
         return x
-
-    def _told_position(self, x: torch.Tensor, frames: torch.Tensor, chunk: int | None) -> torch.Tensor:
-        """x (B, T', d) plus each frame's chunk_position vector: the frames after it in its chunk of `chunk`
-        (frames (T',) their places from a chunk's start), counted up to chunk_position; x itself when not told."""
-        if self.chunk_position is None:
-            return x
-        most = self.chunk_position.shape[0] - 1
-        after = torch.full_like(frames, most) if chunk is None else (chunk - 1 - frames % chunk).clamp(max=most)
-        return x + self.chunk_position[after].to(x.dtype)  # (B, T', d)
 
     @property
     def trains_pairs(self) -> bool:
@@ -457,7 +438,6 @@ class Conformer(nn.Module):
         # query i (at key index L + i) against key j: relative positions L + C - 1 down to -(C - 1)
         pos = sinusoid(torch.arange(left + c - 1, -c, -1, device=x.device), self.cfg.d_model)  # (L + 2C - 1, d)
         index = relative_index(torch.arange(c, device=x.device), torch.arange(left + c, device=x.device))
-        x = self._told_position(x, torch.arange(c, device=x.device), c)
         for i, block in enumerate(self.blocks):
             x, cache, carry = block.step(x, ok, allowed, pos, index, state[2 + 2 * i], state[3 + 2 * i])
             new += [cache, carry]

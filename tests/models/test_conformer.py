@@ -105,6 +105,71 @@ def test_a_chunked_convolution_reads_its_chunk_and_what_came_before_never_past_i
     assert torch.equal(got, full) if chunk >= t else not torch.allclose(got, full, atol=1e-3)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("chunk,right", [(1, 2), (3, 1), (4, 4), (8, 3), (40, 2)])
+def test_with_a_right_context_a_chunk_convolves_its_copies_of_the_next_frames_and_they_read_no_further(
+        chunk, right, causal):
+    """Copies (the `right` frames after each chunk, appended after the utterance's frames) that hold what those
+    frames hold: a chunk's frames and its copies come out as the module computes them on the utterance cut where
+    the copies end. Causal or reading to the end of the chunk and its copies."""
+    torch.manual_seed(0)
+    conv = ConvModule(6, 7, 0.0, causal=causal).double().eval()
+    conv.bn.running_mean.uniform_(-0.5, 0.5)
+    t = 29
+    x = torch.randn(2, t, 6, dtype=torch.float64)
+    mask = torch.ones(2, t, dtype=torch.bool)
+    mask[1, 20:] = False
+    n = -(-t // chunk)
+    ahead = ((torch.arange(n) + 1) * chunk)[:, None] + torch.arange(right)  # (n, R) positions copied
+    valid = torch.cat([mask, (ahead.flatten() < torch.tensor([t, 20])[:, None])], dim=1)  # (2, T + nR)
+    copies = torch.nn.functional.pad(x, (0, 0, 0, n * chunk + right - t))[:, ahead.flatten()]  # (2, nR, 6)
+    with torch.no_grad():
+        got = conv(torch.cat([x, copies], dim=1), valid, chunk, right)  # (2, T + nR, 6)
+        for k in range(n):
+            start, end = k * chunk, min((k + 1) * chunk, t)
+            reach = min(end + right, t)
+            cut = conv(x[:, :reach], mask[:, :reach])  # the utterance ends with this chunk's copies
+            torch.testing.assert_close(got[:, start:end], cut[:, start:end], atol=1e-12, rtol=0)
+            mine = got[:, t + k * right:t + k * right + reach - end]  # the copies inside the utterance
+            torch.testing.assert_close(mine, cut[:, end:reach], atol=1e-12, rtol=0)
+    if not causal and chunk < t:  # the copies were read
+        assert not torch.allclose(got[:, :t], conv(x, mask, chunk), atol=1e-3)
+
+
+def test_a_right_context_lets_a_chunk_read_its_next_frames_and_nothing_after_them():
+    """In chunks of 4 output frames (16 feature frames) with 3 frames of right context, the first chunk's logits
+    follow the feature frames up to 4 (4 + 3) - 1 = 27 and none after; without the right context, none after 15.
+    The training forward (both modes, a drawn chunk and its copies) backpropagates finite gradients."""
+    torch.manual_seed(0)
+    feats, lengths = torch.randn(1, 40, 80), torch.tensor([80])
+    reach = {}
+    for right in (0, 3):
+        model = build_model("conformer-streaming-tiny", {"layers": 2, "conv_context": "chunk", "right_context": right},
+                            40, 29).eval()
+        model.set_chunk(4)
+        with torch.no_grad():
+            base = model(feats, lengths)[0][0, :4]
+            moved = []
+            for frame in range(80):
+                bumped = feats.clone()
+                bumped[..., frame] += 3.0
+                moved.append(not torch.allclose(model(bumped, lengths)[0][0, :4], base, atol=1e-6))
+        reach[right] = max(f for f, m in enumerate(moved) if m)
+        assert model.stream_lookahead == 4 * right
+    assert reach == {0: 15, 3: 27}
+    model = build_model("conformer-streaming-tiny", {"layers": 2, "train_modes": "both", "right_context": 3},
+                        40, 29).train()
+    logits, out_lens = model(torch.randn(2, 40, 120), torch.tensor([120, 77]))
+    assert logits.shape == (4, 30, 29) and out_lens.tolist() == [30, 20, 30, 20]
+    logits.log_softmax(-1).sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    plain = build_model("conformer-streaming-tiny", {"train_modes": "both"}, 80, 29)
+    ahead = build_model("conformer-streaming-tiny", {"train_modes": "both", "right_context": 4}, 80, 29)
+    alternate = build_model("conformer-streaming-tiny", {"right_context": 4}, 80, 29)
+    base, more, half = plain.flops(1000)[0], ahead.flops(1000)[0], alternate.flops(1000)[0]
+    assert more > base and half < more  # the chunks' copies add work; half the batches are chunks when alternating
+
+
 @pytest.mark.parametrize("chunks", [None, (13, 13)])
 def test_training_in_both_modes_returns_the_full_context_rows_then_a_drawn_chunk_of_the_same_rows(chunks):
     """train_modes: both, in training: (2B, T', V), the first B rows as the model computes them at full context and
@@ -157,6 +222,10 @@ def test_train_modes_and_distill_are_checked():
         build_model("conformer-streaming-tiny", {"min_chunk": 30}, 80, 29)
     with pytest.raises(ConfigError, match="0..25 is not a range of 1 or more"):
         build_model("conformer-streaming-tiny", {"min_chunk": 0}, 80, 29)
+    with pytest.raises(ConfigError, match="right_context=2 needs a streaming conformer"):
+        build_model("conformer-tiny", {"right_context": 2}, 80, 29)
+    with pytest.raises(ConfigError, match="right_context=-1 needs"):
+        build_model("conformer-streaming-tiny", {"right_context": -1}, 80, 29)
 
 
 def test_one_mode_a_batch_draws_the_full_context_or_a_chunk_within_min_and_max_chunk():

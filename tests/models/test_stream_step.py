@@ -22,17 +22,18 @@ def _model(*overrides):
 
 
 def stream_rows(model, feats, chunk, forget=None):
-    """Each (F, T_i) of `feats` as one row of a batch, stepped chunk by chunk (zeros after a row's end, its length
-    told once its last frame is in) until every row has all its output frames -> the decided logits per row.
-    `forget`: the index of a state tensor reset to zeros after every step."""
-    lens = [f.shape[1] for f in feats]
+    """Each (F, T_i) of `feats` as one row of a batch, stepped chunk by chunk (each step also reads the model's
+    lookahead after its chunk; zeros after a row's end, its length told once its last frame is in) until every row
+    has all its output frames -> the decided logits per row. `forget`: the index of a state tensor reset to zeros
+    after every step."""
+    lens, width = [f.shape[1] for f in feats], chunk + model.stream_lookahead
     expected = [int(model.output_lengths(torch.tensor([n]))[0]) for n in lens]
     state, got, fed = model.stream_init(len(feats)), [[] for _ in feats], 0
     with torch.no_grad():
         while any(sum(len(x) for x in g) < e for g, e in zip(got, expected)):
-            x = torch.stack([torch.nn.functional.pad(f[:, fed:fed + chunk], (0, chunk - f[:, fed:fed + chunk].shape[1]))
-                             for f in feats])  # (B, F, chunk)
-            total = torch.tensor([n if fed + chunk >= n else UNKNOWN for n in lens])
+            x = torch.stack([torch.nn.functional.pad(f[:, fed:fed + width], (0, width - f[:, fed:fed + width].shape[1]))
+                             for f in feats])  # (B, F, chunk + lookahead)
+            total = torch.tensor([n if fed + width >= n else UNKNOWN for n in lens])
             logits, ok, state = model.stream_step(x, torch.full((len(feats),), fed), total, state)
             assert logits.shape[:2] == ok.shape == (len(feats), chunk // model.stream_stride)
             for i in range(len(feats)):
@@ -59,10 +60,10 @@ def test_the_step_gives_the_offline_logits_for_every_row_of_a_batch_and_any_chun
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def _conformer(left, conv="causal"):
+def _conformer(left, conv="causal", right=0):
     torch.manual_seed(0)
     cfg = load_config(None, ["model.name=conformer-streaming-tiny",
-                             f"model.overrides={{left_context: {left}, conv_context: {conv}}}",
+                             f"model.overrides={{left_context: {left}, conv_context: {conv}, right_context: {right}}}",
                              "features.kind=logmel", "features.n_mels=80", "features.normalize=none"])
     model = build_components(cfg).model.eval()
     for mod in model.modules():
@@ -72,14 +73,14 @@ def _conformer(left, conv="causal"):
     return model
 
 
-@pytest.mark.parametrize("conv", ["causal", "chunk"])
-def test_the_streaming_conformers_step_at_chunk_c_gives_its_offline_logits_in_chunks_of_c(conv):
+@pytest.mark.parametrize("conv,right", [("causal", 0), ("chunk", 0), ("causal", 3), ("chunk", 3)])
+def test_the_streaming_conformers_step_at_chunk_c_gives_its_offline_logits_in_chunks_of_c(conv, right):
     """Rows of 11, 64 and 203 feature frames (3 to 51 output frames) in one batch; chunks of 1, 4 and 16 output
     frames; a left context of 12 frames, which the longest row passes, so the cache's bound counts; convolutions
-    causal or reading to their chunk's end. The full context's logits differ: the chunks are not the whole
-    utterance."""
-    model = _conformer(12, conv)
-    assert model.streaming_problem() is None and model.stream_stride == 4
+    causal or reading to their chunk's end; no right context, or 3 frames read after each chunk (the step reads
+    them too). The full context's logits differ: the chunks are not the whole utterance."""
+    model = _conformer(12, conv, right)
+    assert model.streaming_problem() is None and model.stream_stride == 4 and model.stream_lookahead == 4 * right
     feats = [torch.randn(80, n) for n in (11, 64, 203)]
     for c in (1, 4, 16):
         model.set_chunk(c)

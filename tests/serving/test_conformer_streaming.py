@@ -1,12 +1,17 @@
 """The streaming Conformer live: for real files at 8, 16 and 44.1 kHz, streamed in pieces of any size with model
 chunks of 4 and 16 output frames, the logits and text equal the same checkpoint's offline ones with attention in
-chunks of that size, in PyTorch and through its ONNX step; its full-context transcript is the training text."""
+chunks of that size, in PyTorch and through its ONNX step; its full-context transcript is the training text. With
+a right context, each step waits for the frames after its chunk and the same holds."""
+import numpy as np
 import pytest
+import soundfile as sf
 import torch
 
 from speechscale.components import load_components
 from speechscale.export.stream_runtime import OnnxStep
 from speechscale.export.stream_step import export_stream_step
+from speechscale.serving.recognizer import Recognizer
+from speechscale.storage.checkpoints import load_checkpoint, save_checkpoint
 from tests.conftest import shared
 from tests.serving.test_streaming import CHUNKS_MS, _files, _offline, _stream
 
@@ -52,3 +57,51 @@ def test_the_onnx_step_of_the_conformer_streams_the_same_logits(conformer_stream
         session, _ = _stream(comps, path, 100, step=OnnxStep(out))
         torch.testing.assert_close(torch.cat(session.logits), logits, atol=2e-4, rtol=1e-4)
         assert session.text == text
+
+
+@pytest.fixture(scope="module")
+def lookahead_checkpoint(conformer_streaming_checkpoint, tmp_path_factory):
+    """The same weights reading 2 output frames after each chunk (a right context adds no parameters)."""
+    state = load_checkpoint(conformer_streaming_checkpoint)
+    state["config"]["model"]["overrides"]["right_context"] = 2
+    path = tmp_path_factory.mktemp("lookahead") / "right2.pt"
+    save_checkpoint(path, state)
+    return path
+
+
+def test_with_a_right_context_each_step_waits_for_the_frames_after_its_chunk_and_streams_the_chunked_logits(
+        lookahead_checkpoint, tmp_path):
+    """A stream is ready once its chunk and the 8 feature frames after it are in, not before; streamed in pieces
+    of several sizes, in PyTorch and through the ONNX step, the logits and text equal the offline ones in chunks
+    with the same right context, which differ from the ones without it."""
+    comps = load_components(lookahead_checkpoint)
+    assert comps.model.stream_lookahead == 8
+    rec = Recognizer(comps, chunk_ms=160)
+    stream = rec.create_stream(16000)
+    wav, _ = sf.read(str(shared("ldc93s1", "LDC93S1.wav")), dtype="float32")
+    hop, waiting = comps.features.hop_length, 0
+    for i in range(0, hop * (rec.chunk + 20), hop):  # a feature frame at a time
+        stream.push(wav[i:i + hop])
+        rec.decode_streams([stream])
+        if stream.fed:
+            break
+        waiting = stream.pending.shape[1]
+    assert rec.chunk == 16 and waiting == rec.chunk + 7 and stream.fed == rec.chunk and stream.emitted == 4
+    out = tmp_path / "step.onnx"
+    assert export_stream_step(lookahead_checkpoint, out, chunk=16)["chunk"] == 16
+    onnx = OnnxStep(out)
+    assert onnx.lookahead == 8
+    for k, path in enumerate((shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav"), shared("jfk", "jfk.flac"),
+                              _files()[0])):
+        logits, text = _offline_chunked(comps, path, 4)
+        comps.model.cfg.right_context = 0
+        try:
+            plain, _ = _offline_chunked(comps, path, 4)
+        finally:
+            comps.model.cfg.right_context = 2
+        assert plain.shape == logits.shape and not torch.allclose(plain, logits, atol=1e-3)
+        for step in (None, onnx):
+            session, _ = _stream(comps, path, CHUNKS_MS[k], step=step, chunk_ms=160)
+            torch.testing.assert_close(torch.cat(session.logits), logits, atol=2e-4, rtol=1e-4)
+            assert session.text == text
+    assert np.isfinite(logits.numpy()).all()

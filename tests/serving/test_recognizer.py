@@ -26,7 +26,7 @@ def test_sixteen_streams_stepped_together_get_the_logits_and_text_each_gets_alon
     batches, step = [], rec.step
 
     class Counted:  # the step, counting its rows
-        pad_batch, chunk, initial_state = step.pad_batch, step.chunk, step.initial_state
+        pad_batch, chunk, lookahead, initial_state = step.pad_batch, step.chunk, step.lookahead, step.initial_state
 
         def __call__(self, feats, *args):
             batches.append(feats.shape[0])

@@ -3,7 +3,7 @@ export --format onnx --streaming` writes (through onnxruntime), for serving.reco
 
     step = OnnxStep("step.onnx")                     # or TorchStep(model)
     state = step.initial_state(batch=4)
-    logits, decided, state = step(feats, frames_in, total, state)   # (B, F, chunk) ... -> (B, n, V), (B, n)
+    logits, decided, state = step(feats, frames_in, total, state)   # (B, F, chunk + lookahead) ... -> (B, n, V), (B, n)
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class TorchStep:
         if chunk <= 0 or chunk % model.stream_stride:
             raise ValueError(f"chunk must be a multiple of the front end's time stride {model.stream_stride}, "
                              f"not {chunk}")
-        self.model, self.chunk = model.eval(), chunk
+        self.model, self.chunk, self.lookahead = model.eval(), chunk, model.stream_lookahead
         self.device = next(model.parameters()).device
 
     def initial_state(self, batch: int) -> list[torch.Tensor]:
@@ -59,6 +59,7 @@ class OnnxStep:
         self.description = desc
         spec = desc["stream_step"]
         self.chunk, self.shapes = spec["chunk"], spec["state"]  # shapes of one row's state
+        self.lookahead = spec.get("lookahead", 0)  # frames read after the chunk (models.streaming)
 
     def initial_state(self, batch: int) -> list[torch.Tensor]:
         return [torch.zeros(batch, *shape[1:]) for shape in self.shapes.values()]

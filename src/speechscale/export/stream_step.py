@@ -26,7 +26,8 @@ class StreamStep(nn.Module):
 
 
 def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32) -> dict[str, Any]:
-    """Write the checkpoint's streaming step for chunks of `chunk` feature frames as ONNX to `out` (with the model
+    """Write the checkpoint's streaming step for chunks of `chunk` feature frames (and the frames it reads after
+    them, models.streaming) as ONNX to `out` (with the model
     description and the step's shapes as metadata); returns a summary. A model that cannot stream is a ConfigError
     in one line."""
     import io
@@ -55,7 +56,7 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32)
         raise ConfigError(f"--streaming: {e}") from None
     init = model.stream_init(2)  # batch 2 while tracing, so no size is taken for a constant
     names = model.stream_state_names()
-    example = (torch.zeros(2, model.num_features, chunk), torch.zeros(2, dtype=torch.long),
+    example = (torch.zeros(2, model.num_features, chunk + model.stream_lookahead), torch.zeros(2, dtype=torch.long),
                torch.full((2,), UNKNOWN, dtype=torch.long), *init)
     inputs, outputs = ["features", "frames_in", "total", *names], ["logits", "decided", *[f"{n}_out" for n in names]]
     buffer = io.BytesIO()
@@ -63,7 +64,7 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32)
         warnings.simplefilter("ignore")  # tracer warnings: the shapes other than the batch are fixed by design
         torch.onnx.export(StreamStep(model), example, buffer, dynamo=False, opset_version=17, input_names=inputs,
                           output_names=outputs, dynamic_axes={n: {0: "batch"} for n in inputs + outputs})
-    spec = {"chunk": chunk, "out_frames": chunk // model.stream_stride,
+    spec = {"chunk": chunk, "lookahead": model.stream_lookahead, "out_frames": chunk // model.stream_stride,
             "state": {n: [1, *t.shape[1:]] for n, t in zip(names, init)}}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,10 @@
 """Conformer-CTC (Gulati et al. 2020; NeMo's Conformer-CTC): a 4x conv subsampling front end, then blocks of
 macaron feed-forward halves around relative-position self-attention and a depthwise convolution module.
 
+A streaming model attends in chunks (Conformer's `set_chunk`, drawn in training), and with a right context each
+chunk also reads the frames after it as Emformer does (Shi et al. 2021): copies of them run beside the chunk through
+every layer, so what a chunk reads stops R frames after it at every depth.
+
 Every block is padding-invariant: attention never looks at padded keys, the depthwise conv sees zeros
 beyond each utterance, and its batch norm keeps padded frames out of its statistics, so an utterance gives the
 same output alone as in a padded batch.
@@ -44,6 +48,9 @@ class ConformerConfig:
                                       # the batches, or with train_modes both a second pass: the full context)
     min_chunk: int = 1                # streaming: the smallest chunk training draws (equal to max_chunk: one chunk)
     left_context: int = 64            # streaming: output frames before its chunk a frame attends to (the cache)
+    right_context: int = 0            # streaming: output frames after its chunk that the chunk also reads, as
+                                      # copies through every layer (Emformer's right context): the step waits
+                                      # for them, so a chunk's latency is chunk + right_context frames
     train_modes: str = "alternate"    # streaming: each training batch at full context or in a chunk (alternate), or
                                       # every batch in both (both: the forward returns the rows twice, (2B, T', V),
                                       # the full context's first; about twice the compute a batch)
@@ -189,16 +196,40 @@ class ConvModule(nn.Module):
         self.pointwise2 = nn.Conv1d(d, d, 1)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
-        """x (B, T, d), mask (B, T), the attention chunk (output frames; None: full context) -> (B, T, d)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, chunk: int | None = None, right: int = 0) -> torch.Tensor:
+        """x (B, T, d), mask (B, T), the attention chunk (output frames; None: full context) -> (B, T, d). With
+        `right` copies a chunk, x holds the T' frames, then each chunk's copies of the `right` frames after it
+        (T = T' + nR, see Conformer._blocks_ahead): a chunk's frames read its copies where they read past it."""
         y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, T)
         y = y * mask[:, None, :].to(y.dtype)  # zeros beyond each utterance
+        if right:
+            return self._out(self._by_chunk(y, chunk or 1, right), mask)
         if self.causal:
             return self._out(self.depthwise(nn.functional.pad(y, (self.kernel - 1, 0))), mask)  # from (B, d, k-1+T)
         z = self.depthwise(y)  # (B, d, T): kernel // 2 frames read on each side
         if chunk is not None and chunk < y.shape[-1]:  # a chunk as long as the utterance reads all of it
             z = z - self._past_chunk(y, chunk)
         return self._out(z, mask)
+
+    def _reach(self) -> tuple[int, int]:
+        """Frames the depthwise convolution reads before and after a frame."""
+        return (self.kernel - 1, 0) if self.causal else (self.kernel // 2, self.kernel // 2)
+
+    def _by_chunk(self, y: torch.Tensor, chunk: int, right: int) -> torch.Tensor:
+        """The depthwise convolution chunk by chunk, as the step runs it: each chunk's frames and copies after the
+        frames before them, zeros after the copies. y (B, d, T' + nR) -> (B, d, T' + nR)."""
+        before, after = self._reach()
+        b, d, total = y.shape
+        n = -(-total // (chunk + right))  # T' + nR lies in (n (C + R) - C, n (C + R)]
+        t = total - n * right
+        main = nn.functional.pad(y[..., :t], (before, n * chunk - t))  # (B, d, before + nC)
+        windows = torch.cat([main.unfold(-1, before + chunk, chunk),  # (B, d, n, before + C)
+                             y[..., t:].unflatten(-1, (n, right)),  # (B, d, n, R)
+                             y.new_zeros(b, d, n, after)], dim=-1)  # (B, d, n, before + C + R + after)
+        z = nn.functional.conv1d(windows.transpose(1, 2).reshape(b * n, d, -1), self.depthwise.weight,
+                                 self.depthwise.bias, groups=d)  # (Bn, d, C + R)
+        z = z.view(b, n, d, chunk + right).transpose(1, 2)  # (B, d, n, C + R)
+        return torch.cat([z[..., :chunk].flatten(2)[..., :t], z[..., chunk:].flatten(2)], dim=-1)
 
     def _past_chunk(self, y: torch.Tensor, chunk: int) -> torch.Tensor:
         """What the depthwise convolution read beyond each frame's chunk of `chunk` frames: y (B, d, T) -> (B, d, T),
@@ -219,19 +250,22 @@ class ConvModule(nn.Module):
             return conv_time_carry(self.depthwise, (batch, d, 0))  # what conv_time_step carries
         return self.depthwise.weight.new_zeros(batch, d, self.kernel // 2)
 
-    def step(self, x: torch.Tensor, ok: torch.Tensor, carried: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The module over one attention chunk: x (B, C, d), ok (B, C) decided frames, carried (init_carry's shape)
-        the depthwise input before it -> (B, C, d), the frames to carry next."""
-        y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, C)
+    def step(self, x: torch.Tensor, ok: torch.Tensor, carried: torch.Tensor,
+             right: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """The module over one attention chunk and its `right` copies: x (B, C + R, d), ok (B, C + R) decided
+        frames, carried (init_carry's shape) the depthwise input before the chunk -> (B, C + R, d), the frames to
+        carry next (the chunk's last, not the copies)."""
+        y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, C + R)
         y = y * ok[:, None, :].to(y.dtype)
-        if self.causal:
+        if self.causal and not right:
             z, keep = conv_time_step(self.depthwise, y, carried)  # (B, d, C)
-        else:  # the chunk's own frames, the carried ones before it, zeros after it (as forward with its chunk)
-            h = self.kernel // 2
-            seen = torch.cat([carried, y], dim=-1)  # (B, d, h + C)
-            keep = seen[..., seen.shape[-1] - h:]
-            z = nn.functional.conv1d(nn.functional.pad(seen, (0, h)), self.depthwise.weight, self.depthwise.bias,
-                                     groups=self.depthwise.groups)  # (B, d, C)
+        else:  # the carried frames before the chunk, zeros after it (as forward with its chunk)
+            before, after = self._reach()
+            seen = torch.cat([carried, y], dim=-1)  # (B, d, before + C + R)
+            c = y.shape[-1] - right
+            keep = seen[..., c:c + before]
+            z = nn.functional.conv1d(nn.functional.pad(seen, (0, after)), self.depthwise.weight, self.depthwise.bias,
+                                     groups=self.depthwise.groups)  # (B, d, C + R)
         return self._out(z, torch.ones_like(ok)), keep
 
     def _out(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -257,27 +291,31 @@ class ConformerBlock(nn.Module):
         self.out_norm = nn.LayerNorm(d)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, allowed: torch.Tensor, pos: torch.Tensor,
-                index: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
-        """x (B, T, d), mask (B, T), allowed (B, 1, T or 1, T), the attention chunk -> (B, T, d)."""
+                index: torch.Tensor, chunk: int | None = None, right: int = 0) -> torch.Tensor:
+        """x (B, T, d), mask (B, T), allowed (B, 1, T or 1, T), the attention chunk and its copies after it (see
+        ConvModule.forward) -> (B, T, d)."""
         x = x + 0.5 * self.ff1(x)
         a = self.attn_norm(x)
         x = x + self.attn_drop(self.attn(a, a, allowed, pos, index))
-        x = x + self.conv(x, mask, chunk)  # only a streaming model draws chunks
+        x = x + self.conv(x, mask, chunk, right)  # only a streaming model draws chunks
         x = x + 0.5 * self.ff2(x)
         return self.out_norm(x)
 
     def step(self, x: torch.Tensor, ok: torch.Tensor, allowed: torch.Tensor, pos: torch.Tensor, index: torch.Tensor,
-             cache: torch.Tensor, carried: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A chunk x (B, C, d) after the cached attention inputs of the L frames before it (B, L, d) and the conv
-        module's carried frames -> (B, C, d), the new cache, the new carried frames."""
+             cache: torch.Tensor, carried: torch.Tensor,
+             right: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A chunk and its `right` copies x (B, C + R, d) after the cached attention inputs of the L frames before
+        it (B, L, d) and the conv module's carried frames -> (B, C + R, d), the new cache, the new carried frames
+        (both end at the chunk's end)."""
         x = x + 0.5 * self.ff1(x)
         a = self.attn_norm(x)
-        keys = torch.cat([cache, a], dim=1)  # (B, L + C, d)
+        keys = torch.cat([cache, a], dim=1)  # (B, L + C + R, d)
         x = x + self.attn_drop(self.attn(a, keys, allowed, pos, index))
-        y, keep = self.conv.step(x, ok, carried)
+        y, keep = self.conv.step(x, ok, carried, right)
         x = x + y
         x = x + 0.5 * self.ff2(x)
-        return self.out_norm(x), keys[:, keys.shape[1] - cache.shape[1]:], keep
+        c = x.shape[1] - right
+        return self.out_norm(x), keys[:, c:c + cache.shape[1]], keep
 
 
 class Conformer(nn.Module):
@@ -297,6 +335,9 @@ class Conformer(nn.Module):
         if not 1 <= cfg.min_chunk <= cfg.max_chunk:
             raise ConfigError(f"model.overrides: training draws chunks of min_chunk..max_chunk frames; "
                               f"{cfg.min_chunk}..{cfg.max_chunk} is not a range of 1 or more")
+        if cfg.right_context < 0 or (cfg.right_context and not cfg.streaming):
+            raise ConfigError(f"model.overrides: right_context={cfg.right_context} needs a streaming conformer "
+                              f"(conformer-streaming) and 0 or more frames")
         self.cfg, self.num_features = cfg, num_features
         self.subsampling = ConvSubsampling(num_features, cfg.subsampling_channels, cfg.d_model)
         self.in_drop = nn.Dropout(cfg.dropout)
@@ -309,8 +350,9 @@ class Conformer(nn.Module):
 
     def flops(self, frames: int) -> tuple[int, int]:
         """(forward, backward) FLOPs for one utterance of `frames` feature frames in training (see models.flops):
-        with train_modes both, the blocks and the output layer run twice. The relative-position projection's input
-        is constant: it gets a weight gradient only."""
+        with train_modes both, the blocks and the output layer run twice; a right context adds its copies to the
+        chunks' passes (their mean over the drawn chunks). The relative-position projection's input is constant: it
+        gets a weight gradient only."""
         s, d, e = self.subsampling, self.cfg.d_model, self.cfg.ff_expansion
         t1 = (frames + 1) // 2  # each 3x3 stride-2 conv with padding 1 halves, rounding up
         t = int(self.output_lengths(torch.tensor(frames)))
@@ -318,15 +360,24 @@ class Conformer(nn.Module):
         rest = F.conv_flops(s.conv2.in_channels, s.conv2.out_channels, (3, 3), s.freq * t)
         rest += F.linear_flops(s.out.in_features, d, t)
         head = F.linear_flops(d, self.out.out_features, t)
-        per_block = (2 * (F.linear_flops(d, e * d, t) + F.linear_flops(e * d, d, t))  # two feed-forward halves
-                     + 4 * F.linear_flops(d, d, t)                                   # q, k, v, out
-                     + 2 * t * t * d + 2 * t * (2 * t - 1) * d + 2 * t * t * d       # content, position, values
-                     + F.conv_flops(d, 2 * d, (1,), t) + F.conv_flops(d, d, (1,), t)
-                     + F.conv_flops(d, d, (self.cfg.conv_kernel,), t, groups=d))
+
+        def per_block(t: int) -> int:
+            return (2 * (F.linear_flops(d, e * d, t) + F.linear_flops(e * d, d, t))  # two feed-forward halves
+                    + 4 * F.linear_flops(d, d, t)                                   # q, k, v, out
+                    + 2 * t * t * d + 2 * t * (2 * t - 1) * d + 2 * t * t * d       # content, position, values
+                    + F.conv_flops(d, 2 * d, (1,), t) + F.conv_flops(d, d, (1,), t)
+                    + F.conv_flops(d, d, (self.cfg.conv_kernel,), t, groups=d))
+
         pos = F.linear_flops(d, d, 2 * t - 1)
-        n = len(self.blocks)
-        passes = 2 if self.cfg.streaming and self.cfg.train_modes == "both" else 1
-        return F.train_flops(first, rest + passes * (head + n * per_block), (passes * n * pos, passes * n * pos))
+        n, cfg = len(self.blocks), self.cfg
+        passes = 2 if cfg.streaming and cfg.train_modes == "both" else 1
+        blocks = passes * n * per_block(t)
+        if cfg.streaming and cfg.right_context:  # a chunk's pass: every chunk's copies beside its frames
+            draws = range(cfg.min_chunk, cfg.max_chunk + 1)
+            copies = round(sum(-(-t // c) * cfg.right_context for c in draws) / len(draws))
+            chunk_passes = 1 if cfg.train_modes == "both" else 0.5
+            blocks += round(chunk_passes * n * (per_block(t + copies) - per_block(t)))
+        return F.train_flops(first, rest + passes * head + blocks, (passes * n * pos, passes * n * pos))
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = feats * length_mask(lengths, feats.shape[-1], feats.device)[:, None, :].to(feats.dtype)  # (B, F, T)
@@ -351,11 +402,37 @@ class Conformer(nn.Module):
                 index: torch.Tensor, frames: torch.Tensor, chunk: int | None) -> torch.Tensor:
         """Every block with attention in chunks of `chunk` output frames (None: full context): x (B, T', d), frames
         (T',) arange -> (B, T', d)."""
+        if chunk is not None and self.cfg.right_context:
+            return self._blocks_ahead(x, mask, chunk)
         if chunk is not None:
             allowed = allowed & chunk_mask(frames, chunk, self.cfg.left_context)[None, None]  # (B, 1, T', T')
         for block in self.blocks:
             x = block(x, mask, allowed, pos, index, chunk)
         return x
+
+    def _blocks_ahead(self, x: torch.Tensor, mask: torch.Tensor, chunk: int) -> torch.Tensor:
+        """Every block in chunks of `chunk` frames, each chunk also reading the cfg.right_context frames after it
+        through copies of them that run beside it in every layer, attending and convolving as the chunk does and
+        seen by no other chunk: x (B, T', d) -> (B, T', d)."""
+        r, t, dev = self.cfg.right_context, x.shape[1], x.device
+        n = -(-t // chunk)
+        ahead = ((torch.arange(n, device=dev) + 1) * chunk)[:, None] + torch.arange(r, device=dev)  # (n, R)
+        main = torch.arange(t, device=dev)
+        place = torch.cat([main, ahead.flatten()])  # (T' + nR,) each frame's position
+        owner = torch.cat([main // chunk, torch.arange(n, device=dev).repeat_interleave(r)])  # (T' + nR,) its chunk
+        valid = place[None, :] < mask.sum(1)[:, None]  # (B, T' + nR)
+        x = torch.cat([x, x[:, ahead.flatten().clamp(max=t - 1)]], dim=1) * valid[..., None].to(x.dtype)
+        start = (owner * chunk)[:, None]  # (T' + nR, 1) the query's chunk start
+        copy = torch.arange(place.shape[0], device=dev) >= t  # (T' + nR,)
+        sees = torch.where(copy, owner[None, :] == owner[:, None],  # copies: only the query's chunk's own
+                           (place[None, :] < start + chunk) & (place[None, :] >= start - self.cfg.left_context))
+        allowed = valid[:, None, None, :] & sees[None, None]  # (B, 1, T' + nR, T' + nR)
+        span = n * chunk + r  # positions 0 .. span - 1
+        pos = sinusoid(relative_positions(torch.arange(span, device=dev)), self.cfg.d_model)  # (2 span - 1, d)
+        index = place[None, :] - place[:, None] + span - 1  # (T' + nR, T' + nR) query a's column for key b
+        for block in self.blocks:
+            x = block(x, valid, allowed, pos, index, chunk, r)
+        return x[:, :t]
 
     @property
     def trains_pairs(self) -> bool:
@@ -380,7 +457,8 @@ class Conformer(nn.Module):
 
     # -- streaming (models.streaming): subsampling, then every block on chunks of C output frames, each frame
     #    attending to its chunk and the cfg.left_context frames before it (cached); each conv module reads the
-    #    frames it carried and no further than the chunk.
+    #    frames it carried and no further than the chunk. With a right context of R frames, the step also takes
+    #    the R frames after its chunk and runs them beside it as the offline copies run, then drops them.
 
     chunk: int | None = None  # eval's attention chunk (set_chunk); the streaming step's is its own chunk
 
@@ -408,6 +486,11 @@ class Conformer(nn.Module):
         """Feature frames per output frame."""
         return self.subsampling.conv1.stride[1] * self.subsampling.conv2.stride[1]
 
+    @property
+    def stream_lookahead(self) -> int:
+        """Feature frames the step reads after its chunk (the right context)."""
+        return self.cfg.right_context * self.stream_stride
+
     def stream_state_names(self) -> list[str]:
         """Names of stream_init's tensors, in order."""
         names = ["subsampling0", "subsampling1"]
@@ -427,9 +510,15 @@ class Conformer(nn.Module):
 
     def stream_step(self, feats: torch.Tensor, frames_in: torch.Tensor, total: torch.Tensor,
                     state: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-        """feats (B, F, 4C), frames_in (B,), total (B,), state -> logits (B, C, V), decided (B, C), the new state.
-        The step's C is the attention chunk: the logits equal the offline model's with set_chunk(C)."""
-        x, ok, new = self.subsampling.step(feats, frames_in, total, state[:2])  # (B, C, d), (B, C)
+        """feats (B, F, 4C + 4R), frames_in (B,), total (B,), state -> logits (B, C, V), decided (B, C), the new
+        state. The step's C is the attention chunk: the logits equal the offline model's with set_chunk(C). The
+        last 4R frames (stream_lookahead; R the right context) are the next chunk's first, read but not consumed."""
+        r = self.cfg.right_context
+        own = feats.shape[-1] - self.stream_lookahead  # 4C
+        x, ok, new = self.subsampling.step(feats[..., :own], frames_in, total, state[:2])  # (B, C, d), (B, C)
+        if r:  # the copies: subsampled after the chunk's carried frames, carrying nothing
+            xr, okr, _ = self.subsampling.step(feats[..., own:], frames_in + own, total, new)  # (B, R, d)
+            x, ok = torch.cat([x, xr], dim=1), torch.cat([ok, okr], dim=1)  # (B, C + R, d), (B, C + R)
         c, left = x.shape[1], self.cfg.left_context
         first = frames_in // self.stream_stride  # (B,) the chunk's first output frame
         keys = first[:, None] - left + torch.arange(left + c, device=x.device)[None, :]  # (B, L + C) key positions
@@ -439,7 +528,8 @@ class Conformer(nn.Module):
         pos = sinusoid(torch.arange(left + c - 1, -c, -1, device=x.device), self.cfg.d_model)  # (L + 2C - 1, d)
         index = relative_index(torch.arange(c, device=x.device), torch.arange(left + c, device=x.device))
         for i, block in enumerate(self.blocks):
-            x, cache, carry = block.step(x, ok, allowed, pos, index, state[2 + 2 * i], state[3 + 2 * i])
+            x, cache, carry = block.step(x, ok, allowed, pos, index, state[2 + 2 * i], state[3 + 2 * i], r)
             new += [cache, carry]
+        x, ok = x[:, :c - r], ok[:, :c - r]  # (B, C, d): the copies only lent their context
         x = x * ok[..., None].to(x.dtype)
         return self.out(x), ok, new

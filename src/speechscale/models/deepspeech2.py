@@ -154,6 +154,8 @@ class DeepSpeech2(nn.Module):
             return str(e)
         return None
 
+    stream_lookahead = 0  # its lookahead is a delay inside the step, not frames read after the chunk
+
     @property
     def stream_stride(self) -> int:
         """Feature frames per output frame."""

@@ -1,14 +1,16 @@
 """How a model streams: one fixed-shape step over a chunk of feature frames, its state carried between chunks.
 
     state = model.stream_init(batch=2)
-    logits, decided, state = model.stream_step(feats, frames_in, total, state)  # feats (B, F, chunk)
+    logits, decided, state = model.stream_step(feats, frames_in, total, state)  # feats (B, F, chunk + lookahead)
 
 A streamable model provides `streaming_problem()` (None when it can stream), `stream_stride` (feature frames per
-output frame; a chunk is a multiple of it), `stream_init(batch)` (its state: a list of tensors, batch first) and
-`stream_step`. The step takes each row's frames fed before this chunk (`frames_in`, (B,)) and its stream's length in
-feature frames (`total`, (B,); UNKNOWN while the stream runs), and returns logits (B, chunk / stride, V) with
-`decided` (B, chunk / stride) marking the frames that are the offline model's output frames, in order. The layers
-compute the offline forward and the step with one definition each (a `step` beside their `forward`).
+output frame; a chunk is a multiple of it), `stream_lookahead` (feature frames the step reads after its chunk: 0,
+or a right context's), `stream_init(batch)` (its state: a list of tensors, batch first) and `stream_step`. The step
+takes chunk + lookahead feature frames and consumes the first `chunk` (the next step starts after them), each row's
+frames fed before this chunk (`frames_in`, (B,)) and its stream's length in feature frames (`total`, (B,); UNKNOWN
+while the stream runs), and returns logits (B, chunk / stride, V) with `decided` (B, chunk / stride) marking the
+frames that are the offline model's output frames, in order. The layers compute the offline forward and the step
+with one definition each (a `step` beside their `forward`).
 
 Every tensor has a fixed shape, so the step traces to one ONNX graph and rows of different streams batch. A layer
 carries its last input frames (zeros at the start); at a stream's start it has more zeros than the offline
@@ -30,6 +32,7 @@ class StreamingModel(Protocol):
     """The interface a streamable model provides (see the module doc)."""
 
     stream_stride: int
+    stream_lookahead: int
 
     def streaming_problem(self) -> str | None: ...
 

@@ -192,7 +192,7 @@ class Recognizer:
         """Whether `stream` has a chunk to step: a full one, or (closed) any frame still to decide."""
         if stream.closed:
             return stream.emitted < stream.expected
-        return stream.pending.shape[1] >= self.chunk
+        return stream.pending.shape[1] >= self.chunk + self.step.lookahead
 
     def decode_streams(self, streams: list[Stream]) -> None:
         """Step every ready stream of `streams`, batched, until none is ready; the decided logits wait in each
@@ -210,11 +210,11 @@ class Recognizer:
     def _step(self, batch: list[Stream]) -> None:
         n, chunk = len(batch), self.chunk
         rows = 1 << (n - 1).bit_length() if self.step.pad_batch else n  # a few fixed shapes for onnxruntime
-        feats = torch.zeros(rows, self.model.num_features, chunk)
+        feats = torch.zeros(rows, self.model.num_features, chunk + self.step.lookahead)
         frames_in = torch.zeros(rows, dtype=torch.long)
         total = torch.zeros(rows, dtype=torch.long)  # padding rows: nothing to decide
         for i, s in enumerate(batch):
-            take = s.pending[:, :chunk]  # zeros after a closed stream's last frame: the offline padding
+            take = s.pending[:, :feats.shape[-1]]  # zeros after a closed stream's last frame: the offline padding
             feats[i, :, : take.shape[1]] = take
             s.pending = s.pending[:, chunk:]
             frames_in[i], total[i] = s.fed, s.total

@@ -27,9 +27,8 @@ class StreamStep(nn.Module):
 
 def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32) -> dict[str, Any]:
     """Write the checkpoint's streaming step for chunks of `chunk` feature frames (and the frames it reads after
-    them, models.streaming) as ONNX to `out` (with the model
-    description and the step's shapes as metadata); returns a summary. A model that cannot stream is a ConfigError
-    in one line."""
+    them, models.streaming) as ONNX to `out`, with the model description and the step's shapes as metadata; returns
+    a summary. A model that cannot stream is a ConfigError in one line."""
     import io
     import json
     import warnings

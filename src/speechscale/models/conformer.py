@@ -202,8 +202,8 @@ class ConvModule(nn.Module):
         (T = T' + nR, see Conformer._blocks_ahead): a chunk's frames read its copies where they read past it."""
         y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, T)
         y = y * mask[:, None, :].to(y.dtype)  # zeros beyond each utterance
-        if right:
-            return self._out(self._by_chunk(y, chunk or 1, right), mask)
+        if chunk is not None and right:
+            return self._out(self._by_chunk(y, chunk, right), mask)
         if self.causal:
             return self._out(self.depthwise(nn.functional.pad(y, (self.kernel - 1, 0))), mask)  # from (B, d, k-1+T)
         z = self.depthwise(y)  # (B, d, T): kernel // 2 frames read on each side

@@ -257,15 +257,12 @@ class ConvModule(nn.Module):
         carry next (the chunk's last, not the copies)."""
         y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, C + R)
         y = y * ok[:, None, :].to(y.dtype)
-        if self.causal and not right:
-            z, keep = conv_time_step(self.depthwise, y, carried)  # (B, d, C)
-        else:  # the carried frames before the chunk, zeros after it (as forward with its chunk)
-            before, after = self._reach()
-            seen = torch.cat([carried, y], dim=-1)  # (B, d, before + C + R)
-            c = y.shape[-1] - right
-            keep = seen[..., c:c + before]
-            z = nn.functional.conv1d(nn.functional.pad(seen, (0, after)), self.depthwise.weight, self.depthwise.bias,
-                                     groups=self.depthwise.groups)  # (B, d, C + R)
+        before, after = self._reach()  # the carried frames before the chunk, zeros after it (as forward)
+        seen = torch.cat([carried, y], dim=-1)  # (B, d, before + C + R)
+        c = y.shape[-1] - right
+        keep = seen[..., c:c + before]
+        z = nn.functional.conv1d(nn.functional.pad(seen, (0, after)), self.depthwise.weight, self.depthwise.bias,
+                                 groups=self.depthwise.groups)  # (B, d, C + R)
         return self._out(z, torch.ones_like(ok)), keep
 
     def _out(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -215,8 +215,14 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
         times = [run["train_minutes"], run.get("epoch_seconds_median", "-")] if own else ["same run", ""]
         return [run["model"], attention, f"{100 * score['wer']:.1f} %", f"{100 * score['cer']:.2f} %", *times]
 
+    rc = s.get("right_context", 0)
+
+    def chunks(c: int | str) -> str:
+        """A chunk's label: its frames, and those it reads after it."""
+        return f"chunks of {c} frames" + (f" + {rc} after" if rc else "")
+
     rows = [row(s, "full context", s, own=True)]
-    rows += [row(s, f"chunks of {c} frames ({int(c) * 40} ms)", v) for c, v in s["chunks"].items()]
+    rows += [row(s, f"{chunks(c)} ({int(c) * 40}{f' + {rc * 40}' if rc else ''} ms)", v) for c, v in s["chunks"].items()]
     rows.append(row(base, "full context (offline model)", base, own=True))
     copies = {  # the test set again, altered (every recording quieter; after a silent start): each one's row
         # label and the sentence that describes it
@@ -232,10 +238,10 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
         if key in s:
             what, v = label(s[key]), s[key]
             also += sentence(v)
-            rows += [row(s, f"full context, {what}", v), row(s, f"chunks of 16 frames, {what}", v["chunks"]["16"]),
+            rows += [row(s, f"full context, {what}", v), row(s, f"{chunks(16)}, {what}", v["chunks"]["16"]),
                      row(base, f"full context (offline model), {what}", base[key])]
     c16, full = s["chunks"]["16"]["cer"], s["cer"]
-    goals = [f"CER at chunks of 16 {100 * c16:.2f} % against {100 * full:.2f} % at full context, goal within 10 % "
+    goals = [f"CER at {chunks(16)} {100 * c16:.2f} % against {100 * full:.2f} % at full context, goal within 10 % "
              f"(≤ {100 * s['goal_chunk16_cer']:.2f} %): " + ("reached" if c16 <= s["goal_chunk16_cer"] else "**not reached**"),
              f"CER at full context {100 * full:.2f} % against the offline conformer-tiny's {100 * base['cer']:.2f} %, goal "
              f"within 0.5 points (≤ {100 * s['goal_full_cer']:.2f} %): " +
@@ -250,7 +256,8 @@ def _conformer_streaming(res: list[dict[str, Any]]) -> str:
     return (f"`{s['recipe']}` ({s['epochs']} epochs) and the same recipe with `model.name=conformer-tiny`, each "
             f"scored with `speechscale eval` on {s['utterances']} utterances of the demo's test voice, never used in "
             "training; the streaming model with attention at full context and in chunks (`--attention-chunk`), "
-            f"as it streams with that chunk.{also}\n\n" +
+            "as it streams with that chunk" + (f", each chunk also reading the {rc} output frames after it "
+                                               f"(`right_context: {rc}`)" if rc else "") + f".{also}\n\n" +
             _md(["model", "attention", "WER", "CER", "training minutes", "median s per epoch"], rows) + "\n" +
             "".join(f"- {x}\n" for x in goals))
 

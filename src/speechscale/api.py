@@ -153,11 +153,13 @@ class Model:
             wavs.append(wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate))
         return [Transcript.from_dict(r) for r in self._asr.transcribe_batch(wavs)]
 
-    def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30) -> StreamingSession:
+    def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30, step_ms: float = 100.0
+               ) -> StreamingSession:
         """A live stream of mono audio at `sample_rate` (default: the model's): `.accept(samples)` and `.finish()`
         return typed events (serving.events: Partial, Final with its Words), `.text` is the transcript so far.
         A checkpoint of a streaming model (e.g. the demo_streaming recipe's); others raise with the reason. With a
-        beam or lexicon decoder, each phrase is searched incrementally as its own utterance."""
+        beam or lexicon decoder, each phrase is searched incrementally as its own utterance. `step_ms`: audio per
+        model step, rounded up to whole output frames (a streaming conformer attends in chunks of those frames)."""
         from .serving.streaming import StreamingSession
 
         if self.backend != "torch":
@@ -168,7 +170,7 @@ class Model:
 
             decoder = build_decoder(self._decoder, self._asr.comps.tokenizer, self._asr.comps.normalizer)
         return StreamingSession(self._asr.comps, sample_rate=sample_rate, endpoint_frames=endpoint_frames,
-                                decoder=decoder)
+                                decoder=decoder, chunk_ms=step_ms)
 
     def __repr__(self) -> str:
         return f"speechscale.Model({self.path!r}, backend={self.backend!r}, device={self.device!r})"

@@ -36,13 +36,15 @@ def test_the_bench_counts_streamed_texts_equal_to_the_offline_ones(streaming_che
                  "onnx": {"pairs": 20, "equal": 20, "rate": 1.0}, "step_frames": 10, "attention_chunk": None}
 
 
+@pytest.mark.parametrize("step_ms, frames", [(100.0, 3), (160.0, 4)])
 def test_the_bench_compares_a_streaming_conformer_with_its_offline_text_in_the_same_chunks(
-        conformer_streaming_checkpoint):
-    """100 ms steps are 12 feature frames, 3 output frames: the offline reference attends in chunks of 3."""
+        conformer_streaming_checkpoint, step_ms, frames):
+    """100 ms steps are 12 feature frames, 3 output frames: the offline reference attends in chunks of 3; steps of
+    160 ms (`serve --stream-step-ms 160`) in chunks of 4."""
     shared("fsdd", "recordings")
-    e = exactness(str(conformer_streaming_checkpoint), exactness_files(), (37.0,), onnx=False)
-    assert e == {"files": 20, "chunk_ms": [37.0], "pairs": 20, "equal": 20, "rate": 1.0, "step_frames": 12,
-                 "attention_chunk": 3}
+    e = exactness(str(conformer_streaming_checkpoint), exactness_files(), (37.0,), onnx=False, step_ms=step_ms)
+    assert e == {"files": 20, "chunk_ms": [37.0], "pairs": 20, "equal": 20, "rate": 1.0, "step_frames": 4 * frames,
+                 "attention_chunk": frames}
 
 
 def test_bench_stream_takes_a_model_or_a_checkpoint_not_both(capsys):

@@ -105,3 +105,32 @@ def test_with_a_right_context_each_step_waits_for_the_frames_after_its_chunk_and
             torch.testing.assert_close(torch.cat(session.logits), logits, atol=2e-4, rtol=1e-4)
             assert session.text == text
     assert np.isfinite(logits.numpy()).all()
+
+
+def test_a_streams_step_is_set_from_the_cli_and_the_python_api_and_streams_the_offline_text_in_its_chunks(
+        conformer_streaming_checkpoint, comps, tmp_path, capsys):
+    """`transcribe --stream --step-ms 160` and `load(ckpt).stream(step_ms=160)` step 4 output frames at a time: the
+    text is the offline one with attention in chunks of 4; a step given where it cannot apply is a one-line error."""
+    import json
+
+    import speechscale
+    from tests.conftest import main_cli
+
+    path = shared("ldc93s1", "LDC93S1_pcms16le_2_44100.wav")
+    _, text = _offline_chunked(comps, path, 4)
+    code, out, err = main_cli(capsys, "transcribe", "--stream", "--no-realtime", "--json", "--step-ms", "160",
+                              "--checkpoint", str(conformer_streaming_checkpoint), str(path))
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert code == 0 and " ".join(r["text"] for r in rows if r["type"] == "final") == text, err
+    session = speechscale.load(conformer_streaming_checkpoint).stream(step_ms=160)
+    assert session.recognizer.chunk == 16  # 4 output frames of 4 feature frames
+    assert speechscale.load(conformer_streaming_checkpoint).stream().recognizer.chunk == 12  # 100 ms: 3 frames
+    with pytest.raises(ValueError, match="step needs audio"):
+        speechscale.load(conformer_streaming_checkpoint).stream(step_ms=0)
+    code, _, err = main_cli(capsys, "transcribe", "--step-ms", "160", "--checkpoint",
+                            str(conformer_streaming_checkpoint), str(path))
+    assert code == 2 and "goes with --stream" in err and len(err.strip().splitlines()) == 1
+    step = tmp_path / "step.onnx"
+    export_stream_step(conformer_streaming_checkpoint, step, chunk=16)
+    code, _, err = main_cli(capsys, "transcribe", "--stream", "--step-ms", "160", "--checkpoint", str(step), str(path))
+    assert code == 2 and "fixed when it is exported" in err and len(err.strip().splitlines()) == 1

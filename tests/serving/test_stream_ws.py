@@ -316,3 +316,39 @@ def test_a_server_with_the_lexicon_decoder_searches_each_stream_on_its_own(strea
         kill_group(proc)
     for messages, code, _ in results.values():
         assert code == 1000 and messages[-1] == {"type": "end", "text": "she had your dark suit in greasy wash water all year"}
+
+
+@pytest.mark.parametrize("right_context", [0, 2])
+def test_serve_steps_each_stream_by_its_stream_step_ms(conformer_streaming_checkpoint, right_context, tmp_path):
+    """`serve --stream-step-ms 160` with the streaming conformer, and with the same weights reading 2 output frames
+    after each chunk: every answer decides whole steps of 4 output frames (0.16 s), and the stream's text is the
+    offline one with attention in chunks of 4 (and the same right context)."""
+    from speechscale.storage.checkpoints import load_checkpoint, save_checkpoint
+
+    ckpt = conformer_streaming_checkpoint
+    if right_context:
+        state = load_checkpoint(ckpt)
+        state["config"]["model"]["overrides"]["right_context"] = right_context
+        ckpt = tmp_path / "right.pt"
+        save_checkpoint(ckpt, state)
+    comps = load_components(ckpt)
+    assert comps.model.stream_lookahead == 4 * right_context
+    path = shared("ldc93s1", "LDC93S1.wav")
+    samples = (load_audio(path, 16000) * 32767).round().astype("<i2")  # what is sent: 16-bit PCM
+    comps.model.set_chunk(4)
+    _, text = _offline_wav(comps, samples / np.float32(32768))
+    proc, url = start_server(ckpt, tmp_path / "serve.log", "--stream-step-ms", "160")
+    try:
+        pcm = samples.tobytes()
+        frames = [pcm[i:i + 3200] for i in range(0, len(pcm), 3200)]  # 100 ms at 16 kHz
+        messages, code, _ = _talk(url, {"type": "start", "sample_rate": 16000, "partials": "every"}, frames)
+    finally:
+        kill_group(proc)
+    assert code == 1000 and messages[-1] == {"type": "end", "text": text} and text
+    decided = [m["decided_s"] for m in messages if m["type"] == "partial"][:len(frames)]
+    steps = [round(d / 0.16, 6) for d in decided]
+    assert decided[-1] > 1.0 and all(s == int(s) for s in steps), decided
+    assert len(set(decided)) < len(decided)  # a 100 ms message does not always complete a 160 ms step
+    sent = [min(len(pcm) // 2, 1600 * (i + 1)) / 16000 for i in range(len(frames))]
+    # a step waits for its chunk and, with a right context, the frames after it (2 x 40 ms) and the windows
+    assert min(s - d for s, d in zip(sent[5:], decided[5:])) >= 0.04 * right_context - 1e-9

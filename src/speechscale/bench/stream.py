@@ -1,7 +1,7 @@
 """Live transcription under load: `speechscale serve` in its own process, N WebSocket clients streaming real
 speech in real time to `/v1/stream`.
 
-    speechscale bench stream [--checkpoint CKPT] --streams 8,32 --seconds 20 --chunk-ms 100
+    speechscale bench stream [--checkpoint CKPT] --streams 8,32 --seconds 20 --chunk-ms 100 [--step-ms 100]
 
 Per level, every client sends a chunk of `chunk_ms` of 16-bit PCM when that much audio has "happened" (its
 start staggered within one chunk), with `"partials": "every"`: the server answers every audio message with a
@@ -15,6 +15,8 @@ server's `--max-streams`, one more stream must be refused with close code 1013.
 Memory: `memory_streams` streams (a quarter of them abandoned mid-stream: the socket closed without the end
 message) as fast as the server takes them, 8 at a time; the server's resident set (VmRSS, not the peak) after
 the first 20 (once warm) against the end.
+
+`step_ms` is the server's audio per model step (`serve --stream-step-ms`), and the exactness run's.
 """
 from __future__ import annotations
 
@@ -271,11 +273,11 @@ def _memory(server: _Server, audio: np.ndarray, total: int, abandoned: int, seco
 CHUNKS_MS = (20.0, 100.0, 320.0, 1000.0, 37.0, 777 / 44.1)  # odd sizes too: 777 samples at 44.1 kHz
 
 
-def exactness(checkpoint: str, files: list[Path], chunks_ms: tuple[float, ...] = CHUNKS_MS, onnx: bool = True
-               ) -> dict[str, Any]:
-    """Each of `files` (any rate) streamed in each chunk size, through the model in PyTorch and (`onnx`) its
-    exported ONNX step: is the streamed text the offline transcript of the whole file? (A streaming conformer's offline transcript
-    attends in the chunks it streams with.)"""
+def exactness(checkpoint: str, files: list[Path], chunks_ms: tuple[float, ...] = CHUNKS_MS, onnx: bool = True,
+               step_ms: float = 100.0) -> dict[str, Any]:
+    """Each of `files` (any rate) streamed in each chunk size with `step_ms` of audio per model step, through the
+    model in PyTorch and (`onnx`) its exported ONNX step: is the streamed text the offline transcript of the whole
+    file? (A streaming conformer's offline transcript attends in the chunks it streams with.)"""
     import soundfile as sf
     import torch
 
@@ -289,7 +291,7 @@ def exactness(checkpoint: str, files: list[Path], chunks_ms: tuple[float, ...] =
 
     comps = load_components(checkpoint)
     model, rate = comps.model.eval(), comps.features.cfg.sample_rate
-    chunk = Recognizer(comps).chunk  # feature frames per step
+    chunk = Recognizer(comps, chunk_ms=step_ms).chunk  # feature frames per step
     attention = chunk // model.stream_stride if hasattr(model, "set_chunk") else None
     if attention is not None:
         model.set_chunk(attention)
@@ -313,7 +315,7 @@ def exactness(checkpoint: str, files: list[Path], chunks_ms: tuple[float, ...] =
                 raw, file_rate = sf.read(str(path), dtype="float32", always_2d=True)
                 raw = raw.mean(axis=1)
                 for ms in chunks_ms:
-                    session = StreamingSession(comps, sample_rate=file_rate, step=step)
+                    session = StreamingSession(comps, sample_rate=file_rate, step=step, chunk_ms=step_ms)
                     n = max(1, round(file_rate * ms / 1000))
                     for i in range(0, len(raw), n):
                         session.accept(raw[i:i + n])
@@ -328,15 +330,15 @@ def exactness(checkpoint: str, files: list[Path], chunks_ms: tuple[float, ...] =
 def bench_stream(checkpoint: str | None = None, levels: tuple[int, ...] = (8, 32), seconds: float = 20.0,
                  chunk_ms: int = 100, memory_streams: int = 200, abandoned: int = 50,
                  exact: bool = True, ws: str = "guarded", model: str = MODEL, *, files: list[Path],
-                 exact_files: list[Path] | None = None) -> dict[str, Any]:
+                 exact_files: list[Path] | None = None, step_ms: float = 100.0) -> dict[str, Any]:
     """Exactness over `exact_files` (default: `files`) and chunk sizes, then the latency levels and the memory run
     against one server limited to max(levels) streams, each stream sending `files` end to end, on the connection
     stack `ws` (`serve --ws`); without a checkpoint, `model`'s initial weights."""
     audio = speech(files, max(seconds, 3.0) + 20)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = checkpoint or str(initial_streaming_checkpoint(Path(tmp) / "stream.pt", model))
-        same = exactness(ckpt, exact_files or files) if exact else None
-        server = _Server(ckpt, max(levels), "--ws", ws)
+        same = exactness(ckpt, exact_files or files, step_ms=step_ms) if exact else None
+        server = _Server(ckpt, max(levels), "--ws", ws, "--stream-step-ms", str(step_ms))
         try:
             warm = _connect(server.url)  # the first stream pays the model's first run
             warm.send_binary(audio[:16000].tobytes())
@@ -349,4 +351,4 @@ def bench_stream(checkpoint: str | None = None, levels: tuple[int, ...] = (8, 32
             server.close()
     return {"model": model if checkpoint is None else checkpoint, "weights": "initial" if checkpoint is None
             else "trained", "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None,
-            "ws": ws, "exactness": same, "levels": rows, "memory": memory}
+            "ws": ws, "step_ms": step_ms, "exactness": same, "levels": rows, "memory": memory}

@@ -26,7 +26,8 @@ def stream(args: argparse.Namespace) -> int:
         for i, ws in enumerate(args.ws):  # stacks one after the other in one run; exactness once
             print(json.dumps(bench_stream(args.checkpoint, levels, args.seconds, args.chunk_ms, args.memory_streams,
                                           args.memory_streams // 4, exact=i == 0, ws=ws,
-                                          model=args.model or "ds2-streaming-tiny", files=files)), flush=True)
+                                          model=args.model or "ds2-streaming-tiny", files=files,
+                                          step_ms=args.step_ms)), flush=True)
     return 0
 
 
@@ -63,6 +64,8 @@ def register(bsub: Any, command: Callable[..., argparse.ArgumentParser]) -> None
     bs.add_argument("--manifest", default=None, help="speech to stream (its first 20 files end to end; each also "
                     "streamed alone against its offline text) (default: synthesized speech)")
     bs.add_argument("--chunk-ms", type=positive(int), default=100, help="audio per message, sent in real time")
+    bs.add_argument("--step-ms", type=positive(float), default=100.0,
+                    help="the server's audio per model step (serve --stream-step-ms)")
     bs.add_argument("--memory-streams", type=int, default=200,
                     help="streams opened and closed for the memory figure, a quarter abandoned (0: none)")
     bs.add_argument("--ws", type=choice_list(("guarded", "wsproto")), default=["guarded"],

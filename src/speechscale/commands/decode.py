@@ -96,6 +96,9 @@ def stream(args: argparse.Namespace) -> int:
     step = OnnxStep(args.checkpoint) if str(args.checkpoint).endswith(".onnx") and is_stream_step(args.checkpoint) \
         else None
     if step is not None:  # `export --streaming`'s file: the model's description from it, onnxruntime runs it
+        if args.step_ms is not None:
+            raise ConfigError("--step-ms: an exported step's chunk is fixed when it is exported (export --streaming "
+                              "--chunk FRAMES)")
         from ..components import components_from_description
 
         comps = components_from_description(step.description)
@@ -123,7 +126,7 @@ def stream(args: argparse.Namespace) -> int:
 
             decoder = build_decoder(dcfg, comps.tokenizer, comps.normalizer)
         session = StreamingSession(comps, sample_rate=rate, endpoint_frames=args.endpoint_frames, step=step,
-                                   decoder=decoder)
+                                   decoder=decoder, chunk_ms=args.step_ms or 100.0)
     except StreamingRefused as e:
         raise ConfigError(f"--stream: {e}") from None
     tty = sys.stdout.isatty() and not args.json
@@ -166,7 +169,10 @@ def transcribe(args: argparse.Namespace) -> int:
 
             raise ConfigError("--graphs runs whole batches; a stream (--stream) runs the model's streaming step")
         return stream(args)
+    if args.step_ms is not None:
+        from ..config import ConfigError
 
+        raise ConfigError("--step-ms sets a stream's step: it goes with --stream")
     check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
     refs = _references(args.manifest)
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
@@ -262,6 +268,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="--stream -: the sample rate of standard input's PCM (default: the model's)")
     r.add_argument("--endpoint-frames", type=positive(int), default=30,
                    help="--stream: output frames of blank or space that end a phrase")
+    r.add_argument("--step-ms", type=positive(float), default=None,
+                   help="--stream: audio per model step, rounded up to whole output frames (default 100); a "
+                        "streaming conformer attends in chunks of a step's frames")
     r.set_defaults(func=transcribe)
 
     tl = command(sub, "tune-lm", "search the LM weight and word bonus on a dev set (the model runs once)")

@@ -33,6 +33,7 @@ def serve(args: argparse.Namespace) -> int:
                     max_connections=args.max_connections, decode_workers=args.decode_workers,
                     max_streams=args.max_streams, stream_max_seconds=args.stream_max_seconds,
                     stream_idle_s=args.stream_idle, stream_send_timeout_s=args.stream_send_timeout,
+                    stream_step_ms=args.stream_step_ms,
                     header_timeout_s=args.header_timeout, drain_timeout_s=args.drain_timeout,
                     allowed_hosts=args.allowed_host or [], docs=args.docs)
     print(f"speechscale serve: http://{args.host}:{args.port}/ ({asr.comps.model_name})", file=sys.stderr, flush=True)
@@ -74,6 +75,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     help="seconds a stream may send nothing before it is closed")
     sv.add_argument("--stream-send-timeout", type=positive(float), default=10.0,
                     help="seconds a stream's client may leave the server's messages unread before it is closed")
+    sv.add_argument("--stream-step-ms", type=positive(float), default=100.0,
+                    help="audio per model step, rounded up to whole output frames: longer steps cost less CPU per "
+                         "stream and decide later (a streaming conformer attends in chunks of a step's frames)")
     sv.add_argument("--header-timeout", type=positive(float), default=10.0,
                     help="seconds for a request's line and headers to arrive (408), and a stream's start message (1008)")
     sv.add_argument("--drain-timeout", type=positive(float), default=20.0,

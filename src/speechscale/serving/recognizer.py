@@ -155,9 +155,11 @@ class StatePool:
 
 class Recognizer:
     """A streaming model shared by many streams (see the module doc). `chunk_ms`: audio per step (rounded up to whole
-    output frames); an ONNX step brings its own chunk."""
+    output frames; a streaming conformer attends in chunks of those frames); an ONNX step brings its own chunk."""
 
     def __init__(self, comps: Any, step: Any = None, chunk_ms: float = 100.0) -> None:
+        if not chunk_ms > 0:
+            raise ValueError(f"a stream's step needs audio: chunk_ms={chunk_ms}")
         problem = streaming_problem(comps.model, comps.features.cfg, comps.model_name)
         if problem:
             raise StreamingRefused(problem)

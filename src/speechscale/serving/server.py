@@ -67,6 +67,7 @@ class Limits:
     stream_idle_s: float = 30.0         # a stream that sends nothing this long is closed (1008)
     stream_max_frame_bytes: int = 1 << 20  # one message (1009 past it, while it is read)
     stream_send_timeout_s: float = 10.0  # a stream whose client reads nothing this long is closed (1008)
+    stream_step_ms: float = 100.0       # audio per model step, rounded up to whole output frames
     header_timeout_s: float = 10.0      # a request's line and headers must arrive within this (408 past it)
     max_pending: int = 256              # connections still sending their headers; past it the oldest is closed
     drain_timeout_s: float = 20.0       # SIGTERM: open streams may go on this long before the server ends them

@@ -58,7 +58,7 @@ def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], st
     open streams in `state` (serving.drain.ServiceState); `decoder` (the service's DecoderConfig or name): a beam
     or lexicon search is built for each stream."""
     try:
-        batcher: StreamBatcher | None = StreamBatcher(Recognizer(comps))
+        batcher: StreamBatcher | None = StreamBatcher(Recognizer(comps, chunk_ms=limits.stream_step_ms))
         refused = ""
     except StreamingRefused as e:
         batcher, refused = None, str(e)

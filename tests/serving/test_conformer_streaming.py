@@ -125,8 +125,15 @@ def test_a_streams_step_is_set_from_the_cli_and_the_python_api_and_streams_the_o
     session = speechscale.load(conformer_streaming_checkpoint).stream(step_ms=160)
     assert session.recognizer.chunk == 16  # 4 output frames of 4 feature frames
     assert speechscale.load(conformer_streaming_checkpoint).stream().recognizer.chunk == 12  # 100 ms: 3 frames
-    with pytest.raises(ValueError, match="step needs audio"):
-        speechscale.load(conformer_streaming_checkpoint).stream(step_ms=0)
+    for bad in (0, 10_001):
+        with pytest.raises(ValueError, match="at most 10000 ms"):
+            speechscale.load(conformer_streaming_checkpoint).stream(step_ms=bad)
+    code, _, err = main_cli(capsys, "transcribe", "--stream", "--step-ms", "60000", "--checkpoint",
+                            str(conformer_streaming_checkpoint), str(path))
+    assert code == 2 and "at most 10000 ms" in err and len(err.strip().splitlines()) == 1
+    code, _, err = main_cli(capsys, "serve", "--stream-step-ms", "60000", "--checkpoint",
+                            str(conformer_streaming_checkpoint))
+    assert code == 2 and "--stream-step-ms" in err and len(err.strip().splitlines()) == 1
     code, _, err = main_cli(capsys, "transcribe", "--step-ms", "160", "--checkpoint",
                             str(conformer_streaming_checkpoint), str(path))
     assert code == 2 and "goes with --stream" in err and len(err.strip().splitlines()) == 1

@@ -153,13 +153,23 @@ class StatePool:
         return [t[slot:slot + 1] for t in self.tensors]
 
 
+MAX_STEP_MS = 10_000.0  # a stream's longest step: a longer one is not live, and each step holds its frames
+
+
+def step_problem(step_ms: float) -> str | None:
+    """Why `step_ms` cannot be a stream's audio per step, or None."""
+    if not 0 < step_ms <= MAX_STEP_MS:
+        return f"a stream's step is more than 0 and at most {MAX_STEP_MS:g} ms of audio, got {step_ms:g}"
+    return None
+
+
 class Recognizer:
     """A streaming model shared by many streams (see the module doc). `chunk_ms`: audio per step (rounded up to whole
     output frames; a streaming conformer attends in chunks of those frames); an ONNX step brings its own chunk."""
 
     def __init__(self, comps: Any, step: Any = None, chunk_ms: float = 100.0) -> None:
-        if not chunk_ms > 0:
-            raise ValueError(f"a stream's step needs audio: chunk_ms={chunk_ms}")
+        if step is None and step_problem(chunk_ms):
+            raise ValueError(step_problem(chunk_ms))
         problem = streaming_problem(comps.model, comps.features.cfg, comps.model_name)
         if problem:
             raise StreamingRefused(problem)

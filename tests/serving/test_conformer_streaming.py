@@ -59,14 +59,19 @@ def test_the_onnx_step_of_the_conformer_streams_the_same_logits(conformer_stream
         assert session.text == text
 
 
+def with_right_context(checkpoint, right, out):
+    """`checkpoint`'s weights reading `right` output frames after each chunk, saved to `out` (a right context adds
+    no parameters) -> out."""
+    state = load_checkpoint(checkpoint)
+    state["config"]["model"]["overrides"]["right_context"] = right
+    save_checkpoint(out, state)
+    return out
+
+
 @pytest.fixture(scope="module")
 def lookahead_checkpoint(conformer_streaming_checkpoint, tmp_path_factory):
-    """The same weights reading 2 output frames after each chunk (a right context adds no parameters)."""
-    state = load_checkpoint(conformer_streaming_checkpoint)
-    state["config"]["model"]["overrides"]["right_context"] = 2
-    path = tmp_path_factory.mktemp("lookahead") / "right2.pt"
-    save_checkpoint(path, state)
-    return path
+    """The same weights reading 2 output frames after each chunk."""
+    return with_right_context(conformer_streaming_checkpoint, 2, tmp_path_factory.mktemp("lookahead") / "right2.pt")
 
 
 def test_with_a_right_context_each_step_waits_for_the_frames_after_its_chunk_and_streams_the_chunked_logits(

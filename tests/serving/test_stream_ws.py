@@ -323,14 +323,11 @@ def test_serve_steps_each_stream_by_its_stream_step_ms(conformer_streaming_check
     """`serve --stream-step-ms 160` with the streaming conformer, and with the same weights reading 2 output frames
     after each chunk: every answer decides whole steps of 4 output frames (0.16 s), and the stream's text is the
     offline one with attention in chunks of 4 (and the same right context)."""
-    from speechscale.storage.checkpoints import load_checkpoint, save_checkpoint
+    from tests.serving.test_conformer_streaming import with_right_context
 
     ckpt = conformer_streaming_checkpoint
     if right_context:
-        state = load_checkpoint(ckpt)
-        state["config"]["model"]["overrides"]["right_context"] = right_context
-        ckpt = tmp_path / "right.pt"
-        save_checkpoint(ckpt, state)
+        ckpt = with_right_context(ckpt, right_context, tmp_path / "right.pt")
     comps = load_components(ckpt)
     assert comps.model.stream_lookahead == 4 * right_context
     path = shared("ldc93s1", "LDC93S1.wav")

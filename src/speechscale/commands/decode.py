@@ -93,8 +93,8 @@ def stream(args: argparse.Namespace) -> int:
         raise ConfigError("--stream takes one FILE (or - for raw 16-bit mono PCM on standard input)")
     from ..serving.recognizer import step_problem
 
-    if args.step_ms is not None and step_problem(args.step_ms):
-        raise ConfigError(f"--step-ms: {step_problem(args.step_ms)}")
+    if args.step_ms is not None and (problem := step_problem(args.step_ms)):
+        raise ConfigError(f"--step-ms: {problem}")
     from ..export.stream_runtime import OnnxStep, is_stream_step
 
     step = OnnxStep(args.checkpoint) if str(args.checkpoint).endswith(".onnx") and is_stream_step(args.checkpoint) \

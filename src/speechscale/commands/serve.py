@@ -25,8 +25,8 @@ def serve(args: argparse.Namespace) -> int:
     from ..serving.server import serve as run_server
     from ..serving.transcribe import Transcriber
 
-    if step_problem(args.stream_step_ms):
-        raise ConfigError(f"--stream-step-ms: {step_problem(args.stream_step_ms)}")
+    if problem := step_problem(args.stream_step_ms):
+        raise ConfigError(f"--stream-step-ms: {problem}")
     # the event loop (connections, JSON) needs a core of its own: torch's threads spinning on every core starve it
     torch.set_num_threads(args.threads or max(1, len(os.sched_getaffinity(0)) - 1))
 

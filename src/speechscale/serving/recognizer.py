@@ -168,8 +168,8 @@ class Recognizer:
     output frames; a streaming conformer attends in chunks of those frames); an ONNX step brings its own chunk."""
 
     def __init__(self, comps: Any, step: Any = None, chunk_ms: float = 100.0) -> None:
-        if step is None and step_problem(chunk_ms):
-            raise ValueError(step_problem(chunk_ms))
+        if step is None and (problem := step_problem(chunk_ms)):
+            raise ValueError(problem)
         problem = streaming_problem(comps.model, comps.features.cfg, comps.model_name)
         if problem:
             raise StreamingRefused(problem)

@@ -44,6 +44,9 @@ def test_a_checkpoint_carries_its_card_and_info_prints_it(ldc_checkpoint, capsys
     code, out, _ = main_cli(capsys, "info", str(ldc_checkpoint))
     assert code == 0 and out.startswith("# ds2-tiny\n") and f"{card['model']['parameters']:,}" in out
     assert "WER 0.00 %" in out and "1 utterances" in out
+    # ds2-tiny's RNNs are bidirectional: the card says it cannot stream, and why, as the recognizer would refuse it
+    assert card["streaming"]["streams"] is False and "bidirectional" in card["streaming"]["why"]
+    assert "- **Streaming:** no: ds2-tiny has bidirectional RNNs" in out
     # the folder's MODEL.md and model_card.json describe last.pt, the newest checkpoint
     last = load_checkpoint(ldc_checkpoint.parent / "last.pt")["card"]
     assert json.loads((ldc_checkpoint.parent / CARD_JSON).read_text())["validation"] == last["validation"]

@@ -12,7 +12,7 @@ from .config import Config, FeatureConfig, from_dict
 from .data.features import FeatureExtractor
 from .data.text import CharTokenizer, TextNormalizer
 from .models.registry import build_model
-from .models.streaming import StreamingModel
+from .models.streaming import StreamingModel, streaming_card
 from .storage.checkpoints import CheckpointError, error_line
 
 
@@ -31,6 +31,10 @@ class Components:
         """Output frames CTC needs for `text`: one per character plus a blank between repeats."""
         repeats = sum(1 for a, b in zip(text, text[1:]) if a == b)
         return len(text) + repeats
+
+    def streaming_card(self) -> dict[str, Any]:
+        """What the model card states about streaming (models.streaming.streaming_card)."""
+        return streaming_card(self.model, self.features, self.model_name)
 
     def output_frames(self, seconds: list[float]) -> list[int]:
         """Model output frames for utterances of these durations (derived from the layers), in one call."""

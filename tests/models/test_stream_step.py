@@ -136,3 +136,28 @@ def test_models_that_cannot_stream_say_why_in_one_line():
         assert reason in problem and "\n" not in problem
     with pytest.raises(ValueError, match="bidirectional"):
         build_components(load_config(None, ["model.name=ds2-tiny"])).model.rnns[0].step(None, [], None)
+
+
+@pytest.mark.parametrize("make,expected", [(lambda: _model(), None), (lambda: _model("model.overrides={lookahead: 0}"), None),
+                                           (lambda: _conformer(12, "chunk", 0), 0), (lambda: _conformer(12, "chunk", 3), 12)])
+def test_reads_ahead_is_what_a_frame_waits_for_before_it_is_decided(make, expected):
+    """An open stream stepped one output frame at a time: after the step that has read F feature frames, exactly
+    (F - stream_reads_ahead) / stride output frames are decided (counted from the step's flags, not derived from the
+    layers); a conformer's is its right context's frames, a DeepSpeech2's its convolutions' and lookahead's delay."""
+    model = make()
+    stride, ahead = model.stream_stride, model.stream_reads_ahead
+    if hasattr(model, "set_chunk"):
+        model.set_chunk(1)
+    else:
+        assert ahead > 0 and ahead % stride == 0
+    if expected is not None:
+        assert ahead == expected
+    feats = torch.randn(1, model.num_features, 60 * stride + model.stream_lookahead)
+    state, decided = model.stream_init(1), 0
+    with torch.no_grad():
+        for k in range(60):
+            x = feats[..., k * stride:(k + 1) * stride + model.stream_lookahead]
+            _, ok, state = model.stream_step(x, torch.tensor([k * stride]), torch.tensor([UNKNOWN]), state)
+            decided += int(ok.sum())
+            read = (k + 1) * stride + model.stream_lookahead
+            assert decided == max(0, (read - ahead) // stride), k

@@ -2,6 +2,8 @@
 chunks of 4 and 16 output frames, the logits and text equal the same checkpoint's offline ones with attention in
 chunks of that size, in PyTorch and through its ONNX step; its full-context transcript is the training text. With
 a right context, each step waits for the frames after its chunk and the same holds."""
+import json
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -112,12 +114,38 @@ def test_with_a_right_context_each_step_waits_for_the_frames_after_its_chunk_and
     assert np.isfinite(logits.numpy()).all()
 
 
+def test_the_card_says_what_a_checkpoint_and_each_of_its_exports_do_with_a_stream(lookahead_checkpoint, tmp_path,
+                                                                                   capsys):
+    """`info` on the checkpoint states the 80 ms its right context reads past each step (the step's lookahead times
+    the hop); on its offline ONNX file that the file runs whole utterances; on its streaming step that step's audio."""
+    from tests.conftest import main_cli
+
+    comps = load_components(lookahead_checkpoint)
+    hop_ms = 1000 * comps.features.hop_length / comps.features.cfg.sample_rate
+    ahead, frame = comps.model.stream_lookahead * hop_ms, comps.model.stream_stride * hop_ms
+    assert (ahead, frame) == (80, 40)
+    code, out, _ = main_cli(capsys, "info", str(lookahead_checkpoint))
+    assert code == 0 and ("- **Streaming:** yes: a step's text is final once the model has read 80 ms past it "
+                          "(`serve`, `transcribe --stream`; a step is 100 ms of audio unless set, rounded up to whole "
+                          "40 ms frames)\n") in out
+    offline, step = tmp_path / "model.onnx", tmp_path / "step.onnx"
+    assert main_cli(capsys, "-q", "export", "--checkpoint", str(lookahead_checkpoint), "--format", "onnx",
+                    "--out", str(offline))[0] == 0
+    assert main_cli(capsys, "-q", "export", "--checkpoint", str(lookahead_checkpoint), "--format", "onnx",
+                    "--streaming", "--chunk", "12", "--out", str(step))[0] == 0
+    code, out, _ = main_cli(capsys, "info", str(offline), "--json")
+    assert code == 0 and json.loads(out)["streaming"] == {"streams": True, "reads_ahead_ms": 80, "frame_ms": 40,
+                                                          "export": "offline"}
+    code, out, _ = main_cli(capsys, "info", str(step))
+    assert code == 0 and "- **Streaming:** this file is the streaming step: 120 ms of audio a step, and it reads 80 ms " \
+                         "past it\n" in out and out.startswith("# conformer-streaming-tiny\n")
+    assert "the streaming step" in (tmp_path / "step.onnx.MODEL.md").read_text()
+
+
 def test_a_streams_step_is_set_from_the_cli_and_the_python_api_and_streams_the_offline_text_in_its_chunks(
         conformer_streaming_checkpoint, comps, tmp_path, capsys):
     """`transcribe --stream --step-ms 160` and `load(ckpt).stream(step_ms=160)` step 4 output frames at a time: the
     text is the offline one with attention in chunks of 4; a step given where it cannot apply is a one-line error."""
-    import json
-
     import speechscale
     from tests.conftest import main_cli
 

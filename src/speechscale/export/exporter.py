@@ -43,6 +43,16 @@ class LogProbs(nn.Module):
         return logits.float().log_softmax(-1), out_lengths
 
 
+def with_streaming(card: dict[str, Any], comps: Any, step: int = 0) -> dict[str, Any]:
+    """`card` stating what the file written from `comps` does with a stream: the model's streaming entry, marked as
+    an offline export, or (`step`: feature frames a step) as the streaming step."""
+    streaming = comps.streaming_card()
+    if streaming["streams"]:
+        hop_ms = 1000 * comps.features.hop_length / comps.features.cfg.sample_rate
+        streaming.update({"step_ms": round(step * hop_ms, 3)} if step else {"export": "offline"})
+    return {**card, "streaming": streaming}
+
+
 def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str, Any]:
     """Write the checkpoint's model to `out` in format `fmt` (onnx | torchscript); returns a summary."""
     if fmt not in FORMATS:
@@ -55,7 +65,7 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str,
     state = load_checkpoint(checkpoint)
     comps = components_from_checkpoint(state)
     parameters = sum(p.numel() for p in comps.model.parameters())
-    card = card_of_checkpoint(state, lambda: parameters)
+    card = with_streaming(card_of_checkpoint(state, lambda: parameters), comps)
     desc = json.dumps({**describe(state), "card": card})
     wrapper = LogProbs(comps.model).eval()
     example = (torch.randn(1, comps.features.num_features, EXAMPLE_FRAMES), torch.tensor([EXAMPLE_FRAMES]))

@@ -109,9 +109,18 @@ def card_of_file(path: str | Path) -> dict[str, Any]:
         from ..storage.checkpoints import load_checkpoint
 
         state = load_checkpoint(path)
-        return card_of_checkpoint(state, lambda: sum(p.numel() for p in components_from_checkpoint(state).model.parameters()))
-    model = ExportedModel(path, backend)
-    card = model.description.get("card")
+        comps = components_from_checkpoint(state)
+        card = card_of_checkpoint(state, lambda: sum(p.numel() for p in comps.model.parameters()))
+        return {**card, "streaming": comps.streaming_card()}  # the model's own, whatever its config says now
+    if backend == "onnx":  # read, not run: a streaming step's file carries its card too
+        if not Path(path).is_file():
+            raise ConfigError(f"{path}: no such exported model")
+        _, description = onnx_session(Path(path), ["CPUExecutionProvider"], "an ONNX model")
+        if not description:
+            raise ConfigError(f"{path}: not an ONNX file written by speechscale export (no model description)")
+    else:
+        description = ExportedModel(path, backend).description
+    card = description.get("card")
     if not isinstance(card, dict):
         raise ConfigError(f"{path}: exported before model cards; export its checkpoint again")
     return card

@@ -37,8 +37,9 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32)
     from ..config import ConfigError
     from ..extras import require
     from ..models.streaming import streaming_problem
+    from ..storage.cards import card_of_checkpoint, write_card
     from ..storage.checkpoints import load_checkpoint
-    from .exporter import write_onnx
+    from .exporter import with_streaming, write_onnx
     from .stream_runtime import TorchStep
 
     usage = "export --format onnx --streaming"
@@ -67,6 +68,8 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32)
             "state": {n: [1, *t.shape[1:]] for n, t in zip(names, init)}}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_onnx(buffer, json.dumps({**describe(state), "stream_step": spec}), out, usage)
+    card = with_streaming(card_of_checkpoint(state, lambda: sum(p.numel() for p in model.parameters())), comps, chunk)
+    write_onnx(buffer, json.dumps({**describe(state), "stream_step": spec, "card": card}), out, usage)
+    write_card(out.parent, {**card, "file": f"{out.name} (onnx, the streaming step, exported)"}, prefix=f"{out.name}.")
     return {"format": "onnx", "streaming": True, "out": str(out), "bytes": out.stat().st_size,
             "model": comps.model_name, "chunk": chunk}

@@ -488,6 +488,11 @@ class Conformer(nn.Module):
         """Feature frames the step reads after its chunk (the right context)."""
         return self.cfg.right_context * self.stream_stride
 
+    @property
+    def stream_reads_ahead(self) -> int:
+        """Feature frames after a frame's chunk the step reads before that frame's output is decided."""
+        return self.stream_lookahead
+
     def stream_state_names(self) -> list[str]:
         """Names of stream_init's tensors, in order."""
         names = ["subsampling0", "subsampling1"]

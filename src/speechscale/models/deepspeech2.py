@@ -157,6 +157,11 @@ class DeepSpeech2(nn.Module):
     stream_lookahead = 0  # its lookahead is a delay inside the step, not frames read after the chunk
 
     @property
+    def stream_reads_ahead(self) -> int:
+        """Feature frames after a frame's chunk the step reads before that frame's output is decided."""
+        return self._stream_delays()[-1] * self.stream_stride
+
+    @property
     def stream_stride(self) -> int:
         """Feature frames per output frame."""
         stride = 1

@@ -5,7 +5,8 @@
 
 A streamable model provides `streaming_problem()` (None when it can stream), `stream_stride` (feature frames per
 output frame; a chunk is a multiple of it), `stream_lookahead` (feature frames the step reads after its chunk: 0,
-or a right context's), `stream_init(batch)` (its state: a list of tensors, batch first) and `stream_step`. The step
+or a right context's), `stream_reads_ahead` (feature frames after a frame's chunk that the model reads before that
+frame's output is decided), `stream_init(batch)` (its state: a list of tensors, batch first) and `stream_step`. The step
 takes chunk + lookahead feature frames and consumes the first `chunk` (the next step starts after them), each row's
 frames fed before this chunk (`frames_in`, (B,)) and its stream's length in feature frames (`total`, (B,); UNKNOWN
 while the stream runs), and returns logits (B, chunk / stride, V) with `decided` (B, chunk / stride) marking the
@@ -33,6 +34,7 @@ class StreamingModel(Protocol):
 
     stream_stride: int
     stream_lookahead: int
+    stream_reads_ahead: int
 
     def streaming_problem(self) -> str | None: ...
 
@@ -62,3 +64,15 @@ def streaming_problem(model: Any, features: Any, name: str) -> str | None:
         return (f"{name} normalizes its features over the whole utterance (features.normalize={features.normalize}"
                 f"{', remove_dc' if features.remove_dc else ''}); streaming needs features.normalize=global, running or none")
     return None
+
+
+def streaming_card(model: Any, features: Any, name: str) -> dict[str, Any]:
+    """What a model card states about streaming, as plain data: {"streams": False, "why": one line}, or
+    {"streams": True, "reads_ahead_ms": audio read past a step before its text is final, "frame_ms": an output
+    frame}. `features`: the model's feature extractor (its config and hop)."""
+    problem = streaming_problem(model, features.cfg, name)
+    if problem:
+        return {"streams": False, "why": problem}
+    hop_ms = 1000 * features.hop_length / features.cfg.sample_rate
+    return {"streams": True, "reads_ahead_ms": round(model.stream_reads_ahead * hop_ms, 3),
+            "frame_ms": round(model.stream_stride * hop_ms, 3)}

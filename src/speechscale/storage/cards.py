@@ -44,13 +44,15 @@ def data_summary(manifests: list[str], utts: list[Any]) -> dict[str, Any]:
 
 
 def build_card(config: dict[str, Any], parameters: int, training_data: dict[str, Any],
-               validation: dict[str, Any], step: int, epoch: int) -> dict[str, Any]:
+               validation: dict[str, Any], step: int, epoch: int,
+               streaming: dict[str, Any] | None = None) -> dict[str, Any]:
     """A card for a model trained with `config` (plain data, `config.to_dict`), `validation` its latest
-    validation row (wer, cer, utterances)."""
+    validation row (wer, cer, utterances), `streaming` what it says about streaming (Components.streaming_card)."""
     val = {k: validation[k] for k in ("wer", "cer", "utterances") if k in validation}
     return {"model": {"name": config["model"]["name"], "parameters": parameters,
                       "overrides": config["model"]["overrides"]},
             "features": config["features"], "alphabet": config["text"]["alphabet"],
+            **({"streaming": streaming} if streaming else {}),
             "training_data": training_data,
             "recipe": {k: config[k] for k in ("data", "augment", "optim", "trainer")},
             "validation": {**val, "manifest": Path(config["data"]["val_manifest"]).name, "step": step,
@@ -67,6 +69,8 @@ def render_markdown(card: dict[str, Any]) -> str:
              + (f", {f['n_mels']} mel bins" if f.get("kind") == "logmel" else "")
              + (f", normalized per {f['normalize']}" if f.get("normalize") else ""),
              f"- **Alphabet:** `{card['alphabet']}` (CTC blank first)"]
+    if card.get("streaming"):
+        lines.append(f"- **Streaming:** {streaming_line(card['streaming'])}")
     if d:
         speakers = f", {d['speakers']} speakers" if d.get("speakers") else ""
         lines.append(f"- **Training data:** {', '.join(d.get('manifests', [])) or '-'}: {d.get('utterances')} "
@@ -79,6 +83,20 @@ def render_markdown(card: dict[str, Any]) -> str:
     if card.get("file"):
         lines.append(f"- **File:** {card['file']}")
     return "\n".join(lines) + "\n"
+
+
+def streaming_line(s: dict[str, Any]) -> str:
+    """A card's streaming entry as one line of prose."""
+    if not s.get("streams"):
+        return f"no: {s.get('why')}"
+    ahead = f"{s['reads_ahead_ms']:g} ms" if s.get("reads_ahead_ms") else "nothing"
+    if s.get("step_ms"):
+        return f"this file is the streaming step: {s['step_ms']:g} ms of audio a step, and it reads {ahead} past it"
+    line = (f"yes: a step's text is final once the model has read {ahead} past it (`serve`, `transcribe --stream`; "
+            f"a step is 100 ms of audio unless set, rounded up to whole {s['frame_ms']:g} ms frames)")
+    if s.get("export") == "offline":
+        line += "; this file runs whole utterances (`export --streaming` writes the step)"
+    return line
 
 
 def write_card(folder: str | Path, card: dict[str, Any], prefix: str = "") -> None:

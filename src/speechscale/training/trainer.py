@@ -103,6 +103,7 @@ class Trainer:
         utts = getattr(data.plain, "utts", None) or []  # a streamed corpus: counted, not listed
         self.shapes, graphs = step_shapes(cfg, self.comps, utts, self.device)  # trainer.cuda_graphs, data.fixed_shapes
         self.unshaped = 0
+        self.card_streaming = self.comps.streaming_card()
         self.card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts)
         if not utts:
             self.card_data.update(utterances=data.utterances, hours=None)
@@ -171,7 +172,8 @@ class Trainer:
                                        training=self.state, ranks=ranks,
                                        ema=self.ema.state_dict() if self.ema is not None else None)
                 ckpt["card"] = build_card(ckpt["config"], self.n_params, self.card_data,
-                                          (self.state.history or [{}])[-1], self.state.step, self.state.epoch)
+                                          (self.state.history or [{}])[-1], self.state.step, self.state.epoch,
+                                          self.card_streaming)
                 try:
                     write_card(self.ckpt_dir, {**ckpt["card"], "file": "last.pt (best.pt carries a card of its own)"})
                     if best:

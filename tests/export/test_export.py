@@ -103,3 +103,17 @@ def test_a_file_that_is_not_an_export_is_one_clear_error(ldc_checkpoint, capsys,
     code, _, err = main_cli(capsys, "export", "--checkpoint", str(tmp_path / "none.pt"), "--format", "onnx",
                             "--out", str(tmp_path / "x.onnx"))
     assert code == 2 and "checkpoint not found" in err
+    # `info` reads an ONNX file's card without running it: a missing file, one that is not ONNX, and a real ONNX
+    # graph that speechscale did not write are each one line
+    import onnx
+    from onnx import TensorProto, helper
+
+    foreign, garbage = tmp_path / "foreign.onnx", tmp_path / "garbage.onnx"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])), foreign)
+    garbage.write_bytes(b"not a protobuf at all" * 10)
+    for path, expected in [(tmp_path / "none.onnx", "no such exported model"), (garbage, "not an ONNX file"),
+                           (foreign, "not an ONNX file written by speechscale export")]:
+        code, _, err = main_cli(capsys, "info", str(path))
+        assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err

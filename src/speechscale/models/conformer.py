@@ -79,14 +79,16 @@ class ConvSubsampling(nn.Module):
             x = x * length_mask(lengths, x.shape[-1], x.device)[:, None, None, :].to(x.dtype)
         return self.out(x.permute(0, 3, 1, 2).flatten(2)), lengths  # (B, T', C*F') -> (B, T', d)
 
-    def step(self, feats: torch.Tensor, first: torch.Tensor, length: torch.Tensor,
-             carried: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    def step(self, feats: torch.Tensor, first: torch.Tensor, length: torch.Tensor, carried: list[torch.Tensor],
+             consumed: int | None = None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """A chunk of features (B, F, 4C) from stream frame `first` (B,) of a stream of `length` (B,) frames ->
-        (B, C, d), its decided frames (B, C), the frames to carry next (each conv keeps its last input frame)."""
+        (B, C, d), its decided frames (B, C), the frames to carry next: each conv's last input frame before feature
+        frame `consumed` (a multiple of 4; default 4C: the frames after it are read ahead, not consumed)."""
         x, keep = feats[:, None], []  # (B, 1, F, 4C)
         for conv, carry in zip((self.conv1, self.conv2), carried):
-            x, k = conv_time_step(conv, x, carry)  # (B, C', F', n / 2)
+            x, k = conv_time_step(conv, x, carry, consumed)  # (B, C', F', n / 2)
             keep.append(k)
+            consumed = None if consumed is None else consumed // conv.stride[-1]
             first, length = first // 2, conv_out_length(length, conv)
             ok = decided(first, x.shape[-1], conv_time_delay(conv, 0), length)  # (B, n / 2)
             x = torch.relu(x) * ok[:, None, None, :].to(x.dtype)
@@ -517,10 +519,9 @@ class Conformer(nn.Module):
         last 4R frames (stream_lookahead; R the right context) are the next chunk's first, read but not consumed."""
         r = self.cfg.right_context
         own = feats.shape[-1] - self.stream_lookahead  # 4C
-        x, ok, new = self.subsampling.step(feats[..., :own], frames_in, total, state[:2])  # (B, C, d), (B, C)
-        if r:  # the copies: subsampled after the chunk's carried frames, carrying nothing
-            xr, okr, _ = self.subsampling.step(feats[..., own:], frames_in + own, total, new)  # (B, R, d)
-            x, ok = torch.cat([x, xr], dim=1), torch.cat([ok, okr], dim=1)  # (B, C + R, d), (B, C + R)
+        # the chunk and its copies subsampled in one pass: the copies continue the chunk, and the carried frames
+        # are the chunk's last (the next step starts after the chunk)
+        x, ok, new = self.subsampling.step(feats, frames_in, total, state[:2], own)  # (B, C + R, d), (B, C + R)
         c, left = x.shape[1], self.cfg.left_context
         first = frames_in // self.stream_stride  # (B,) the chunk's first output frame
         keys = first[:, None] - left + torch.arange(left + c, device=x.device)[None, :]  # (B, L + C) key positions

@@ -23,14 +23,16 @@ def conv_out_length(lengths: torch.Tensor, conv: nn.Module, dim: int = -1) -> to
     return torch.div(lengths + 2 * p - d * (k - 1) - 1, s, rounding_mode="floor") + 1
 
 
-def conv_time_step(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor,
-                   carried: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def conv_time_step(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor, carried: torch.Tensor,
+                   consumed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A time convolution (last axis) on new frames as its `forward` computes it, its time padding replaced by the
     carried input frames: x (B, C, [F,] n), carried (B, C, [F,] k - s) -> outputs (B, C', [F',] n / s) and the
-    frames to carry next. Other axes are padded as the layer pads them."""
+    frames to carry next: those before frame `consumed` of x (default n; frames after it are read ahead, and the
+    next step starts at it). Other axes are padded as the layer pads them."""
     k, s = conv.kernel_size[-1], conv.stride[-1]
     x = torch.cat([carried, x], dim=-1)  # (..., k - s + n)
-    keep = x[..., x.shape[-1] - (k - s):]
+    consumed = x.shape[-1] - (k - s) if consumed is None else consumed
+    keep = x[..., consumed:consumed + k - s]
     if isinstance(conv, nn.Conv2d):
         y = nn.functional.conv2d(x, conv.weight, conv.bias, conv.stride, (conv.padding[0], 0), conv.dilation,
                                  conv.groups)

@@ -21,7 +21,7 @@ def info(args: argparse.Namespace) -> int:
 
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `info` to the subcommand table."""
-    i = command(sub, "info", "print a model's card: model, parameters, features, training data, validation figures")
+    i = command(sub, "info", "print a model's card: model, parameters, features, streaming, training data, validation figures")
     i.add_argument("model", help="a checkpoint (.pt) or a file of `speechscale export` (.onnx, TorchScript)")
     i.add_argument("--json", action="store_true", help="the card as JSON")
     i.set_defaults(func=info)

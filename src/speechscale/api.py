@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Word:
-    """A word of a transcript: its start and end in seconds and a confidence (0-1) from the CTC alignment, with the
-    greedy decoder; a beam search keeps no alignment (None)."""
+    """A word of a transcript: its start and end in seconds and a confidence (0-1) from the CTC alignment (the greedy
+    path, or a beam search's text aligned to the frames); None where no time is known (a live stream's beam)."""
 
     word: str
     start: float | None = None

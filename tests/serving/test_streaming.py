@@ -240,6 +240,11 @@ def test_a_beam_search_streams_each_phrase_as_the_offline_search_of_its_frames(c
         expected = [reference(log_probs[None, a:b], torch.tensor([b - a]))[0] for a, b in zip(starts, ends) if b > a]
         finals = [e.text for e in events if e.type == "final"]
         assert finals == [t for t in expected if t] or (not finals and not any(expected)), (path.name, ms)
+        spans = [(a, b) for a, b, t in zip(starts, ends, expected) if t]
+        for final, (a, b) in zip([e for e in events if e.type == "final"], spans):  # words timed inside their phrase
+            times = [t for w in final.words for t in (w.start, w.end)]
+            assert [w.word for w in final.words] == final.text.split() and times == sorted(times)
+            assert a * session.frame_s - 1e-6 <= times[0] and times[-1] <= b * session.frame_s + 1e-6
         assert session.text == " ".join(t for t in expected if t)
         phrases[path.name] = len(finals)
         if path.name == "LDC93S1.wav":
@@ -251,6 +256,7 @@ def test_transcribe_stream_and_the_api_take_the_lexicon_decoder(comps, streaming
     import json
 
     import speechscale
+    from speechscale.decoding.alignment import text_word_times
     from speechscale.decoding.decoders import DecoderConfig, build_decoder
     from tests.conftest import main_cli
 
@@ -265,7 +271,12 @@ def test_transcribe_stream_and_the_api_take_the_lexicon_decoder(comps, streaming
                               "--lexicon", str(lexicon), "--checkpoint", str(streaming_checkpoint), str(path))
     rows = [json.loads(x) for x in out.splitlines()]
     assert code == 0 and [r["text"] for r in rows if r["type"] == "final"] == [expected], err
-    assert rows[-1]["words"] == [{"word": w} for w in expected.split()]
+    # one phrase, the whole file: its words timed on the offline logits as on the streamed ones
+    frame_s = 1000 * comps.features.hop_length / comps.features.cfg.sample_rate * comps.model.stream_stride / 1000
+    timed = text_word_times(logits.float().log_softmax(-1), logits.shape[0], expected, comps.tokenizer, frame_s)
+    assert rows[-1]["words"] == [{k: w[k] for k in ("word", "start", "end")} for w in timed]
+    assert [w["word"] for w in timed] == expected.split()
+    assert timed[-1]["end"] <= len(load_audio(path, 16000)) / 16000 + frame_s  # the last output frame's end
     stream = speechscale.load(streaming_checkpoint, device="cpu", decoder="lexicon", lexicon=str(lexicon)).stream()
     wav = load_audio(path, 16000)
     for i in range(0, len(wav), 1000):

@@ -1,4 +1,6 @@
-"""Word times and confidences from the greedy CTC alignment (the best class of each output frame)."""
+"""Word times and confidences from a CTC alignment: the greedy path (the best class of each output frame), or the
+most likely path of a given text (`ctc_align`, a Viterbi search over CTC's states), which times the words of any
+decoder's text, a beam search's included."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,7 +16,66 @@ def word_times(log_probs: torch.Tensor, frames: int, tokenizer: CharTokenizer, f
     and last frame of its characters, plus `offset_s`) and a confidence: the mean probability of the path
     over those frames."""
     best = log_probs[:frames].float().max(dim=-1)  # values (T,), indices (T,)
-    probs, ids = best.values.exp().tolist(), best.indices.tolist()
+    return path_words(best.indices.tolist(), best.values.exp().tolist(), tokenizer, frame_s, offset_s)
+
+
+def text_word_times(log_probs: torch.Tensor, frames: int, text: str, tokenizer: CharTokenizer, frame_s: float,
+                    offset_s: float = 0.0) -> list[dict[str, Any]]:
+    """The words of `text`, timed as word_times times the greedy path's, on the most likely CTC path of `text`
+    over log_probs (T, V)[:frames]. Words without times when no path spells it in that many frames."""
+    lp = log_probs[:frames].float()
+    space = tokenizer.encode(" ")
+    path = ctc_align(lp, tokenizer.encode(text), space[0] if space else None) if text.strip() else None
+    if path is None:
+        return [{"word": w} for w in text.split()]
+    probs = lp.gather(1, torch.tensor(path)[:, None])[:, 0].exp().tolist()  # (T,) the path's probability a frame
+    return path_words(path, probs, tokenizer, frame_s, offset_s)
+
+
+def ctc_align(log_probs: torch.Tensor, labels: list[int], space: int | None = None) -> list[int] | None:
+    """The most likely CTC path of `labels` over log_probs (T, V): one token a frame (BLANK or a label; a label
+    held over frames repeats), or None when T frames cannot spell them (each label a frame, a blank between
+    repeats). `space`: a token the path may say again after a blank wherever the labels hold it, and also before
+    the first label and after the last (a text's single spaces, spoken as a model emits them)."""
+    if space is not None and labels:
+        labels = [space, *labels, space]
+    frames, n = log_probs.shape[0], 2 * len(labels) + 1
+    ext = torch.full((n,), BLANK, dtype=torch.long)  # (S,) blank, l1, blank, l2, ..., blank
+    ext[1::2] = torch.tensor(labels, dtype=torch.long)
+    emit = log_probs[:, ext]  # (T, S)
+    skip = torch.zeros(n, dtype=torch.bool)  # a label may follow the label before it unless they are the same
+    skip[3::2] = ext[3::2] != ext[1:-2:2]
+    again = torch.zeros(n, dtype=torch.bool)  # a space state, re-entered from the blank after it
+    if space is not None:
+        again[1::2] = ext[1::2] == space
+    never = torch.tensor(float("-inf"))
+    first = 4 if space is not None and labels else 2  # the states a path may start in (the edge space skipped)
+    score = torch.full((n,), float("-inf"))
+    score[:first] = emit[0, :first]
+    steps = torch.tensor([0, 1, 2, -1])  # states stepped back along each way in
+    back = torch.zeros(frames, n, dtype=torch.long)  # (T, S)
+    for t in range(1, frames):
+        one = torch.cat([never[None], score[:-1]])
+        two = torch.where(skip, torch.cat([never.expand(2), score[:-2]]), never)
+        rep = torch.where(again, torch.cat([score[1:], never[None]]), never)
+        best, way = torch.stack([score, one, two, rep]).max(dim=0)  # (S,)
+        back[t] = steps[way]
+        score = best + emit[t]
+    lo = max(0, n - first)  # a path ends in one of the last `first` states, as it starts in one of the first
+    last = lo + int(score[lo:].argmax())
+    if not torch.isfinite(score[last]):
+        return None
+    path = [0] * frames
+    for t in range(frames - 1, -1, -1):
+        path[t] = int(ext[last])
+        last -= int(back[t, last])
+    return path
+
+
+def path_words(path: list[int], probs: list[float], tokenizer: CharTokenizer, frame_s: float,
+               offset_s: float) -> list[dict[str, Any]]:
+    """The words a CTC path spells (`path`: a token a frame; `probs`: its probability at each frame), each with start
+    and end (s) from the first and last frame of its characters, and the mean probability over them."""
     words: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None
     prev = BLANK
@@ -25,7 +86,7 @@ def word_times(log_probs: torch.Tensor, frames: int, tokenizer: CharTokenizer, f
                           "end": round(offset_s + cur["end"] * frame_s, 3),
                           "confidence": round(sum(cur["p"]) / len(cur["p"]), 3)})
 
-    for t, k in enumerate(ids):
+    for t, k in enumerate(path):
         if k != BLANK and k == prev and cur is not None:  # the same character held over frames
             cur["end"], cur["p"] = t + 1, [*cur["p"], probs[t]]
         elif k != BLANK:

@@ -23,7 +23,7 @@ import torch
 
 from ..config import ConfigError
 from ..data.text import BLANK, CharTokenizer
-from .alignment import word_times
+from .alignment import text_word_times, word_times
 from .greedy import greedy_decode
 
 DECODERS = ("greedy", "beam", "lexicon")
@@ -156,8 +156,9 @@ class BeamDecoder:
 
     def words(self, log_probs: torch.Tensor, frames: int, text: str, frame_s: float, offset_s: float
               ) -> list[dict[str, Any]]:
-        """The words of the best beam (no timings: the search does not keep its alignment)."""
-        return [{"word": w} for w in text.split()]
+        """The words of the best beam, each with start, end (s) and a confidence from the most likely CTC path of
+        its text (decoding.alignment)."""
+        return text_word_times(log_probs, frames, text, self.tokenizer, frame_s, offset_s)
 
     def _text(self, best: Any) -> str:
         if self.vocabulary:

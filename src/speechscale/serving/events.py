@@ -13,8 +13,8 @@ from typing import Any, ClassVar, Union
 
 @dataclass(frozen=True)
 class Word:
-    """A word of a final; greedy decoding gives its start and end in seconds from the stream's start (a beam search
-    keeps no alignment: None)."""
+    """A word of a final: its start and end in seconds from the stream's start (from the greedy path, or from the most
+    likely path of a beam search's text over its phrase's frames)."""
 
     word: str
     start: float | None = None

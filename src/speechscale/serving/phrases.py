@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..decoding.alignment import text_word_times
 from ..decoding.greedy import BLANK
 from .events import Event, Final, Partial, Word
 
@@ -22,6 +23,7 @@ class PhraseDecoder:
     def __init__(self, tokenizer: Any, frame_s: float, endpoint_frames: int = 30, search: Any = None) -> None:
         self.tokenizer, self.frame_s, self.endpoint_frames = tokenizer, frame_s, endpoint_frames
         self.beam, self.beam_text = search, ""  # the search and its current best text
+        self.beam_frames: list[torch.Tensor] = []  # the log-probabilities the search has had this phrase
         if search is not None:
             search.begin()
         self.space = tokenizer.alphabet.index(" ") + 1 if " " in tokenizer.alphabet else -1
@@ -61,14 +63,12 @@ class PhraseDecoder:
             if self.quiet >= self.endpoint_frames and "".join(c for c, _ in self.chars).strip():
                 text = None
                 if self.beam is not None:  # the phrase's frames end its search; the next phrase starts a new one
-                    self.beam.step(log_probs[fed:i + 1])
+                    self._search(log_probs[fed:i + 1])
                     fed, text = i + 1, self.beam.end()
-                    self.beam.begin()
-                    self.beam_text = ""
                 events.append(self._final(text))
                 before = ""
         if self.beam is not None:
-            self.beam.step(log_probs[fed:])
+            self._search(log_probs[fed:])
             self.beam_text = self.beam.best()
         if self.phrase and self.phrase != before:
             events.append(Partial(self.phrase))
@@ -79,13 +79,23 @@ class PhraseDecoder:
         last = self.beam.end() if self.beam is not None else None
         return [self._final(last)] if self.chars or last else []
 
+    def _search(self, log_probs: torch.Tensor) -> None:
+        """Step the phrase's search over more of its frames (n, V)."""
+        self.beam.step(log_probs)
+        self.beam_frames.append(log_probs)
+
     def _final(self, beam_text: str | None = None) -> Final:
-        """The current phrase as a Final (greedy: words with start and end seconds from the stream's start; a beam's
-        words carry no times: the search keeps no alignment)."""
+        """The current phrase as a Final, its words with start and end seconds from the stream's start (greedy: its
+        path's; a beam's: the most likely path of its text over the phrase's frames); a beam starts the next phrase."""
+        start = self.boundaries[-1] if self.boundaries else 0  # the phrase's first output frame
         self.boundaries.append(self.frame)
         if self.beam is not None:
-            self.chars, self.beam_text = [], ""
-            event = Final(beam_text or "", [Word(w) for w in (beam_text or "").split()])
+            text, frames = beam_text or "", torch.cat(self.beam_frames) if self.beam_frames else None
+            timed = [] if frames is None else text_word_times(frames, frames.shape[0], text, self.tokenizer,
+                                                              self.frame_s, start * self.frame_s)
+            event = Final(text, [Word(w["word"], w.get("start"), w.get("end")) for w in timed])
+            self.chars, self.beam_text, self.beam_frames = [], "", []
+            self.beam.begin()
             self.finals.append(event)
             return event
         raw = "".join(c for c, _ in self.chars)

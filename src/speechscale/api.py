@@ -67,6 +67,13 @@ class Transcript:
         """From the service's JSON shape ({"text", "duration", "words": [{"word", "start", ...}]})."""
         return cls(d["text"], d["duration"], [Word(**w) for w in d.get("words", [])])
 
+    def subtitles(self, fmt: str = "srt", **rules: Any) -> str:
+        """The transcript as an SRT or WebVTT file's text (`transcribe --format srt|vtt`); `rules`: line_chars,
+        lines, max_seconds, pause_s (serving.subtitles.make_cues)."""
+        from .serving.subtitles import make_cues, render
+
+        return render(make_cues(self.words, self.duration, **rules), fmt)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape `speechscale transcribe --json` and the service write (a word's unknown fields left out)."""
         words = [{k: v for k, v in asdict(w).items() if v is not None} for w in self.words]

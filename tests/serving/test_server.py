@@ -74,6 +74,35 @@ def test_32_concurrent_requests_are_all_answered_correctly_in_batches(server):
         assert json.load(r)["batches"] < 32  # requests shared model calls
 
 
+def test_subtitles_are_answered_for_format_srt_and_vtt(server):
+    """`?format=srt|vtt`: the same words as the JSON answer, as cues the `srt` and `webvtt-py` parsers read back;
+    any other format is refused before the body is read."""
+    import io
+
+    import srt
+    import webvtt
+
+    audio = shared("ldc93s1", "LDC93S1.wav").read_bytes()
+    answers = {}
+    for fmt in ("srt", "vtt"):
+        req = urllib.request.Request(f"{server}/v1/transcribe?format={fmt}", data=audio,
+                                     headers={"Content-Type": "audio/wav"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            answers[fmt] = (r.headers["Content-Type"], r.read().decode())
+    kind, text = answers["srt"]
+    cues = list(srt.parse(text))
+    assert kind.startswith("application/x-subrip") and " ".join(c.content.replace("\n", " ") for c in cues) == LDC
+    words = _post(server, audio)[1]["words"]
+    assert cues[0].start.total_seconds() == words[0]["start"] and cues[-1].end.total_seconds() <= 2.925
+    kind, text = answers["vtt"]
+    assert kind.startswith("text/vtt") and text.startswith("WEBVTT\n")
+    assert " ".join(c.text.replace("\n", " ") for c in webvtt.from_buffer(io.StringIO(text))) == LDC
+    req = urllib.request.Request(f"{server}/v1/transcribe?format=docx", data=audio, headers={"Content-Type": "audio/wav"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=60)
+    assert refused.value.code == 422 and "srt or vtt" in json.load(refused.value)["detail"]
+
+
 def test_bad_uploads_get_clear_4xx_answers_and_the_server_lives_on(server):
     assert _post(server, b"")[0] == 422
     code, res = _post(server, b"RIFF\x00\x00not audio at all" * 10)

@@ -164,20 +164,22 @@ def _pcm_chunks(stream: Any, rate: int) -> Any:
 
 
 def transcribe(args: argparse.Namespace) -> int:
+    from ..config import ConfigError
     from ..decoding.metrics import ErrorRate
     from ..serving.transcribe import Transcriber, check_chunk_seconds
 
+    fmt = "json" if args.json else args.format
     if args.stream:
         if args.graphs:
-            from ..config import ConfigError
-
             raise ConfigError("--graphs runs whole batches; a stream (--stream) runs the model's streaming step")
+        if fmt not in ("text", "json"):
+            raise ConfigError(f"--format {fmt} writes a whole file's subtitles; a stream (--stream) prints text or "
+                              "--json lines")
         return stream(args)
     if args.step_ms is not None:
-        from ..config import ConfigError
-
         raise ConfigError("--step-ms sets a stream's step: it goes with --stream")
     check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
+    subtitles = _subtitle_paths(args.files, fmt, args.out_dir, args.manifest)
     refs = _references(args.manifest)
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
                       decoder=decoder_config(args), device=args.device, graphs=args.graphs)
@@ -190,16 +192,50 @@ def transcribe(args: argparse.Namespace) -> int:
             score = ErrorRate()
             score.update([asr.comps.normalizer(ref)], [res["text"]])
             res.update(reference=ref, wer=round(score.wer, 4))
-        if args.json:
+        if fmt == "json":
             print(json.dumps(res), flush=True)
         elif "error" in res:
             print(f"{f}\tERROR: {res['error']}", flush=True)
         elif ref is not None:
             print(f"{f}\n  hypothesis: {res['text']}\n  reference:  {ref}\n  WER:        {100 * res['wer']:.1f} %",
                   flush=True)
+        elif subtitles is not None:
+            from ..serving.subtitles import make_cues, render
+
+            text = render(make_cues(res["words"], res["duration"]), fmt)
+            if subtitles:
+                subtitles[f].write_text(text, encoding="utf-8")
+                print(f"{f}\t{subtitles[f]}", flush=True)
+            else:
+                print(text, end="", flush=True)
         else:
             print(f"{f}\t{res['text']}", flush=True)
     return 1 if failed else 0
+
+
+def _subtitle_paths(files: list[str], fmt: str, out_dir: Path | None, manifest: str | None) -> dict[str, Path] | None:
+    """For --format srt|vtt: the file each input's subtitles go to ({} for standard output: one input, no
+    --out-dir); None for text and JSON. Checked before any work: one line for what cannot be."""
+    from ..config import ConfigError
+
+    if fmt in ("text", "json"):
+        if out_dir is not None:
+            raise ConfigError("--out-dir holds subtitle files: it goes with --format srt or vtt")
+        return None
+    if manifest:
+        raise ConfigError(f"--manifest prints references and WER beside the text; --format {fmt} writes subtitles")
+    if out_dir is None:
+        if len(files) > 1:
+            raise ConfigError(f"--format {fmt} for {len(files)} files writes a file each: give --out-dir DIR")
+        return {}
+    paths: dict[str, Path] = {}
+    for f in files:
+        out = out_dir / f"{Path(f).stem}.{fmt}"
+        if out in paths.values():
+            raise ConfigError(f"two inputs named {Path(f).stem!r} would both write {out}; transcribe them apart")
+        paths[f] = out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return paths
 
 
 def tune_lm(args: argparse.Namespace) -> int:
@@ -258,7 +294,13 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     graphs_arg(r)
     decoder_args(r)
     r.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, ...) to transcribe")
-    r.add_argument("--json", action="store_true", help="one JSON object per file")
+    r.add_argument("--json", action="store_true", help="one JSON object per file (--format json)")
+    r.add_argument("--format", choices=["text", "json", "srt", "vtt"], default="text",
+                   help="a line of text per file, a JSON object per file, or subtitles (SRT or WebVTT: cues of up "
+                        "to two lines of 42 characters and 7 s, a new cue after a pause)")
+    r.add_argument("--out-dir", type=Path, default=None,
+                   help="--format srt|vtt: write each FILE's subtitles to DIR/NAME.srt (or .vtt) instead of "
+                        "standard output (needed for several files)")
     r.add_argument("--chunk-seconds", type=float, default=20.0,
                    help="long audio is cut at quiet points into chunks of at most this length (>= 1)")
     r.add_argument("--manifest", default=None,

@@ -3,7 +3,7 @@
     speechscale serve --checkpoint runs/demo/checkpoints/best.pt --port 8000
 
 - `POST /v1/transcribe`: a multipart upload (field `file`) or the raw audio bytes as the body -> JSON
-  {text, duration, words: [{word, start, end, confidence}]}.
+  {text, duration, words: [{word, start, end, confidence}]}; with `?format=srt` or `vtt`, subtitles instead.
 - `GET /healthz` -> {status, model, ...; with a streaming model, stream_rounds and stream_rows: the batched steps
   of live streams and the streams they held} (503 when the model's batcher has stopped); `GET /` -> the page.
 - `WS /v1/stream`: live transcription with a streaming model (serving/stream_ws.py has the protocol).
@@ -36,16 +36,18 @@ from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, HTTPException, Request  # the `serve` extra (module-level: FastAPI reads annotations)
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .._compat import set_request_body
 from ..data.audio import AudioError, AudioTooLong, decode_audio
 from .drain import ServiceState
 from .origins import allowed_hosts, host_allowed, host_name, origin_allowed
 from .stream_ws import add_stream_route
+from .subtitles import make_cues, render
 from .transcribe import Transcriber
 
 log = logging.getLogger(__name__)
+SUBTITLES = {"srt": "application/x-subrip; charset=utf-8", "vtt": "text/vtt; charset=utf-8"}  # ?format= answers
 PAGE = Path(__file__).with_name("page.html")
 
 
@@ -185,8 +187,11 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
             status.update(stream_rounds=app.state.stream_batcher.rounds, stream_rows=app.state.stream_batcher.rows)
         return JSONResponse(status, status_code=200 if word == "ok" else 503)
 
-    @app.post("/v1/transcribe")
-    async def transcribe(request: Request) -> dict[str, Any]:
+    @app.post("/v1/transcribe", response_model=None)
+    async def transcribe(request: Request) -> dict[str, Any] | Response:
+        fmt = request.query_params.get("format", "json")
+        if fmt not in ("json", *SUBTITLES):
+            raise HTTPException(422, f"format must be json, srt or vtt, not {fmt[:20]!r}")
         if state.draining:
             raise HTTPException(503, "the server is shutting down; retry on another", headers={"Connection": "close"})
         if not origin_allowed(hosts, request.headers.get("origin")):
@@ -223,7 +228,10 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
             raise HTTPException(415, "unsupported or corrupt audio: it could not be decoded (send wav, flac, ogg "
                                      "or mp3 at 4-384 kHz with at most 8 channels)") from None
         del data  # only the waveform waits for the model
-        return await batcher.transcribe(wav)
+        result = await batcher.transcribe(wav)
+        if fmt == "json":
+            return result
+        return Response(render(make_cues(result["words"], result["duration"]), fmt), media_type=SUBTITLES[fmt])
 
     return app
 

@@ -238,6 +238,50 @@ def _subtitle_paths(files: list[str], fmt: str, out_dir: Path | None, manifest: 
     return paths
 
 
+def align(args: argparse.Namespace) -> int:
+    """`align`: each FILE's (or manifest utterance's) transcript timed on its audio."""
+    from ..config import ConfigError
+    from ..serving.transcribe import check_chunk_seconds
+
+    if args.manifest and (args.files or args.text is not None):
+        raise ConfigError("--manifest aligns each of its utterances to its own text: give no FILE or --text with it")
+    if not args.manifest and (len(args.files) != 1 or args.text is None):
+        raise ConfigError("align one FILE to its --text \"...\" (or every utterance of a --manifest to its text)")
+    check_chunk_seconds(args.chunk_seconds)
+    if args.manifest:
+        from ..data.manifest import read_manifest
+
+        utts, _ = read_manifest(args.manifest, check_files=False)
+        jobs = [(u.audio_path, u.raw_text) for u in utts]
+    else:
+        jobs = [(args.files[0], args.text)]
+    subtitles = _subtitle_paths([f for f, _ in jobs], args.format, args.out_dir, None)
+    from ..data.audio import AudioError, load_audio
+    from ..serving.align import AlignError, align_waveform
+    from ..serving.transcribe import Transcriber
+
+    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, device=args.device)
+    failed = 0
+    for f, text in jobs:
+        try:
+            res = {"file": str(f), **align_waveform(asr, load_audio(f, asr.sample_rate), text)}
+        except (AudioError, AlignError) as e:
+            failed += 1
+            res = {"file": str(f), "error": str(e)}
+        if args.format == "json" or "error" in res:
+            print(json.dumps(res), flush=True)
+            continue
+        from ..serving.subtitles import make_cues, render
+
+        out = render(make_cues(res["words"], res["duration"]), args.format)
+        if subtitles:
+            subtitles[f].write_text(out, encoding="utf-8")
+            print(f"{f}\t{subtitles[f]}", flush=True)
+        else:
+            print(out, end="", flush=True)
+    return 1 if failed else 0
+
+
 def tune_lm(args: argparse.Namespace) -> int:
     from ..decoding.scoring import checkpoint_loader
     from ..decoding.tune import cache_log_probs, tune, write_tuned
@@ -264,7 +308,7 @@ def graphs_arg(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Add `eval`, `transcribe`, `tune-lm` and `lm` to the subcommand table."""
+    """Add `eval`, `transcribe`, `align`, `tune-lm` and `lm` to the subcommand table."""
     e = command(sub, "eval", "WER/CER of a checkpoint on a manifest or shard index")
     e.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
     e.add_argument("--manifest", required=True,
@@ -318,6 +362,21 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="--stream: audio per model step, rounded up to whole output frames (default 100); a "
                         "streaming conformer attends in chunks of a step's frames")
     r.set_defaults(func=transcribe)
+
+    a = command(sub, "align", "time a known transcript's words on its recording (CTC forced alignment)")
+    a.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
+    device_arg(a)
+    a.add_argument("files", nargs="*", metavar="FILE", help="the recording (any format, rate, channels)")
+    a.add_argument("--text", default=None, help="FILE's transcript (any case and punctuation)")
+    a.add_argument("--manifest", default=None,
+                   help="align every utterance of this manifest to its text instead (no FILE)")
+    a.add_argument("--format", choices=["json", "srt", "vtt"], default="json",
+                   help="a JSON object per file (its words with start, end, confidence), or subtitles")
+    a.add_argument("--out-dir", type=Path, default=None,
+                   help="--format srt|vtt: write each file's subtitles to DIR/NAME.srt (or .vtt)")
+    a.add_argument("--chunk-seconds", type=float, default=20.0,
+                   help="long audio runs through the model in chunks cut at quiet points, at most this long")
+    a.set_defaults(func=align)
 
     tl = command(sub, "tune-lm", "search the LM weight and word bonus on a dev set (the model runs once)")
     tl.add_argument("--checkpoint", required=True, help="a speechscale checkpoint")

@@ -42,7 +42,6 @@ def ctc_align(log_probs: torch.Tensor, labels: list[int], space: int | None = No
     frames, n = log_probs.shape[0], 2 * len(labels) + 1
     ext = torch.full((n,), BLANK, dtype=torch.long)  # (S,) blank, l1, blank, l2, ..., blank
     ext[1::2] = torch.tensor(labels, dtype=torch.long)
-    emit = log_probs[:, ext]  # (T, S)
     skip = torch.zeros(n, dtype=torch.bool)  # a label may follow the label before it unless they are the same
     skip[3::2] = ext[3::2] != ext[1:-2:2]
     again = torch.zeros(n, dtype=torch.bool)  # a space state, re-entered from the blank after it
@@ -51,16 +50,16 @@ def ctc_align(log_probs: torch.Tensor, labels: list[int], space: int | None = No
     never = torch.tensor(float("-inf"))
     first = 4 if space is not None and labels else 2  # the states a path may start in (the edge space skipped)
     score = torch.full((n,), float("-inf"))
-    score[:first] = emit[0, :first]
-    steps = torch.tensor([0, 1, 2, -1])  # states stepped back along each way in
-    back = torch.zeros(frames, n, dtype=torch.long)  # (T, S)
+    score[:first] = log_probs[0, ext[:first]]
+    steps = torch.tensor([0, 1, 2, -1], dtype=torch.int8)  # states stepped back along each way in
+    back = torch.zeros(frames, n, dtype=torch.int8)  # (T, S): a byte per frame and state
     for t in range(1, frames):
         one = torch.cat([never[None], score[:-1]])
         two = torch.where(skip, torch.cat([never.expand(2), score[:-2]]), never)
         rep = torch.where(again, torch.cat([score[1:], never[None]]), never)
         best, way = torch.stack([score, one, two, rep]).max(dim=0)  # (S,)
         back[t] = steps[way]
-        score = best + emit[t]
+        score = best + log_probs[t, ext]  # (S,) each state's token at frame t
     lo = max(0, n - first)  # a path ends in one of the last `first` states, as it starts in one of the first
     last = lo + int(score[lo:].argmax())
     if not torch.isfinite(score[last]):

@@ -18,6 +18,9 @@
     >>> wav, rate = soundfile.read("data/ldc93s1/LDC93S1.wav", dtype="float32")
     >>> model.transcribe(wav, sample_rate=rate).text   # an array (any rate: it is resampled)
     'she had your dark suit in greasy wash water all year'
+    >>> aligned = model.align(wav, "She had your dark suit in greasy wash water all year!", sample_rate=rate)
+    >>> aligned.words[-1].word, aligned.words[-1].start < aligned.words[-1].end <= aligned.duration
+    ('year', True)
     >>> model.card["model"]["name"], model.sample_rate
     ('ds2-tiny', 16000)
     >>> model.stream()   # a bidirectional model reads each utterance from its end too
@@ -146,19 +149,29 @@ class Model:
     def transcribe_batch(self, audios: list[str | Path | np.ndarray],
                          sample_rate: int | None = None) -> list[Transcript]:
         """Several files or waveforms run through the model as one padded batch (what a GPU wants)."""
+        wavs = [self._waveform(a, sample_rate) for a in audios]
+        return [Transcript.from_dict(r) for r in self._asr.transcribe_batch(wavs)]
+
+    def align(self, audio: str | Path | np.ndarray, text: str, sample_rate: int | None = None) -> Transcript:
+        """`text`, the known transcript of `audio` (a file, or a mono waveform at `sample_rate`), timed on it (`speechscale
+        align`): a Transcript of the normalized text whose words carry start, end and a confidence. ValueError
+        (serving.align.AlignError) when the text cannot be aligned to the audio."""
+        from .serving.align import align_waveform
+
+        res = align_waveform(self._asr, self._waveform(audio, sample_rate), text)
+        return Transcript.from_dict(res)
+
+    def _waveform(self, audio: str | Path | np.ndarray, sample_rate: int | None) -> np.ndarray:
+        """A file or a mono float waveform at `sample_rate` -> (T,) float32 at the model's rate."""
         from .data.audio import load_audio, resample
 
-        wavs = []
-        for a in audios:
-            if isinstance(a, (str, Path)):
-                wavs.append(load_audio(a, self.sample_rate))
-                continue
-            wav = np.asarray(a, dtype=np.float32)
-            if wav.ndim != 1:
-                raise ValueError(f"expected a mono waveform (T,), got shape {wav.shape}; average the channels first")
-            rate = sample_rate or self.sample_rate
-            wavs.append(wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate))
-        return [Transcript.from_dict(r) for r in self._asr.transcribe_batch(wavs)]
+        if isinstance(audio, (str, Path)):
+            return load_audio(audio, self.sample_rate)
+        wav = np.asarray(audio, dtype=np.float32)
+        if wav.ndim != 1:
+            raise ValueError(f"expected a mono waveform (T,), got shape {wav.shape}; average the channels first")
+        rate = sample_rate or self.sample_rate
+        return wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate)
 
     def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30, step_ms: float = 100.0
                ) -> StreamingSession:

@@ -56,6 +56,12 @@ def test_a_recording_aligns_to_greedys_word_times_and_a_wrong_text_with_little_c
     _, (wrong,), _ = _align(capsys, ldc_checkpoint, wav, "--text", "yes no yes no yes no yes no")
     mean = [sum(w["confidence"] for w in r["words"]) / len(r["words"]) for r in (res, wrong)]
     assert mean[1] < 0.5 * mean[0], mean
+    import speechscale
+
+    model = speechscale.load(ldc_checkpoint, device="cpu")
+    assert model.align(wav, RAW).to_dict()["words"] == res["words"]  # the Python API
+    with pytest.raises(ValueError, match="nothing to align"):
+        model.align(wav, "?!")
     code, out, _ = main_cli(capsys, "align", "--checkpoint", str(ldc_checkpoint), wav, "--text", RAW, "--format", "srt")
     assert code == 0 and " ".join(c.content.replace("\n", " ") for c in srt.parse(out)) == LDC
 

@@ -44,6 +44,23 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def align(args: argparse.Namespace) -> int:
+    import sys
+    import time
+
+    from ..bench.align import bench_align
+    from ..bench.harness import write_json
+
+    started = time.perf_counter()
+    rows = bench_align(args.checkpoint.split(","), args.sentences, args.seed)  # the same audio for each
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    if args.out:
+        write_json(args.out, rows, ["speechscale", *sys.argv[1:]], round(time.perf_counter() - started, 1),
+                   {"sentences": args.sentences, "seed": args.seed})
+    return 0
+
+
 def scaling(args: argparse.Namespace) -> int:
     from ..bench.audio import checked_manifest
     from ..bench.ranks import RankLauncher
@@ -244,6 +261,13 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bl.add_argument("--features", default="loader", choices=["loader", "step", "both"],
                     help="features computed in the loader, or in the step (features.device: the loader ships audio)")
     bl.set_defaults(func=loader)
+    ba = command(bsub, "align", "word times against known ones: align and greedy word starts on synthesized speech")
+    ba.add_argument("--checkpoint", required=True,
+                    help="checkpoints of English models (the demo's, say), comma-separated: the same sentences each")
+    ba.add_argument("--sentences", type=positive(int), default=40, help="sentences of the demo's grammar")
+    ba.add_argument("--seed", type=int, default=1, help="which sentences and leads")
+    ba.add_argument("--out", type=Path, default=None, help="also write the result with its provenance (JSON)")
+    ba.set_defaults(func=align)
     be = command(bsub, "export", "inference latency per clip: PyTorch vs ONNX Runtime vs TorchScript, as JSON")
     be.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")
     be.add_argument("--seconds", type=positive(float), default=5.0, help="clip length")

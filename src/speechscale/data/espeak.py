@@ -22,7 +22,18 @@ _PARAM_RATE, _PARAM_VOLUME, _PARAM_PITCH, _PARAM_RANGE = 1, 2, 3, 4
 HOW_TO_GET = ("espeak-ng not found: pip install 'speechscale[synth]' (espeakng-loader ships the library, no root "
               "needed) or apt-get install espeak-ng")
 
-_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
+_EVENT_LIST_END, _EVENT_WORD = 0, 1
+
+
+class _Event(ctypes.Structure):
+    """espeak_EVENT (speak_lib.h): what the synthesis callback is told beside each block of samples."""
+
+    _fields_ = [("type", ctypes.c_int), ("unique_identifier", ctypes.c_uint), ("text_position", ctypes.c_int),
+                ("length", ctypes.c_int), ("audio_position", ctypes.c_int), ("sample", ctypes.c_int),
+                ("user_data", ctypes.c_void_p), ("id", ctypes.c_char * 8)]
+
+
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.POINTER(_Event))
 
 
 class EspeakNotFound(RuntimeError):
@@ -71,12 +82,19 @@ class Espeak:
         if hasattr(lib, "espeak_ng_SetRandSeed"):  # espeak-ng >= 1.52 draws noise from a time-seeded generator
             lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
         self._chunks: list[np.ndarray] = []
+        self._words: list[tuple[int, int, int]] = []  # (text position from 1, length, first sample) of each word
+        self.last_words: list[tuple[int, str, float]] = []  # the last synthesis's words: (character, word, start s)
         self._cb = _CALLBACK(self._collect)  # keep a reference: ctypes does not
         lib.espeak_SetSynthCallback(self._cb)
 
-    def _collect(self, wav, n, _events) -> int:
+    def _collect(self, wav, n, events) -> int:
         if n > 0 and wav:
             self._chunks.append(np.ctypeslib.as_array(wav, shape=(n,)).copy())
+        i = 0
+        while events and events[i].type != _EVENT_LIST_END:
+            if events[i].type == _EVENT_WORD:
+                self._words.append((events[i].text_position, events[i].length, events[i].sample))
+            i += 1
         return 0
 
     def seed(self, seed: int) -> None:
@@ -91,7 +109,9 @@ class Espeak:
 
     def synthesize(self, text: str, voice: str = "en-us", rate: int = 175, pitch: int = 50,
                    pitch_range: int = 50) -> np.ndarray:
-        """Render `text` and return mono float32 samples in [-1, 1] at `self.sample_rate`."""
+        """Render `text` and return mono float32 samples in [-1, 1] at `self.sample_rate`; `last_words` then holds
+        espeak-ng's word events: each word's first character in `text`, the word, and the second it starts at (a
+        word spoken with the one before it, as "in the", may have no event of its own)."""
         lib = self._lib
         if lib.espeak_SetVoiceByName(voice.encode()) != 0:
             raise ValueError(f"espeak-ng has no voice {voice!r}")
@@ -101,10 +121,11 @@ class Espeak:
         lib.espeak_SetParameter(_PARAM_VOLUME, 100, 0)
         data = text.encode("utf-8") + b"\0"
         buf = ctypes.create_string_buffer(data)
-        self._chunks = []
+        self._chunks, self._words = [], []
         err = lib.espeak_Synth(buf, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
         lib.espeak_Synchronize()
         if err != 0:
             raise RuntimeError(f"espeak-ng failed on {text!r} (error {err})")
+        self.last_words = [(p - 1, text[p - 1:p - 1 + n], sample / self.sample_rate) for p, n, sample in self._words]
         pcm = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.int16)
         return (pcm.astype(np.float32) / 32768.0)

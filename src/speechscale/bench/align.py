@@ -1,0 +1,89 @@
+"""How well words are timed, against speech whose word starts are known: sentences of the demo's grammar spoken by
+espeak-ng (its word events say where each word starts), after a random lead of faint noise.
+
+    speechscale bench align --checkpoint runs/demo/checkpoints/best.pt --sentences 40
+
+For each sentence the model times the known text (`align`) and transcribes it (`transcribe`'s greedy word times);
+each word's start is compared with espeak-ng's (words it speaks with the one before, as "in the", have no start
+of their own and are not scored). Greedy's words are scored only where its transcript is the
+sentence (elsewhere a word has no counterpart). Reported: the absolute start error's median and 90th percentile,
+the mean signed error (negative: early), and the share within 50 and 100 ms, with the model's output frame.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+
+def _errors_summary(errors_ms: list[float]) -> dict[str, Any]:
+    absolute = sorted(abs(e) for e in errors_ms)
+    if not absolute:
+        return {"words": 0}
+    return {"words": len(absolute), "median_abs_ms": round(statistics.median(absolute), 1),
+            "p90_abs_ms": round(absolute[min(len(absolute) - 1, int(0.9 * len(absolute)))], 1),
+            "mean_ms": round(statistics.fmean(errors_ms), 1),
+            "within_50_ms": round(sum(a <= 50 for a in absolute) / len(absolute), 3),
+            "within_100_ms": round(sum(a <= 100 for a in absolute) / len(absolute), 3)}
+
+
+def speech_with_word_starts(sentences: int, seed: int, sample_rate: int, voice: str | None = None,
+                            lead_s: tuple[float, float] = (0.2, 0.8)) -> list[tuple[str, np.ndarray, dict[int, float]]]:
+    """`sentences` of the demo's grammar spoken by espeak-ng (the demo's test voice unless `voice`) at `sample_rate`,
+    each after a lead of lead_s seconds and before 0.3 s, under noise at -60 dBFS: (text, audio, {word index: its
+    start in s}) for the words espeak-ng gave a start of their own."""
+    from ..data.audio import resample
+    from ..data.espeak import Espeak
+    from ..data.synth import TEST_VOICE, sentence
+
+    tts, rng = Espeak(), random.Random(seed)
+    tts.seed(seed)
+    noise = np.random.default_rng(seed)
+    out = []
+    for _ in range(sentences):
+        text = sentence(rng)
+        wav = tts.synthesize(text, voice=voice or TEST_VOICE, rate=165, pitch=50)
+        starts = [i for i, c in enumerate(text) if c != " " and (i == 0 or text[i - 1] == " ")]  # each word's
+        lead = rng.uniform(*lead_s)
+        known = {starts.index(i): lead + t for i, w, t in tts.last_words if i in starts and text[i:].startswith(w)}
+        wav = resample(wav, tts.sample_rate, sample_rate)
+        wav = wav / (float(np.abs(wav).max()) or 1.0) * 0.9
+        audio = np.concatenate([np.zeros(int(lead * sample_rate), np.float32), wav,
+                                np.zeros(int(0.3 * sample_rate), np.float32)]).astype(np.float32)
+        audio += (10 ** (-60 / 20) * noise.standard_normal(audio.shape[0])).astype(np.float32)
+        out.append((text, audio, known))
+    return out
+
+
+def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voice: str | None = None
+                ) -> list[dict[str, Any]]:
+    """Word start errors of `align` and of greedy word times for each checkpoint, on the same `sentences`
+    synthesized sentences (speech_with_word_starts; at the first checkpoint's sample rate, resampled for others)."""
+    from ..data.audio import resample
+    from ..data.synth import TEST_VOICE
+    from ..serving.align import align_waveform
+    from ..serving.transcribe import Transcriber
+
+    asrs = [Transcriber(c) for c in checkpoints]  # every checkpoint read before any work
+    rate = asrs[0].sample_rate
+    speech = speech_with_word_starts(sentences, seed, rate, voice)
+    rows = []
+    for checkpoint, asr in zip(checkpoints, asrs):
+        aligned_err, greedy_err, exact, started = [], [], 0, time.perf_counter()
+        for text, audio, known in speech:
+            audio = audio if asr.sample_rate == rate else resample(audio, rate, asr.sample_rate)
+            words = align_waveform(asr, audio, text)["words"]
+            aligned_err += [1000 * (words[k]["start"] - t) for k, t in known.items()]
+            greedy = asr.transcribe_batch([audio])[0]
+            if greedy["text"] == text:
+                exact += 1
+                greedy_err += [1000 * (greedy["words"][k]["start"] - t) for k, t in known.items()]
+        rows.append({"checkpoint": str(checkpoint), "model": asr.comps.model_name, "sentences": sentences,
+                     "voice": voice or TEST_VOICE, "frame_ms": round(10_000 / asr.comps.output_frames([10.0])[0], 1),
+                     "align": _errors_summary(aligned_err),
+                     "greedy": {**_errors_summary(greedy_err), "sentences": exact},
+                     "seconds": round(time.perf_counter() - started, 1)})
+    return rows

@@ -375,6 +375,13 @@ def _inference(figures: Path) -> list[dict[str, Any]]:
         if m:
             rows.append(_row("inference", f"live streams, server memory over {m['streams']} ({m['abandoned']} abandoned)",
                              f"{m['growth_mb']:+.1f} MB", "< 50 MB", _status(m["growth_mb"] < 50), p, src))
+    align = _load(bench / "align.json")
+    for r in (align or {}).get("results", []):
+        a = r["align"]
+        rows.append(_row("inference", f"word starts by `align`, {r['model']}, against espeak-ng's ({r['sentences']} "
+                         "sentences, an unseen voice)", f"median abs. error {a['median_abs_ms']:g} ms (mean "
+                         f"{a['mean_ms']:+g}), {100 * a['within_100_ms']:.0f} % within 100 ms", "-", "measured",
+                         align["provenance"], "bench-all/align.json"))
     return rows
 
 

@@ -21,12 +21,12 @@ TORCH_SPEC = os.environ.get("TORCH_SPEC", "torch==2.13.0")
 
 
 # What the wheel may hold: the package's folders, and in bench/ the benches a user runs on their own hardware
-# (train, scaling, loader, features, memory, export, infer, serve, stream, soak, straggler) with their harness and
+# (train, scaling, loader, features, memory, export, infer, align, serve, stream, soak, straggler) with their harness and
 # the planner's check. This repository's evidence tooling (benchmarks/) never ships.
 PACKAGE_FOLDERS = {"bench", "commands", "data", "decoding", "distributed", "export", "models", "planning", "recipes",
                    "reporting", "serving", "storage", "training"}
-BENCH_MODULES = {"__init__", "audio", "export", "features", "harness", "infer", "loader", "memory", "planner", "ports",
-                 "ranks", "rawws", "scaling", "serve", "soak", "straggler", "stream", "throughput"}
+BENCH_MODULES = {"__init__", "align", "audio", "export", "features", "harness", "infer", "loader", "memory", "planner",
+                 "ports", "ranks", "rawws", "scaling", "serve", "soak", "straggler", "stream", "throughput"}
 
 
 @pytest.fixture(scope="module")

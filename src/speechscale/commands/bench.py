@@ -266,7 +266,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     help="checkpoints of English models (the demo's, say), comma-separated: the same sentences each")
     ba.add_argument("--sentences", type=positive(int), default=40, help="sentences of the demo's grammar")
     ba.add_argument("--seed", type=int, default=1, help="which sentences and leads")
-    ba.add_argument("--out", type=Path, default=None, help="also write the result with its provenance (JSON)")
+    ba.add_argument("--out", type=Path, default=None, help="also write the result with its provenance to this JSON file")
     ba.set_defaults(func=align)
     be = command(bsub, "export", "inference latency per clip: PyTorch vs ONNX Runtime vs TorchScript, as JSON")
     be.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")

@@ -91,8 +91,8 @@ class PhraseDecoder:
         self.boundaries.append(self.frame)
         if self.beam is not None:
             text, frames = beam_text or "", torch.cat(self.beam_frames) if self.beam_frames else None
-            timed = [] if frames is None else text_word_times(frames, frames.shape[0], text, self.tokenizer,
-                                                              self.frame_s, start * self.frame_s)
+            timed = [{"word": w} for w in text.split()] if frames is None else \
+                text_word_times(frames, frames.shape[0], text, self.tokenizer, self.frame_s, start * self.frame_s)
             event = Final(text, [Word(w["word"], w.get("start"), w.get("end")) for w in timed])
             self.chars, self.beam_text, self.beam_frames = [], "", []
             self.beam.begin()

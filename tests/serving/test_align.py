@@ -46,7 +46,8 @@ def test_the_second_copys_words_land_where_the_copy_starts_also_through_chunks(l
         assert first[-1]["start"] < 2.925 and second[0]["end"] > shift and words[-1]["end"] <= res["duration"]
 
 
-def test_a_recording_aligns_to_greedys_word_times_and_a_wrong_text_with_little_confidence(ldc_checkpoint, capsys):
+def test_a_recording_aligns_to_greedys_word_times_and_a_wrong_text_with_little_confidence(ldc_checkpoint, capsys,
+                                                                                          tmp_path):
     wav = str(shared("ldc93s1", "LDC93S1.wav"))
     code, (res,), _ = _align(capsys, ldc_checkpoint, wav, "--text", RAW)
     _, out, _ = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--json", wav)
@@ -62,6 +63,14 @@ def test_a_recording_aligns_to_greedys_word_times_and_a_wrong_text_with_little_c
     assert model.align(wav, RAW).to_dict()["words"] == res["words"]  # the Python API
     with pytest.raises(ValueError, match="nothing to align"):
         model.align(wav, "?!")
+    onnx = tmp_path / "model.onnx"  # the exported model aligns as the checkpoint does
+    assert main_cli(capsys, "-q", "export", "--checkpoint", str(ldc_checkpoint), "--format", "onnx", "--out",
+                    str(onnx))[0] == 0
+    code, _, err = main_cli(capsys, "align", "--checkpoint", str(onnx), wav, "--text", RAW)
+    assert code == 2 and "add --backend onnx" in err and len(err.strip().splitlines()) == 1, err
+    code, (exported,), _ = _align(capsys, onnx, "--backend", "onnx", wav, "--text", RAW)
+    assert code == 0 and [(w["word"], w["start"]) for w in exported["words"]] == \
+        [(w["word"], w["start"]) for w in res["words"]]
     code, out, _ = main_cli(capsys, "align", "--checkpoint", str(ldc_checkpoint), wav, "--text", RAW, "--format", "srt")
     assert code == 0 and " ".join(c.content.replace("\n", " ") for c in srt.parse(out)) == LDC
 

@@ -260,7 +260,7 @@ def align(args: argparse.Namespace) -> int:
     from ..serving.align import AlignError, align_waveform
     from ..serving.transcribe import Transcriber
 
-    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, device=args.device)
+    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend, device=args.device)
     failed = 0
     for f, text in jobs:
         try:
@@ -364,7 +364,11 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     r.set_defaults(func=transcribe)
 
     a = command(sub, "align", "time a known transcript's words on its recording (CTC forced alignment)")
-    a.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
+    a.add_argument("--checkpoint", required=True,
+                   help="a speechscale checkpoint (.pt), local path or URL; with --backend onnx|torchscript the "
+                        "file `speechscale export` wrote")
+    a.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"],
+                   help="run the model in PyTorch, onnxruntime or TorchScript")
     device_arg(a)
     a.add_argument("files", nargs="*", metavar="FILE", help="the recording (any format, rate, channels)")
     a.add_argument("--text", default=None, help="FILE's transcript (any case and punctuation)")

@@ -69,6 +69,12 @@ class Transcriber:
                 raise ConfigError(f"--graphs replays the PyTorch model: it needs --backend torch, not {backend}")
             check_graphs_device(device)
         if backend == "torch":
+            from ..export.runtime import detect_backend
+
+            if "://" not in str(checkpoint) and (kind := detect_backend(checkpoint)) != "torch":
+                from ..config import ConfigError
+
+                raise ConfigError(f"{checkpoint} is a file of `speechscale export` ({kind}): add --backend {kind}")
             self.comps = load_components(checkpoint, str(self.device))
             self.model: Any = self.comps.model
             if graphs:

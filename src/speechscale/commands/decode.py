@@ -200,17 +200,22 @@ def transcribe(args: argparse.Namespace) -> int:
             print(f"{f}\n  hypothesis: {res['text']}\n  reference:  {ref}\n  WER:        {100 * res['wer']:.1f} %",
                   flush=True)
         elif subtitles is not None:
-            from ..serving.subtitles import make_cues, render
-
-            text = render(make_cues(res["words"], res["duration"]), fmt)
-            if subtitles:
-                subtitles[f].write_text(text, encoding="utf-8")
-                print(f"{f}\t{subtitles[f]}", flush=True)
-            else:
-                print(text, end="", flush=True)
+            _write_subtitles(f, res, fmt, subtitles.get(f))
         else:
             print(f"{f}\t{res['text']}", flush=True)
     return 1 if failed else 0
+
+
+def _write_subtitles(f: str, res: dict[str, Any], fmt: str, out: Path | None) -> None:
+    """`res`'s timed words as subtitles in `fmt`: to `out` (and its name printed beside `f`'s), or to standard output."""
+    from ..serving.subtitles import make_cues, render
+
+    text = render(make_cues(res["words"], res["duration"]), fmt)
+    if out is None:
+        print(text, end="", flush=True)
+        return
+    out.write_text(text, encoding="utf-8")
+    print(f"{f}\t{out}", flush=True)
 
 
 def _subtitle_paths(files: list[str], fmt: str, out_dir: Path | None, manifest: str | None) -> dict[str, Path] | None:
@@ -270,15 +275,8 @@ def align(args: argparse.Namespace) -> int:
             res = {"file": str(f), "error": str(e)}
         if args.format == "json" or "error" in res:
             print(json.dumps(res), flush=True)
-            continue
-        from ..serving.subtitles import make_cues, render
-
-        out = render(make_cues(res["words"], res["duration"]), args.format)
-        if subtitles:
-            subtitles[f].write_text(out, encoding="utf-8")
-            print(f"{f}\t{subtitles[f]}", flush=True)
         else:
-            print(out, end="", flush=True)
+            _write_subtitles(f, res, args.format, subtitles.get(f))
     return 1 if failed else 0
 
 
@@ -298,6 +296,15 @@ def lm_build(args: argparse.Namespace) -> int:
 
     print(json.dumps(build_arpa(args.text, args.order, args.out)))
     return 0
+
+
+def model_args(p: argparse.ArgumentParser) -> None:
+    """--checkpoint and --backend of transcribe and align: a checkpoint, or an exported file and its runtime."""
+    p.add_argument("--checkpoint", required=True,
+                   help="a speechscale checkpoint (.pt), local path or URL; with --backend onnx|torchscript the "
+                        "file `speechscale export` wrote")
+    p.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"],
+                   help="run the model in PyTorch, onnxruntime or TorchScript")
 
 
 def graphs_arg(p: argparse.ArgumentParser) -> None:
@@ -328,11 +335,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     e.set_defaults(func=evaluate)
 
     r = command(sub, "transcribe", "transcribe audio files (any format, rate, channels, length)")
-    r.add_argument("--checkpoint", required=True,
-                   help="a speechscale checkpoint (.pt), local path or URL; with --backend onnx|torchscript the "
-                        "file `speechscale export` wrote")
-    r.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"],
-                   help="run the model in PyTorch, onnxruntime or TorchScript")
+    model_args(r)
     device_arg(r)
     r.add_argument("--batch-size", type=positive(int), default=8, help="files run through the model together")
     graphs_arg(r)
@@ -364,11 +367,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     r.set_defaults(func=transcribe)
 
     a = command(sub, "align", "time a known transcript's words on its recording (CTC forced alignment)")
-    a.add_argument("--checkpoint", required=True,
-                   help="a speechscale checkpoint (.pt), local path or URL; with --backend onnx|torchscript the "
-                        "file `speechscale export` wrote")
-    a.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"],
-                   help="run the model in PyTorch, onnxruntime or TorchScript")
+    model_args(a)
     device_arg(a)
     a.add_argument("files", nargs="*", metavar="FILE", help="the recording (any format, rate, channels)")
     a.add_argument("--text", default=None, help="FILE's transcript (any case and punctuation)")

@@ -48,8 +48,8 @@ def with_streaming(card: dict[str, Any], comps: Any, step: int = 0) -> dict[str,
     an offline export, or (`step`: feature frames a step) as the streaming step."""
     streaming = comps.streaming_card()
     if streaming["streams"]:
-        hop_ms = 1000 * comps.features.hop_length / comps.features.cfg.sample_rate
-        streaming.update({"step_ms": round(step * hop_ms, 3)} if step else {"export": "offline"})
+        frames = step / comps.model.stream_stride  # output frames a step
+        streaming.update({"step_ms": round(frames * streaming["frame_ms"], 3)} if step else {"export": "offline"})
     return {**card, "streaming": streaming}
 
 

@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data.dataset import pad_features
 from ..decoding.alignment import ctc_align, path_words
-from .transcribe import Transcriber, split_points
+from .transcribe import Transcriber
 
 MAX_ALIGN_SECONDS = 600.0
 
@@ -27,28 +26,17 @@ class AlignError(ValueError):
     """This text cannot be aligned to this audio (one line: why)."""
 
 
-@torch.no_grad()
 def frame_log_probs(asr: Transcriber, wav: np.ndarray) -> tuple[torch.Tensor, list[float], list[float]]:
     """(T,) float32 at the model's rate -> log-probabilities (N, V) of every output frame of its chunks in order, each
     frame's start (s) and length (s)."""
-    rate = asr.sample_rate
-    cuts = split_points(wav, rate, asr.chunk_seconds)
-    pieces = [(a, wav[a:b]) for a, b in zip(cuts, cuts[1:]) if b - a > int(0.05 * rate)]
-    if not pieces:
-        return torch.zeros(0, asr.comps.tokenizer.vocab_size), [], []
-    feats = [asr.comps.features(torch.from_numpy(np.ascontiguousarray(p))) for _, p in pieces]  # (F, T)
-    batch, lens = pad_features(feats)  # (B, F, T), (B,)
-    logits, out_lens = asr.model(batch.to(asr.device), lens.to(asr.device))
-    log_probs, out_lens = logits.float().log_softmax(-1).cpu(), out_lens.cpu()  # (B, T', V), (B,)
-    hop_s = asr.comps.features.hop_length / rate
+    pieces, log_probs, out_lens, frame_s = asr.forward_pieces([wav])
     rows, starts, lengths = [], [], []
-    for i, (a, _) in enumerate(pieces):
+    for i, (_, offset) in enumerate(pieces):
         n = int(out_lens[i])
-        frame_s = hop_s * int(lens[i]) / max(1, n)
         rows.append(log_probs[i, :n])
-        starts += [a / rate + j * frame_s for j in range(n)]
-        lengths += [frame_s] * n
-    return torch.cat(rows), starts, lengths
+        starts += [offset + j * frame_s[i] for j in range(n)]
+        lengths += [frame_s[i]] * n
+    return (torch.cat(rows) if rows else torch.zeros(0, log_probs.shape[-1])), starts, lengths
 
 
 def align_waveform(asr: Transcriber, wav: np.ndarray, text: str) -> dict[str, Any]:

@@ -51,23 +51,25 @@ def make_cues(words: list[Any], duration: float | None = None, line_chars: int =
         if get("start") is None or get("end") is None:
             raise ValueError(f"the word {get('word')!r} has no time: subtitles need timed words")
         timed.append((str(get("word")), float(get("start")), float(get("end"))))
-    groups: list[list[tuple[str, float, float]]] = []
+    groups: list[tuple[list[tuple[str, float, float]], list[str]]] = []  # (words, their lines)
     for word in timed:
-        cur = groups[-1] if groups else None
-        if (cur is None or word[1] - cur[-1][2] >= pause_s or word[2] - cur[0][1] > max_seconds
-                or wrap([w for w, _, _ in cur] + [word[0]], line_chars, lines) is None):
-            groups.append([word])
+        cur = groups[-1][0] if groups else None
+        wrapped = None
+        if cur is not None and word[1] - cur[-1][2] < pause_s and word[2] - cur[0][1] <= max_seconds:
+            wrapped = wrap([w for w, _, _ in cur] + [word[0]], line_chars, lines)
+        if cur is None or wrapped is None:
+            groups.append(([word], [word[0]]))  # a word alone: on its line, however long
         else:
             cur.append(word)
+            groups[-1] = (cur, wrapped)
     cues = []
-    for i, group in enumerate(groups):
+    for i, (group, text) in enumerate(groups):
         start, end = group[0][1], group[-1][2]
         if i + 1 < len(groups):
-            end = min(end, groups[i + 1][0][1])
+            end = min(end, groups[i + 1][0][0][1])
         if duration is not None:
             start, end = min(start, duration), min(end, duration)
-        cues.append(Cue(round(start, 3), round(max(end, start + 0.001), 3),
-                        wrap([w for w, _, _ in group], line_chars, lines) or [" ".join(w for w, _, _ in group)]))
+        cues.append(Cue(round(start, 3), round(max(end, start + 0.001), 3), text))
     return cues
 
 

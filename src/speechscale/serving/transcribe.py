@@ -94,30 +94,40 @@ class Transcriber:
         self.chunk_seconds = chunk_seconds
 
     @torch.no_grad()
-    def transcribe_batch(self, wavs: list[np.ndarray]) -> list[dict[str, Any]]:
-        """Waveforms (T,) float32 at the model's rate -> {"text", "duration", "words"} each. Long audio is
-        cut into chunks; all chunks of all waveforms run as one padded batch. With the greedy decoder each
-        word carries start, end (s) and a confidence from the CTC alignment; other decoders give the words."""
+    def forward_pieces(self, wavs: list[np.ndarray]) -> tuple[list[tuple[int, float]], torch.Tensor, torch.Tensor,
+                                                               list[float]]:
+        """Waveforms (T,) float32 at the model's rate, cut into chunks at quiet points, every chunk of every waveform
+        run as one padded batch -> each chunk's (waveform, offset s), log-probabilities (B, T', V) and output
+        lengths (B,) on the host, and each chunk's output frame (s)."""
         pieces: list[tuple[int, float, np.ndarray]] = []  # (waveform, offset s, samples)
         for w, wav in enumerate(wavs):
             cuts = split_points(wav, self.sample_rate, self.chunk_seconds)
             pieces += [(w, a / self.sample_rate, wav[a:b]) for a, b in zip(cuts, cuts[1:])
                        if b - a > int(0.05 * self.sample_rate)]
-        results: list[dict[str, Any]] = [{"text": "", "duration": round(wav.shape[0] / self.sample_rate, 3),
-                                          "words": []} for wav in wavs]
         if not pieces:
-            return results
+            return [], torch.zeros(0, 0, self.comps.tokenizer.vocab_size), torch.zeros(0, dtype=torch.long), []
         feats = [self.comps.features(torch.from_numpy(np.ascontiguousarray(p))) for _, _, p in pieces]  # (F, T)
         batch, lens = pad_features(feats)  # (B, F, T), (B,)
         logits, out_lens = self.model(batch.to(self.device), lens.to(self.device))
         log_probs, out_lens = logits.float().log_softmax(-1).cpu(), out_lens.cpu()
-        texts = self.decoder(log_probs, out_lens)
         hop_s = self.comps.features.hop_length / self.sample_rate
-        for i, ((w, offset, _), text) in enumerate(zip(pieces, texts)):
+        frame_s = [hop_s * int(n) / max(1, int(m)) for n, m in zip(lens, out_lens)]
+        return [(w, offset) for w, offset, _ in pieces], log_probs, out_lens, frame_s
+
+    def transcribe_batch(self, wavs: list[np.ndarray]) -> list[dict[str, Any]]:
+        """Waveforms (T,) float32 at the model's rate -> {"text", "duration", "words"} each. Long audio is
+        cut into chunks; all chunks of all waveforms run as one padded batch. With the greedy decoder each
+        word carries start, end (s) and a confidence from the CTC alignment; other decoders give the words."""
+        results: list[dict[str, Any]] = [{"text": "", "duration": round(wav.shape[0] / self.sample_rate, 3),
+                                          "words": []} for wav in wavs]
+        pieces, log_probs, out_lens, frame_s = self.forward_pieces(wavs)
+        if not pieces:
+            return results
+        texts = self.decoder(log_probs, out_lens)
+        for i, ((w, offset), text) in enumerate(zip(pieces, texts)):
             res = results[w]
             res["text"] = f"{res['text']} {text}".strip() if text else res["text"]
-            frame_s = hop_s * int(lens[i]) / max(1, int(out_lens[i]))
-            res["words"] += self.decoder.words(log_probs[i], int(out_lens[i]), text, frame_s, offset)
+            res["words"] += self.decoder.words(log_probs[i], int(out_lens[i]), text, frame_s[i], offset)
         return results
 
     def transcribe(self, wav: np.ndarray) -> str:

@@ -179,6 +179,41 @@ def test_a_pause_ends_a_phrase_with_word_times_from_the_stream_start(comps):
                for a, b in zip(finals, finals[1:])), [(f.words[0].start, f.words[-1].end) for f in finals]
 
 
+def test_streamed_words_are_the_offline_words_with_their_times_and_confidences(comps):
+    """Each final's words (start, end, confidence) are the offline transcript's words of its phrase: the greedy
+    path's over the whole waveform's logits from the phrase's first output frame to its last, timed from the
+    stream's start; for a file cut into phrases at a pause and for single files streamed in odd pieces. Nothing is
+    kept of a quiet stretch before a phrase's first character."""
+    from speechscale.decoding.alignment import word_times
+
+    wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    cases = [(np.concatenate([np.zeros(8000, np.float32), wav, np.zeros(24000, np.float32), wav]), 20, 1600),
+             (load_audio(shared("jfk", "jfk.flac"), 16000), 30, 777), (wav, 30, 320)]
+    for audio, endpoint, piece in cases:
+        session = StreamingSession(comps, endpoint_frames=endpoint)
+        events = []
+        for i in range(0, len(audio), piece):
+            events += session.accept(audio[i:i + piece])
+            dec = session.stream.decoder
+            kept = sum(p.numel() for p in dec.path)
+            assert kept == dec.frame - dec.path_start if dec.phrase else kept == 0
+        events += session.finish()
+        log_probs = _offline_wav(comps, audio)[0].log_softmax(-1)
+        finals = [e for e in events if e.type == "final"]
+        assert len(finals) == len(session.boundaries) and finals
+        for final, lo, hi in zip(finals, [0, *session.boundaries], session.boundaries):
+            offline = word_times(log_probs[lo:hi], hi - lo, comps.tokenizer, session.frame_s, lo * session.frame_s)
+            assert [w.word for w in final.words] == [w["word"] for w in offline] == final.text.split()
+            for s, o in zip(final.words, offline):
+                assert (s.start, s.end) == pytest.approx((o["start"], o["end"]), abs=1e-6), (s, o)
+                assert s.confidence == pytest.approx(o["confidence"], abs=2e-3), (s, o)
+        if len(finals) == 1:  # one phrase: the offline transcript's own words
+            whole = word_times(log_probs, log_probs.shape[0], comps.tokenizer, session.frame_s)
+            assert [w.word for w in finals[0].words] == [w["word"] for w in whole]
+            assert [t for w in finals[0].words for t in (w.start, w.end)] == \
+                   pytest.approx([w[k] for w in whole for k in ("start", "end")], abs=1e-6)
+
+
 def test_transcribe_stream_prints_json_lines_from_a_file_and_from_standard_input(streaming_checkpoint, ldc_checkpoint,
                                                                                 capsys):
     import json
@@ -274,7 +309,9 @@ def test_transcribe_stream_and_the_api_take_the_lexicon_decoder(comps, streaming
     # one phrase, the whole file: its words timed on the offline logits as on the streamed ones
     frame_s = 1000 * comps.features.hop_length / comps.features.cfg.sample_rate * comps.model.stream_stride / 1000
     timed = text_word_times(logits.float().log_softmax(-1), logits.shape[0], expected, comps.tokenizer, frame_s)
-    assert rows[-1]["words"] == [{k: w[k] for k in ("word", "start", "end")} for w in timed]
+    keys = ("word", "start", "end")
+    assert [{k: w[k] for k in keys} for w in rows[-1]["words"]] == [{k: w[k] for k in keys} for w in timed]
+    assert [w["confidence"] for w in rows[-1]["words"]] == pytest.approx([w["confidence"] for w in timed], abs=2e-3)
     assert [w["word"] for w in timed] == expected.split()
     assert timed[-1]["end"] <= len(load_audio(path, 16000)) / 16000 + frame_s  # the last output frame's end
     stream = speechscale.load(streaming_checkpoint, device="cpu", decoder="lexicon", lexicon=str(lexicon)).stream()

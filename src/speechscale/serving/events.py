@@ -13,12 +13,14 @@ from typing import Any, ClassVar, Union
 
 @dataclass(frozen=True)
 class Word:
-    """A word of a final: its start and end in seconds from the stream's start (from the greedy path, or from the most
-    likely path of a beam search's text over its phrase's frames)."""
+    """A word of a final: its start and end in seconds from the stream's start and a confidence (0-1), as the offline
+    transcript's words have them (from the greedy path, or from the most likely path of a beam search's text over
+    its phrase's frames)."""
 
     word: str
     start: float | None = None
     end: float | None = None
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)

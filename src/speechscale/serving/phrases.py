@@ -1,6 +1,7 @@
 """A stream's decoding: decided logits in order -> partial and final events, a phrase at a time.
 
-Endpointing: a phrase ends (a Final with word times from the stream's start) after `endpoint_frames` output frames
+Endpointing: a phrase ends (a Final whose words carry times from the stream's start and confidences, as the offline
+transcript's words do) after `endpoint_frames` output frames
 of blank or space following some text; the next phrase starts. The finals' texts joined with spaces are the
 transcript (except where the model emitted no space across such a pause; `text` is always it). Greedy CTC, or a
 beam search of its own (decoding.decoders: beam, LM, lexicon) searched incrementally, each phrase as its own
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..decoding.alignment import text_word_times
+from ..decoding.alignment import path_words, text_word_times
 from ..decoding.greedy import BLANK
 from .events import Event, Final, Partial, Word
 
@@ -29,6 +30,9 @@ class PhraseDecoder:
         self.space = tokenizer.alphabet.index(" ") + 1 if " " in tokenizer.alphabet else -1
         self.frame, self.prev, self.quiet = 0, BLANK, 0
         self.chars: list[tuple[str, int]] = []  # the current phrase: (character, output frame)
+        self.path: list[torch.Tensor] = []  # the current phrase's greedy path: (n,) best class a frame, in pieces
+        self.path_probs: list[torch.Tensor] = []  # (n,) its probability a frame
+        self.path_start = 0  # the output frame the kept path starts at (a phrase's quiet start is not kept)
         self.finals: list[Final] = []
         self.pieces: list[str] = []  # the text of every greedy phrase, raw
         self.boundaries: list[int] = []  # output frames where phrases ended
@@ -50,8 +54,9 @@ class PhraseDecoder:
     def feed(self, logits: torch.Tensor) -> list[Event]:
         """Decided logits (n, V), in order -> a Final for each phrase that ended, then a Partial when the current
         phrase's text changed."""
-        best = logits.argmax(-1).tolist()
-        log_probs = logits.float().log_softmax(-1) if self.beam is not None else None
+        log_probs = logits.float().log_softmax(-1)  # (n, V)
+        top = log_probs.max(-1)  # values (n,), indices (n,)
+        best = top.indices.tolist()
         events: list[Event] = []
         before, fed = self.phrase, 0
         for i, token in enumerate(best):
@@ -64,12 +69,17 @@ class PhraseDecoder:
                 text = None
                 if self.beam is not None:  # the phrase's frames end its search; the next phrase starts a new one
                     self._search(log_probs[fed:i + 1])
-                    fed, text = i + 1, self.beam.end()
+                    text = self.beam.end()
+                else:
+                    self._greedy(top, fed, i + 1)
+                fed = i + 1
                 events.append(self._final(text))
                 before = ""
         if self.beam is not None:
             self._search(log_probs[fed:])
             self.beam_text = self.beam.best()
+        else:
+            self._greedy(top, fed, len(best))
         if self.phrase and self.phrase != before:
             events.append(Partial(self.phrase))
         return events
@@ -79,37 +89,41 @@ class PhraseDecoder:
         last = self.beam.end() if self.beam is not None else None
         return [self._final(last)] if self.chars or last else []
 
+    def _greedy(self, top: Any, lo: int, hi: int) -> None:
+        """Keep frames lo:hi of a fed piece's greedy path (`top`: its best log-probabilities and classes), ending at
+        output frame `self.frame`; while the phrase holds no text yet, its quiet frames are dropped instead."""
+        if not "".join(c for c, _ in self.chars).strip():
+            self.path, self.path_probs, self.path_start = [], [], self.frame
+        elif hi > lo:
+            self.path.append(top.indices[lo:hi])
+            self.path_probs.append(top.values[lo:hi].exp())
+
     def _search(self, log_probs: torch.Tensor) -> None:
         """Step the phrase's search over more of its frames (n, V)."""
         self.beam.step(log_probs)
         self.beam_frames.append(log_probs)
 
     def _final(self, beam_text: str | None = None) -> Final:
-        """The current phrase as a Final, its words with start and end seconds from the stream's start (greedy: its
-        path's; a beam's: the most likely path of its text over the phrase's frames); a beam starts the next phrase."""
+        """The current phrase as a Final, its words with start and end seconds from the stream's start and a confidence
+        (greedy: its path's; a beam's: the most likely path of its text over the phrase's frames); a beam starts the
+        next phrase."""
         start = self.boundaries[-1] if self.boundaries else 0  # the phrase's first output frame
         self.boundaries.append(self.frame)
         if self.beam is not None:
             text, frames = beam_text or "", torch.cat(self.beam_frames) if self.beam_frames else None
             timed = [{"word": w} for w in text.split()] if frames is None else \
                 text_word_times(frames, frames.shape[0], text, self.tokenizer, self.frame_s, start * self.frame_s)
-            event = Final(text, [Word(w["word"], w.get("start"), w.get("end")) for w in timed])
+            event = Final(text, [Word(**w) for w in timed])
             self.chars, self.beam_text, self.beam_frames = [], "", []
             self.beam.begin()
             self.finals.append(event)
             return event
         raw = "".join(c for c, _ in self.chars)
-        words, cur = [], []
-        for c, f in self.chars + [(" ", self.frame)]:
-            if c == " ":
-                if cur:
-                    words.append(Word("".join(x for x, _ in cur), round(cur[0][1] * self.frame_s, 3),
-                                      round((cur[-1][1] + 1) * self.frame_s, 3)))
-                cur = []
-            else:
-                cur.append((c, f))
+        path = torch.cat(self.path).tolist() if self.path else []
+        probs = torch.cat(self.path_probs).tolist() if self.path_probs else []
+        timed = path_words(path, probs, self.tokenizer, self.frame_s, self.path_start * self.frame_s)
         self.pieces.append(raw)
-        self.chars = []
-        event = Final(" ".join(raw.split()), words)
+        self.chars, self.path, self.path_probs, self.path_start = [], [], [], self.frame
+        event = Final(" ".join(raw.split()), [Word(**w) for w in timed])
         self.finals.append(event)
         return event

@@ -7,8 +7,9 @@ The protocol, in order:
    "sample_rate"}`.
 2. client: binary messages of mono samples (little-endian int16 or float32) at that rate, any size; server:
    `{"type": "partial", "text", "decided_s"}` as the phrase's text changes (with `"partials": "every"`: after
-   every audio message, changed or not), `{"type": "final", "text", "words"}` as a phrase ends (word times in
-   seconds from the stream's start). `decided_s`: the seconds of audio the text covers so far.
+   every audio message, changed or not), `{"type": "final", "text", "words"}` as a phrase ends (each word's
+   start and end in seconds from the stream's start, and its confidence). `decided_s`: the seconds of audio the
+   text covers so far.
 3. client: `{"type": "end"}`; server: the rest of the events, `{"type": "end", "text"}` (the whole transcript),
    and a normal close (1000).
 

@@ -132,7 +132,26 @@ def test_the_page_uploads_a_file_and_shows_the_transcript_in_chromium(server, tm
         assert browser.find_element(By.ID, "transcript").get_attribute("data-text") == LDC
         assert browser.find_element(By.ID, "transcript").text.split() == LDC.split()
         assert "2.92 s of audio" in browser.find_element(By.ID, "status").text
+        words = browser.find_elements(By.CSS_SELECTOR, "#transcript span.word")
+        assert [w.text for w in words] == LDC.split() and all("confidence" in w.get_attribute("title") for w in words)
         browser.save_screenshot(str(tmp_path / "page.png"))
+        # the subtitle links save what the service answers for ?format=srt and vtt, named after the upload
+        downloads = tmp_path / "downloads"
+        downloads.mkdir()
+        browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        audio = shared("ldc93s1", "LDC93S1.wav").read_bytes()
+        for fmt in ("srt", "vtt"):
+            assert browser.find_element(By.ID, "subtitles").is_displayed()
+            browser.find_element(By.ID, fmt).click()
+            saved = downloads / f"LDC93S1.{fmt}"
+            WebDriverWait(browser, 60).until(lambda b, p=saved: p.exists() and p.stat().st_size)
+            WebDriverWait(browser, 10).until(lambda b, f=fmt: f"Saved LDC93S1.{f}" in b.find_element(By.ID, "status").text)
+            req = urllib.request.Request(f"{server}/v1/transcribe?format={fmt}", data=audio,
+                                         headers={"Content-Type": "audio/wav"})
+            with urllib.request.urlopen(req, timeout=120) as r:
+                assert saved.read_bytes() == r.read()
+        cues = (downloads / "LDC93S1.srt").read_text().split("\n\n")
+        assert " ".join(" ".join(c.splitlines()[2:]) for c in cues if c.strip()) == LDC
     finally:
         browser.quit()
 

@@ -253,8 +253,10 @@ def conformer_server(conformer_streaming_checkpoint, tmp_path_factory):
 def test_the_page_streams_the_microphone_live_and_shows_partials_then_the_transcript_in_chromium(family, request,
                                                                                                 tmp_path):
     """Chromium's fake capture device plays a real recording into getUserMedia; the page's Live button streams
-    it through an AudioWorklet to WS /v1/stream and shows partial text while it plays, then the transcript; with
-    each streaming family."""
+    it through an AudioWorklet to WS /v1/stream and shows partial text while it plays, a phrase's words (with
+    their times and confidences) once the silence after it ends it, then the transcript; with each streaming
+    family."""
+    import re
     import time
 
     from selenium.webdriver.common.by import By
@@ -273,6 +275,11 @@ def test_the_page_streams_the_microphone_live_and_shows_partials_then_the_transc
         # text shows while the 2.9 s recording is still playing, before Stop is pressed
         WebDriverWait(browser, 20, poll_frequency=0.1).until(lambda b: live.text.strip())
         during, when = live.text.split(), time.monotonic() - started
+        # the silence after the recording ends a phrase: its words show with their times and confidences
+        words = "return [...document.querySelectorAll('#live-text span.word')].map((s) => [s.textContent, s.title])"
+        spans = WebDriverWait(browser, 15, poll_frequency=0.1).until(lambda b: b.execute_script(words))
+        assert all(re.search(r"^\d+\.\d\d-\d+\.\d\d s, confidence (0\.\d+|1)$", title) for _, title in spans), spans
+        first = [w for w, _ in spans]
         time.sleep(max(0.0, 4.5 - (time.monotonic() - started)))  # the rest of the recording, then silence
         assert int(live.get_attribute("data-partials")) >= 3
         browser.find_element(By.ID, "live-stop").click()
@@ -285,6 +292,10 @@ def test_the_page_streams_the_microphone_live_and_shows_partials_then_the_transc
         heard.update([ldc], [text])
         assert heard.cer <= 0.35, text  # the recording, heard through the page (an untouched page hears nothing)
         assert live.text.split() == text.split() and "Stream ended." in status()
+        shown = [w for w, _ in browser.execute_script(words)]
+        assert shown in ([], text.split())  # the finals' words, or the transcript where a phrase ended in a word
+        said = text.split()  # the first final's words begin the transcript
+        assert first[:-1] == said[:len(first) - 1] and said[len(first) - 1].startswith(first[-1]), (first, text)
         assert during and set(during) <= set(text.split()) | {during[-1]} and when < 4.5, (during, when)
     finally:
         browser.quit()

@@ -68,6 +68,26 @@ def test_long_audio_is_chunked_at_quiet_points(ldc_checkpoint, tmp_path, cli):
     assert text.count("greasy") >= 3, text
 
 
+def test_a_long_files_chunks_run_a_few_at_a_time_with_the_same_words(ldc_checkpoint):
+    """Chunks go through the model in batches of at most `max_pieces`: the same text, times and confidences as one
+    batch of all of them, and the model never sees more rows than that."""
+    wav, sr = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="float32")
+    long = np.concatenate([np.concatenate([wav, np.zeros(int(0.5 * sr), np.float32)])] * 5)  # five utterances
+    whole = Transcriber(ldc_checkpoint, chunk_seconds=3.5, max_pieces=64)
+    few = Transcriber(ldc_checkpoint, chunk_seconds=3.5, max_pieces=2)
+    rows = []
+    forward = few.model.forward
+    few.model.forward = lambda feats, lens: rows.append(feats.shape[0]) or forward(feats, lens)
+    a, b = whole.transcribe_batch([long, wav]), few.transcribe_batch([long, wav])
+    assert len(rows) >= 3 and max(rows) == 2 and sum(rows) == len(split_points(long, sr, 3.5))  # its chunks and wav's one
+    for x, y in zip(a, b):
+        assert x["text"] == y["text"] and x["text"].count("greasy") == (5 if x is a[0] else 1), x["text"]
+        assert [w["word"] for w in x["words"]] == [w["word"] for w in y["words"]]
+        assert [w[k] for w in x["words"] for k in ("start", "end")] == \
+               pytest.approx([w[k] for w in y["words"] for k in ("start", "end")], abs=1e-6)
+        assert [w["confidence"] for w in x["words"]] == pytest.approx([w["confidence"] for w in y["words"]], abs=2e-3)
+
+
 def test_unreadable_file_is_reported_not_fatal(ldc_checkpoint, tmp_path, cli):
     (tmp_path / "bad.wav").write_bytes(b"RIFF....")
     proc = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(tmp_path / "bad.wav"),

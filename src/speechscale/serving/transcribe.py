@@ -54,11 +54,12 @@ class Transcriber:
     """A model loaded from a checkpoint, ready to transcribe waveforms or files."""
 
     def __init__(self, checkpoint: str | Path, chunk_seconds: float = 20.0, backend: str = "torch",
-                 decoder: Any = None, device: str = "cpu", graphs: bool = False) -> None:
+                 decoder: Any = None, device: str = "cpu", graphs: bool = False, max_pieces: int = 16) -> None:
         """`checkpoint`: a speechscale checkpoint (backend torch) or a file of `speechscale export` (backend
         onnx: onnxruntime; torchscript: torch.jit). `decoder`: a DecoderConfig (default greedy). `device`: where
         the model runs (auto | cpu | cuda[:N]); features and decoding stay on the host. `graphs` (backend torch,
-        a CUDA device): each batch padded to a fixed shape and replayed as a CUDA graph."""
+        a CUDA device): each batch padded to a fixed shape and replayed as a CUDA graph. `max_pieces`: chunks run
+        through the model at once (a long file's in several batches)."""
         check_chunk_seconds(chunk_seconds)
         self.device = resolve_device(device, "--device")
         if graphs:
@@ -92,13 +93,14 @@ class Transcriber:
         self.decoder = build_decoder(self.decoder_cfg, self.comps.tokenizer, self.comps.normalizer)
         self.sample_rate = self.comps.features.cfg.sample_rate
         self.chunk_seconds = chunk_seconds
+        self.max_pieces = max_pieces
 
     @torch.no_grad()
     def forward_pieces(self, wavs: list[np.ndarray]) -> tuple[list[tuple[int, float]], torch.Tensor, torch.Tensor,
                                                                list[float]]:
-        """Waveforms (T,) float32 at the model's rate, cut into chunks at quiet points, every chunk of every waveform
-        run as one padded batch -> each chunk's (waveform, offset s), log-probabilities (B, T', V) and output
-        lengths (B,) on the host, and each chunk's output frame (s)."""
+        """Waveforms (T,) float32 at the model's rate, cut into chunks at quiet points, the chunks run as padded
+        batches of at most `max_pieces` -> each chunk's (waveform, offset s), log-probabilities (B, T', V) and
+        output lengths (B,) on the host, and each chunk's output frame (s)."""
         pieces: list[tuple[int, float, np.ndarray]] = []  # (waveform, offset s, samples)
         for w, wav in enumerate(wavs):
             cuts = split_points(wav, self.sample_rate, self.chunk_seconds)
@@ -106,13 +108,19 @@ class Transcriber:
                        if b - a > int(0.05 * self.sample_rate)]
         if not pieces:
             return [], torch.zeros(0, 0, self.comps.tokenizer.vocab_size), torch.zeros(0, dtype=torch.long), []
-        feats = [self.comps.features(torch.from_numpy(np.ascontiguousarray(p))) for _, _, p in pieces]  # (F, T)
-        batch, lens = pad_features(feats)  # (B, F, T), (B,)
-        logits, out_lens = self.model(batch.to(self.device), lens.to(self.device))
-        log_probs, out_lens = logits.float().log_softmax(-1).cpu(), out_lens.cpu()
         hop_s = self.comps.features.hop_length / self.sample_rate
-        frame_s = [hop_s * int(n) / max(1, int(m)) for n, m in zip(lens, out_lens)]
-        return [(w, offset) for w, offset, _ in pieces], log_probs, out_lens, frame_s
+        groups, out_lens, frame_s = [], [], []
+        for g in range(0, len(pieces), self.max_pieces):  # a long file's chunks, a batch at a time
+            feats = [self.comps.features(torch.from_numpy(np.ascontiguousarray(p))) for _, _, p in
+                     pieces[g:g + self.max_pieces]]  # (F, T) each
+            batch, lens = pad_features(feats)  # (B, F, T), (B,)
+            logits, lengths = self.model(batch.to(self.device), lens.to(self.device))
+            groups.append(logits.float().log_softmax(-1).cpu())  # (B, T', V)
+            out_lens.append(lengths.cpu())
+            frame_s += [hop_s * int(n) / max(1, int(m)) for n, m in zip(lens, lengths.cpu())]
+        frames = max(x.shape[1] for x in groups)
+        log_probs = torch.cat([torch.nn.functional.pad(x, (0, 0, 0, frames - x.shape[1])) for x in groups])
+        return [(w, offset) for w, offset, _ in pieces], log_probs, torch.cat(out_lens), frame_s
 
     def transcribe_batch(self, wavs: list[np.ndarray]) -> list[dict[str, Any]]:
         """Waveforms (T,) float32 at the model's rate -> {"text", "duration", "words"} each. Long audio is

@@ -1,6 +1,7 @@
 """`speechscale align` (serving.align): a known transcript timed on its recording. Ground truth by construction: the
 LDC93S1 sentence twice with 1.5 s of silence between lands the second copy's words 4.425 s after the first's, also
-when the audio runs through the model in chunks; the sentence's own recording aligns to greedy's word times;
+when the audio runs through the model in chunks; long audio is aligned in segments with the times of one search;
+the sentence's own recording aligns to greedy's word times;
 a wrong transcript is aligned with far less confidence; what cannot be aligned is one line, per file or per run."""
 import json
 
@@ -44,6 +45,84 @@ def test_the_second_copys_words_land_where_the_copy_starts_also_through_chunks(l
             assert k == 0 or abs(b["start"] - (a["start"] + shift)) <= 0.15, (chunk, a, b)
             assert k == 10 or abs(b["end"] - (a["end"] + shift)) <= 0.15, (chunk, a, b)
         assert first[-1]["start"] < 2.925 and second[0]["end"] > shift and words[-1]["end"] <= res["duration"]
+
+
+def test_words_are_matched_by_least_edits_also_in_a_text_that_repeats():
+    """In a text that repeats, heard with one copy garbled and each "year she" heard as one word, every heard copy is
+    paired with its own copy of the text (a longest-block-first matcher such as difflib's pairs a later one);
+    missing, extra and changed words are edits; the text's tail past the heard words is free."""
+    from difflib import SequenceMatcher
+
+    from speechscale.serving.align import match_words
+
+    copy = "she had your dark suit in greasy wash water all year".split()  # 11 words
+    said, mid = copy * 5, copy[1:10]  # "had" ... "all"
+    garbled = ["had", "yor", "dsh", "ark", "suet", "in", "grisy", "wash", "woter", "al", "yeae"]
+    heard = ["she", *mid, "yeae", *garbled, *mid, "yeae", *mid, "year"]  # "year she" heard as "yeae"
+    pairs = match_words(said, heard)
+    assert all(said[i] == heard[j] for i, j in pairs) and pairs == sorted(pairs)
+    assert [(i, j) for i, j in pairs if j >= 22] == [(i + 1, i) for i in range(22, 31)] + [(i + 2, i) for i in range(32, 42)]
+    blocks = SequenceMatcher(None, said, heard, autojunk=False).get_matching_blocks()
+    assert (12, 32, 10) in [tuple(m) for m in blocks]  # a longest-block matcher pairs copy 2 of the text with copy 4
+    assert match_words(["a", "b", "c", "d"], ["a", "x", "c"]) == [(0, 0), (2, 2)]
+    assert match_words(["a", "b", "c", "d"], ["a", "c", "d"]) == [(0, 0), (2, 1), (3, 2)]  # "b" missed
+    assert match_words(["a", "b", "c"], ["a", "z", "b", "c"]) == [(0, 0), (1, 2), (2, 3)]  # "z" heard in between
+    assert match_words(["a", "b"], []) == [] and match_words([], ["a"]) == []
+
+
+def test_long_audio_is_aligned_a_segment_at_a_time_with_the_times_of_one_search(ldc_checkpoint, monkeypatch):
+    """Eight copies of LDC93S1 between pauses of 0.4-1.8 s (36 s), aligned in segments of about 8 s: the cuts fall
+    between words both texts agree on, each copy's words land at its own start, and the words are those of one
+    search over the whole file to within a frame, except beside a cut. Without any point to cut at, a segment too
+    big to search is one line."""
+    from speechscale.serving import align
+    from speechscale.serving.transcribe import Transcriber
+
+    wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    gaps = [0.4, 1.8, 0.7, 1.2, 0.5, 1.5, 0.9, 0.6]
+    audio = np.concatenate([x for g in gaps for x in (wav, np.zeros(int(g * 16000), np.float32))])
+    copies = [sum(len(wav) / 16000 + g for g in gaps[:k]) for k in range(len(gaps))]  # each copy's start (s)
+    asr = Transcriber(ldc_checkpoint)
+    text = " ".join([RAW] * len(gaps))
+    one = align.align_waveform(asr, audio, text, segment_seconds=1e9)["words"]
+    log_probs, starts, _ = align.frame_log_probs(asr, audio)
+    cuts = align.segment_cuts(log_probs, text.lower().replace(".", "").split(), asr.comps.tokenizer,
+                              round(len(starts) * 8 / starts[-1]))
+    assert len(cuts) >= 5 and [f for f, _ in cuts] == sorted({f for f, _ in cuts}), cuts
+    res = align.align_waveform(asr, audio, text, segment_seconds=8)
+    words = res["words"]
+    assert [w["word"] for w in words] == [w["word"] for w in one] == (" ".join([LDC] * len(gaps))).split()
+    frame = starts[1] - starts[0]
+    near_cut = {w for f, w in cuts} | {w - 1 for f, w in cuts}  # the words on either side of a cut
+    for k, (a, b) in enumerate(zip(words, one)):
+        if k not in near_cut:
+            assert abs(a["start"] - b["start"]) <= frame + 1e-6 and abs(a["end"] - b["end"]) <= frame + 1e-6, (k, a, b)
+    first = words[:11]
+    for c, start in enumerate(copies):  # interior words: the first copy's, moved by the copy's start
+        for a, b in list(zip(first, words[11 * c:11 * c + 11]))[1:-1]:
+            assert abs(b["start"] - (a["start"] + start)) <= 0.15, (c, a, b)
+    monkeypatch.setattr(align, "MAX_SEARCH_CELLS", 10 ** 5)
+    with pytest.raises(align.AlignError, match="agrees with the text") as info:
+        align.align_waveform(asr, audio, " ".join(["yes no"] * 40), segment_seconds=8)
+    assert "\n" not in str(info.value)
+
+
+def test_the_cli_reads_a_long_transcript_from_a_file_and_aligns_it_in_segments(ldc_checkpoint, tmp_path, capsys):
+    wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    audio = np.concatenate([x for g in (0.6, 1.4, 0.8, 1.1, 0.5, 1.6) for x in (wav, np.zeros(int(g * 16000), np.float32))])
+    sf.write(tmp_path / "long.wav", audio, 16000)
+    (tmp_path / "long.txt").write_text("\n".join([RAW] * 6) + "\n", encoding="utf-8")
+    runs = [_align(capsys, ldc_checkpoint, str(tmp_path / "long.wav"), "--text-file", str(tmp_path / "long.txt"),
+                   "--segment-seconds", seconds) for seconds in ("120", "10")]  # one search; segments
+    (one,), (cut,) = runs[0][1], runs[1][1]
+    assert runs[0][0] == runs[1][0] == 0 and one["text"] == cut["text"] == " ".join([LDC] * 6)
+    assert [w["word"] for w in cut["words"]] == [w["word"] for w in one["words"]] == one["text"].split()
+    assert max(abs(a[k] - b[k]) for a, b in zip(one["words"], cut["words"]) for k in ("start", "end")) <= 0.15
+    for args, words in [(["--text", RAW, "--text-file", str(tmp_path / "long.txt")], "give the transcript once"),
+                        (["--text-file", str(tmp_path / "missing.txt")], "cannot be read as UTF-8 text"),
+                        (["--text", RAW, "--segment-seconds", "2"], "at least 10 s")]:
+        code, _, err = main_cli(capsys, "align", "--checkpoint", str(ldc_checkpoint), str(tmp_path / "long.wav"), *args)
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_recording_aligns_to_greedys_word_times_and_a_wrong_text_with_little_confidence(ldc_checkpoint, capsys,

@@ -248,11 +248,21 @@ def align(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..serving.transcribe import check_chunk_seconds
 
+    if args.text is not None and args.text_file is not None:
+        raise ConfigError("give the transcript once: --text \"...\" or --text-file PATH")
+    if args.text_file is not None:
+        try:
+            args.text = Path(args.text_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--text-file {args.text_file}: cannot be read as UTF-8 text ({type(e).__name__})") from None
     if args.manifest and (args.files or args.text is not None):
         raise ConfigError("--manifest aligns each of its utterances to its own text: give no FILE or --text with it")
     if not args.manifest and (len(args.files) != 1 or args.text is None):
-        raise ConfigError("align one FILE to its --text \"...\" (or every utterance of a --manifest to its text)")
+        raise ConfigError("align one FILE to its --text \"...\" or --text-file (or every utterance of a --manifest to "
+                          "its text)")
     check_chunk_seconds(args.chunk_seconds)
+    if not args.segment_seconds >= 10:
+        raise ConfigError(f"--segment-seconds={args.segment_seconds}: segments must be at least 10 s long")
     if args.manifest:
         from ..data.manifest import read_manifest
 
@@ -269,7 +279,7 @@ def align(args: argparse.Namespace) -> int:
     failed = 0
     for f, text in jobs:
         try:
-            res = {"file": str(f), **align_waveform(asr, load_audio(f, asr.sample_rate), text)}
+            res = {"file": str(f), **align_waveform(asr, load_audio(f, asr.sample_rate), text, args.segment_seconds)}
         except (AudioError, AlignError) as e:
             failed += 1
             res = {"file": str(f), "error": str(e)}
@@ -371,6 +381,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     device_arg(a)
     a.add_argument("files", nargs="*", metavar="FILE", help="the recording (any format, rate, channels)")
     a.add_argument("--text", default=None, help="FILE's transcript (any case and punctuation)")
+    a.add_argument("--text-file", default=None, metavar="PATH", help="FILE's transcript, read from this UTF-8 file")
     a.add_argument("--manifest", default=None,
                    help="align every utterance of this manifest to its text instead (no FILE)")
     a.add_argument("--format", choices=["json", "srt", "vtt"], default="json",
@@ -379,6 +390,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="--format srt|vtt: write each file's subtitles to DIR/NAME.srt (or .vtt)")
     a.add_argument("--chunk-seconds", type=float, default=20.0,
                    help="long audio runs through the model in chunks cut at quiet points, at most this long")
+    a.add_argument("--segment-seconds", type=float, default=120.0,
+                   help="longer audio is aligned a segment of about this long at a time (memory: a byte per output "
+                        "frame and character of a segment)")
     a.set_defaults(func=align)
 
     tl = command(sub, "tune-lm", "search the LM weight and word bonus on a dev set (the model runs once)")

@@ -361,6 +361,9 @@ def _align(res: list[dict[str, Any]]) -> str:
         rows.append([r["model"], f"{r['frame_ms']:g} ms", "`align` (the known text)", *cells(r["align"])])
         rows.append([r["model"], "", f"greedy word times ({r['greedy']['sentences']} of {r['sentences']} "
                      "sentences transcribed exactly)", *cells(r["greedy"])])
+        if "long" in r:
+            rows.append([r["model"], "", f"`align` over one recording of the sentences repeated, {r['long']['minutes']:g} "
+                         f"min (in segments; {r['long']['seconds']:g} s)", *cells(r["long"])])
     first = res[0]
     return (f"{first['sentences']} sentences of the demo's grammar spoken by espeak-ng's {first['voice']} (the demo's "
             "test voice, never trained on), each after a random lead of faint noise; a word's true start is espeak-ng's "

@@ -26,12 +26,16 @@ def test_espeak_ng_says_where_each_word_starts():
 def test_the_bench_scores_the_same_sentences_for_each_checkpoint(ldc_checkpoint, capsys, tmp_path):
     out = tmp_path / "align.json"
     code, stdout, err = main_cli(capsys, "bench", "align", "--checkpoint", f"{ldc_checkpoint},{ldc_checkpoint}",
-                                 "--sentences", "2", "--out", str(out))
+                                 "--sentences", "2", "--long-minutes", "0.2", "--out", str(out))
     rows = [json.loads(x) for x in stdout.splitlines()]
     assert code == 0 and len(rows) == 2, err
     doc = json.loads(out.read_text())
-    assert doc["results"] == rows and doc["settings"] == {"sentences": 2, "seed": 1} and doc["provenance"]["commit"]
+    assert doc["results"] == rows and doc["settings"] == {"sentences": 2, "seed": 1, "long_minutes": 0.2}
+    assert doc["provenance"]["commit"]
     a, b = rows
     assert a["align"] == b["align"] and a["align"]["words"] >= 8  # two sentences of 4 or more words
     assert a["frame_ms"] == 20.0 and a["model"] == "ds2-tiny"
     assert a["align"]["within_50_ms"] <= a["align"]["within_100_ms"]  # shares of the same words, nested
+    # the sentences again and again as one recording of 12 s or more: every word espeak-ng timed, scored
+    assert a["long"]["minutes"] >= 0.2 and a["long"]["words"] > a["align"]["words"] and a["long"] == b["long"] | {
+        "seconds": a["long"]["seconds"]}

@@ -1,13 +1,15 @@
 """How well words are timed, against speech whose word starts are known: sentences of the demo's grammar spoken by
 espeak-ng (its word events say where each word starts), after a random lead of faint noise.
 
-    speechscale bench align --checkpoint runs/demo/checkpoints/best.pt --sentences 40
+    speechscale bench align --checkpoint runs/demo/checkpoints/best.pt --sentences 40 --long-minutes 10
 
 For each sentence the model times the known text (`align`) and transcribes it (`transcribe`'s greedy word times);
 each word's start is compared with espeak-ng's (words it speaks with the one before, as "in the", have no start
 of their own and are not scored). Greedy's words are scored only where its transcript is the
 sentence (elsewhere a word has no counterpart). Reported: the absolute start error's median and 90th percentile,
 the mean signed error (negative: early), and the share within 50 and 100 ms, with the model's output frame.
+`--long-minutes` also times the same sentences as one long recording (repeated to that length): `align` in
+segments, scored the same way.
 """
 from __future__ import annotations
 
@@ -58,10 +60,28 @@ def speech_with_word_starts(sentences: int, seed: int, sample_rate: int, voice: 
     return out
 
 
-def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voice: str | None = None
-                ) -> list[dict[str, Any]]:
+def long_recording(speech: list[tuple[str, np.ndarray, dict[int, float]]], sample_rate: int, minutes: float
+                   ) -> tuple[str, np.ndarray, dict[int, float]]:
+    """The sentences of `speech` one after another, again from the first until `minutes` of audio: (the whole text,
+    its audio, {word index in the whole text: its start in s})."""
+    texts, parts, known, offset, before = [], [], {}, 0.0, 0
+    while offset < 60 * minutes:
+        for text, audio, starts in speech:
+            texts.append(text)
+            parts.append(audio)
+            known.update({before + k: offset + t for k, t in starts.items()})
+            offset, before = offset + audio.shape[0] / sample_rate, before + len(text.split())
+            if offset >= 60 * minutes:
+                break
+    return " ".join(texts), np.concatenate(parts), known
+
+
+def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voice: str | None = None,
+                long_minutes: float = 0.0) -> list[dict[str, Any]]:
     """Word start errors of `align` and of greedy word times for each checkpoint, on the same `sentences`
-    synthesized sentences (speech_with_word_starts; at the first checkpoint's sample rate, resampled for others)."""
+    synthesized sentences (speech_with_word_starts; at the first checkpoint's sample rate, resampled for others).
+    With `long_minutes`, also of `align` over one recording of those sentences, repeated to that length (aligned in
+    segments past two minutes), with the seconds it took."""
     from ..data.audio import resample
     from ..data.synth import TEST_VOICE
     from ..serving.align import align_waveform
@@ -81,9 +101,17 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
             if greedy["text"] == text:
                 exact += 1
                 greedy_err += [1000 * (greedy["words"][k]["start"] - t) for k, t in known.items()]
-        rows.append({"checkpoint": str(checkpoint), "model": asr.comps.model_name, "sentences": sentences,
-                     "voice": voice or TEST_VOICE, "frame_ms": round(10_000 / asr.comps.output_frames([10.0])[0], 1),
-                     "align": _errors_summary(aligned_err),
-                     "greedy": {**_errors_summary(greedy_err), "sentences": exact},
-                     "seconds": round(time.perf_counter() - started, 1)})
+        row = {"checkpoint": str(checkpoint), "model": asr.comps.model_name, "sentences": sentences,
+               "voice": voice or TEST_VOICE, "frame_ms": round(10_000 / asr.comps.output_frames([10.0])[0], 1),
+               "align": _errors_summary(aligned_err), "greedy": {**_errors_summary(greedy_err), "sentences": exact},
+               "seconds": round(time.perf_counter() - started, 1)}
+        if long_minutes > 0:
+            text, audio, known = long_recording(speech, rate, long_minutes)
+            audio = audio if asr.sample_rate == rate else resample(audio, rate, asr.sample_rate)
+            started = time.perf_counter()
+            words = align_waveform(asr, audio, text)["words"]
+            took = time.perf_counter() - started
+            row["long"] = {**_errors_summary([1000 * (words[k]["start"] - t) for k, t in known.items()]),
+                           "minutes": round(audio.shape[0] / asr.sample_rate / 60, 2), "seconds": round(took, 1)}
+        rows.append(row)
     return rows

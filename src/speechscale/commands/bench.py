@@ -52,12 +52,13 @@ def align(args: argparse.Namespace) -> int:
     from ..bench.harness import write_json
 
     started = time.perf_counter()
-    rows = bench_align(args.checkpoint.split(","), args.sentences, args.seed)  # the same audio for each
+    rows = bench_align(args.checkpoint.split(","), args.sentences, args.seed,  # the same audio for each
+                       long_minutes=args.long_minutes)
     for row in rows:
         print(json.dumps(row), flush=True)
     if args.out:
         write_json(args.out, rows, ["speechscale", *sys.argv[1:]], round(time.perf_counter() - started, 1),
-                   {"sentences": args.sentences, "seed": args.seed})
+                   {"sentences": args.sentences, "seed": args.seed, "long_minutes": args.long_minutes})
     return 0
 
 
@@ -266,6 +267,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     help="checkpoints of English models (the demo's, say), comma-separated: the same sentences each")
     ba.add_argument("--sentences", type=positive(int), default=40, help="sentences of the demo's grammar")
     ba.add_argument("--seed", type=int, default=1, help="which sentences and leads")
+    ba.add_argument("--long-minutes", type=float, default=0.0,
+                    help="also align the sentences as one recording, repeated to this many minutes (0: not)")
     ba.add_argument("--out", type=Path, default=None, help="also write the result with its provenance to this JSON file")
     ba.set_defaults(func=align)
     be = command(bsub, "export", "inference latency per clip: PyTorch vs ONNX Runtime vs TorchScript, as JSON")

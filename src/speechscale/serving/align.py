@@ -109,6 +109,7 @@ def segment_cuts(log_probs: torch.Tensor, words: list[str], tokenizer: Any, fram
         anchors = [((int(window[j - 1]["end"]) + int(window[j]["start"])) // 2, w0 + i)  # between heard j-1 and j
                    for first_pair, size in runs if size >= ANCHOR_WORDS
                    for i, j in pairs[first_pair + 1:first_pair + size]]
+        anchors = [a for a in anchors if a[0] > f0]  # a segment holds a frame or more
         if not anchors:
             span *= 2
             continue

@@ -382,6 +382,13 @@ def _inference(figures: Path) -> list[dict[str, Any]]:
                          "sentences, an unseen voice)", f"median abs. error {a['median_abs_ms']:g} ms (mean "
                          f"{a['mean_ms']:+g}), {100 * a['within_100_ms']:.0f} % within 100 ms", "-", "measured",
                          align["provenance"], "bench-all/align.json"))
+    long = _load(bench / "align-long.json")
+    for r in (long or {}).get("results", []):
+        a, b = r["long"], r["align"]
+        rows.append(_row("inference", f"word starts by `align` over one {a['minutes']:.0f}-minute recording, {r['model']} "
+                         "(in segments)", f"median abs. error {a['median_abs_ms']:g} ms against {b['median_abs_ms']:g} "
+                         f"ms sentence by sentence; {a['seconds']:g} s", "-", "measured", long["provenance"],
+                         "bench-all/align-long.json"))
     return rows
 
 

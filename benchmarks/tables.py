@@ -391,7 +391,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "gpu-graphs": _gpu_graphs, "gpu-graphs-b128": _gpu_graphs,
                                            "gpu-recipes": _recipes, "gpu-step": _gpu_step, "gpu-infer": _gpu_infer,
                                            "soak": _serving("soak"), "stream-stacks": _serving("stream-stacks"),
-                                           "align": _align}
+                                           "align": _align, "align-long": _align}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

@@ -152,13 +152,15 @@ class Model:
         wavs = [self._waveform(a, sample_rate) for a in audios]
         return [Transcript.from_dict(r) for r in self._asr.transcribe_batch(wavs)]
 
-    def align(self, audio: str | Path | np.ndarray, text: str, sample_rate: int | None = None) -> Transcript:
+    def align(self, audio: str | Path | np.ndarray, text: str, sample_rate: int | None = None,
+              segment_seconds: float = 120.0) -> Transcript:
         """`text`, the known transcript of `audio` (a file, or a mono waveform at `sample_rate`), timed on it (`speechscale
-        align`): a Transcript of the normalized text whose words carry start, end and a confidence. ValueError
-        (serving.align.AlignError) when the text cannot be aligned to the audio."""
+        align`; audio longer than `segment_seconds` a segment at a time): a Transcript of the normalized text whose
+        words carry start, end and a confidence. ValueError (serving.align.AlignError) when the text cannot be aligned
+        to the audio."""
         from .serving.align import align_waveform
 
-        res = align_waveform(self._asr, self._waveform(audio, sample_rate), text)
+        res = align_waveform(self._asr, self._waveform(audio, sample_rate), text, segment_seconds)
         return Transcript.from_dict(res)
 
     def _waveform(self, audio: str | Path | np.ndarray, sample_rate: int | None) -> np.ndarray:

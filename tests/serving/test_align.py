@@ -91,6 +91,9 @@ def test_long_audio_is_aligned_a_segment_at_a_time_with_the_times_of_one_search(
     assert len(cuts) >= 5 and [f for f, _ in cuts] == sorted({f for f, _ in cuts}), cuts
     res = align.align_waveform(asr, audio, text, segment_seconds=8)
     words = res["words"]
+    import speechscale
+
+    assert speechscale.load(ldc_checkpoint, device="cpu").align(audio, text, 16000, segment_seconds=8).to_dict() == res
     assert [w["word"] for w in words] == [w["word"] for w in one] == (" ".join([LDC] * len(gaps))).split()
     frame = starts[1] - starts[0]
     near_cut = {w for f, w in cuts} | {w - 1 for f, w in cuts}  # the words on either side of a cut

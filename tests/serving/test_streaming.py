@@ -13,7 +13,9 @@ from speechscale.decoding.greedy import greedy_decode
 from speechscale.serving.streaming import StreamingRefused, StreamingSession
 from tests.conftest import shared
 
-CHUNKS_MS = [20, 100, 320, 1000, 37, 777 / 44.1]  # 777/44.1 ms: 777 samples at 44.1 kHz, odd elsewhere too
+CHUNKS_MS = [20, 100, 320, 1000, 37, 777 / 44.1]
+LDC_WORDS = ["she", "had", "your", "dark", "suit", "in", "greasy", "wash", "water", "all", "year", "yes", "no", "dart",
+             "sued", "watery"]  # 777/44.1 ms: 777 samples at 44.1 kHz, odd elsewhere too
 
 
 def _files():
@@ -196,7 +198,7 @@ def test_streamed_words_are_the_offline_words_with_their_times_and_confidences(c
             events += session.accept(audio[i:i + piece])
             dec = session.stream.decoder
             kept = sum(p.numel() for p in dec.path)
-            assert kept == dec.frame - dec.path_start if dec.phrase else kept == 0
+            assert kept == dec.frame - dec.phrase_start if dec.phrase else kept == 0
         events += session.finish()
         log_probs = _offline_wav(comps, audio)[0].log_softmax(-1)
         finals = [e for e in events if e.type == "final"]
@@ -259,11 +261,10 @@ def test_a_beam_search_streams_each_phrase_as_the_offline_search_of_its_frames(c
     from speechscale.decoding.decoders import DecoderConfig, build_decoder
 
     lexicon = tmp_path / "words.txt"
-    lexicon.write_text("\n".join(["she", "had", "your", "dark", "suit", "in", "greasy", "wash", "water", "all",
-                                  "year", "yes", "no", "dart", "sued", "watery"]) + "\n")
+    lexicon.write_text("\n".join(LDC_WORDS) + "\n")
     cfg = DecoderConfig(name=name, beam_width=16, lexicon=str(lexicon) if name == "lexicon" else "")
     files = [*sorted(shared("ldc93s1").glob("*.wav")), shared("jfk", "jfk.flac"), *_files()[:3]]
-    phrases = {}
+    phrases, restarts = {}, {}
     for k, path in enumerate(files):
         logits, _ = _offline(comps, path)
         ms = CHUNKS_MS[k % len(CHUNKS_MS)]
@@ -271,7 +272,8 @@ def test_a_beam_search_streams_each_phrase_as_the_offline_search_of_its_frames(c
                                   endpoint_frames=12)
         reference = build_decoder(cfg, comps.tokenizer)
         log_probs = logits.float().log_softmax(-1)
-        starts, ends = [0, *session.boundaries], [*session.boundaries, logits.shape[0]]
+        cuts = sorted({*session.boundaries, *session.stream.decoder.restarts})  # where searches began again
+        starts, ends = [0, *cuts], [*cuts, logits.shape[0]]
         expected = [reference(log_probs[None, a:b], torch.tensor([b - a]))[0] for a, b in zip(starts, ends) if b > a]
         finals = [e.text for e in events if e.type == "final"]
         assert finals == [t for t in expected if t] or (not finals and not any(expected)), (path.name, ms)
@@ -284,7 +286,32 @@ def test_a_beam_search_streams_each_phrase_as_the_offline_search_of_its_frames(c
         phrases[path.name] = len(finals)
         if path.name == "LDC93S1.wav":
             assert len(session.boundaries) == 1 and any(e.type == "partial" for e in events)
+        restarts[path.name] = len(session.stream.decoder.restarts)
     assert phrases["jfk.flac"] >= 2, phrases  # searches restarted at pauses
+    assert restarts["jfk.flac"] >= 1, restarts  # and in a pause long enough after a phrase's end
+
+
+@pytest.mark.parametrize("name", ["beam", "lexicon"])
+def test_a_silent_stream_holds_a_bounded_search(comps, name, tmp_path):
+    """A beam search over a minute of faint noise and then speech: while nothing is said the search starts again
+    every `endpoint_frames` quiet frames, so the frames it holds stay below that plus a step's; the speech after it
+    is still found."""
+    from speechscale.decoding.decoders import DecoderConfig, build_decoder
+
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("\n".join(LDC_WORDS) + "\n")
+    cfg = DecoderConfig(name=name, beam_width=16, lexicon=str(lexicon) if name == "lexicon" else "")
+    session = StreamingSession(comps, decoder=build_decoder(cfg, comps.tokenizer), endpoint_frames=30)
+    rng = np.random.default_rng(0)
+    held = []
+    for _ in range(600):  # 60 s of noise at -80 dBFS, in 100 ms pieces
+        session.accept((1e-4 * rng.standard_normal(1600)).astype(np.float32))
+        held.append(sum(f.shape[0] for f in session.stream.decoder.beam_frames))
+    assert max(held) <= 30 + 5 and len(session.stream.decoder.restarts) >= 60 * 50 / 30 - 2, max(held)
+    wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    events = [e for i in range(0, len(wav), 1600) for e in session.accept(wav[i:i + 1600])] + session.finish()
+    said = " ".join(e.text for e in events if e.type == "final")
+    assert "greasy wash water" in said, said
 
 
 def test_transcribe_stream_and_the_api_take_the_lexicon_decoder(comps, streaming_checkpoint, tmp_path, capsys):

@@ -1,11 +1,12 @@
 """A stream's decoding: decided logits in order -> partial and final events, a phrase at a time.
 
 Endpointing: a phrase ends (a Final whose words carry times from the stream's start and confidences, as the offline
-transcript's words do) after `endpoint_frames` output frames
-of blank or space following some text; the next phrase starts. The finals' texts joined with spaces are the
-transcript (except where the model emitted no space across such a pause; `text` is always it). Greedy CTC, or a
-beam search of its own (decoding.decoders: beam, LM, lexicon) searched incrementally, each phrase as its own
-utterance (phrases end where the greedy path is quiet).
+transcript's words do) after `endpoint_frames` output frames of blank or space following some text; the next phrase
+starts. The finals' texts joined with spaces are the transcript (except where the model emitted no space across
+such a pause; `text` is always it). Greedy CTC, or a beam search of its own (decoding.decoders: beam, LM, lexicon)
+searched incrementally, each phrase as its own utterance (phrases end where the greedy path is quiet). Nothing is
+kept of a quiet stretch before a phrase's text: a search that has found nothing after `endpoint_frames` quiet frames
+starts again, so a silent stream holds a bounded search.
 """
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ class PhraseDecoder:
         self.chars: list[tuple[str, int]] = []  # the current phrase: (character, output frame)
         self.path: list[torch.Tensor] = []  # the current phrase's greedy path: (n,) best class a frame, in pieces
         self.path_probs: list[torch.Tensor] = []  # (n,) its probability a frame
-        self.path_start = 0  # the output frame the kept path starts at (a phrase's quiet start is not kept)
+        self.phrase_start = 0  # the output frame the phrase's kept frames start at (its quiet start is not kept)
         self.finals: list[Final] = []
         self.pieces: list[str] = []  # the text of every greedy phrase, raw
         self.boundaries: list[int] = []  # output frames where phrases ended
+        self.restarts: list[int] = []  # output frames where a search started again after a quiet stretch, no text
 
     @property
     def phrase(self) -> str:
@@ -75,6 +77,11 @@ class PhraseDecoder:
                 fed = i + 1
                 events.append(self._final(text))
                 before = ""
+            elif self.beam is not None and self.quiet >= self.endpoint_frames and not self.beam_text and \
+                    not "".join(c for c, _ in self.chars).strip():  # quiet, no text: search again from here on
+                self.beam.begin()
+                self.beam_frames, self.chars, self.quiet, self.phrase_start, fed = [], [], 0, self.frame, i + 1
+                self.restarts.append(self.frame)
         if self.beam is not None:
             self._search(log_probs[fed:])
             self.beam_text = self.beam.best()
@@ -93,7 +100,7 @@ class PhraseDecoder:
         """Keep frames lo:hi of a fed piece's greedy path (`top`: its best log-probabilities and classes), ending at
         output frame `self.frame`; while the phrase holds no text yet, its quiet frames are dropped instead."""
         if not "".join(c for c, _ in self.chars).strip():
-            self.path, self.path_probs, self.path_start = [], [], self.frame
+            self.path, self.path_probs, self.phrase_start = [], [], self.frame
         elif hi > lo:
             self.path.append(top.indices[lo:hi])
             self.path_probs.append(top.values[lo:hi].exp())
@@ -107,7 +114,7 @@ class PhraseDecoder:
         """The current phrase as a Final, its words with start and end seconds from the stream's start and a confidence
         (greedy: its path's; a beam's: the most likely path of its text over the phrase's frames); a beam starts the
         next phrase."""
-        start = self.boundaries[-1] if self.boundaries else 0  # the phrase's first output frame
+        start, self.phrase_start = self.phrase_start, self.frame  # the phrase's first kept output frame; the next's
         self.boundaries.append(self.frame)
         if self.beam is not None:
             text, frames = beam_text or "", torch.cat(self.beam_frames) if self.beam_frames else None
@@ -121,9 +128,9 @@ class PhraseDecoder:
         raw = "".join(c for c, _ in self.chars)
         path = torch.cat(self.path).tolist() if self.path else []
         probs = torch.cat(self.path_probs).tolist() if self.path_probs else []
-        timed = path_words(path, probs, self.tokenizer, self.frame_s, self.path_start * self.frame_s)
+        timed = path_words(path, probs, self.tokenizer, self.frame_s, start * self.frame_s)
         self.pieces.append(raw)
-        self.chars, self.path, self.path_probs, self.path_start = [], [], [], self.frame
+        self.chars, self.path, self.path_probs = [], [], []
         event = Final(" ".join(raw.split()), [Word(**w) for w in timed])
         self.finals.append(event)
         return event

@@ -314,6 +314,40 @@ def test_a_silent_stream_holds_a_bounded_search(comps, name, tmp_path):
     assert "greasy wash water" in said, said
 
 
+@pytest.mark.parametrize("name", ["greedy", "lexicon"])
+def test_speech_without_a_pause_ends_a_phrase_at_a_space_once_it_is_long(comps, name, tmp_path):
+    """LDC93S1 (2.9 s without a pause) with phrases of at most 0.6 s: several finals, each ended at a space, so
+    their words are whole and joined they are the transcript; a lexicon search holds at most a phrase's frames and
+    each final is the offline search of its phrase's frames."""
+    from speechscale.decoding.decoders import DecoderConfig, build_decoder
+
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("\n".join(LDC_WORDS) + "\n")
+    search = None if name == "greedy" else build_decoder(DecoderConfig(name=name, beam_width=16, lexicon=str(lexicon)),
+                                                         comps.tokenizer)
+    path = shared("ldc93s1", "LDC93S1.wav")
+    logits, text = _offline(comps, path)
+    wav = load_audio(path, 16000)
+    session = StreamingSession(comps, decoder=search)
+    dec = session.stream.decoder
+    dec.max_phrase_frames = 30  # 0.6 s
+    events, held = [], []
+    for i in range(0, len(wav), 1600):
+        events += session.accept(wav[i:i + 1600])
+        held.append(sum(f.shape[0] for f in dec.beam_frames))
+    events += session.finish()
+    finals = [e.text for e in events if e.type == "final"]
+    assert len(finals) >= 3 and " ".join(finals) == session.text, finals
+    assert session.text == (text if name == "greedy" else "she had your dark suit in greasy wash water all year")
+    if name == "lexicon":
+        assert max(held) <= 30 + 10 + 5  # a phrase: 0.6 s, a third more to its space, a step's frames
+        reference = build_decoder(DecoderConfig(name=name, beam_width=16, lexicon=str(lexicon)), comps.tokenizer)
+        log_probs = logits.float().log_softmax(-1)
+        cuts = sorted({*session.boundaries, *dec.restarts})
+        spans = zip([0, *cuts], [*cuts, logits.shape[0]])
+        assert finals == [t for t in (reference(log_probs[None, a:b], torch.tensor([b - a]))[0] for a, b in spans) if t]
+
+
 def test_transcribe_stream_and_the_api_take_the_lexicon_decoder(comps, streaming_checkpoint, tmp_path, capsys):
     import json
 

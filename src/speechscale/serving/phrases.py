@@ -6,7 +6,8 @@ starts. The finals' texts joined with spaces are the transcript (except where th
 such a pause; `text` is always it). Greedy CTC, or a beam search of its own (decoding.decoders: beam, LM, lexicon)
 searched incrementally, each phrase as its own utterance (phrases end where the greedy path is quiet). Nothing is
 kept of a quiet stretch before a phrase's text: a search that has found nothing after `endpoint_frames` quiet frames
-starts again, so a silent stream holds a bounded search.
+starts again, so a silent stream holds a bounded search; and speech without a pause ends a phrase at a space once it
+is `max_phrase_s` long.
 """
 from __future__ import annotations
 
@@ -18,12 +19,16 @@ from ..decoding.alignment import path_words, text_word_times
 from ..decoding.greedy import BLANK
 from .events import Event, Final, Partial, Word
 
+MAX_PHRASE_SECONDS = 30.0  # a phrase this long ends at its next space (or, a third of that later, its next blank)
+
 
 class PhraseDecoder:
     """One stream's decoding state: the current phrase, the finals so far, the greedy path's last token."""
 
-    def __init__(self, tokenizer: Any, frame_s: float, endpoint_frames: int = 30, search: Any = None) -> None:
+    def __init__(self, tokenizer: Any, frame_s: float, endpoint_frames: int = 30, search: Any = None,
+                 max_phrase_s: float = MAX_PHRASE_SECONDS) -> None:
         self.tokenizer, self.frame_s, self.endpoint_frames = tokenizer, frame_s, endpoint_frames
+        self.max_phrase_frames = max(1, round(max_phrase_s / frame_s))
         self.beam, self.beam_text = search, ""  # the search and its current best text
         self.beam_frames: list[torch.Tensor] = []  # the log-probabilities the search has had this phrase
         if search is not None:
@@ -67,7 +72,7 @@ class PhraseDecoder:
             self.prev = token
             self.quiet = self.quiet + 1 if token in (BLANK, self.space) else 0
             self.frame += 1
-            if self.quiet >= self.endpoint_frames and "".join(c for c, _ in self.chars).strip():
+            if (self.quiet >= self.endpoint_frames or self._too_long(token)) and "".join(c for c, _ in self.chars).strip():
                 text = None
                 if self.beam is not None:  # the phrase's frames end its search; the next phrase starts a new one
                     self._search(log_probs[fed:i + 1])
@@ -95,6 +100,12 @@ class PhraseDecoder:
         """The stream's end: the last phrase as a Final, if it holds anything."""
         last = self.beam.end() if self.beam is not None else None
         return [self._final(last)] if self.chars or last else []
+
+    def _too_long(self, token: int) -> bool:
+        """The phrase has run past max_phrase_frames and `token` (this frame's) is a space, or past a third more and
+        it is a blank: speech without a pause ends a phrase there, so a search and its frames stay bounded."""
+        over = self.frame - self.phrase_start - self.max_phrase_frames
+        return over >= 0 and (token == self.space or (token == BLANK and 3 * over >= self.max_phrase_frames))
 
     def _greedy(self, top: Any, lo: int, hi: int) -> None:
         """Keep frames lo:hi of a fed piece's greedy path (`top`: its best log-probabilities and classes), ending at

@@ -118,6 +118,62 @@ def test_bad_uploads_get_clear_4xx_answers_and_the_server_lives_on(server):
     assert _post(server, shared("ldc93s1", "LDC93S1.wav").read_bytes())[1]["text"] == LDC
 
 
+def _form(fields, audio=None, url=None):
+    """A multipart body of text `fields` and, when given, the audio as `file`; posted to `url` when given."""
+    boundary = "speechscaleboundary"
+    parts = [f"--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n".encode()
+             for k, v in fields.items()]
+    if audio is not None:
+        parts.append(_multipart(audio)[0][:-len(f"--{boundary}--\r\n")])
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    if url is None:
+        return body
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.read().decode(), r.headers.get("content-type")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), e.headers.get("content-type")
+
+
+def test_align_times_an_uploaded_transcript_as_the_cli_does_and_refuses_what_it_cannot(server, ldc_checkpoint):
+    """POST /v1/align: the words of `speechscale align` for the same file and text (JSON, or SRT parsed back),
+    concurrent requests all answered; a missing text, a raw body, a text with nothing to spell, one too long for the
+    audio and one over the size limit are refused with the reason, and the server lives on."""
+    import srt
+
+    from speechscale.data.audio import load_audio
+    from speechscale.serving.align import align_waveform
+    from speechscale.serving.transcribe import Transcriber
+
+    path = shared("ldc93s1", "LDC93S1.wav")
+    audio, raw = path.read_bytes(), "She had your dark suit in greasy wash water all year."
+    expected = align_waveform(Transcriber(ldc_checkpoint), load_audio(path, 16000), raw)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: _form({"text": raw}, audio, server + "/v1/align"), range(4)))
+    assert all(code == 200 and json.loads(body) == expected for code, body, _ in answers), answers[0]
+    code, body, kind = _form({"text": raw}, audio, server + "/v1/align?format=srt")
+    assert code == 200 and kind.startswith("application/x-subrip")
+    assert " ".join(c.content.replace("\n", " ") for c in srt.parse(body)) == LDC
+    for fields, give, want, words in [({}, audio, 422, "`text` field"),
+                                      ({"text": "?! ..."}, audio, 422, "nothing to align"),
+                                      ({"text": " ".join([raw] * 4)}, audio, 422, "longer than the audio"),
+                                      ({"text": "a" * 300}, audio, 413, "at most 246"),
+                                      ({"text": raw}, None, 422, "`file` field")]:
+        code, body, _ = _form(fields, give, server + "/v1/align")
+        assert code == want and words in json.loads(body)["detail"], (fields.keys(), code, body)
+    req = urllib.request.Request(server + "/v1/align", data=audio, headers={"Content-Type": "audio/wav"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=60)
+    assert info.value.code == 422 and "fields file and text" in json.load(info.value)["detail"]
+    req = urllib.request.Request(server + "/v1/align", data=_form({"text": raw}, audio), headers={
+        "Content-Type": "multipart/form-data; boundary=speechscaleboundary", "Origin": "http://evil.example"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=60)
+    assert info.value.code == 403  # a page elsewhere cannot use it (the checks /v1/transcribe makes)
+    assert _post(server, audio)[1]["text"] == LDC
+
+
 def test_the_page_uploads_a_file_and_shows_the_transcript_in_chromium(server, tmp_path):
     browser = headless_chromium()
     from selenium.webdriver.common.by import By

@@ -4,6 +4,9 @@
 
 - `POST /v1/transcribe`: a multipart upload (field `file`) or the raw audio bytes as the body -> JSON
   {text, duration, words: [{word, start, end, confidence}]}; with `?format=srt` or `vtt`, subtitles instead.
+- `POST /v1/align`: a multipart upload of `file` and its transcript `text` -> the transcript's words timed on it
+  (serving/align.py), the same JSON or subtitles; one alignment runs at a time, `max_queue` may wait, a text longer
+  than ALIGN_CHARS_PER_SECOND a second of audio is 413 and one that cannot be aligned 422 with the reason.
 - `GET /healthz` -> {status, model, ...; with a streaming model, stream_rounds and stream_rows: the batched steps
   of live streams and the streams they held} (503 when the model's batcher has stopped); `GET /` -> the page.
 - `WS /v1/stream`: live transcription with a streaming model (serving/stream_ws.py has the protocol).
@@ -40,6 +43,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .._compat import set_request_body
 from ..data.audio import AudioError, AudioTooLong, decode_audio
+from .align import AlignError, align_waveform
 from .drain import ServiceState
 from .origins import allowed_hosts, host_allowed, host_name, origin_allowed
 from .stream_ws import add_stream_route
@@ -48,6 +52,7 @@ from .transcribe import Transcriber
 
 log = logging.getLogger(__name__)
 SUBTITLES = {"srt": "application/x-subrip; charset=utf-8", "vtt": "text/vtt; charset=utf-8"}  # ?format= answers
+ALIGN_CHARS_PER_SECOND = 50  # /v1/align: a text past this many characters a second of audio (and 100) is refused
 PAGE = Path(__file__).with_name("page.html")
 
 
@@ -147,6 +152,8 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
     limits = limits or Limits()
     batcher = Batcher(asr, limits)
     decoders = concurrent.futures.ThreadPoolExecutor(limits.decode_workers, thread_name_prefix="decode")
+    aligner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="align")  # one alignment at a time
+    aligning = {"waiting": 0}  # alignments in flight or queued
     hosts = allowed_hosts(host, limits.allowed_hosts)
     state = ServiceState()
 
@@ -156,6 +163,7 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
         yield
         batcher.task.cancel()
         decoders.shutdown(wait=False, cancel_futures=True)
+        aligner.shutdown(wait=False, cancel_futures=True)
         if app.state.stream_batcher is not None:
             await asyncio.to_thread(app.state.stream_batcher.close)
 
@@ -187,11 +195,9 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
             status.update(stream_rounds=app.state.stream_batcher.rounds, stream_rows=app.state.stream_batcher.rows)
         return JSONResponse(status, status_code=200 if word == "ok" else 503)
 
-    @app.post("/v1/transcribe", response_model=None)
-    async def transcribe(request: Request) -> dict[str, Any] | Response:
-        fmt = request.query_params.get("format", "json")
-        if fmt not in ("json", *SUBTITLES):
-            raise HTTPException(422, f"format must be json, srt or vtt, not {fmt[:20]!r}")
+    async def intake(request: Request, fields: tuple[str, ...] = ()) -> tuple[np.ndarray, dict[str, str]]:
+        """A request's audio, decoded to the model's rate (a multipart `file` field or the whole body), and its text
+        `fields` (multipart only; each required), after every check that comes before the model (module doc)."""
         if state.draining:
             raise HTTPException(503, "the server is shutting down; retry on another", headers={"Connection": "close"})
         if not origin_allowed(hosts, request.headers.get("origin")):
@@ -206,15 +212,22 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
             body = await asyncio.wait_for(_read_limited(request, limits.max_bytes), limits.body_timeout_s)
         except asyncio.TimeoutError:
             raise HTTPException(408, f"the request body did not arrive within {limits.body_timeout_s:g} s") from None
-        data, name = body, "request body"
+        data, name, texts = body, "request body", {}
         if request.headers.get("content-type", "").startswith("multipart/form-data"):
             set_request_body(request, body)  # Starlette's form parser reads it from there
             form = await request.form()
             upload = form.get("file")
             if upload is None or isinstance(upload, str):
                 raise HTTPException(422, "multipart upload without a `file` field")
+            for key in fields:
+                value = form.get(key)
+                if not isinstance(value, str):
+                    raise HTTPException(422, f"multipart upload without a `{key}` field (text)")
+                texts[key] = value
             data, name = await upload.read(), "uploaded file"  # its client-side filename is never used as a path
             await form.close()
+        elif fields:
+            raise HTTPException(422, f"send a multipart form with the fields file and {', '.join(fields)}")
         del body
         if not data:
             raise HTTPException(422, "empty audio: the request carried no bytes")
@@ -227,13 +240,55 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
             log.info("refused an upload: %s", e)
             raise HTTPException(415, "unsupported or corrupt audio: it could not be decoded (send wav, flac, ogg "
                                      "or mp3 at 4-384 kHz with at most 8 channels)") from None
-        del data  # only the waveform waits for the model
-        result = await batcher.transcribe(wav)
+        return wav, texts
+
+    def answer(result: dict[str, Any], fmt: str) -> dict[str, Any] | Response:
         if fmt == "json":
             return result
         return Response(render(make_cues(result["words"], result["duration"]), fmt), media_type=SUBTITLES[fmt])
 
+    @app.post("/v1/transcribe", response_model=None)
+    async def transcribe(request: Request) -> dict[str, Any] | Response:
+        fmt = _format(request)
+        wav, _ = await intake(request)
+        return answer(await batcher.transcribe(wav), fmt)
+
+    @app.post("/v1/align", response_model=None)
+    async def align(request: Request) -> dict[str, Any] | Response:
+        fmt = _format(request)
+        wav, texts = await intake(request, ("text",))
+        text = texts["text"]
+        most = int(ALIGN_CHARS_PER_SECOND * wav.shape[0] / asr.sample_rate) + 100
+        if len(text) > most:
+            raise HTTPException(413, f"a text of {len(text)} characters for {wav.shape[0] / asr.sample_rate:.1f} s of "
+                                     f"audio: at most {most}")
+        if aligning["waiting"] >= limits.max_queue:
+            raise HTTPException(503, f"busy: {limits.max_queue} alignments are waiting; retry shortly",
+                                headers={"Retry-After": "1"})
+        aligning["waiting"] += 1
+        try:
+            job = asyncio.get_running_loop().run_in_executor(aligner, align_waveform, asr, wav, text)
+            result = await asyncio.wait_for(job, limits.request_timeout_s)
+        except AlignError as e:
+            raise HTTPException(422, str(e)) from None
+        except asyncio.TimeoutError:
+            raise HTTPException(504, f"no answer within {limits.request_timeout_s:g} s; retry later") from None
+        except Exception:
+            log.exception("alignment failed")
+            raise HTTPException(500, "alignment failed for this audio; see the server's log") from None
+        finally:
+            aligning["waiting"] -= 1
+        return answer(result, fmt)
+
     return app
+
+
+def _format(request: Request) -> str:
+    """The answer's `?format=`: json (the default), srt or vtt (422 otherwise)."""
+    fmt = request.query_params.get("format", "json")
+    if fmt not in ("json", *SUBTITLES):
+        raise HTTPException(422, f"format must be json, srt or vtt, not {fmt[:20]!r}")
+    return fmt
 
 
 async def _read_limited(request: Request, max_bytes: int) -> bytes:

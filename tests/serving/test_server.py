@@ -208,6 +208,22 @@ def test_the_page_uploads_a_file_and_shows_the_transcript_in_chromium(server, tm
                 assert saved.read_bytes() == r.read()
         cues = (downloads / "LDC93S1.srt").read_text().split("\n\n")
         assert " ".join(" ".join(c.splitlines()[2:]) for c in cues if c.strip()) == LDC
+        # with its transcript given, the page times those words (POST /v1/align), and its subtitles are align's
+        raw = "She had your dark suit in greasy wash water all year."
+        browser.find_element(By.ID, "known").send_keys(raw)
+        browser.find_element(By.ID, "send").click()
+        WebDriverWait(browser, 60).until(lambda b: "s of audio" in b.find_element(By.ID, "status").text)
+        assert browser.find_element(By.ID, "transcript").get_attribute("data-text") == LDC
+        browser.save_screenshot(str(tmp_path / "aligned.png"))
+        aligned = json.loads(_form({"text": raw}, audio, server + "/v1/align")[1])["words"]
+        titles = [w.get_attribute("title") for w in browser.find_elements(By.CSS_SELECTOR, "#transcript span.word")]
+        assert titles == [f"{w['start']:.2f}-{w['end']:.2f} s, confidence {w['confidence']:g}" for w in aligned]
+        again = tmp_path / "again"
+        again.mkdir()
+        browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(again)})
+        browser.find_element(By.ID, "vtt").click()
+        WebDriverWait(browser, 60).until(lambda b: (again / "LDC93S1.vtt").exists() and (again / "LDC93S1.vtt").stat().st_size)
+        assert (again / "LDC93S1.vtt").read_text() == _form({"text": raw}, audio, server + "/v1/align?format=vtt")[1]
     finally:
         browser.quit()
 

@@ -161,14 +161,15 @@ def test_a_manifest_aligns_each_utterance_and_a_file_that_cannot_be_aligned_fail
                                                                                          capsys):
     rows = [{"audio_filepath": str(shared("ldc93s1", name)), "duration": 2.925, "text": text} for name, text in
             [("LDC93S1.wav", RAW), ("LDC93S1_pcms16le_1_8000.wav", RAW), ("LDC93S1.wav", " ".join([RAW] * 20)),
-             ("LDC93S1.wav", "?! ...")]]
+             ("LDC93S1.wav", "?! ..."), ("LDC93S1.wav", "She had your dark suit in Ærøskøbing.")]]
     manifest = tmp_path / "m.jsonl"
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
     code, results, _ = _align(capsys, ldc_checkpoint, "--manifest", str(manifest))
-    assert code == 1 and len(results) == 4
+    assert code == 1 and len(results) == 5
     assert [w["word"] for w in results[0]["words"]] == [w["word"] for w in results[1]["words"]] == LDC.split()
     assert "longer than the audio lets the model spell" in results[2]["error"]
     assert "nothing to align" in results[3]["error"]
+    assert "characters the model does not spell: 'æø'" in results[4]["error"]  # named, not a crash
 
 
 def test_align_says_in_one_line_what_it_needs(ldc_checkpoint, capsys, tmp_path):

@@ -157,6 +157,7 @@ def test_align_times_an_uploaded_transcript_as_the_cli_does_and_refuses_what_it_
     assert " ".join(c.content.replace("\n", " ") for c in srt.parse(body)) == LDC
     for fields, give, want, words in [({}, audio, 422, "`text` field"),
                                       ({"text": "?! ..."}, audio, 422, "nothing to align"),
+                                      ({"text": "she had λόγος"}, audio, 422, "does not spell: 'γλος'"),
                                       ({"text": " ".join([raw] * 4)}, audio, 422, "longer than the audio"),
                                       ({"text": "a" * 300}, audio, 413, "at most 246"),
                                       ({"text": raw}, None, 422, "`file` field")]:

@@ -49,14 +49,19 @@ def align_waveform(asr: Transcriber, wav: np.ndarray, text: str, segment_seconds
     """`text` (any case and punctuation: normalized as the model's training targets were) timed on `wav` (T,) at the
     model's rate -> {"text": the normalized text, "duration", "words": [{word, start, end, confidence}]}. Audio
     longer than `segment_seconds` is aligned in segments (see the module doc). AlignError when the audio is too
-    long, the text has nothing the model spells, no path spells it, or long audio has no point to cut at."""
+    long, the text has nothing the model spells or a character it does not, no path spells it, or long audio has no
+    point to cut at."""
     duration = wav.shape[0] / asr.sample_rate
     if duration > MAX_ALIGN_SECONDS:
         raise AlignError(f"{duration:.0f} s of audio: align takes at most {MAX_ALIGN_SECONDS:g} s a file; cut it "
                          "(e.g. by chapter) and align the pieces")
     normalized = asr.comps.normalizer(text)
     tokenizer = asr.comps.tokenizer
-    if not normalized.strip() or not tokenizer.encode(normalized):
+    unknown = sorted(set(normalized) - set(tokenizer.alphabet))
+    if unknown:
+        raise AlignError(f"the text holds characters the model does not spell: {''.join(unknown[:20])!r} (it spells "
+                         f"{''.join(c for c in tokenizer.alphabet if c != ' ')!r} and spaces)")
+    if not normalized.strip():
         raise AlignError(f"nothing to align: {text[:40]!r} has no character the model spells")
     log_probs, starts, lengths = frame_log_probs(asr, wav)
     words = normalized.split()

@@ -359,6 +359,10 @@ def _align(res: list[dict[str, Any]]) -> str:
     rows = []
     for r in res:
         rows.append([r["model"], f"{r['frame_ms']:g} ms", "`align` (the known text)", *cells(r["align"])])
+        for key, what in (("align_first", "each sentence's first word (after a pause)"),
+                          ("align_later", "the words inside sentences")):
+            if key in r:
+                rows.append([r["model"], "", f"`align`: {what}", *cells(r[key])])
         rows.append([r["model"], "", f"greedy word times ({r['greedy']['sentences']} of {r['sentences']} "
                      "sentences transcribed exactly)", *cells(r["greedy"])])
         if "long" in r:

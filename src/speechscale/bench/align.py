@@ -7,7 +7,8 @@ For each sentence the model times the known text (`align`) and transcribes it (`
 each word's start is compared with espeak-ng's (words it speaks with the one before, as "in the", have no start
 of their own and are not scored). Greedy's words are scored only where its transcript is the
 sentence (elsewhere a word has no counterpart). Reported: the absolute start error's median and 90th percentile,
-the mean signed error (negative: early), and the share within 50 and 100 ms, with the model's output frame.
+the mean signed error (negative: early), and the share within 50 and 100 ms, with the model's output frame; `align`'s
+also apart for each sentence's first word (after a pause) and for the words inside sentences.
 `--long-minutes` also times the same sentences as one long recording (repeated to that length): `align` in
 segments, scored the same way.
 """
@@ -93,17 +94,22 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
     rows = []
     for checkpoint, asr in zip(checkpoints, asrs):
         aligned_err, greedy_err, exact, started = [], [], 0, time.perf_counter()
+        first_err, later_err = [], []  # `align`'s on each sentence's first word (after its lead of noise); the rest
         for text, audio, known in speech:
             audio = audio if asr.sample_rate == rate else resample(audio, rate, asr.sample_rate)
             words = align_waveform(asr, audio, text)["words"]
-            aligned_err += [1000 * (words[k]["start"] - t) for k, t in known.items()]
+            errors = {k: 1000 * (words[k]["start"] - t) for k, t in known.items()}
+            aligned_err += errors.values()
+            first_err += [e for k, e in errors.items() if k == 0]
+            later_err += [e for k, e in errors.items() if k > 0]
             greedy = asr.transcribe_batch([audio])[0]
             if greedy["text"] == text:
                 exact += 1
                 greedy_err += [1000 * (greedy["words"][k]["start"] - t) for k, t in known.items()]
         row = {"checkpoint": str(checkpoint), "model": asr.comps.model_name, "sentences": sentences,
                "voice": voice or TEST_VOICE, "frame_ms": round(10_000 / asr.comps.output_frames([10.0])[0], 1),
-               "align": _errors_summary(aligned_err), "greedy": {**_errors_summary(greedy_err), "sentences": exact},
+               "align": _errors_summary(aligned_err), "align_first": _errors_summary(first_err),
+               "align_later": _errors_summary(later_err), "greedy": {**_errors_summary(greedy_err), "sentences": exact},
                "seconds": round(time.perf_counter() - started, 1)}
         if long_minutes > 0:
             text, audio, known = long_recording(speech, rate, long_minutes)

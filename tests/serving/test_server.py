@@ -155,7 +155,15 @@ def test_align_times_an_uploaded_transcript_as_the_cli_does_and_refuses_what_it_
     code, body, kind = _form({"text": raw}, audio, server + "/v1/align?format=srt")
     assert code == 200 and kind.startswith("application/x-subrip")
     assert " ".join(c.content.replace("\n", " ") for c in srt.parse(body)) == LDC
-    for fields, give, want, words in [({}, audio, 422, "`text` field"),
+    two = _form({"text": raw}, audio).replace(b"--speechscaleboundary\r\n", b"--speechscaleboundary\r\nContent-"
+                                              b"Disposition: form-data; name=\"text\"\r\n\r\nzzz\r\n"
+                                              b"--speechscaleboundary\r\n", 1)
+    req = urllib.request.Request(server + "/v1/align", data=two,
+                                 headers={"Content-Type": "multipart/form-data; boundary=speechscaleboundary"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=60)
+    assert info.value.code == 422 and "one `text` field (text), not 2" in json.load(info.value)["detail"]
+    for fields, give, want, words in [({}, audio, 422, "one `text` field (text), not 0"),
                                       ({"text": "?! ..."}, audio, 422, "nothing to align"),
                                       ({"text": "she had λόγος"}, audio, 422, "does not spell: 'γλος'"),
                                       ({"text": " ".join([raw] * 4)}, audio, 422, "longer than the audio"),
@@ -173,6 +181,8 @@ def test_align_times_an_uploaded_transcript_as_the_cli_does_and_refuses_what_it_
         urllib.request.urlopen(req, timeout=60)
     assert info.value.code == 403  # a page elsewhere cannot use it (the checks /v1/transcribe makes)
     assert _post(server, audio)[1]["text"] == LDC
+    with urllib.request.urlopen(server + "/healthz") as r:
+        assert json.load(r)["aligning"] == 0  # every alignment answered or refused, none left counted
 
 
 def test_the_page_uploads_a_file_and_shows_the_transcript_in_chromium(server, tmp_path):

@@ -7,8 +7,9 @@
 - `POST /v1/align`: a multipart upload of `file` and its transcript `text` -> the transcript's words timed on it
   (serving/align.py), the same JSON or subtitles; one alignment runs at a time, `max_queue` may wait, a text longer
   than ALIGN_CHARS_PER_SECOND a second of audio is 413 and one that cannot be aligned 422 with the reason.
-- `GET /healthz` -> {status, model, ...; with a streaming model, stream_rounds and stream_rows: the batched steps
-  of live streams and the streams they held} (503 when the model's batcher has stopped); `GET /` -> the page.
+- `GET /healthz` -> {status, model, ..., aligning (alignments in flight or waiting); with a streaming model,
+  stream_rounds and stream_rows: the batched steps of live streams and the streams they held} (503 when the model's
+  batcher has stopped); `GET /` -> the page.
 - `WS /v1/stream`: live transcription with a streaming model (serving/stream_ws.py has the protocol).
 
 Requests that arrive together are transcribed as one padded batch (up to `max_batch`, waiting at most
@@ -190,7 +191,8 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
     async def healthz() -> Any:
         word = "stopped" if not batcher.alive else "draining" if state.draining else "ok"
         status = {"status": word, "model": asr.comps.model_name, "sample_rate": asr.sample_rate,
-                  "batches": batcher.batches, "waiting": batcher.queue.qsize(), "streams": state.streams}
+                  "batches": batcher.batches, "waiting": batcher.queue.qsize(), "streams": state.streams,
+                  "aligning": aligning["waiting"]}
         if app.state.stream_batcher is not None:  # the streams' model steps: rounds run, and rows they held
             status.update(stream_rounds=app.state.stream_batcher.rounds, stream_rows=app.state.stream_batcher.rows)
         return JSONResponse(status, status_code=200 if word == "ok" else 503)
@@ -220,10 +222,10 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
             if upload is None or isinstance(upload, str):
                 raise HTTPException(422, "multipart upload without a `file` field")
             for key in fields:
-                value = form.get(key)
-                if not isinstance(value, str):
-                    raise HTTPException(422, f"multipart upload without a `{key}` field (text)")
-                texts[key] = value
+                values = form.getlist(key)
+                if len(values) != 1 or not isinstance(values[0], str):
+                    raise HTTPException(422, f"a multipart upload needs one `{key}` field (text), not {len(values)}")
+                texts[key] = values[0]
             data, name = await upload.read(), "uploaded file"  # its client-side filename is never used as a path
             await form.close()
         elif fields:

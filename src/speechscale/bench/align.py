@@ -93,13 +93,12 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
     speech = speech_with_word_starts(sentences, seed, rate, voice)
     rows = []
     for checkpoint, asr in zip(checkpoints, asrs):
-        aligned_err, greedy_err, exact, started = [], [], 0, time.perf_counter()
+        greedy_err, exact, started = [], 0, time.perf_counter()
         first_err, later_err = [], []  # `align`'s on each sentence's first word (after its lead of noise); the rest
         for text, audio, known in speech:
             audio = audio if asr.sample_rate == rate else resample(audio, rate, asr.sample_rate)
             words = align_waveform(asr, audio, text)["words"]
             errors = {k: 1000 * (words[k]["start"] - t) for k, t in known.items()}
-            aligned_err += errors.values()
             first_err += [e for k, e in errors.items() if k == 0]
             later_err += [e for k, e in errors.items() if k > 0]
             greedy = asr.transcribe_batch([audio])[0]
@@ -108,7 +107,7 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
                 greedy_err += [1000 * (greedy["words"][k]["start"] - t) for k, t in known.items()]
         row = {"checkpoint": str(checkpoint), "model": asr.comps.model_name, "sentences": sentences,
                "voice": voice or TEST_VOICE, "frame_ms": round(10_000 / asr.comps.output_frames([10.0])[0], 1),
-               "align": _errors_summary(aligned_err), "align_first": _errors_summary(first_err),
+               "align": _errors_summary(first_err + later_err), "align_first": _errors_summary(first_err),
                "align_later": _errors_summary(later_err), "greedy": {**_errors_summary(greedy_err), "sentences": exact},
                "seconds": round(time.perf_counter() - started, 1)}
         if long_minutes > 0:

@@ -58,6 +58,11 @@ class PhraseDecoder:
             return " ".join(x for x in [*(f.text for f in self.finals), self.beam_text] if x)
         return " ".join(("".join(self.pieces) + "".join(c for c, _ in self.chars)).split())
 
+    @property
+    def _spoken(self) -> bool:
+        """Whether the current phrase's greedy path holds a character other than a space."""
+        return any(c != " " for c, _ in self.chars)
+
     def feed(self, logits: torch.Tensor) -> list[Event]:
         """Decided logits (n, V), in order -> a Final for each phrase that ended, then a Partial when the current
         phrase's text changed."""
@@ -72,7 +77,7 @@ class PhraseDecoder:
             self.prev = token
             self.quiet = self.quiet + 1 if token in (BLANK, self.space) else 0
             self.frame += 1
-            if (self.quiet >= self.endpoint_frames or self._too_long(token)) and "".join(c for c, _ in self.chars).strip():
+            if (self.quiet >= self.endpoint_frames or self._too_long(token)) and self._spoken:
                 text = None
                 if self.beam is not None:  # the phrase's frames end its search; the next phrase starts a new one
                     self._search(log_probs[fed:i + 1])
@@ -83,7 +88,7 @@ class PhraseDecoder:
                 events.append(self._final(text))
                 before = ""
             elif self.beam is not None and self.quiet >= self.endpoint_frames and not self.beam_text and \
-                    not "".join(c for c, _ in self.chars).strip():  # quiet, no text: search again from here on
+                    not self._spoken:  # quiet, no text: search again from here on
                 self.beam.begin()
                 self.beam_frames, self.chars, self.quiet, self.phrase_start, fed = [], [], 0, self.frame, i + 1
                 self.restarts.append(self.frame)
@@ -110,7 +115,7 @@ class PhraseDecoder:
     def _greedy(self, top: Any, lo: int, hi: int) -> None:
         """Keep frames lo:hi of a fed piece's greedy path (`top`: its best log-probabilities and classes), ending at
         output frame `self.frame`; while the phrase holds no text yet, its quiet frames are dropped instead."""
-        if not "".join(c for c, _ in self.chars).strip():
+        if not self._spoken:
             self.path, self.path_probs, self.phrase_start = [], [], self.frame
         elif hi > lo:
             self.path.append(top.indices[lo:hi])

@@ -244,16 +244,11 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
                                      "or mp3 at 4-384 kHz with at most 8 channels)") from None
         return wav, texts
 
-    def answer(result: dict[str, Any], fmt: str) -> dict[str, Any] | Response:
-        if fmt == "json":
-            return result
-        return Response(render(make_cues(result["words"], result["duration"]), fmt), media_type=SUBTITLES[fmt])
-
     @app.post("/v1/transcribe", response_model=None)
     async def transcribe(request: Request) -> dict[str, Any] | Response:
         fmt = _format(request)
         wav, _ = await intake(request)
-        return answer(await batcher.transcribe(wav), fmt)
+        return _respond(await batcher.transcribe(wav), fmt)
 
     @app.post("/v1/align", response_model=None)
     async def align(request: Request) -> dict[str, Any] | Response:
@@ -280,7 +275,7 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
             raise HTTPException(500, "alignment failed for this audio; see the server's log") from None
         finally:
             aligning["waiting"] -= 1
-        return answer(result, fmt)
+        return _respond(result, fmt)
 
     return app
 
@@ -291,6 +286,13 @@ def _format(request: Request) -> str:
     if fmt not in ("json", *SUBTITLES):
         raise HTTPException(422, f"format must be json, srt or vtt, not {fmt[:20]!r}")
     return fmt
+
+
+def _respond(result: dict[str, Any], fmt: str) -> dict[str, Any] | Response:
+    """A transcript's JSON, or its words as subtitles in `fmt`."""
+    if fmt == "json":
+        return result
+    return Response(render(make_cues(result["words"], result["duration"]), fmt), media_type=SUBTITLES[fmt])
 
 
 async def _read_limited(request: Request, max_bytes: int) -> bytes:

@@ -117,14 +117,14 @@ class Transcriber:
             logits, lengths = self.model(batch.to(self.device), lens.to(self.device))
             groups.append(logits.float().log_softmax(-1).cpu())  # (B, T', V)
             out_lens.append(lengths.cpu())
-            frame_s += [hop_s * int(n) / max(1, int(m)) for n, m in zip(lens, lengths.cpu())]
+            frame_s += [hop_s * int(n) / max(1, int(m)) for n, m in zip(lens, out_lens[-1])]
         frames = max(x.shape[1] for x in groups)
         log_probs = torch.cat([torch.nn.functional.pad(x, (0, 0, 0, frames - x.shape[1])) for x in groups])
         return [(w, offset) for w, offset, _ in pieces], log_probs, torch.cat(out_lens), frame_s
 
     def transcribe_batch(self, wavs: list[np.ndarray]) -> list[dict[str, Any]]:
         """Waveforms (T,) float32 at the model's rate -> {"text", "duration", "words"} each. Long audio is
-        cut into chunks; all chunks of all waveforms run as one padded batch. With the greedy decoder each
+        cut into chunks; the chunks of all waveforms run as padded batches (forward_pieces). With the greedy decoder each
         word carries start, end (s) and a confidence from the CTC alignment; other decoders give the words."""
         results: list[dict[str, Any]] = [{"text": "", "duration": round(wav.shape[0] / self.sample_rate, 3),
                                           "words": []} for wav in wavs]

@@ -153,3 +153,53 @@ for argv in (["recipes"], ["recipes", "show", "nope"], ["--version"], ["bench", 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split("\n")[:4] == ["recipes 0 False 0", "nope 2 False 1", "--version 0 False 0",
                                           "--help 0 False 0"], out.stdout
+
+
+_UNWRITABLE = [  # (argv before the output path, its flag, argv after): every command that writes a file or folder
+    (["synth", "--minutes", "1"], "--out", []),
+    (["data", "import", "fsdd", "src"], "--out", []),
+    (["data", "shard", "m.jsonl"], "--out", []),
+    (["lm", "build", "t.txt"], "--out", []),
+    (["export", "--checkpoint", "c.pt", "--format", "onnx"], "--out", []),
+    (["average", "c.pt", "c.pt"], "--out", []),
+    (["plan"], "--out", []),
+    (["report", "run"], "--out", []),
+    (["transcribe", "--checkpoint", "c.pt", "--format", "srt", "a.wav"], "--out-dir", []),
+    (["align", "--checkpoint", "c.pt", "--text", "hi", "--format", "srt", "a.wav"], "--out-dir", []),
+    (["bench", "straggler"], "--out", []),
+    (["bench", "soak"], "--out", []),
+    (["bench", "align", "--checkpoint", "c.pt"], "--out", []),
+]
+
+
+@pytest.mark.parametrize("before,flag,after", _UNWRITABLE, ids=lambda v: "-".join(v) if isinstance(v, list) else v)
+def test_an_output_that_cannot_be_written_is_one_line_before_any_work(capsys, tmp_path, before, flag, after):
+    """An output path under a regular file (no folder can be made there) fails while the arguments are parsed,
+    in one line naming the flag and the path; the inputs are never looked at (they do not exist) and nothing
+    is created."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    target = blocker / "sub" / "out"
+    code, out, err = main_cli(capsys, *before, flag, str(target), *after)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"argument {flag}: cannot write to {target}" in err and "Not a directory" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_outputs_are_checked_without_leaving_folders_and_a_file_is_not_a_folder(capsys, tmp_path):
+    from speechscale.commands.args import out_file, out_folder
+
+    deep = tmp_path / "x" / "y" / "z"
+    assert out_folder(str(deep)) == deep and not (tmp_path / "x").exists()  # checked, then removed again
+    assert out_file(str(deep / "m.onnx")) == deep / "m.onnx" and not (tmp_path / "x").exists()
+    assert out_file("s3://bucket/model.pt") == "s3://bucket/model.pt"  # a URL: its first write tells
+    (tmp_path / "f").write_text("x")
+    code, _, err = main_cli(capsys, "synth", "--out", str(tmp_path / "f"))
+    assert code == 2 and "is a file, not a folder" in err and err.count("\n") == 1
+    code, _, err = main_cli(capsys, "export", "--checkpoint", "c.pt", "--format", "onnx", "--out", str(tmp_path))
+    assert code == 2 and "is a folder; name the file to write" in err and err.count("\n") == 1
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "report").write_text("x")  # the default report folder is taken by a file: one line before the plots
+    code, _, err = main_cli(capsys, "report", str(run))
+    assert code == 2 and "is a file, not a folder; give --out DIR" in err and err.count("\n") == 1, err

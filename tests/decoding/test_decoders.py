@@ -141,6 +141,11 @@ def test_cli_tune_lm_writes_the_pair_that_eval_picks_up_and_eval_details(ldc_che
     best = json.loads(cli("tune-lm", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--lm", str(arpa),
                           "--trials", "4").stdout)
     assert json.loads((tmp_path / "lm.arpa.tuned.json").read_text())["alpha"] == best["alpha"]
+    for bad, said in [(["--lm", str(tmp_path / "none.arpa")], "language model not found"),
+                      (["--lm", str(text)], "not a KenLM model"),
+                      (["--lm", str(arpa), "--lexicon", str(tmp_path / "none.txt")], "none.txt")]:
+        proc = cli("tune-lm", "--checkpoint", str(ldc_checkpoint), "--manifest", m, *bad, check=False)
+        assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     res = json.loads(cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json", "--decoder",
                          "beam", "--lm", str(arpa), "--details", str(tmp_path / "d.jsonl")).stdout)
     assert (res["alpha"], res["beta"]) == (best["alpha"], best["beta"])

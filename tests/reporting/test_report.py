@@ -95,4 +95,4 @@ def test_old_logs_without_start_rows_split_where_the_step_goes_back(tmp_path):
 
 def test_report_of_a_folder_without_metrics_is_one_line(tmp_path, cli):
     proc = cli("report", str(tmp_path), check=False)
-    assert proc.returncode != 0 and "no metrics.jsonl" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.returncode == 2 and "no metrics.jsonl" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any, Callable
 
 
@@ -50,6 +52,41 @@ def port(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}")
     return int(text)
+
+
+def out_folder(text: str) -> Path | str:
+    """An argparse type: an output folder, checked now that it can be created and written, so that no work is
+    lost to it at the end (nothing is left behind; a URL passes, its first write tells)."""
+    from .. import storage
+
+    if storage.is_remote(text):
+        return text
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    try:
+        storage.check_writable(text)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write to {text} ({e.strerror or e})") from None
+    return Path(text)
+
+
+def out_file(text: str) -> Path | str:
+    """An argparse type: a file to write, checked now (its folder can be created and written, and the file, if
+    it exists, is a file that may be replaced); a URL passes."""
+    from .. import storage
+
+    if storage.is_remote(text):
+        return text
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; name the file to write")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write to {text} (permission denied)")
+    try:
+        out_folder(str(path.parent))
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"cannot write to {text}: {e}") from None
+    return path
 
 
 def int_list(text: str) -> list[int]:

@@ -5,6 +5,8 @@ import argparse
 import json
 from typing import Any, Callable
 
+from .args import out_file
+
 
 def average(args: argparse.Namespace) -> int:
     from ..storage.averaging import average_checkpoints, ema_checkpoint, newest_steps
@@ -22,7 +24,7 @@ def average(args: argparse.Namespace) -> int:
         paths = newest_steps(args.dir, args.last) if args.last else args.checkpoints
         ckpt = average_checkpoints(paths)
     save_checkpoint(args.out, ckpt)
-    print(json.dumps({"out": args.out, "averaged_from": ckpt["averaged_from"],
+    print(json.dumps({"out": str(args.out), "averaged_from": ckpt["averaged_from"],
                       "model": ckpt["config"]["model"]["name"]}))
     return 0
 
@@ -37,5 +39,5 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     a.add_argument("--last", type=positive(int), default=0, help="average the newest N step-N.pt of --dir")
     a.add_argument("--dir", default=None, help="a run's checkpoints folder (with --last)")
     a.add_argument("--ema", default=None, help="a checkpoint of a run trained with trainer.ema_decay: its EMA weights")
-    a.add_argument("--out", required=True, help="the checkpoint to write (local path or URL)")
+    a.add_argument("--out", required=True, type=out_file, help="the checkpoint to write (local path or URL)")
     a.set_defaults(func=average)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import bench_infer, bench_serving
-from .args import Parser, choice, choice_list, int_list, positive, yaml_mapping
+from .args import Parser, choice, choice_list, int_list, out_file, out_folder, positive, yaml_mapping
 
 
 def _feature_kinds() -> tuple[str, ...]:
@@ -232,7 +232,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bst.add_argument("--seeds", type=int_list, default=None, help="comma-separated trainer.seed values, one run each")
     bst.add_argument("--target-wer", type=float, default=None,
                      help="also time each run to its first validation WER at or below this (e.g. 0.05)")
-    bst.add_argument("--out", default="runs/bench_straggler", help="folder for results.json and straggler.png")
+    bst.add_argument("--out", type=out_folder, default="runs/bench_straggler", help="folder for results.json and straggler.png")
     bst.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
     bst.set_defaults(func=straggler)
     bench_infer.register(bsub, command)
@@ -269,7 +269,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     ba.add_argument("--seed", type=int, default=1, help="which sentences and leads")
     ba.add_argument("--long-minutes", type=float, default=0.0,
                     help="also align the sentences as one recording, repeated to this many minutes (0: not)")
-    ba.add_argument("--out", type=Path, default=None, help="also write the result with its provenance to this JSON file")
+    ba.add_argument("--out", type=out_file, default=None, help="also write the result with its provenance to this JSON file")
     ba.set_defaults(func=align)
     be = command(bsub, "export", "inference latency per clip: PyTorch vs ONNX Runtime vs TorchScript, as JSON")
     be.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .args import choice_list, positive
+from .args import choice_list, out_folder, positive
 
 
 def stream(args: argparse.Namespace) -> int:
@@ -78,7 +78,7 @@ def register(bsub: Any, command: Callable[..., argparse.ArgumentParser]) -> None
     bk.add_argument("--streams", type=positive(int), default=4, help="real-time streams at any time")
     bk.add_argument("--checkpoint", default=None,
                     help="a streaming model's checkpoint (default: ds2-streaming-tiny's initial weights)")
-    bk.add_argument("--out", default="runs/soak", help="folder for soak.json and soak.png")
+    bk.add_argument("--out", type=out_folder, default="runs/soak", help="folder for soak.json and soak.png")
     bk.add_argument("--manifest", default=None,
                     help="speech to send (its first files end to end) (default: synthesized speech)")
     bk.set_defaults(func=soak)

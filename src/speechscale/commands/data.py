@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .args import Parser, positive
+from .args import Parser, out_folder, positive
 
 
 def synth(args: argparse.Namespace) -> int:
@@ -70,7 +70,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     from ..data.importers import IMPORTERS
 
     s = command(sub, "synth", "synthesize the demo corpus with espeak-ng")
-    s.add_argument("--out", required=True, type=Path, help="output folder (train.jsonl, test.jsonl, audio/)")
+    s.add_argument("--out", required=True, type=out_folder, help="output folder (train.jsonl, test.jsonl, audio/)")
     s.add_argument("--minutes", type=positive(float), default=30.0, help="minutes of training audio")
     s.add_argument("--test-minutes", type=positive(float), default=None,
                    help="minutes of test audio (default 10%% of --minutes)")
@@ -86,7 +86,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     di = command(dsub, "import", "an already-downloaded corpus in its official layout -> OUT/manifest.jsonl")
     di.add_argument("corpus", choices=list(IMPORTERS), help="the corpus layout")
     di.add_argument("src", type=Path, help="the corpus folder (a CSV file for csv)")
-    di.add_argument("--out", required=True, type=Path, help="output folder (manifest.jsonl; tedlium: audio/)")
+    di.add_argument("--out", required=True, type=out_folder, help="output folder (manifest.jsonl; tedlium: audio/)")
     di.add_argument("--split", default="", help="commonvoice: the .tsv name (default validated); mls, tedlium: "
                                                 "a split folder under SRC")
     di.add_argument("--min-duration", type=float, default=0.0, help="skip shorter utterances (seconds)")
@@ -106,7 +106,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     dd.set_defaults(func=data_download)
     ds = command(dsub, "shard", "a manifest -> tar shards (WebDataset layout) and OUT/index.jsonl, for streaming")
     ds.add_argument("manifest", help="the manifest to shard (its valid lines)")
-    ds.add_argument("--out", required=True, type=Path, help="output folder (shard-NNNNNN.tar, index.jsonl)")
+    ds.add_argument("--out", required=True, type=out_folder, help="output folder (shard-NNNNNN.tar, index.jsonl)")
     ds.add_argument("--shard-size", type=positive(int), default=1000, help="utterances per shard")
     ds.add_argument("--codec", choices=["flac"], default=None,
                     help="re-encode the audio as 16-bit FLAC (default: keep each file's bytes)")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .args import DecoderDefaults, Parser, decoder_args, decoder_config, device_arg, positive
+from .args import DecoderDefaults, Parser, decoder_args, decoder_config, device_arg, out_file, out_folder, positive
 
 
 def _write_details(path: str, res: Any, loader: Any) -> None:
@@ -291,10 +291,14 @@ def align(args: argparse.Namespace) -> int:
 
 
 def tune_lm(args: argparse.Namespace) -> int:
+    from ..decoding.decoders import DecoderConfig, build_decoder
     from ..decoding.scoring import checkpoint_loader
     from ..decoding.tune import cache_log_probs, tune, write_tuned
 
     comps, loader, _ = checkpoint_loader(args.checkpoint, args.manifest)
+    # a missing or unreadable LM or lexicon: one line before the model runs
+    build_decoder(DecoderConfig("lexicon" if args.lexicon else "beam", lm=args.lm, lexicon=args.lexicon or ""),
+                  comps.tokenizer)
     cache = cache_log_probs(comps.model, loader)
     best = tune(cache, comps.tokenizer, args.lm, args.trials, args.beam_width, args.lexicon or "")
     print(json.dumps({**best, "written": str(write_tuned(args.lm, best, args.manifest))}))
@@ -355,7 +359,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     r.add_argument("--format", choices=["text", "json", "srt", "vtt"], default="text",
                    help="a line of text per file, a JSON object per file, or subtitles (SRT or WebVTT: cues of up "
                         "to two lines of 42 characters and 7 s, a new cue after a pause)")
-    r.add_argument("--out-dir", type=Path, default=None,
+    r.add_argument("--out-dir", type=out_folder, default=None,
                    help="--format srt|vtt: write each FILE's subtitles to DIR/NAME.srt (or .vtt) instead of "
                         "standard output (needed for several files)")
     r.add_argument("--chunk-seconds", type=float, default=20.0,
@@ -386,7 +390,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="align every utterance of this manifest to its text instead (no FILE)")
     a.add_argument("--format", choices=["json", "srt", "vtt"], default="json",
                    help="a JSON object per file (its words with start, end, confidence), or subtitles")
-    a.add_argument("--out-dir", type=Path, default=None,
+    a.add_argument("--out-dir", type=out_folder, default=None,
                    help="--format srt|vtt: write each file's subtitles to DIR/NAME.srt (or .vtt)")
     a.add_argument("--chunk-seconds", type=float, default=20.0,
                    help="long audio runs through the model in chunks cut at quiet points, at most this long")
@@ -410,5 +414,5 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     lb = command(lsub, "build", "text (one sentence a line) -> a Kneser-Ney ARPA model with <unk>")
     lb.add_argument("text", help="a text file, one sentence a line (normalized as training targets are)")
     lb.add_argument("--order", type=positive(int), default=3, help="n-gram order")
-    lb.add_argument("--out", required=True, type=Path, help="the ARPA file to write")
+    lb.add_argument("--out", required=True, type=out_file, help="the ARPA file to write")
     lb.set_defaults(func=lm_build)

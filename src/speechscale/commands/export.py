@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any, Callable
+
+from .args import out_file
 
 
 def export(args: argparse.Namespace) -> int:
@@ -27,7 +28,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     x = command(sub, "export", "a checkpoint's acoustic model as ONNX or TorchScript (dynamic batch and time)")
     x.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
     x.add_argument("--format", required=True, choices=["onnx", "torchscript"], help="the file format")
-    x.add_argument("--out", required=True, type=Path, help="the file to write (e.g. model.onnx, model.ts)")
+    x.add_argument("--out", required=True, type=out_file, help="the file to write (e.g. model.onnx, model.ts)")
     x.add_argument("--streaming", action="store_true",
                    help="a streaming model's step instead (feature chunk + state in, logits + state out), for "
                         "`transcribe --stream --checkpoint FILE.onnx`")

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any, Callable
 
 from ..planning.hardware import GPUS, JITTER, LINKS, Link
 from ..planning.model import STRATEGIES, Cluster, PlanError, Workload, plan
-from .args import positive, yaml_mapping
+from .args import out_folder, positive, yaml_mapping
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="report the cheapest GPU count and pricing that finishes in time")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the plan as JSON")
-    o.add_argument("--out", type=Path, default=None, help="folder for plan.json and plan.png")
+    o.add_argument("--out", type=out_folder, default=None, help="folder for plan.json and plan.png")
     o.add_argument("--calibrate", action="store_true", help="print the calibration against published runs and exit")
     o.add_argument("--validate", action="store_true",
                    help="measure gloo allreduce here and compare the model with real DDP steps, then exit")

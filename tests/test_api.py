@@ -79,6 +79,17 @@ def test_an_export_carries_the_card_and_transcribes_through_the_api(ldc_checkpoi
     assert 0 <= first.start < first.end <= results[0].duration and 0 < first.confidence <= 1
     with pytest.raises(ValueError, match="mono"):
         model.transcribe(stereo, sample_rate=rate)
+    # an array is checked as a file is: its rate, its samples (a file with NaN is an AudioError; an array too)
+    wav_samples, wav_rate = sf.read(wav, dtype="float32")
+    for bad_rate in [0, -8000, 100, 10**9, 16000.5, "16000", True]:
+        with pytest.raises(ValueError, match="sample_rate must be a whole number of Hz from 4000 to 384000"):
+            model.transcribe(wav_samples, sample_rate=bad_rate)
+    for bad in [np.full(1600, np.nan, np.float32), np.r_[wav_samples, np.inf].astype(np.float32)]:
+        with pytest.raises(ValueError, match="non-finite"):
+            model.transcribe(bad)
+    with pytest.raises(ValueError, match="expected mono float samples, got bytes"):
+        model.transcribe(b"RIFF")
+    assert model.transcribe(list(wav_samples), sample_rate=wav_rate).text == LDC_TEXT  # a plain list of numbers
 
 
 def test_device_flags_choose_where_the_model_runs(ldc_checkpoint, capsys, tmp_path):

@@ -203,3 +203,12 @@ def test_outputs_are_checked_without_leaving_folders_and_a_file_is_not_a_folder(
     (run / "report").write_text("x")  # the default report folder is taken by a file: one line before the plots
     code, _, err = main_cli(capsys, "report", str(run))
     assert code == 2 and "is a file, not a folder; give --out DIR" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("flag,value,said", [("--rate", "100", "expected a sample rate of 4000-384000 Hz"),
+                                             ("--rate", "16k", "expected a sample rate"),
+                                             ("--endpoint-frames", "0", "expected a whole number from 1 to 1000"),
+                                             ("--endpoint-frames", "5000", "expected a whole number from 1 to 1000")])
+def test_a_stream_rate_or_endpoint_out_of_bounds_is_one_line(capsys, flag, value, said):
+    code, _, err = main_cli(capsys, "transcribe", "--stream", "--checkpoint", "c.pt", flag, value, "-")
+    assert code == 2 and f"argument {flag}: {said}" in err and err.count("\n") == 1, err

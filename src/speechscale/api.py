@@ -165,14 +165,12 @@ class Model:
 
     def _waveform(self, audio: str | Path | np.ndarray, sample_rate: int | None) -> np.ndarray:
         """A file or a mono float waveform at `sample_rate` -> (T,) float32 at the model's rate."""
-        from .data.audio import load_audio, resample
+        from .data.audio import as_waveform, check_rate, load_audio, resample
 
         if isinstance(audio, (str, Path)):
             return load_audio(audio, self.sample_rate)
-        wav = np.asarray(audio, dtype=np.float32)
-        if wav.ndim != 1:
-            raise ValueError(f"expected a mono waveform (T,), got shape {wav.shape}; average the channels first")
-        rate = sample_rate or self.sample_rate
+        rate = self.sample_rate if sample_rate is None else check_rate(sample_rate)
+        wav = as_waveform(audio)
         return wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate)
 
     def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30, step_ms: float = 100.0

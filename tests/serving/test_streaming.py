@@ -251,6 +251,16 @@ def test_the_python_api_streams_a_streaming_checkpoint(streaming_checkpoint):
     stream = model.stream(sample_rate=rate)
     events = [e for i in range(0, len(wav), 800) for e in stream.accept(wav[i:i + 800])] + stream.finish()
     assert stream.text == text and events[-1].type == "final" and events[-1].text == text
+    for bad in [dict(sample_rate=0), dict(sample_rate=10**9), dict(endpoint_frames=0),
+                dict(endpoint_frames=1001), dict(endpoint_frames=2.5)]:
+        with pytest.raises(ValueError, match="sample_rate must be|endpoint_frames must be"):
+            model.stream(**bad)
+    stream = model.stream(sample_rate=rate)  # a bad piece is refused before it reaches the stream's state
+    for bad, said in [(np.full(800, np.nan, np.float32), "non-finite"), (wav[:1600].reshape(2, 800), "mono")]:
+        with pytest.raises(ValueError, match=said):
+            stream.accept(bad)
+    events = [e for i in range(0, len(wav), 800) for e in stream.accept(wav[i:i + 800])] + stream.finish()
+    assert stream.text == text and events[-1].text == text
 
 
 @pytest.mark.parametrize("name", ["beam", "lexicon"])

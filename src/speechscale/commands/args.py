@@ -89,6 +89,24 @@ def out_file(text: str) -> Path | str:
     return path
 
 
+def sample_rate(text: str) -> int:
+    """An argparse type: a sample rate in Hz that audio may have (data.audio's bounds)."""
+    from ..data.audio import MAX_RATE, MIN_RATE
+
+    if not text.isdigit() or not MIN_RATE <= int(text) <= MAX_RATE:
+        raise argparse.ArgumentTypeError(f"expected a sample rate of {MIN_RATE}-{MAX_RATE} Hz, got {text!r}")
+    return int(text)
+
+
+def endpoint_frames(text: str) -> int:
+    """An argparse type: the quiet output frames that end a streamed phrase (serving.phrases' bounds)."""
+    from ..serving.phrases import MAX_ENDPOINT_FRAMES
+
+    if not text.isdigit() or not 1 <= int(text) <= MAX_ENDPOINT_FRAMES:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_ENDPOINT_FRAMES}, got {text!r}")
+    return int(text)
+
+
 def int_list(text: str) -> list[int]:
     """An argparse type: comma-separated integers (one line from argparse otherwise)."""
     try:

@@ -6,7 +6,18 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .args import DecoderDefaults, Parser, decoder_args, decoder_config, device_arg, out_file, out_folder, positive
+from .args import (
+    DecoderDefaults,
+    Parser,
+    decoder_args,
+    decoder_config,
+    device_arg,
+    endpoint_frames,
+    out_file,
+    out_folder,
+    positive,
+    sample_rate,
+)
 
 
 def _write_details(path: str, res: Any, loader: Any) -> None:
@@ -371,9 +382,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                         "streaming model: partial text in place, a line per phrase")
     r.add_argument("--no-realtime", dest="realtime", action="store_false",
                    help="--stream: feed the audio as fast as it is computed, not in real time")
-    r.add_argument("--rate", type=positive(int), default=None,
+    r.add_argument("--rate", type=sample_rate, default=None,
                    help="--stream -: the sample rate of standard input's PCM (default: the model's)")
-    r.add_argument("--endpoint-frames", type=positive(int), default=30,
+    r.add_argument("--endpoint-frames", type=endpoint_frames, default=30,
                    help="--stream: output frames of blank or space that end a phrase")
     r.add_argument("--step-ms", type=positive(float), default=None,
                    help="--stream: audio per model step, rounded up to whole output frames (default 100); a "

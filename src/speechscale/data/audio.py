@@ -30,6 +30,27 @@ class AudioTooLong(AudioError):
 MIN_RATE, MAX_RATE, MAX_CHANNELS = 4_000, 384_000, 8  # what a header may claim before anything is decoded
 
 
+def check_rate(rate: Any) -> int:
+    """`rate` when it is a whole number of Hz that audio may have (MIN_RATE-MAX_RATE); ValueError otherwise."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or not MIN_RATE <= rate <= MAX_RATE:
+        raise ValueError(f"sample_rate must be a whole number of Hz from {MIN_RATE} to {MAX_RATE}, got {rate!r}")
+    return int(rate)
+
+
+def as_waveform(samples: Any) -> np.ndarray:
+    """(T,) float32 of mono `samples` (an array or a sequence of numbers); ValueError when they are not one
+    channel of finite numbers."""
+    try:
+        wav = np.asarray(samples, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"expected mono float samples, got {type(samples).__name__} ({e})") from None
+    if wav.ndim != 1:
+        raise ValueError(f"expected a mono waveform (T,), got shape {wav.shape}; average the channels first")
+    if not np.isfinite(wav).all():
+        raise ValueError("the waveform holds non-finite samples (NaN or infinity)")
+    return wav
+
+
 def check_file(path: str | Path, error: type[Exception]) -> None:
     """Raise `error` saying what is wrong when local `path` is missing, a directory or empty."""
     p = Path(path)

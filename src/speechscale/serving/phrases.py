@@ -20,6 +20,7 @@ from ..decoding.greedy import BLANK
 from .events import Event, Final, Partial, Word
 
 MAX_PHRASE_SECONDS = 30.0  # a phrase this long ends at its next space (or, a third of that later, its next blank)
+MAX_ENDPOINT_FRAMES = 1000  # the most quiet output frames a stream may ask for before a phrase ends
 
 
 class PhraseDecoder:

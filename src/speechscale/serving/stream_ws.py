@@ -36,8 +36,10 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
+from ..data.audio import MAX_RATE, MIN_RATE
 from .events import Event, Partial
 from .origins import host_allowed, origin_allowed
+from .phrases import MAX_ENDPOINT_FRAMES
 from .recognizer import Recognizer, Stream, StreamingRefused
 from .stream_batcher import StreamBatcher
 
@@ -145,12 +147,12 @@ def _start(message: dict[str, Any], refused: str) -> tuple[int, str, int, bool]:
     if not isinstance(start, dict) or start.get("type") != "start":
         raise Closed(1007, 'the first message must be {"type": "start", "sample_rate": ..., "encoding": ...}')
     rate, encoding, endpoint = start.get("sample_rate"), start.get("encoding", "pcm16"), start.get("endpoint_frames", 30)
-    if not _integer(rate) or not 4000 <= rate <= 384000:
-        raise Closed(1007, "sample_rate must be an integer from 4000 to 384000")
+    if not _integer(rate) or not MIN_RATE <= rate <= MAX_RATE:
+        raise Closed(1007, f"sample_rate must be an integer from {MIN_RATE} to {MAX_RATE}")
     if not isinstance(encoding, str) or encoding not in ENCODINGS:
         raise Closed(1007, f"encoding must be one of {', '.join(ENCODINGS)}")
-    if not _integer(endpoint) or not 1 <= endpoint <= 1000:
-        raise Closed(1007, "endpoint_frames must be an integer from 1 to 1000")
+    if not _integer(endpoint) or not 1 <= endpoint <= MAX_ENDPOINT_FRAMES:
+        raise Closed(1007, f"endpoint_frames must be an integer from 1 to {MAX_ENDPOINT_FRAMES}")
     if not isinstance(start.get("partials", "changes"), str) or start.get("partials", "changes") not in ("changes", "every"):
         raise Closed(1007, 'partials must be "changes" or "every"')
     if refused:

@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..data.audio import as_waveform, check_rate
 from .events import Event
+from .phrases import MAX_ENDPOINT_FRAMES
 from .recognizer import Recognizer, Stream, StreamingRefused
 
 __all__ = ["StreamingSession", "StreamingRefused"]
@@ -40,6 +42,12 @@ class StreamingSession:
         PyTorch; the text is the same. `decoder`: a BeamDecoder of its own (decoding.decoders: beam, LM,
         lexicon) searched incrementally, each phrase as its own utterance; greedy when None. `chunk_ms`: audio
         per model step."""
+        if sample_rate is not None:
+            check_rate(sample_rate)
+        if isinstance(endpoint_frames, bool) or not isinstance(endpoint_frames, int) or \
+                not 1 <= endpoint_frames <= MAX_ENDPOINT_FRAMES:
+            raise ValueError(f"endpoint_frames must be a whole number from 1 to {MAX_ENDPOINT_FRAMES}, "
+                             f"got {endpoint_frames!r}")
         self.recognizer = Recognizer(comps, step=step, chunk_ms=chunk_ms)
         self.stream: Stream = self.recognizer.create_stream(sample_rate, endpoint_frames, decoder)
         self.frame_s = self.recognizer.frame_s
@@ -76,7 +84,7 @@ class StreamingSession:
     def accept(self, samples: np.ndarray) -> list[Event]:
         """Mono float samples at the stream's rate -> a Final for each phrase that ended, then a Partial with the
         current phrase's text when it changed."""
-        self.stream.push(samples)
+        self.stream.push(as_waveform(samples))
         self.recognizer.decode_streams([self.stream])
         return self.stream.events()
 

@@ -60,6 +60,15 @@ def test_beam_without_lm_agrees_with_greedy_on_a_confident_model(ldc_checkpoint)
     assert greedy == beam == [LDC]
 
 
+def test_a_beam_of_no_width_is_refused(ldc_checkpoint):
+    from speechscale.config import ConfigError
+
+    comps = load_components(ldc_checkpoint, "cpu")
+    for width in [0, -1, 2.5, True]:
+        with pytest.raises(ConfigError, match="beam_width must be a whole number of at least 1"):
+            build_decoder(DecoderConfig("beam", beam_width=width), comps.tokenizer)
+
+
 def test_an_lm_and_a_lexicon_repair_noisy_output(ldc_checkpoint, lm):
     comps, lp, lens = _log_probs(ldc_checkpoint, 1.2)  # features buried in noise: greedy output degrades
     greedy = build_decoder("greedy", comps.tokenizer)(lp, lens)[0]
@@ -111,6 +120,12 @@ def test_cli_builds_an_lm_and_decodes_with_it(ldc_checkpoint, lm, tmp_path, cli)
     bad = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--decoder", "beam", "--lm",
               str(tmp_path / "missing.arpa"), wav, check=False)
     assert bad.returncode == 2 and "language model not found" in bad.stderr
+    # a word list without a search that reads it is refused, not silently unused (greedy is the default decoder)
+    for flags, said in [(["--lm", str(tmp_path / "x.arpa")], "--lm go with"),
+                        (["--decoder", "greedy", "--lexicon", str(lm / "lexicon.txt"), "--hotwords", "she"],
+                         "--lexicon and --hotwords go with")]:
+        bad = cli("transcribe", "--checkpoint", str(ldc_checkpoint), *flags, wav, check=False)
+        assert bad.returncode == 2 and said in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 
 def test_tune_lm_finds_a_better_pair_than_the_default_on_cached_output(ldc_checkpoint, lm):

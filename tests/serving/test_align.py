@@ -108,6 +108,11 @@ def test_long_audio_is_aligned_a_segment_at_a_time_with_the_times_of_one_search(
     with pytest.raises(align.AlignError, match="agrees with the text") as info:
         align.align_waveform(asr, audio, " ".join(["yes no"] * 40), segment_seconds=8)
     assert "\n" not in str(info.value)
+    for bad in [0, -1, float("nan"), 4.9]:  # through the API too: a segment of no length would never end
+        with pytest.raises(align.AlignError, match="segments must be at least 5 s long"):
+            speechscale.load(ldc_checkpoint, device="cpu").align(audio, text, 16000, segment_seconds=bad)
+    with pytest.raises(align.AlignError, match="must be a string, got int"):
+        align.align_waveform(asr, audio, 123)
 
 
 def test_the_cli_reads_a_long_transcript_from_a_file_and_aligns_it_in_segments(ldc_checkpoint, tmp_path, capsys):
@@ -123,7 +128,7 @@ def test_the_cli_reads_a_long_transcript_from_a_file_and_aligns_it_in_segments(l
     assert max(abs(a[k] - b[k]) for a, b in zip(one["words"], cut["words"]) for k in ("start", "end")) <= 0.15
     for args, words in [(["--text", RAW, "--text-file", str(tmp_path / "long.txt")], "give the transcript once"),
                         (["--text-file", str(tmp_path / "missing.txt")], "cannot be read as UTF-8 text"),
-                        (["--text", RAW, "--segment-seconds", "2"], "at least 10 s")]:
+                        (["--text", RAW, "--segment-seconds", "2"], "at least 5 s")]:
         code, _, err = main_cli(capsys, "align", "--checkpoint", str(ldc_checkpoint), str(tmp_path / "long.wav"), *args)
         assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
 

@@ -257,6 +257,7 @@ def _subtitle_paths(files: list[str], fmt: str, out_dir: Path | None, manifest: 
 def align(args: argparse.Namespace) -> int:
     """`align`: each FILE's (or manifest utterance's) transcript timed on its audio."""
     from ..config import ConfigError
+    from ..serving.align import MIN_SEGMENT_SECONDS
     from ..serving.transcribe import check_chunk_seconds
 
     if args.text is not None and args.text_file is not None:
@@ -272,8 +273,9 @@ def align(args: argparse.Namespace) -> int:
         raise ConfigError("align one FILE to its --text \"...\" or --text-file (or every utterance of a --manifest to "
                           "its text)")
     check_chunk_seconds(args.chunk_seconds)
-    if not args.segment_seconds >= 10:
-        raise ConfigError(f"--segment-seconds={args.segment_seconds}: segments must be at least 10 s long")
+    if not args.segment_seconds >= MIN_SEGMENT_SECONDS:
+        raise ConfigError(f"--segment-seconds={args.segment_seconds}: segments must be at least "
+                          f"{MIN_SEGMENT_SECONDS:g} s long")
     if args.manifest:
         from ..data.manifest import read_manifest
 

@@ -77,7 +77,14 @@ def build_decoder(cfg: DecoderConfig | str, tokenizer: CharTokenizer,
     if cfg.name not in DECODERS:
         raise ConfigError(f"decoder must be one of {', '.join(DECODERS)}, not {cfg.name!r}")
     if cfg.name == "greedy":
+        given = [flag for flag, value in (("--lm", cfg.lm), ("--lexicon", cfg.lexicon), ("--hotwords", cfg.hotwords))
+                 if value]
+        if given:  # a word list the greedy decoder would silently not use
+            raise ConfigError(f"{' and '.join(given)} go with --decoder beam or lexicon: the greedy decoder reads "
+                              "no words")
         return GreedyDecoder(tokenizer)
+    if isinstance(cfg.beam_width, bool) or not isinstance(cfg.beam_width, int) or cfg.beam_width < 1:
+        raise ConfigError(f"beam_width must be a whole number of at least 1, got {cfg.beam_width!r}")
     if cfg.name == "lexicon" and not cfg.lexicon:
         raise ConfigError("the lexicon decoder needs --lexicon (a word list, one word a line)")
     return BeamDecoder(cfg, tokenizer, normalize)

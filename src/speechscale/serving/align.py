@@ -24,6 +24,7 @@ from ..decoding.alignment import ctc_align, path_words
 from .transcribe import Transcriber
 
 MAX_ALIGN_SECONDS = 3 * 3600.0
+MIN_SEGMENT_SECONDS = 5.0  # a shorter segment holds too few words to find a run of ANCHOR_WORDS to cut in
 ANCHOR_WORDS = 3  # a cut lies inside a run of this many words on which the text and the greedy transcript agree
 MAX_SEARCH_CELLS = 600_000_000  # frames x states of one search (its bytes of back-pointers)
 
@@ -51,6 +52,10 @@ def align_waveform(asr: Transcriber, wav: np.ndarray, text: str, segment_seconds
     longer than `segment_seconds` is aligned in segments (see the module doc). AlignError when the audio is too
     long, the text has nothing the model spells or a character it does not, no path spells it, or long audio has no
     point to cut at."""
+    if not isinstance(text, str):
+        raise AlignError(f"the text to align must be a string, got {type(text).__name__}")
+    if not segment_seconds >= MIN_SEGMENT_SECONDS:  # also NaN
+        raise AlignError(f"segment_seconds={segment_seconds}: segments must be at least {MIN_SEGMENT_SECONDS:g} s long")
     duration = wav.shape[0] / asr.sample_rate
     if duration > MAX_ALIGN_SECONDS:
         raise AlignError(f"{duration:.0f} s of audio: align takes at most {MAX_ALIGN_SECONDS:g} s a file; cut it "

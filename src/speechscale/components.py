@@ -52,7 +52,7 @@ def resolve_normalize(features: FeatureConfig, model: nn.Module) -> None:
 
 def build_components(cfg: Config) -> Components:
     """Fresh components for training from a validated config (features.normalize=auto resolved in `cfg`)."""
-    normalizer = TextNormalizer(cfg.text.alphabet, cfg.text.digits)
+    normalizer = TextNormalizer(cfg.text.alphabet, cfg.text.digits, cfg.text.digits_language)
     tokenizer = CharTokenizer(cfg.text.alphabet)
     features = FeatureExtractor(cfg.features)
     model = build_model(cfg.model.name, cfg.model.overrides, features.num_features, tokenizer.vocab_size)

@@ -55,6 +55,7 @@ class FeatureConfig:
 class TextConfig:
     alphabet: str = "abcdefghijklmnopqrstuvwxyz' "   # CTC blank is index 0, these follow from 1
     digits: str = "spell"              # spell (12 -> twelve) | drop | keep (then add digits to the alphabet)
+    digits_language: str = "en"        # the language digits are spelled in (num2words' code: en, de, fr, es, ...)
 
 
 @dataclass

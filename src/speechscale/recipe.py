@@ -13,6 +13,7 @@ fails with one line before a process group, a data loader or an output folder ex
 """
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import torch
 
 from .config import Config, ConfigError, check_choice, load_config
 from .data.features import FEATURE_DEVICES, FEATURE_KINDS, NORMALIZATIONS, FeatureExtractor
-from .data.text import DIGIT_MODES
+from .data.text import DIGIT_MODES, digits_language_known
 from .distributed import STRATEGIES
 from .distributed.adpsgd import VARIANTS
 from .models.registry import build_model, check_model_name
@@ -71,6 +72,12 @@ def check_recipe(cfg: Config) -> None:
          "features.normalize=utterance, feature or none there, or features.device=loader"),
         (len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet,
          "text.alphabet must be non-empty without repeated characters"),
+        (all(c.lower() == c for c in cfg.text.alphabet) and unicodedata.is_normalized("NFC", cfg.text.alphabet),
+         f"text.alphabet={cfg.text.alphabet!r} must be lower case, each accented letter one composed character "
+         "(Unicode NFC): the text is normalized so before it is spelled"),
+        (cfg.text.digits != "spell" or digits_language_known(cfg.text.digits_language),
+         f"text.digits_language={cfg.text.digits_language!r} is not a language num2words spells numbers in "
+         "(en, de, fr, es, it, pt, nl, pl, ru, ...)"),
         (d.batch_seconds > 0, "data.batch_seconds must be positive"),
         (d.max_batch_size > 0, "data.max_batch_size must be positive"),
         (d.num_buckets > 0, "data.num_buckets must be positive"),

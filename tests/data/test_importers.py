@@ -79,6 +79,10 @@ def test_commonvoice_tsv_and_mls_layouts(tmp_path):
     (mls / "transcripts.txt").write_text("10_20_000001\ttwo\n")
     import_corpus("mls", tmp_path / "mls", tmp_path / "mlsout", split="train")
     assert [(r["text"], r["speaker"]) for r in _rows(tmp_path / "mlsout")] == [("two", "10")]
+    # another language's transcript keeps its letters and digits: the model's alphabet decides when it trains
+    (mls / "transcripts.txt").write_text("10_20_000001\tÜber 2 Brücken, zażółć!\n")
+    import_corpus("mls", tmp_path / "mls", tmp_path / "mls-de", split="train")
+    assert [r["text"] for r in _rows(tmp_path / "mls-de")] == ["über 2 brücken zażółć"]
     with pytest.raises(CorpusLayoutError, match="transcripts.txt"):
         import_corpus("mls", tmp_path / "mls", tmp_path / "x")
 

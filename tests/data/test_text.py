@@ -32,3 +32,41 @@ def test_tokenizer_round_trip_and_blank():
     assert 0 not in ids and tok.decode(ids) == "hello world's"
     with pytest.raises(KeyError):
         tok.encode("é")
+
+
+GERMAN = "abcdefghijklmnopqrstuvwxyzäöüß' "
+RUSSIAN = "абвгдежзийклмнопрстуфхцчшщъыьэюя' "
+
+
+def test_letters_the_alphabet_spells_keep_their_accents_and_others_fold():
+    german = TextNormalizer(GERMAN, digits_language="de")
+    assert german("Die STRASSE über 21 Brücken, café-Größe!") == "die strasse über einundzwanzig brücken cafe größe"
+    assert CharTokenizer(GERMAN).oov(german("Äpfel, Öl und Übermaß")) == set()
+    russian = TextNormalizer(RUSSIAN, digits_language="ru")
+    assert russian("Йод и ёж: 'привет' 3") == "йод и еж привет три"  # й is spelled; ё is not, so it folds to е
+    assert TextNormalizer()("Йод") == "иод"  # the English alphabet spells neither: й folds, and is flagged later
+    # composed or decomposed input is the same text
+    assert german("u\u0308ber") == german("\u00fcber") == "über"
+
+
+def test_an_importers_normalizer_keeps_every_letter_mark_and_digit():
+    keep_all = TextNormalizer(alphabet=None, digits="keep")
+    assert keep_all("Straße über Café, 21 zażółć!") == "straße über café 21 zażółć"
+    assert keep_all("नमस्ते दुनिया") == "नमस्ते दुनिया"  # the vowel signs and virama are marks, kept
+    assert keep_all("'Quoted' don't") == "quoted don't"
+
+
+def test_the_normalizer_travels_with_its_language():
+    norm = TextNormalizer(RUSSIAN, "spell", "ru")
+    again = TextNormalizer(**norm.to_dict())
+    assert again("12") == norm("12") == "двенадцать" and TextNormalizer()("12") == "twelve"
+
+
+@pytest.mark.parametrize("override,said", [("text.alphabet=ABC ", "must be lower case"),
+                                           ("text.alphabet=abu\u0308 ", "one composed character"),
+                                           ("text.digits_language=xx", "not a language num2words spells")])
+def test_a_text_config_that_cannot_match_the_normalized_text_is_one_line(capsys, override, said):
+    from tests.conftest import main_cli
+
+    code, _, err = main_cli(capsys, "train", "--config", "demo", "--print-config", "data.root=.", override)
+    assert code == 2 and said in err and err.count("\n") == 1, err

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from speechscale.components import load_components
+from speechscale.config import ConfigError
 from speechscale.data.audio import load_audio
 from speechscale.decoding.decoders import DecoderConfig, build_decoder
 from speechscale.decoding.lm import UNK, KenLMScorer, build_arpa
@@ -42,6 +43,20 @@ def test_the_built_lm_has_unk_and_every_distribution_sums_to_one(lm):
         assert total == pytest.approx(1.0, abs=1e-5), history
 
 
+def test_an_lm_of_another_script_keeps_its_words_and_orders_start_at_two(tmp_path):
+    from speechscale.data.text import TextNormalizer
+
+    text = tmp_path / "ru.txt"
+    text.write_text("Привет, мир!\nпривет друг\nдруг и мир\n", encoding="utf-8")
+    build_arpa(text, 2, tmp_path / "ru.arpa", TextNormalizer("абвгдежзийклмнопрстуфхцчшщъыьэюя' ", "spell", "ru"))
+    scorer = KenLMScorer(tmp_path / "ru.arpa")
+    assert sorted(scorer.vocabulary()) == sorted(["привет", "мир", "друг", "и"])
+    unk = scorer.score(scorer.begin(), "неизвестно")[1]
+    assert scorer.score(scorer.begin(), "привет")[1] > unk  # a known word, not <unk>
+    with pytest.raises(ConfigError, match="at least 2"):
+        build_arpa(text, 1, tmp_path / "one.arpa")
+
+
 def _log_probs(checkpoint, noise, seed=0):
     comps = load_components(checkpoint)
     wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), comps.features.cfg.sample_rate)
@@ -61,8 +76,6 @@ def test_beam_without_lm_agrees_with_greedy_on_a_confident_model(ldc_checkpoint)
 
 
 def test_a_beam_of_no_width_is_refused(ldc_checkpoint):
-    from speechscale.config import ConfigError
-
     comps = load_components(ldc_checkpoint, "cpu")
     for width in [0, -1, 2.5, True]:
         with pytest.raises(ConfigError, match="beam_width must be a whole number of at least 1"):
@@ -201,3 +214,28 @@ def test_an_lm_of_one_sentence_prefers_that_sentence(tmp_path):
     lm = kenlm.Model(str(tmp_path / "lm.arpa"))
     seen = lm.score("she had your dark suit in greasy wash water all year")
     assert seen > lm.score("year all water wash greasy in suit dark your had she") + 5  # log10: 100 000 x likelier
+
+
+@pytest.mark.slow  # a training step and the CLI (make test runs it; make test-fast does not)
+def test_a_model_of_another_alphabet_trains_on_its_letters_and_its_lm_keeps_them(tmp_path, cli):
+    """A manifest in German: with the English alphabet every utterance is refused (ü, ß are not spelled); with a
+    German one none is, and `lm build --checkpoint` writes the LM in the model's letters."""
+    from speechscale.training.trainer import Trainer
+    from tests.training.tiny import ldc_config
+
+    wav = shared("ldc93s1", "LDC93S1.wav")
+    manifest = tmp_path / "de.jsonl"
+    manifest.write_text("".join(json.dumps({"audio_filepath": str(wav), "duration": 2.92, "text": t}) + "\n"
+                                for t in ["Über die Straße", "Größe und Café"]), encoding="utf-8")
+    data = [f"data.train_manifest={manifest}", f"data.val_manifest={manifest}", "trainer.max_steps=1"]
+    with pytest.raises(Exception, match="no usable utterances"):
+        Trainer(ldc_config(tmp_path / "en", *data))
+    trainer = Trainer(ldc_config(tmp_path / "de", *data, 'text.alphabet="abcdefghijklmnopqrstuvwxyzäöüß\' "'))
+    summary = trainer.fit()
+    assert summary["train_skipped"] == 0 and summary["bad_text"] == 0 and summary["train_utterances"] == 2
+    text = tmp_path / "de.txt"
+    text.write_text("Über die Straße zum Café\ndie Größe der Straße\n", encoding="utf-8")
+    cli("lm", "build", str(text), "--order", "2", "--checkpoint", str(tmp_path / "de" / "checkpoints" / "last.pt"),
+        "--out", str(tmp_path / "de.arpa"))
+    assert sorted(KenLMScorer(tmp_path / "de.arpa").vocabulary()) == ["cafe", "der", "die", "größe", "straße", "zum",
+                                                                      "über"]

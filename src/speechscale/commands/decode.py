@@ -321,7 +321,12 @@ def tune_lm(args: argparse.Namespace) -> int:
 def lm_build(args: argparse.Namespace) -> int:
     from ..decoding.lm import build_arpa
 
-    print(json.dumps(build_arpa(args.text, args.order, args.out)))
+    normalize = None
+    if args.checkpoint:
+        from ..components import load_components
+
+        normalize = load_components(args.checkpoint, "cpu").normalizer
+    print(json.dumps(build_arpa(args.text, args.order, args.out, normalize)))
     return 0
 
 
@@ -426,6 +431,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     lsub = lm.add_subparsers(dest="lm_action", required=True, metavar="ACTION", parser_class=Parser)
     lb = command(lsub, "build", "text (one sentence a line) -> a Kneser-Ney ARPA model with <unk>")
     lb.add_argument("text", help="a text file, one sentence a line (normalized as training targets are)")
-    lb.add_argument("--order", type=positive(int), default=3, help="n-gram order")
+    lb.add_argument("--order", type=positive(int), default=3, help="n-gram order (at least 2)")
+    lb.add_argument("--checkpoint", default=None,
+                    help="normalize the text as this model's training targets were (its text.alphabet and digits; "
+                         "another language's letters need it); default: the English alphabet")
     lb.add_argument("--out", required=True, type=out_file, help="the ARPA file to write")
     lb.set_defaults(func=lm_build)

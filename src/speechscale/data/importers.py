@@ -129,7 +129,8 @@ def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", 
         raise CorpusLayoutError(f"unknown corpus {kind!r}; choose one of {', '.join(IMPORTERS)}")
     if not src.exists():
         raise CorpusLayoutError(f"{src}: no such file or folder")
-    normalize = normalize or TextNormalizer()
+    # every letter and digit kept as written: a model's alphabet and digit policy apply when it trains and scores
+    normalize = normalize or TextNormalizer(alphabet=None, digits="keep")
     out.mkdir(parents=True, exist_ok=True)
     report, records = SkipReport(str(src)), []
     for n, (audio, raw, extra) in enumerate(IMPORTERS[kind](src, out, split), 1):

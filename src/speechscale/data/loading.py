@@ -68,7 +68,7 @@ class LabelCheck:
     def __call__(self, text: str, duration: float) -> str | None:
         bad = self.comps.tokenizer.oov(text)
         if bad:
-            return f"characters outside the vocabulary: {''.join(sorted(bad))}"
+            return f"characters outside the vocabulary: {''.join(sorted(bad))!r} (text.alphabet spells none of them)"
         need, frames = self.comps.ctc_min_frames(text), self.comps.output_frames([duration])[0]
         return f"label longer than the model's output frames ({need} > {frames})" if need > frames else None
 

@@ -139,7 +139,7 @@ def read_manifest(
                 continue
             bad = oov(text) if oov else set()
             if bad:
-                report.skip(lineno, "characters outside the vocabulary", "".join(sorted(bad)))
+                report.skip(lineno, "characters outside the vocabulary", repr("".join(sorted(bad))))
                 continue
             audio = Path(str(rec["audio_filepath"]))
             audio = audio if audio.is_absolute() else base / audio

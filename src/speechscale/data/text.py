@@ -17,22 +17,47 @@ BLANK = 0
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
+_QUOTE_MARK = re.compile(r"(?<![^\W_])'|'(?![^\W_])")  # an apostrophe without a letter or digit on one side
 
 
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")  # DIGIT_WORDS[d]
 DIGIT_MODES = ("spell", "drop", "keep")  # 12 -> twelve | removed | kept (add digits to the alphabet)
 
 
-class TextNormalizer:
-    """Lower-case, fold accents, spell or drop digits, turn punctuation into spaces, squeeze spaces.
+def digits_language_known(language: str) -> bool:
+    """Whether num2words spells numbers in `language` (its code: en, de, fr, ...)."""
+    from num2words import CONVERTER_CLASSES
 
-    Apostrophes inside words are kept ("don't"); quote marks around words are removed.
+    return language in CONVERTER_CLASSES
+
+
+class TextNormalizer:
+    """Lower-case, fold accents the alphabet does not spell, spell or drop digits, turn punctuation into spaces,
+    squeeze spaces.
+
+    A letter the alphabet holds is kept as it is ("ä" with a German alphabet); any other loses its accents ("é"
+    -> "e" with the English one). Apostrophes inside words are kept ("don't"); quote marks around words are
+    removed. `alphabet=None` keeps every letter, mark and digit as written (an importer's cleaning, before any
+    model's alphabet is known). Digits are spelled in `digits_language` (num2words' code: en, de, fr, es, ...).
     """
 
-    def __init__(self, alphabet: str = "abcdefghijklmnopqrstuvwxyz' ", digits: str = "spell") -> None:
+    def __init__(self, alphabet: str | None = "abcdefghijklmnopqrstuvwxyz' ", digits: str = "spell",
+                 digits_language: str = "en") -> None:
         self.alphabet = alphabet
         self.digits = digits
-        self._keep = set(alphabet)
+        self.digits_language = digits_language
+        self._keep = None if alphabet is None else set(alphabet)
+        self._folded: dict[str, str] = {}
+
+    def _fold(self, c: str) -> str:
+        """`c` itself when the alphabet spells it (or there is no alphabet), else its letters without accents."""
+        if self._keep is None or c in self._keep or c.isascii():
+            return c
+        folded = self._folded.get(c)
+        if folded is None:
+            folded = "".join(x for x in unicodedata.normalize("NFKD", c) if not unicodedata.combining(x)).lower()
+            self._folded[c] = folded
+        return folded
 
     def _digits(self, text: str) -> str:
         if self.digits == "keep":
@@ -46,31 +71,28 @@ class TextNormalizer:
 
             raw = m.group(0).replace(",", "")
             try:
-                return " " + num2words(float(raw) if "." in raw else int(raw)) + " "
+                return " " + num2words(float(raw) if "." in raw else int(raw), lang=self.digits_language) + " "
             except (ValueError, OverflowError, NotImplementedError):
                 return " "
 
         return _NUMBER.sub(spell, text)
 
+    def _kept(self, c: str) -> bool:
+        if self._keep is None:  # every letter, digit and mark (a vowel sign of an abugida, say)
+            return c in "' " or c.isalnum() or unicodedata.category(c).startswith("M")
+        return c in self._keep or c.isalnum()  # an out-of-alphabet letter stays so that validation can flag it
+
     def __call__(self, text: str) -> str:
-        text = unicodedata.normalize("NFKD", text.translate(_APOSTROPHES))
-        text = "".join(c for c in text if not unicodedata.combining(c)).lower()
+        text = unicodedata.normalize("NFC", text.translate(_APOSTROPHES)).lower()
+        text = "".join(self._fold(c) for c in text)
         text = self._digits(text)
         text = text.replace("-", " ")
-        out = []
-        for c in text:
-            if c in self._keep:
-                out.append(c)
-            elif c.isalnum():
-                out.append(c)  # an out-of-alphabet letter stays so that validation can flag it
-            else:
-                out.append(" ")
-        text = "".join(out)
-        text = re.sub(r"(?<![a-z0-9])'|'(?![a-z0-9])", " ", text)  # quote marks, not apostrophes
+        text = "".join(c if self._kept(c) else " " for c in text)
+        text = _QUOTE_MARK.sub(" ", text)  # quote marks, not apostrophes
         return re.sub(r"\s+", " ", text).strip()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"alphabet": self.alphabet, "digits": self.digits}
+        return {"alphabet": self.alphabet, "digits": self.digits, "digits_language": self.digits_language}
 
 
 class CharTokenizer:

@@ -3,8 +3,11 @@
     speechscale lm build corpus.txt --order 3 --out lm.arpa
 
 `build_arpa` normalizes every line with the model's text normalizer and counts n-grams with kaldingram
-(pure Python, SRILM-compatible unmodified Kneser-Ney; KenLM's lmplz ships in no wheel). kaldingram writes
-no `<unk>`: the corpus gets one extra line holding `<unk>`, so the model gives unknown words the
+(pure Python, SRILM-compatible unmodified Kneser-Ney; KenLM's lmplz ships in no wheel). kaldingram reads and
+writes latin-1: the corpus goes to it as UTF-8 bytes, each read as one latin-1 character, and its ARPA text
+comes back to UTF-8 the same way, so any script survives (it splits words on spaces and tabs only, never on a
+byte of a multi-byte character); at order 1 it counts only each line's first word, so orders start at 2.
+kaldingram writes no `<unk>`: the corpus gets one extra line holding `<unk>`, so the model gives unknown words the
 probability of a word seen once and every distribution still sums to one (tested). `KenLMScorer` reads
 ARPA or binary KenLM files through the `kenlm` module of the kenlm-ex wheel.
 """
@@ -31,13 +34,13 @@ def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callabl
     NgramCounts = require("kaldingram.train", "decode", "lm build").NgramCounts
 
     normalize = normalize or TextNormalizer()
-    if order < 1:
-        raise ConfigError(f"--order must be at least 1, not {order}")
+    if order < 2:
+        raise ConfigError(f"--order must be at least 2, not {order}: a unigram model cannot be built here")
     text = Path(text)
     if not text.is_file():
         raise ConfigError(f"{text}: no such text file")
     lines = 0
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="latin-1", errors="replace") as corpus, \
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as corpus, \
             text.open(encoding="utf-8", errors="replace") as src:
         for raw in src:
             line = " ".join(normalize(raw).split())
@@ -61,7 +64,7 @@ def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callabl
             buf = io.StringIO()
             counts.print_as_arpa(fout=buf)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(buf.getvalue(), encoding="utf-8")
+    Path(out).write_text(buf.getvalue().encode("latin-1").decode("utf-8"), encoding="utf-8")
     ngrams = {n + 1: sum(len(c.word_to_f) for c in counts.counts[n].values()) for n in range(order)}
     return {"out": str(out), "order": order, "lines": lines, "ngrams": ngrams}
 

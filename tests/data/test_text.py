@@ -70,3 +70,33 @@ def test_a_text_config_that_cannot_match_the_normalized_text_is_one_line(capsys,
 
     code, _, err = main_cli(capsys, "train", "--config", "demo", "--print-config", "data.root=.", override)
     assert code == 2 and said in err and err.count("\n") == 1, err
+
+
+def test_data_alphabet_suggests_the_alphabet_that_keeps_every_transcript(tmp_path, capsys):
+    import json
+
+    from speechscale.data.manifest import read_manifest
+    from tests.conftest import main_cli
+
+    manifest = tmp_path / "de.jsonl"
+    texts = ["Über die Straße, 21 Größen!", "Café — naïve Brücke", "Die Straße über die Brücke"]
+    manifest.write_text("".join(json.dumps({"audio_filepath": "a.wav", "duration": 1.0, "text": t}) + "\n"
+                                for t in texts), encoding="utf-8")
+    code, out, err = main_cli(capsys, "data", "alphabet", str(manifest), "--digits-language", "de")
+    found = json.loads(out)
+    assert code == 0 and found["utterances"] == 3 and found["rare"] == {}
+    # recomputed: every character of the transcripts as the German run normalizes them (digits spelled in German)
+    spelled = "".join(t.lower() for t in texts).replace("21", "einundzwanzig")
+    letters = {c for c in spelled if c.isalpha()}
+    assert found["alphabet"] == "".join(sorted(letters)) + " " and found["counts"]["ß"] == 3
+    assert found["override"] == f'text.alphabet="{found["alphabet"]}"'
+    german = TextNormalizer(found["alphabet"], "spell", "de")
+    kept, report = read_manifest(manifest, normalize=german, oov=CharTokenizer(found["alphabet"]).oov,
+                                 check_files=False)
+    assert len(kept) == 3 and kept[0].text == "über die straße einundzwanzig größen"
+    _, english = read_manifest(manifest, normalize=TextNormalizer(), oov=CharTokenizer().oov, check_files=False)
+    assert english.kept == 1  # the two with ß: the English alphabet cannot spell it (ü only loses its accent)
+    code, out, _ = main_cli(capsys, "data", "alphabet", str(manifest), "--min-count", "4", "--digits-language", "de")
+    fewer = json.loads(out)
+    assert code == 0 and fewer["rare"]["ß"] == 3 and "ß" not in fewer["alphabet"] and "ü" in fewer["alphabet"]
+    assert fewer["rare"] == {c: n for c, n in found["counts"].items() if n < 4}

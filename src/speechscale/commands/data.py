@@ -1,4 +1,4 @@
-"""`speechscale synth` and `speechscale data import|shard`: corpora in, manifests and shards out."""
+"""`speechscale synth` and `speechscale data import|download|shard|alphabet`: corpora in, manifests and shards out."""
 from __future__ import annotations
 
 import argparse
@@ -65,6 +65,24 @@ def data_shard(args: argparse.Namespace) -> int:
     return 0
 
 
+def data_alphabet(args: argparse.Namespace) -> int:
+    from ..config import ConfigError
+    from ..data.manifest import read_manifest
+    from ..data.text import digits_language_known, suggest_alphabet
+
+    if args.digits == "spell" and not digits_language_known(args.digits_language):
+        raise ConfigError(f"--digits-language {args.digits_language!r} is not a language num2words spells numbers in")
+    texts, utterances = [], 0
+    for manifest in args.manifests:
+        utts, _ = read_manifest(manifest, check_files=False)
+        texts += [u.raw_text for u in utts]
+        utterances += len(utts)
+    found = suggest_alphabet(texts, args.digits, args.digits_language, args.min_count)
+    override = f"text.alphabet={json.dumps(found['alphabet'], ensure_ascii=False)}"
+    print(json.dumps({**found, "utterances": utterances, "override": override}, ensure_ascii=False))
+    return 0
+
+
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `synth` and `data` to the subcommand table."""
     from ..data.importers import IMPORTERS
@@ -81,7 +99,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     s.add_argument("--sample-rate", type=positive(int), default=16000, help="sample rate of the written audio")
     s.set_defaults(func=synth)
 
-    d = command(sub, "data", "corpora: download a public corpus, import a downloaded one into a manifest; shard")
+    d = command(sub, "data", "corpora: download a public corpus, import a downloaded one into a manifest; shard; "
+                           "a language's alphabet")
     dsub = d.add_subparsers(dest="data", required=True, metavar="ACTION", parser_class=Parser)
     di = command(dsub, "import", "an already-downloaded corpus in its official layout -> OUT/manifest.jsonl")
     di.add_argument("corpus", choices=list(IMPORTERS), help="the corpus layout")
@@ -111,3 +130,11 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     ds.add_argument("--codec", choices=["flac"], default=None,
                     help="re-encode the audio as 16-bit FLAC (default: keep each file's bytes)")
     ds.set_defaults(func=data_shard)
+    da = command(dsub, "alphabet", "the characters of manifests' transcripts: a text.alphabet for their language")
+    da.add_argument("manifests", nargs="+", help="JSONL manifests (their text fields)")
+    da.add_argument("--digits", choices=["spell", "drop", "keep"], default="spell",
+                    help="digits as the run's text.digits will treat them")
+    da.add_argument("--digits-language", default="en", help="the run's text.digits_language (num2words' code)")
+    da.add_argument("--min-count", type=positive(int), default=1,
+                    help="leave out characters seen fewer times (listed as rare)")
+    da.set_defaults(func=data_alphabet)

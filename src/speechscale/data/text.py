@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any
+from collections import Counter
+from typing import Any, Iterable
 
 BLANK = 0
 
@@ -93,6 +94,22 @@ class TextNormalizer:
 
     def to_dict(self) -> dict[str, Any]:
         return {"alphabet": self.alphabet, "digits": self.digits, "digits_language": self.digits_language}
+
+
+def suggest_alphabet(texts: Iterable[str], digits: str = "spell", digits_language: str = "en",
+                     min_count: int = 1) -> dict[str, Any]:
+    """The characters of `texts` once normalized with every letter kept (digits as `digits` says) -> {"alphabet":
+    those seen at least `min_count` times (letters and marks in code point order, then the apostrophe and the
+    space, as the default alphabet orders them), "counts": each character's count, "rare": the characters left
+    out, with their counts}."""
+    normalize = TextNormalizer(alphabet=None, digits=digits, digits_language=digits_language)
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(normalize(text))
+    kept = {c for c, n in counts.items() if n >= min_count}
+    alphabet = "".join(sorted(kept - {"'", " "})) + "".join(c for c in "' " if c in kept)
+    return {"alphabet": alphabet, "counts": dict(sorted(counts.items())),
+            "rare": {c: n for c, n in sorted(counts.items()) if c not in kept}}
 
 
 class CharTokenizer:

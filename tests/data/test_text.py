@@ -10,6 +10,7 @@ from speechscale.data.text import BLANK, CharTokenizer, TextNormalizer
     ("'quoted' don't", "quoted don't"),
     ("Café  NAÏVE\tre-entry", "cafe naive re entry"),
     ("It\u2019s", "it's"),
+    ("The 21st of May, 3rd place, the 1,000th day", "the twenty first of may third place the one thousandth day"),
 ])
 def test_normalizer(raw, norm):
     assert TextNormalizer()(raw) == norm

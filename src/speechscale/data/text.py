@@ -17,6 +17,7 @@ from typing import Any, Iterable
 BLANK = 0
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_ORDINAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+)(?:st|nd|rd|th)\b")  # English: 21st -> twenty-first
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 _QUOTE_MARK = re.compile(r"(?<![^\W_])'|'(?![^\W_])")  # an apostrophe without a letter or digit on one side
 
@@ -76,7 +77,14 @@ class TextNormalizer:
             except (ValueError, OverflowError, NotImplementedError):
                 return " "
 
+        if self.digits_language.startswith("en"):
+            text = _ORDINAL.sub(lambda m: " " + self._ordinal(int(m.group(1).replace(",", ""))) + " ", text)
         return _NUMBER.sub(spell, text)
+
+    def _ordinal(self, n: int) -> str:
+        from num2words import num2words
+
+        return num2words(n, to="ordinal", lang=self.digits_language)
 
     def _kept(self, c: str) -> bool:
         if self._keep is None:  # every letter, digit and mark (a vowel sign of an abugida, say)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 BLANK = 0
 
@@ -24,6 +24,18 @@ _QUOTE_MARK = re.compile(r"(?<![^\W_])'|'(?![^\W_])")  # an apostrophe without a
 
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")  # DIGIT_WORDS[d]
 DIGIT_MODES = ("spell", "drop", "keep")  # 12 -> twelve | removed | kept (add digits to the alphabet)
+
+
+class _CharMap(dict):
+    """A str.translate table that computes a character's replacement the first time it is met."""
+
+    def __init__(self, replace: Callable[[str], str]) -> None:
+        super().__init__()
+        self.replace = replace
+
+    def __missing__(self, code: int) -> str:
+        value = self[code] = self.replace(chr(code))
+        return value
 
 
 def digits_language_known(language: str) -> bool:
@@ -49,17 +61,14 @@ class TextNormalizer:
         self.digits = digits
         self.digits_language = digits_language
         self._keep = None if alphabet is None else set(alphabet)
-        self._folded: dict[str, str] = {}
+        self._folds = _CharMap(self._fold)  # str.translate tables, filled in as characters are met
+        self._spaces = _CharMap(lambda c: c if self._kept(c) else " ")
 
     def _fold(self, c: str) -> str:
         """`c` itself when the alphabet spells it (or there is no alphabet), else its letters without accents."""
-        if self._keep is None or c in self._keep or c.isascii():
+        if self._keep is None or c in self._keep:
             return c
-        folded = self._folded.get(c)
-        if folded is None:
-            folded = "".join(x for x in unicodedata.normalize("NFKD", c) if not unicodedata.combining(x)).lower()
-            self._folded[c] = folded
-        return folded
+        return "".join(x for x in unicodedata.normalize("NFKD", c) if not unicodedata.combining(x)).lower()
 
     def _digits(self, text: str) -> str:
         if self.digits == "keep":
@@ -93,10 +102,10 @@ class TextNormalizer:
 
     def __call__(self, text: str) -> str:
         text = unicodedata.normalize("NFC", text.translate(_APOSTROPHES)).lower()
-        text = "".join(self._fold(c) for c in text)
+        if not text.isascii():  # an ASCII character never decomposes
+            text = text.translate(self._folds)
         text = self._digits(text)
-        text = text.replace("-", " ")
-        text = "".join(c if self._kept(c) else " " for c in text)
+        text = text.replace("-", " ").translate(self._spaces)
         text = _QUOTE_MARK.sub(" ", text)  # quote marks, not apostrophes
         return re.sub(r"\s+", " ", text).strip()
 

@@ -62,7 +62,7 @@ class TextNormalizer:
         self.digits_language = digits_language
         self._keep = None if alphabet is None else set(alphabet)
         self._folds = _CharMap(self._fold)  # str.translate tables, filled in as characters are met
-        self._spaces = _CharMap(lambda c: c if self._kept(c) else " ")
+        self._spaces = _CharMap(self._spaced)
 
     def _fold(self, c: str) -> str:
         """`c` itself when the alphabet spells it (or there is no alphabet), else its letters without accents."""
@@ -94,6 +94,9 @@ class TextNormalizer:
         from num2words import num2words
 
         return num2words(n, to="ordinal", lang=self.digits_language)
+
+    def _spaced(self, c: str) -> str:
+        return c if self._kept(c) else " "
 
     def _kept(self, c: str) -> bool:
         if self._keep is None:  # every letter, digit and mark (a vowel sign of an abugida, say)

@@ -66,3 +66,6 @@ def test_filter_and_slices(corpus):
     assert [u.line for u in read_manifest(m, lines=[4])[0]] == [5, 6]
     assert [u.line for u in read_manifest(m, filt={"spk": "b"})[0]] == [2, 4, 6]
     assert [u.line for u in read_manifest(m, filt={"spk": ["a", "b"]})[0]] == [1, 2, 3, 4, 5, 6]
+    none, report = read_manifest(m, filt={"spk": "c"})  # a filter that keeps nothing says so, apart from skips
+    assert none == [] and report.filtered == 6 and report.skipped == 0
+    assert report.summary().endswith("0 utterances kept, 0 skipped, 6 left out by the filter")

@@ -39,6 +39,7 @@ class SkipReport:
     kept: int = 0
     reasons: Counter = field(default_factory=Counter)
     examples: list[tuple[int, str]] = field(default_factory=list)
+    filtered: int = 0  # lines a filter (data.filter, data.val_filter) left out: chosen, not skipped
 
     def skip(self, line: int, reason: str, detail: str = "") -> None:
         self.reasons[reason] += 1
@@ -52,6 +53,8 @@ class SkipReport:
     def summary(self) -> str:
         """One line: kept/skipped counts and the reasons with example line numbers."""
         head = f"{self.source}: {self.kept} utterances kept, {self.skipped} skipped"
+        if self.filtered:
+            head += f", {self.filtered} left out by the filter"
         if not self.skipped:
             return head
         reasons = ", ".join(f"{n} {r}" for r, n in self.reasons.most_common())
@@ -120,6 +123,7 @@ def read_manifest(
                 report.skip(lineno, "missing key", ",".join(missing))
                 continue
             if filt and not _matches(rec, filt):
+                report.filtered += 1
                 continue
             try:
                 duration = float(rec["duration"])

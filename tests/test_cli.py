@@ -169,6 +169,7 @@ _UNWRITABLE = [  # (argv before the output path, its flag, argv after): every co
     (["bench", "straggler"], "--out", []),
     (["bench", "soak"], "--out", []),
     (["bench", "align", "--checkpoint", "c.pt"], "--out", []),
+    (["eval", "--checkpoint", "c.pt", "--manifest", "m.jsonl"], "--details", []),
 ]
 
 

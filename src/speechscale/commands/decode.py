@@ -354,7 +354,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="JSONL manifest with audio_filepath, duration, text; or a shard index (index.jsonl, its "
                         "folder or an fsspec URL)")
     e.add_argument("--json", action="store_true", help="one JSON object instead of a table")
-    e.add_argument("--details", default=None, help="write per-utterance reference, hypothesis and alignment (JSONL)")
+    e.add_argument("--details", type=out_file, default=None,
+                   help="write per-utterance reference, hypothesis and alignment (JSONL)")
     device_arg(e)
     decoder_args(e)
     # decoding.scoring.EVAL_BATCH_SECONDS, written out: the parser is built before torch is imported

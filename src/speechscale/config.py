@@ -53,7 +53,8 @@ class FeatureConfig:
 
 @dataclass
 class TextConfig:
-    alphabet: str = "abcdefghijklmnopqrstuvwxyz' "   # CTC blank is index 0, these follow from 1
+    alphabet: str = "abcdefghijklmnopqrstuvwxyz' "   # CTC blank is index 0, these follow from 1; "auto": the
+                                       # characters of the training transcripts (the checkpoints keep them)
     digits: str = "spell"              # spell (12 -> twelve) | drop | keep (then add digits to the alphabet)
     digits_language: str = "en"        # the language digits are spelled in (num2words' code: en, de, fr, es, ...)
 

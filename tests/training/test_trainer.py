@@ -180,3 +180,36 @@ def test_speaker_cmvn_training_saves_its_speakers_prior_for_files_that_come_alon
     saved = load_components(tmp_path / "run" / "checkpoints" / "last.pt").features.cfg
     assert saved.speaker_prior == pooled_prior(trainer.dataset.speakers)
     assert len(saved.speaker_prior) == 2 * trainer.comps.features.num_features and saved.speaker_prior_frames == 400
+
+
+def test_an_auto_alphabet_is_the_training_transcripts_and_resume_keeps_it(tmp_path, capsys):
+    """text.alphabet=auto: the characters of the training transcripts (as data.filter selects them), kept in the
+    checkpoint; a resume whose transcripts now need another alphabet stops in one line; shards hold no text."""
+    from speechscale.config import ConfigError
+    from speechscale.storage.checkpoints import load_checkpoint
+    from tests.training.tiny import ldc_config
+
+    wav = shared("ldc93s1", "LDC93S1.wav")
+    rows = [("Über die Straße", "a"), ("Größe und Café", "a"), ("Ça va, señor?", "b")]
+    manifest = tmp_path / "de.jsonl"
+    manifest.write_text("".join(json.dumps({"audio_filepath": str(wav), "duration": 2.92, "text": t, "spk": s}) + "\n"
+                                for t, s in rows), encoding="utf-8")
+    data = [f"data.train_manifest={manifest}", f"data.val_manifest={manifest}", "data.filter={spk: a}",
+            "data.val_filter={spk: a}", "text.alphabet=auto"]
+    trainer = Trainer(ldc_config(tmp_path / "run", *data, "trainer.max_steps=1"))
+    letters = sorted({c for t, s in rows if s == "a" for c in t.lower() if c.isalpha()})  # recomputed by hand
+    assert trainer.cfg.text.alphabet == "".join(letters) + " " and "ç" not in trainer.cfg.text.alphabet
+    summary = trainer.fit()
+    assert summary["train_utterances"] == 2 and summary["train_skipped"] == 0
+    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert saved["config"]["text"]["alphabet"] == trainer.cfg.text.alphabet
+    resumed = Trainer(ldc_config(tmp_path / "run", *data, "trainer.max_steps=2", "trainer.resume=auto"))
+    assert resumed.fit()["step"] == 2
+    with pytest.raises(ConfigError, match="resume with the checkpoint's alphabet"):  # now with "ça va señor"
+        Trainer(ldc_config(tmp_path / "run", *data[:-3], "text.alphabet=auto", "trainer.max_steps=3",
+                           "trainer.resume=auto"))
+    shards = tmp_path / "shards"
+    assert main_cli(capsys, "data", "shard", str(manifest), "--out", str(shards))[0] == 0
+    with pytest.raises(ConfigError, match="a shard index does not hold"):
+        Trainer(ldc_config(tmp_path / "sharded", f"data.train_manifest={shards / 'index.jsonl'}",
+                           f"data.val_manifest={manifest}", "text.alphabet=auto", "trainer.max_steps=1"))

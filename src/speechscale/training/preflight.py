@@ -1,10 +1,17 @@
 """Checks that need the file system or the data, run before any work starts; each fails in one line."""
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 
 from .. import storage
-from ..config import ConfigError
+from ..config import Config, ConfigError
+from ..data.manifest import read_manifest
+from ..data.shards import is_shard_index
+from ..data.text import AUTO_ALPHABET, suggest_alphabet
+
+log = logging.getLogger(__name__)
 
 
 def check_writable(where: str | Path, key: str) -> None:
@@ -16,3 +23,27 @@ def check_writable(where: str | Path, key: str) -> None:
     except OSError as e:
         raise ConfigError(f"{key}: cannot write to {where} ({e.strerror or e})") from None
 
+
+
+def resolve_alphabet(cfg: Config) -> None:
+    """text.alphabet=auto -> the characters of the training transcripts (data.train_manifest or data.mix, as
+    data.filter and data.train_slice select them), normalized as text.digits and digits_language say; in place.
+    Every rank reads the same lines, so every rank gets the same alphabet; the run's checkpoints keep it."""
+    if cfg.text.alphabet != AUTO_ALPHABET:
+        return
+    d = cfg.data
+    manifests = d.mix or [d.train_manifest]
+    if any(is_shard_index(m) for m in manifests):
+        raise ConfigError("text.alphabet=auto reads the training transcripts, which a shard index does not hold: run "
+                          "`speechscale data alphabet` on the manifest the shards came from and set text.alphabet")
+    texts: list[str] = []
+    for m in manifests:
+        utts, _ = read_manifest(m, filt=d.filter, lines=None if d.mix else d.train_slice, check_files=False)
+        texts += [u.raw_text for u in utts]
+    found = suggest_alphabet(texts, cfg.text.digits, cfg.text.digits_language)["alphabet"]
+    if not found.strip():
+        raise ConfigError(f"text.alphabet=auto: the training transcripts ({', '.join(manifests)}) hold no character "
+                          "to spell")
+    cfg.text.alphabet = found
+    if int(os.environ.get("RANK", 0)) == 0:
+        log.info("text.alphabet=auto: %r, the %d characters of %d training transcripts", found, len(found), len(texts))

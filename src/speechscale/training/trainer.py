@@ -44,7 +44,7 @@ from .graphs import step_shapes
 from .init import init_weights
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
-from .preflight import check_writable
+from .preflight import check_writable, resolve_alphabet
 from .prescan import prescan
 from .progress import RunProgress, planned_steps
 from .runlog import RunLog, trace_samples, train_row, write_run_config
@@ -86,6 +86,7 @@ class Trainer:
             raise ConfigError(f"features.device={cfg.features.device} computes features in the training step, on "
                               f"its device; this run trains on {self.device.type}: use features.device="
                               f"{self.device.type} or loader")
+        resolve_alphabet(cfg)
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(self.device)
         if t.init_from:  # fine-tuning: weights only; a checkpoint found by trainer.resume replaces them
@@ -150,6 +151,11 @@ class Trainer:
                 log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
             return
         path, ckpt = found
+        saved = ckpt.get("config", {}).get("text", {}).get("alphabet", self.cfg.text.alphabet)
+        if saved != self.cfg.text.alphabet:
+            raise ConfigError(f"{path} spells {saved!r}, this run's text.alphabet is {self.cfg.text.alphabet!r}: "
+                              f"resume with the checkpoint's alphabet (text.alphabet=auto reads the training "
+                              "transcripts as they are now)")
         self.state, saved_by, self.data_part = restore(ckpt, str(path), self.model, self.optimizer, self.precision,
                                                        self.strategy, self.cfg.trainer.seed)
         if self.ema is not None:

@@ -115,3 +115,18 @@ def test_auto_precision_is_fp32_on_cpu_and_modes_are_checked_when_the_recipe_loa
     assert Precision("bf16", torch.device("cpu")).dtype == torch.bfloat16
     with pytest.raises(ConfigError, match="trainer.precision='fp8' is unknown"):
         load_recipe(None, ["trainer.precision=fp8"])
+
+
+def test_fp16_on_a_cpu_is_named_as_slow_when_the_run_starts(tmp_path, caplog):
+    """`speechscale bench train --precision fp32,fp16` on a CPU: fp16 steps take many times fp32's (torch emulates
+    them); the run still trains, with a warning that says so."""
+    import logging
+
+    from tests.training.tiny import ldc_config
+
+    with caplog.at_level(logging.WARNING, logger="speechscale.training.trainer"):
+        Trainer(ldc_config(tmp_path / "a", "trainer.max_steps=1", "trainer.precision=fp32", "trainer.device=cpu"))
+        assert "emulates half-precision" not in caplog.text
+        trainer = Trainer(ldc_config(tmp_path / "b", "trainer.max_steps=1", "trainer.precision=fp16",
+                                     "trainer.device=cpu"))
+    assert trainer.precision.mode == "fp16" and "precision=fp16 on a CPU" in caplog.text

@@ -182,9 +182,11 @@ def test_speaker_cmvn_training_saves_its_speakers_prior_for_files_that_come_alon
     assert len(saved.speaker_prior) == 2 * trainer.comps.features.num_features and saved.speaker_prior_frames == 400
 
 
-def test_an_auto_alphabet_is_the_training_transcripts_and_resume_keeps_it(tmp_path, capsys):
+def test_an_auto_alphabet_is_the_training_transcripts_and_resume_keeps_it(tmp_path, capsys, caplog):
     """text.alphabet=auto: the characters of the training transcripts (as data.filter selects them), kept in the
     checkpoint; a resume whose transcripts now need another alphabet stops in one line; shards hold no text."""
+    import logging
+
     from speechscale.config import ConfigError
     from speechscale.storage.checkpoints import load_checkpoint
     from tests.training.tiny import ldc_config
@@ -196,7 +198,9 @@ def test_an_auto_alphabet_is_the_training_transcripts_and_resume_keeps_it(tmp_pa
                                 for t, s in rows), encoding="utf-8")
     data = [f"data.train_manifest={manifest}", f"data.val_manifest={manifest}", "data.filter={spk: a}",
             "data.val_filter={spk: a}", "text.alphabet=auto"]
-    trainer = Trainer(ldc_config(tmp_path / "run", *data, "trainer.max_steps=1"))
+    with caplog.at_level(logging.WARNING, logger="speechscale.training.trainer"):
+        trainer = Trainer(ldc_config(tmp_path / "run", *data, "trainer.max_steps=1"))
+    assert "digits in the transcripts become English words" in caplog.text  # ß, ü: not English, digits still are
     letters = sorted({c for t, s in rows if s == "a" for c in t.lower() if c.isalpha()})  # recomputed by hand
     assert trainer.cfg.text.alphabet == "".join(letters) + " " and "ç" not in trainer.cfg.text.alphabet
     summary = trainer.fit()

@@ -94,6 +94,10 @@ class Trainer:
         self.precision = Precision(resolve_precision(t.precision, self.device), self.device,
                                    init_scale=t.loss_scale_init, min_scale=t.min_loss_scale)
         self.n_params = n_params = sum(p.numel() for p in self.model.parameters())
+        text = cfg.text
+        if self.rank == 0 and text.digits == "spell" and text.digits_language == "en" and not text.alphabet.isascii():
+            log.warning("text.alphabet spells letters beyond English, but text.digits_language is en: digits in the "
+                        "transcripts become English words; set text.digits_language (de, fr, ...) or text.digits")
         if self.rank == 0 and self.precision.mode == "fp16" and self.device.type == "cpu":
             log.warning("trainer.precision=fp16 on a CPU: torch emulates half-precision arithmetic there, many times "
                         "slower than fp32 (`speechscale bench train --precision fp32,fp16` measures it); use fp32 or "

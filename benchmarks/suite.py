@@ -21,7 +21,7 @@ FSDD = shared_data("fsdd", "manifest.jsonl")
 SETTINGS: dict[str, dict[str, Any]] = {
     # bf16 only where it finishes: on a CPU without AVX512-BF16/AMX (this machine's AMD EPYC has AVX2), bf16
     # is emulated; one lstm-ctc-tiny bf16 step did not finish in 4 minutes.
-    "train": {"models": {"ds2-tiny": ["fp32", "bf16"], "wav2letter+-tiny": ["fp32", "bf16"], "lstm-ctc-tiny": ["fp32"]},
+    "train": {"models": {"ds2-tiny": ["fp32", "bf16", "fp16"], "wav2letter+-tiny": ["fp32", "bf16"], "lstm-ctc-tiny": ["fp32"]},
               "batch_size": 8, "seconds": 2.0, "steps": 8, "warmup": 2},
     "loader": {"workers": [0, 1, 2], "augment": [False, True], "limit": 120, "clip_seconds": 12.0,
                "batch_seconds": 60.0, "repeats": 3},

@@ -11,6 +11,7 @@ from speechscale.data.text import BLANK, CharTokenizer, TextNormalizer
     ("Café  NAÏVE\tre-entry", "cafe naive re entry"),
     ("It\u2019s", "it's"),
     ("The 21st of May, 3rd place, the 1,000th day", "the twenty first of may third place the one thousandth day"),
+    ("AT&T rose 5% & fell", "at and t rose five percent and fell"),
 ])
 def test_normalizer(raw, norm):
     assert TextNormalizer()(raw) == norm
@@ -42,6 +43,7 @@ RUSSIAN = "абвгдежзийклмнопрстуфхцчшщъыьэюя' "
 def test_letters_the_alphabet_spells_keep_their_accents_and_others_fold():
     german = TextNormalizer(GERMAN, digits_language="de")
     assert german("Die STRASSE über 21 Brücken, café-Größe!") == "die strasse über einundzwanzig brücken cafe größe"
+    assert german("50 % & mehr") == "fünfzig prozent und mehr"
     assert CharTokenizer(GERMAN).oov(german("Äpfel, Öl und Übermaß")) == set()
     russian = TextNormalizer(RUSSIAN, digits_language="ru")
     assert russian("Йод и ёж: 'привет' 3") == "йод и еж привет три"  # й is spelled; ё is not, so it folds to е

@@ -18,6 +18,11 @@ BLANK = 0
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _ORDINAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+)(?:st|nd|rd|th)\b")  # English: 21st -> twenty-first
+# symbols read out as words, by the language digits are spelled in (its num2words code's first two letters)
+_SYMBOL_WORDS = {"en": {"&": "and", "%": "percent"}, "de": {"&": "und", "%": "prozent"},
+                 "fr": {"&": "et", "%": "pour cent"}, "es": {"&": "y", "%": "por ciento"},
+                 "it": {"&": "e", "%": "per cento"}, "nl": {"&": "en", "%": "procent"},
+                 "pt": {"&": "e", "%": "por cento"}}
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 _QUOTE_MARK = re.compile(r"(?<![^\W_])'|'(?![^\W_])")  # an apostrophe without a letter or digit on one side
 
@@ -87,6 +92,8 @@ class TextNormalizer:
             except (ValueError, OverflowError, NotImplementedError):
                 return " "
 
+        for symbol, word in _SYMBOL_WORDS.get(self.digits_language[:2], {}).items():
+            text = text.replace(symbol, f" {word} ")
         if self.digits_language.startswith("en"):
             text = _ORDINAL.sub(lambda m: " " + self._ordinal(int(m.group(1).replace(",", ""))) + " ", text)
         return _NUMBER.sub(spell, text)

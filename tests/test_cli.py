@@ -213,3 +213,19 @@ def test_outputs_are_checked_without_leaving_folders_and_a_file_is_not_a_folder(
 def test_a_stream_rate_or_endpoint_out_of_bounds_is_one_line(capsys, flag, value, said):
     code, _, err = main_cli(capsys, "transcribe", "--stream", "--checkpoint", "c.pt", flag, value, "-")
     assert code == 2 and f"argument {flag}: {said}" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["plan", "--mfu", "2"], "argument --mfu: must be a share in (0, 1], got 2"),
+    (["plan", "--price-on-demand", "-1"], "argument --price-on-demand: must be 0 or more, got -1"),
+    (["plan", "--price-preemptible", "-0.5"], "argument --price-preemptible: must be 0 or more"),
+    (["plan", "--inter-latency-us", "-5"], "argument --inter-latency-us: must be 0 or more"),
+    (["plan", "--restart-minutes", "-1"], "argument --restart-minutes: must be 0 or more"),
+    (["export", "--checkpoint", "c.pt", "--format", "onnx", "--streaming", "--chunk", "0", "--out", "x.onnx"],
+     "argument --chunk: must be positive, got 0"),
+])
+def test_a_number_outside_its_meaning_is_one_line(capsys, argv, said):
+    """A negative price or latency, an MFU over the peak, a chunk of no frames: refused while parsing (they were
+    taken, and a negative price printed a negative cost)."""
+    code, out, err = main_cli(capsys, *argv)
+    assert code == 2 and out == "" and said in err and err.count("\n") == 1, err

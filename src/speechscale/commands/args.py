@@ -47,6 +47,27 @@ def positive(kind: type) -> Callable[[str], Any]:
     return parse
 
 
+def non_negative(kind: type) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` that must be >= 0 (a price, a latency, a pause)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not value >= 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+        return value
+    return parse
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a share in (0, 1]."""
+    value = positive(float)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be a share in (0, 1], got {text}")
+    return value
+
+
 def port(text: str) -> int:
     """An argparse type: a TCP port, 0-65535 (0: the system picks a free one)."""
     if not text.isdigit() or int(text) > 65535:

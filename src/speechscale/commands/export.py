@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from .args import out_file
+from .args import out_file, positive
 
 
 def export(args: argparse.Namespace) -> int:
@@ -32,6 +32,6 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     x.add_argument("--streaming", action="store_true",
                    help="a streaming model's step instead (feature chunk + state in, logits + state out), for "
                         "`transcribe --stream --checkpoint FILE.onnx`")
-    x.add_argument("--chunk", type=int, default=32,
+    x.add_argument("--chunk", type=positive(int), default=32,
                    help="--streaming: feature frames per step (a multiple of the front end's time stride)")
     x.set_defaults(func=export)

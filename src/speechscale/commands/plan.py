@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from ..planning.hardware import GPUS, JITTER, LINKS, Link
 from ..planning.model import STRATEGIES, Cluster, PlanError, Workload, plan
-from .args import out_folder, positive, yaml_mapping
+from .args import fraction, non_negative, out_folder, positive, yaml_mapping
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--gpu", choices=list(GPUS), default="h100", help="GPU type: its data-sheet peak FLOP/s")
     c.add_argument("--precision", choices=["amp", "fp32"], default="amp",
                    help="amp: tensor-core peak and 2-byte gradients on the wire; fp32: 4 bytes")
-    c.add_argument("--mfu", type=positive(float), default=0.1,
+    c.add_argument("--mfu", type=fraction, default=0.1,
                    help="achieved share of the peak where no throughput is given or shipped (planning/data/measured.json)")
     c.add_argument("--gpus-per-node", type=positive(int), default=8, help="GPUs sharing one node's fast link")
     c.add_argument("--max-gpus", type=positive(int), default=64, help="largest GPU count to plan")
@@ -40,19 +40,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measured allreduce bus bandwidth inside a node, GB/s (overrides --intra's)")
     c.add_argument("--inter-gbps", type=positive(float), default=None,
                    help="measured bandwidth between nodes, GB/s (overrides --inter's)")
-    c.add_argument("--intra-latency-us", type=float, default=None, help="latency per ring hop inside a node")
-    c.add_argument("--inter-latency-us", type=float, default=None, help="latency per ring hop between nodes")
+    c.add_argument("--intra-latency-us", type=non_negative(float), default=None, help="latency per ring hop inside a node")
+    c.add_argument("--inter-latency-us", type=non_negative(float), default=None, help="latency per ring hop between nodes")
     c.add_argument("--jitter", type=float, default=JITTER, help="relative spread of one GPU's step time")
     c.add_argument("--overlap", type=float, default=1.0, help="share of backward that hides gradient communication")
     c.add_argument("--strategy", choices=STRATEGIES, default="allreduce", help="how the GPUs combine their work")
     cost = p.add_argument_group("cost and preemption")
-    cost.add_argument("--price-on-demand", type=float, default=0.0, help="$ per GPU-hour")
-    cost.add_argument("--price-preemptible", type=float, default=0.0, help="$ per GPU-hour (0: not considered)")
-    cost.add_argument("--preemptions-per-node-hour", type=float, default=0.05,
+    cost.add_argument("--price-on-demand", type=non_negative(float), default=0.0, help="$ per GPU-hour")
+    cost.add_argument("--price-preemptible", type=non_negative(float), default=0.0, help="$ per GPU-hour (0: not considered)")
+    cost.add_argument("--preemptions-per-node-hour", type=non_negative(float), default=0.05,
                       help="preemptible capacity: expected preemptions per node per hour")
     cost.add_argument("--checkpoint-minutes", type=positive(float), default=10.0, help="interval between checkpoints")
-    cost.add_argument("--checkpoint-seconds", type=float, default=10.0, help="time one checkpoint write blocks")
-    cost.add_argument("--restart-minutes", type=float, default=5.0,
+    cost.add_argument("--checkpoint-seconds", type=non_negative(float), default=10.0, help="time one checkpoint write blocks")
+    cost.add_argument("--restart-minutes", type=non_negative(float), default=5.0,
                       help="from a preemption to training again (new node, rendezvous, checkpoint load)")
     cost.add_argument("--deadline-hours", type=positive(float), default=None,
                       help="report the cheapest GPU count and pricing that finishes in time")

@@ -223,9 +223,11 @@ def test_a_stream_rate_or_endpoint_out_of_bounds_is_one_line(capsys, flag, value
     (["plan", "--restart-minutes", "-1"], "argument --restart-minutes: must be 0 or more"),
     (["export", "--checkpoint", "c.pt", "--format", "onnx", "--streaming", "--chunk", "0", "--out", "x.onnx"],
      "argument --chunk: must be positive, got 0"),
+    (["serve", "--checkpoint", "c.pt", "--port", "70000"], "argument --port: expected a port number 0-65535"),
 ])
 def test_a_number_outside_its_meaning_is_one_line(capsys, argv, said):
-    """A negative price or latency, an MFU over the peak, a chunk of no frames: refused while parsing (they were
-    taken, and a negative price printed a negative cost)."""
+    """A negative price or latency, an MFU over the peak, a chunk of no frames, a port past 65535: refused while
+    parsing (they were taken: a negative price printed a negative cost, the port a traceback after the model
+    loaded)."""
     code, out, err = main_cli(capsys, *argv)
     assert code == 2 and out == "" and said in err and err.count("\n") == 1, err

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any, Callable
 
-from .args import decoder_args, decoder_config, device_arg, positive
+from .args import decoder_args, decoder_config, device_arg, port, positive
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -50,7 +50,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     sv = command(sub, "serve", "an HTTP transcription service with a web page (POST /v1/transcribe, GET /healthz)")
     sv.add_argument("--checkpoint", required=True, help="a checkpoint, or an exported file with --backend")
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
-    sv.add_argument("--port", type=int, default=8000, help="TCP port")
+    sv.add_argument("--port", type=port, default=8000, help="TCP port")
     sv.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"], help="model runtime")
     device_arg(sv)
     sv.add_argument("--max-mb", type=positive(float), default=20.0, help="largest request body (MB)")

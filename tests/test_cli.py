@@ -224,6 +224,8 @@ def test_a_stream_rate_or_endpoint_out_of_bounds_is_one_line(capsys, flag, value
     (["export", "--checkpoint", "c.pt", "--format", "onnx", "--streaming", "--chunk", "0", "--out", "x.onnx"],
      "argument --chunk: must be positive, got 0"),
     (["serve", "--checkpoint", "c.pt", "--port", "70000"], "argument --port: expected a port number 0-65535"),
+    (["bench", "train", "--warmup", "-1"], "argument --warmup: must be 0 or more, got -1"),
+    (["data", "import", "fsdd", "src", "--out", "o", "--min-duration", "-1"], "argument --min-duration: must be 0"),
 ])
 def test_a_number_outside_its_meaning_is_one_line(capsys, argv, said):
     """A negative price or latency, an MFU over the peak, a chunk of no frames, a port past 65535: refused while

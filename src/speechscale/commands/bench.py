@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import bench_infer, bench_serving
-from .args import Parser, choice, choice_list, int_list, out_file, out_folder, positive, yaml_mapping
+from .args import Parser, choice, choice_list, int_list, non_negative, out_file, out_folder, positive, yaml_mapping
 
 
 def _feature_kinds() -> tuple[str, ...]:
@@ -193,8 +193,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bt.add_argument("--batch-size", type=positive(int), default=8, help="utterances per batch")
     bt.add_argument("--seconds", type=positive(float), default=2.0, help="seconds per utterance")
     bt.add_argument("--steps", type=positive(int), default=5, help="timed steps per precision")
-    bt.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    bt.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    bt.add_argument("--warmup", type=non_negative(int), default=2, help="untimed steps first")
+    bt.add_argument("--threads", type=non_negative(int), default=0, help="torch threads (0 = torch's default)")
     bt.add_argument("--manifest", default=None, help="real audio to cut batches from (default: synthesized noise)")
     bt.add_argument("--precision", default="fp32",
                     help="fp32,tf32,bf16,fp16: modes run side by side, ratios vs fp32 (on a GPU fp32 is TF32 off); "
@@ -216,7 +216,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bs.add_argument("--batch-size", type=positive(int), default=8, help="utterances per batch, per process")
     bs.add_argument("--seconds", type=positive(float), default=2.0, help="seconds per utterance")
     bs.add_argument("--steps", type=positive(int), default=5, help="timed steps")
-    bs.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    bs.add_argument("--warmup", type=non_negative(int), default=2, help="untimed steps first")
     bs.add_argument("--threads", type=positive(int), default=1, help="threads per process")
     bs.add_argument("--manifest", default=None, help="real audio to cut batches from (default: synthesized noise)")
     bs.add_argument("--device", default="auto", help="auto | cpu (GPUs: one process per GPU)")
@@ -267,7 +267,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     help="checkpoints of English models (the demo's, say), comma-separated: the same sentences each")
     ba.add_argument("--sentences", type=positive(int), default=40, help="sentences of the demo's grammar")
     ba.add_argument("--seed", type=int, default=1, help="which sentences and leads")
-    ba.add_argument("--long-minutes", type=float, default=0.0,
+    ba.add_argument("--long-minutes", type=non_negative(float), default=0.0,
                     help="also align the sentences as one recording, repeated to this many minutes (0: not)")
     ba.add_argument("--out", type=out_file, default=None, help="also write the result with its provenance to this JSON file")
     ba.set_defaults(func=align)
@@ -275,7 +275,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     be.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")
     be.add_argument("--seconds", type=positive(float), default=5.0, help="clip length")
     be.add_argument("--repeats", type=positive(int), default=20, help="timed rounds (after 3 warm-up rounds)")
-    be.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
+    be.add_argument("--threads", type=non_negative(int), default=0, help="torch intra-op threads (0 = torch's default)")
     be.set_defaults(func=export)
     bv = command(bsub, "serve", "transcription service: requests/s and p50/p95 latency by client concurrency")
     bv.add_argument("--checkpoint", required=True, help="the checkpoint to serve")

@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from .args import choice, choice_list, positive
+from .args import choice, choice_list, non_negative, positive
 
 
 def infer(args: argparse.Namespace) -> int:
@@ -45,12 +45,12 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bi.add_argument("--batch-size", type=positive(int), default=8, help="utterances per batch")
     bi.add_argument("--seconds", type=positive(float), default=5.0, help="seconds per utterance")
     bi.add_argument("--steps", type=positive(int), default=5, help="timed batches per mode")
-    bi.add_argument("--warmup", type=int, default=2, help="untimed batches per mode first")
+    bi.add_argument("--warmup", type=non_negative(int), default=2, help="untimed batches per mode first")
     bi.add_argument("--modes", type=choice_list(_modes), default=["eager", "onnx"],
                     help="eager, graphed (CUDA) and onnx, comma-separated")
     bi.add_argument("--device", default="auto", help="auto | cpu | cuda")
     bi.add_argument("--precision", default="fp32", type=choice(_precisions),
                     help="autocast precision of eager and graphed on a GPU (the CPU and onnx run fp32)")
     bi.add_argument("--manifest", default=None, help="real audio to cut batches from (default: synthesized noise)")
-    bi.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    bi.add_argument("--threads", type=non_negative(int), default=0, help="torch threads (0 = torch's default)")
     bi.set_defaults(func=infer)

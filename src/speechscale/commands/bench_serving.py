@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .args import choice_list, out_folder, positive
+from .args import choice_list, non_negative, out_folder, positive
 
 
 def stream(args: argparse.Namespace) -> int:
@@ -66,7 +66,7 @@ def register(bsub: Any, command: Callable[..., argparse.ArgumentParser]) -> None
     bs.add_argument("--chunk-ms", type=positive(int), default=100, help="audio per message, sent in real time")
     bs.add_argument("--step-ms", type=positive(float), default=100.0,
                     help="the server's audio per model step (serve --stream-step-ms)")
-    bs.add_argument("--memory-streams", type=int, default=200,
+    bs.add_argument("--memory-streams", type=non_negative(int), default=200,
                     help="streams opened and closed for the memory figure, a quarter abandoned (0: none)")
     bs.add_argument("--ws", type=choice_list(("guarded", "wsproto")), default=["guarded"],
                     help="connection stacks (serve --ws), comma-separated: one JSON line each, same run")

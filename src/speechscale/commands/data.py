@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .args import Parser, out_folder, positive
+from .args import Parser, non_negative, out_folder, positive
 
 
 def synth(args: argparse.Namespace) -> int:
@@ -108,8 +108,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     di.add_argument("--out", required=True, type=out_folder, help="output folder (manifest.jsonl; tedlium: audio/)")
     di.add_argument("--split", default="", help="commonvoice: the .tsv name (default validated); mls, tedlium: "
                                                 "a split folder under SRC")
-    di.add_argument("--min-duration", type=float, default=0.0, help="skip shorter utterances (seconds)")
-    di.add_argument("--max-duration", type=float, default=0.0, help="skip longer utterances (seconds; 0 = no bound)")
+    di.add_argument("--min-duration", type=non_negative(float), default=0.0, help="skip shorter utterances (seconds)")
+    di.add_argument("--max-duration", type=non_negative(float), default=0.0,
+                    help="skip longer utterances (seconds; 0 = no bound)")
     di.set_defaults(func=data_import)
     dd = command(dsub, "download", "a public corpus: download (resumable), check, unpack, import -> OUT/manifest.jsonl")
     dd.add_argument("corpus", nargs="?", default=None, help="the corpus (--list shows them)")

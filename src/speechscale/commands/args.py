@@ -34,45 +34,42 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def positive(kind: type) -> Callable[[str], Any]:
-    """An argparse type: a number of `kind` that must be > 0 (one line from argparse otherwise)."""
+def _bounded(kind: type, ok: Callable[[Any], bool], said: str) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` for which `ok` holds (else one line: `said`, got TEXT)."""
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{said}, got {text}")
         return value
     return parse
+
+
+def positive(kind: type) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` that must be > 0 (one line from argparse otherwise)."""
+    return _bounded(kind, lambda v: v > 0, "must be positive")
 
 
 def non_negative(kind: type) -> Callable[[str], Any]:
     """An argparse type: a number of `kind` that must be >= 0 (a price, a latency, a pause)."""
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not value >= 0:
-            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-        return value
-    return parse
+    return _bounded(kind, lambda v: v >= 0, "must be 0 or more")
 
 
-def fraction(text: str) -> float:
-    """An argparse type: a share in (0, 1]."""
-    value = positive(float)(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"must be a share in (0, 1], got {text}")
-    return value
+fraction = _bounded(float, lambda v: 0 < v <= 1, "must be a share in (0, 1]")  # an argparse type: a share
+
+
+def _whole(text: str, low: int, high: int, expected: str) -> int:
+    """`text` as a whole number in [low, high]; else one line: expected `expected`."""
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return int(text)
 
 
 def port(text: str) -> int:
     """An argparse type: a TCP port, 0-65535 (0: the system picks a free one)."""
-    if not text.isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}")
-    return int(text)
+    return _whole(text, 0, 65535, "a port number 0-65535")
 
 
 def out_folder(text: str) -> Path | str:
@@ -114,18 +111,14 @@ def sample_rate(text: str) -> int:
     """An argparse type: a sample rate in Hz that audio may have (data.audio's bounds)."""
     from ..data.audio import MAX_RATE, MIN_RATE
 
-    if not text.isdigit() or not MIN_RATE <= int(text) <= MAX_RATE:
-        raise argparse.ArgumentTypeError(f"expected a sample rate of {MIN_RATE}-{MAX_RATE} Hz, got {text!r}")
-    return int(text)
+    return _whole(text, MIN_RATE, MAX_RATE, f"a sample rate of {MIN_RATE}-{MAX_RATE} Hz")
 
 
 def endpoint_frames(text: str) -> int:
     """An argparse type: the quiet output frames that end a streamed phrase (serving.phrases' bounds)."""
     from ..serving.phrases import MAX_ENDPOINT_FRAMES
 
-    if not text.isdigit() or not 1 <= int(text) <= MAX_ENDPOINT_FRAMES:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_ENDPOINT_FRAMES}, got {text!r}")
-    return int(text)
+    return _whole(text, 1, MAX_ENDPOINT_FRAMES, f"a whole number from 1 to {MAX_ENDPOINT_FRAMES}")
 
 
 def int_list(text: str) -> list[int]:

@@ -46,6 +46,8 @@ class _CharMap(dict):
 
 def digits_language_known(language: str) -> bool:
     """Whether num2words spells numbers in `language` (its code: en, de, fr, ...)."""
+    if language == "en":  # the default: every config checks it, and importing num2words costs start-up
+        return True
     from num2words import CONVERTER_CLASSES
 
     return language in CONVERTER_CLASSES

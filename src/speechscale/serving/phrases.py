@@ -23,6 +23,13 @@ MAX_PHRASE_SECONDS = 30.0  # a phrase this long ends at its next space (or, a th
 MAX_ENDPOINT_FRAMES = 1000  # the most quiet output frames a stream may ask for before a phrase ends
 
 
+def check_endpoint_frames(value: Any) -> int:
+    """`value` when it is a whole number of quiet output frames from 1 to MAX_ENDPOINT_FRAMES; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ENDPOINT_FRAMES:
+        raise ValueError(f"endpoint_frames must be a whole number from 1 to {MAX_ENDPOINT_FRAMES}, got {value!r}")
+    return value
+
+
 class PhraseDecoder:
     """One stream's decoding state: the current phrase, the finals so far, the greedy path's last token."""
 

@@ -27,7 +27,7 @@ import torch
 
 from ..data.audio import as_waveform, check_rate
 from .events import Event
-from .phrases import MAX_ENDPOINT_FRAMES
+from .phrases import check_endpoint_frames
 from .recognizer import Recognizer, Stream, StreamingRefused
 
 __all__ = ["StreamingSession", "StreamingRefused"]
@@ -44,10 +44,7 @@ class StreamingSession:
         per model step."""
         if sample_rate is not None:
             check_rate(sample_rate)
-        if isinstance(endpoint_frames, bool) or not isinstance(endpoint_frames, int) or \
-                not 1 <= endpoint_frames <= MAX_ENDPOINT_FRAMES:
-            raise ValueError(f"endpoint_frames must be a whole number from 1 to {MAX_ENDPOINT_FRAMES}, "
-                             f"got {endpoint_frames!r}")
+        check_endpoint_frames(endpoint_frames)
         self.recognizer = Recognizer(comps, step=step, chunk_ms=chunk_ms)
         self.stream: Stream = self.recognizer.create_stream(sample_rate, endpoint_frames, decoder)
         self.frame_s = self.recognizer.frame_s

@@ -56,7 +56,7 @@ class TextConfig:
     alphabet: str = "abcdefghijklmnopqrstuvwxyz' "   # CTC blank is index 0, these follow from 1; "auto": the
                                        # characters of the training transcripts (the checkpoints keep them)
     digits: str = "spell"              # spell (12 -> twelve) | drop | keep (then add digits to the alphabet)
-    digits_language: str = "en"        # the language digits are spelled in (num2words' code: en, de, fr, es, ...)
+    digits_language: str = "en"        # the language numbers, money and times are read out in (num2words' code: en, de, ...)
 
 
 @dataclass

@@ -14,15 +14,11 @@ import unicodedata
 from collections import Counter
 from typing import Any, Callable, Iterable
 
+from .numerals import NumberReader
+
 BLANK = 0
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_ORDINAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+)(?:st|nd|rd|th)\b")  # English: 21st -> twenty-first
-# symbols read out as words, by the language digits are spelled in (its num2words code's first two letters)
-_SYMBOL_WORDS = {"en": {"&": "and", "%": "percent"}, "de": {"&": "und", "%": "prozent"},
-                 "fr": {"&": "et", "%": "pour cent"}, "es": {"&": "y", "%": "por ciento"},
-                 "it": {"&": "e", "%": "per cento"}, "nl": {"&": "en", "%": "procent"},
-                 "pt": {"&": "e", "%": "por cento"}}
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 _QUOTE_MARK = re.compile(r"(?<![^\W_])'|'(?![^\W_])")  # an apostrophe without a letter or digit on one side
 
@@ -60,7 +56,8 @@ class TextNormalizer:
     A letter the alphabet holds is kept as it is ("ä" with a German alphabet); any other loses its accents ("é"
     -> "e" with the English one). Apostrophes inside words are kept ("don't"); quote marks around words are
     removed. `alphabet=None` keeps every letter, mark and digit as written (an importer's cleaning, before any
-    model's alphabet is known). Digits are spelled in `digits_language` (num2words' code: en, de, fr, es, ...).
+    model's alphabet is known). Numbers are read out in `digits_language` (num2words' code: en, de, fr, es, ...) as
+    a speaker says them: money, times, years, decimals with the language's mark (data.numerals).
     """
 
     def __init__(self, alphabet: str | None = "abcdefghijklmnopqrstuvwxyz' ", digits: str = "spell",
@@ -71,6 +68,7 @@ class TextNormalizer:
         self._keep = None if alphabet is None else set(alphabet)
         self._folds = _CharMap(self._fold)  # str.translate tables, filled in as characters are met
         self._spaces = _CharMap(self._spaced)
+        self._read = NumberReader(digits_language)
 
     def _fold(self, c: str) -> str:
         """`c` itself when the alphabet spells it (or there is no alphabet), else its letters without accents."""
@@ -83,27 +81,7 @@ class TextNormalizer:
             return text
         if self.digits == "drop":
             return _NUMBER.sub(" ", text)
-
-        def spell(m: re.Match[str]) -> str:
-            from num2words import num2words  # here, not at the top: importing it (every language) costs
-            # 34 ms of CPU, which every process that imports the data package (training workers, the CLI) paid
-
-            raw = m.group(0).replace(",", "")
-            try:
-                return " " + num2words(float(raw) if "." in raw else int(raw), lang=self.digits_language) + " "
-            except (ValueError, OverflowError, NotImplementedError):
-                return " "
-
-        for symbol, word in _SYMBOL_WORDS.get(self.digits_language[:2], {}).items():
-            text = text.replace(symbol, f" {word} ")
-        if self.digits_language.startswith("en"):
-            text = _ORDINAL.sub(lambda m: " " + self._ordinal(int(m.group(1).replace(",", ""))) + " ", text)
-        return _NUMBER.sub(spell, text)
-
-    def _ordinal(self, n: int) -> str:
-        from num2words import num2words
-
-        return num2words(n, to="ordinal", lang=self.digits_language)
+        return self._read(text)
 
     def _spaced(self, c: str) -> str:
         return c if self._kept(c) else " "

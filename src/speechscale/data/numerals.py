@@ -1,0 +1,157 @@
+"""Numbers and symbols read out as a speaker says them, in a language num2words spells: amounts of money, clock times,
+years and decades, ordinals (English), cardinals and decimals written with the language's own decimal mark, and
+`&` and `%`.
+
+    >>> read = NumberReader("en")
+    >>> " ".join(read("In 1990 it cost $5.50 at 10:05 on the 21st").split())
+    'In nineteen ninety it cost five dollars and fifty cents at ten oh five on the twenty-first'
+    >>> " ".join(NumberReader("de")("1.000,5 kg für 3 €").split())
+    'eintausend komma fünf kg für drei euro'
+
+The words come in lower case with num2words' hyphens and commas, and with spaces around them, which the text
+normalizer squeezes.
+"""
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+# languages whose decimal mark is a comma and whose thousands are grouped with a point (1.000,5)
+_COMMA_DECIMAL = {"de", "fr", "es", "it", "nl", "pt", "pl", "ru", "uk", "cs", "sk", "sl", "hr", "sr", "ro", "hu",
+                  "da", "no", "nb", "sv", "fi", "tr", "id", "lt", "lv", "et", "bg", "el", "az", "kz", "be", "ca",
+                  "is", "ky", "tg", "tk", "uz", "vi"}
+# symbols read out as words, by the language (its num2words code's first two letters)
+SYMBOL_WORDS = {"en": {"&": "and", "%": "percent"}, "de": {"&": "und", "%": "prozent"},
+                "fr": {"&": "et", "%": "pour cent"}, "es": {"&": "y", "%": "por ciento"},
+                "it": {"&": "e", "%": "per cento"}, "nl": {"&": "en", "%": "procent"},
+                "pt": {"&": "e", "%": "por cento"}}
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_SCALES = "thousand|million|billion|trillion"  # English scale words an amount of money may carry
+_MONEY_BEFORE = re.compile(r"([$€£¥₹₽])\s?(\d+(?:[.,]\d+)*)()")
+_MONEY_BEFORE_SCALED = re.compile(r"([$€£¥₹₽])\s?(\d+(?:[.,]\d+)*)(?:\s+(" + _SCALES + r")\b)?", re.IGNORECASE)
+_MONEY_AFTER = re.compile(r"(?<![\d.,])(\d+(?:[.,]\d+)*)\s?([€$£¥₹₽])")
+_CURRENCIES = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₽": "RUB"}
+# English currency words num2words lacks or says otherwise than a speaker
+_EXTRA_FORMS = {"en": {"JPY": (("yen", "yen"), ("sen", "sen")), "GBP": (("pound", "pounds"), ("penny", "pence"))}}
+_TIME = re.compile(r"(?<![\d.,:])([01]?\d|2[0-4]):([0-5]\d)(?![\d:])(\s*[ap]\.?m\b\.?)?", re.IGNORECASE)
+_DECADE = re.compile(r"(?<![\d.,])'?((?:1[1-9]|20)?\d0)s\b")  # 1990s, 90s, '90s
+_YEAR = re.compile(r"(?<![\d.,:])(1[1-9]\d\d|20\d\d)(?![\d:]|[.,]\d)")  # a bare 1100-2099
+_ORDINAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+)(?:st|nd|rd|th)\b")  # English: 21st
+
+
+class NumberReader:
+    """Spells the numbers of a text in `language` (num2words' code: en, de, fr, ...), in the order a reader meets
+    their forms: money, then (English) clock times, decades and ordinals, then years, then any other number.
+
+    Money is a currency symbol before or after an amount: whole units, and the cents when there are two
+    decimals ("$5.50": five dollars and fifty cents, joined by the language's word for `&`); an English scale
+    word after it is read before the unit ("$2.5 million": two point five million dollars). A bare number from
+    1100 to 2099 is read as a year ("1990": nineteen ninety, "1500": fifteen hundred) in the language's way. A
+    number num2words cannot read as one (a version, 1.2.3) is read a digit group at a time, with the decimal
+    word for a decimal mark between."""
+
+    def __init__(self, language: str = "en") -> None:
+        self.language = language
+        self.english = language[:2] == "en"
+        comma = language.split("_")[0] in _COMMA_DECIMAL
+        self.group, self.point = (".", ",") if comma else (",", ".")
+        self.symbols = SYMBOL_WORDS.get(language[:2], {})
+
+    def _converter(self) -> Any:
+        from num2words import CONVERTER_CLASSES  # here, not at the top: importing it costs start-up
+
+        return CONVERTER_CLASSES[self.language]
+
+    def _words(self, value: Any, to: str = "cardinal") -> str:
+        from num2words import num2words
+
+        return num2words(value, to=to, lang=self.language).lower()
+
+    def _value(self, raw: str) -> Decimal | None:
+        """`raw` (digits with the language's group and decimal marks) as a number, or None when its marks do not
+        make one (1.2.3, or groups not of three digits)."""
+        head, frac = raw.rsplit(self.point, 1) if self.point in raw else (raw, "")
+        parts = head.split(self.group)
+        if len(parts) > 1 and not (len(parts[0]) <= 3 and all(len(p) == 3 for p in parts[1:])):
+            return None
+        if self.group in frac:
+            return None
+        try:
+            return Decimal("".join(parts) + ("." + frac if frac else ""))
+        except InvalidOperation:
+            return None
+
+    def _number(self, raw: str) -> str:
+        value = self._value(raw)
+        try:
+            if value is None:  # each run of digits, the decimal word for a decimal mark
+                point = getattr(self._converter(), "pointword", "")
+                point = f" {point.lower()} " if isinstance(point, str) else " "
+                runs = re.split(r"([.,])", raw)  # digits, mark, digits, ...
+                return " " + "".join(self._words(int(r)) if i % 2 == 0 else point if r == self.point else " "
+                                     for i, r in enumerate(runs)) + " "
+            return " " + self._words(int(value) if value.as_tuple().exponent >= 0 else value) + " "
+        except (ValueError, OverflowError, NotImplementedError):
+            return " "
+
+    def _money(self, symbol: str, raw: str, scale: str | None) -> str | None:
+        """An amount of money in words, or None when the language has no words for the currency."""
+        code = _CURRENCIES[symbol]
+        forms = {**getattr(self._converter(), "CURRENCY_FORMS", {}), **_EXTRA_FORMS.get(self.language, {})}.get(code)
+        value = self._value(raw)
+        if forms is None or value is None:
+            return None
+        conv = self._converter()
+        whole, frac = int(value), raw.rsplit(self.point, 1)[1] if self.point in raw else ""
+        try:
+            if scale or (frac and len(frac) != 2):  # "2.5 million dollars", "1.5 dollars"
+                amount = self._words(whole if value == whole else value) + (f" {scale.lower()}" if scale else "")
+                return f" {amount} {conv.pluralize(2 if scale or value != whole else whole, forms[0]).lower()} "
+            cents = int(frac or 0)
+            said = [f"{self._words(whole)} {conv.pluralize(whole, forms[0]).lower()}"] if whole or not cents else []
+            if cents:
+                said.append(f"{self._words(cents)} {conv.pluralize(cents, forms[1]).lower()}")
+            join = f" {self.symbols['&']} " if "&" in self.symbols else " "
+            return " " + join.join(said) + " "
+        except (ValueError, OverflowError, NotImplementedError, TypeError, IndexError):
+            return None
+
+    def _time(self, m: re.Match[str]) -> str:
+        hour, minute, meridiem = int(m.group(1)), int(m.group(2)), m.group(3)
+        said = self._words(hour)
+        if minute:
+            said += (" oh " if minute < 10 else " ") + self._words(minute)
+        elif not meridiem:
+            said += " o'clock" if 1 <= hour <= 12 else " hundred"
+        return f" {said}{meridiem or ''} "
+
+    def _decade(self, m: re.Match[str]) -> str:
+        digits = m.group(1)
+        said = self._words(int(digits), "year" if len(digits) == 4 else "cardinal")
+        last = said.rsplit(" ", 1)[-1].rsplit("-", 1)[-1]
+        plural = last[:-1] + "ies" if last.endswith("y") else last + "s"
+        return " " + said[: len(said) - len(last)] + plural + " "
+
+    def __call__(self, text: str) -> str:
+        """`text` with each number and symbol in words."""
+        for symbol, word in self.symbols.items():
+            text = text.replace(symbol, f" {word} ")
+        if not any(c.isdigit() for c in text):
+            return text
+
+        def money(symbol: str, raw: str, scale: str | None) -> str:
+            said = self._money(symbol, raw, scale or None)
+            if said is None:  # no words for the currency: the amount alone
+                return self._number(raw) + (f"{scale} " if scale else "")
+            return said
+
+        before = _MONEY_BEFORE_SCALED if self.english else _MONEY_BEFORE
+        text = before.sub(lambda m: money(m.group(1), m.group(2), m.group(3)), text)
+        text = _MONEY_AFTER.sub(lambda m: money(m.group(2), m.group(1), None), text)
+        if self.english:
+            text = _TIME.sub(self._time, text)
+            text = _DECADE.sub(self._decade, text)
+            text = _ORDINAL.sub(lambda m: " " + self._words(int(m.group(1).replace(",", "")), "ordinal") + " ", text)
+        text = _YEAR.sub(lambda m: " " + self._words(int(m.group(1)), "year") + " ", text)
+        return _NUMBER.sub(lambda m: self._number(m.group(0)), text)

@@ -1,0 +1,56 @@
+import pickle
+
+import pytest
+
+from speechscale.data.text import CharTokenizer, TextNormalizer
+
+GERMAN = "abcdefghijklmnopqrstuvwxyzäöüß' "
+RUSSIAN = "абвгдежзийклмнопрстуфхцчшщъыьэюя' "
+
+
+@pytest.mark.parametrize("raw, said", [
+    ("In 1990 we met", "in nineteen ninety we met"),
+    ("born 1905, married 2005, retired 2024", "born nineteen oh five married two thousand and five retired twenty twenty four"),
+    ("a 1500 page book", "a fifteen hundred page book"),
+    ("room 1101", "room eleven oh one"),
+    ("20,000 leagues, 1,990 votes", "twenty thousand leagues one thousand nine hundred and ninety votes"),
+    ("the 1990s and the '80s, the 1800s", "the nineteen nineties and the eighties the eighteen hundreds"),
+    ("It costs $5.", "it costs five dollars"),
+    ("$1 or $5.50 or $0.05", "one dollar or five dollars and fifty cents or five cents"),
+    ("$1.5 a share, $2.5 million, $3 Billion",
+     "one point five dollars a share two point five million dollars three billion dollars"),
+    ("£20 and €1 and ¥500", "twenty pounds and one euro and five hundred yen"),
+    ("$1,000", "one thousand dollars"),
+    ("at 3:00, at 3:00 pm, at 10:05, 14:00, 10:30 a.m.",
+     "at three o'clock at three pm at ten oh five fourteen hundred ten thirty a m"),
+    ("pi is 3.14", "pi is three point one four"),
+    ("version 1.2.3", "version one point two point three"),
+])
+def test_english_numbers_are_read_as_a_speaker_says_them(raw, said):
+    assert TextNormalizer()(raw) == said
+
+
+@pytest.mark.parametrize("raw, said", [
+    ("1.000 Menschen", "eintausend menschen"),  # a point groups thousands
+    ("3,5 Liter", "drei komma fünf liter"),  # a comma is the decimal mark
+    ("1,5 Millionen", "eins komma fünf millionen"),
+    ("im Jahr 1990", "im jahr neunzehnhundertneunzig"),
+    ("5,50 € oder 3 € oder €2", "fünf euro und fünfzig cent oder drei euro oder zwei euro"),
+    ("um 12.30 Uhr", "um zwölf dreißig uhr"),
+])
+def test_german_numbers_use_its_decimal_comma_and_come_in_its_lower_case_letters(raw, said):
+    german = TextNormalizer(GERMAN, digits_language="de")
+    assert german(raw) == said
+    assert CharTokenizer(GERMAN).oov(german(raw)) == set()  # num2words' "Komma", "Million" would be flagged
+
+
+def test_currency_follows_the_languages_plural_forms():
+    russian = TextNormalizer(RUSSIAN, digits_language="ru")
+    assert russian("1 ₽, 2 ₽, 5 ₽") == "один рубль два рубля пять рублей"
+    assert russian("3,5 кг") == "три целых пять десятых кг"
+
+
+def test_the_reader_travels_to_loader_workers_and_drop_mode_drops_money_too():
+    norm = pickle.loads(pickle.dumps(TextNormalizer(GERMAN, digits_language="de")))
+    assert norm("1.000,50 €") == "eintausend euro und fünfzig cent"
+    assert TextNormalizer(digits="drop")("it cost $5.50 in 1990") == "it cost in"

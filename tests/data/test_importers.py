@@ -117,3 +117,19 @@ def test_csv_import_and_the_cli(tmp_path, capsys):
     (tmp_path / "bad.csv").write_text("name,words\na.wav,nine\n")
     code, out, err = main_cli(capsys, "data", "import", "csv", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "o"))
     assert code != 0 and "needs an audio column" in err and len(err.strip().splitlines()) == 1
+
+
+def test_csv_import_reads_the_length_of_compressed_containers(tmp_path, capsys):
+    from speechscale.data.audio import load_audio
+    from tests.media import encode
+
+    wav, sr = _digit(9)
+    for suffix in ("m4a", "webm"):
+        encode(wav, sr, tmp_path / f"a.{suffix}")
+    (tmp_path / "list.csv").write_text("wav_filename,transcript\na.m4a,Nine\na.webm,nine\n")
+    code, out, _ = main_cli(capsys, "data", "import", "csv", str(tmp_path / "list.csv"), "--out", str(tmp_path / "out"))
+    assert code == 0 and json.loads(out)["kept"] == 2
+    utts, _ = read_manifest(tmp_path / "out" / "manifest.jsonl")
+    for u in utts:  # the manifest's duration is what the trainer's reader decodes
+        assert u.duration == pytest.approx(len(load_audio(u.audio_path, 8000)) / 8000, abs=2e-3)
+        assert abs(u.duration - len(wav) / sr) < 0.1

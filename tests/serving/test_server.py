@@ -6,6 +6,7 @@ import time
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 
 from tests.conftest import fake_microphone_chromium, headless_chromium, shared, start_server
@@ -116,6 +117,25 @@ def test_bad_uploads_get_clear_4xx_answers_and_the_server_lives_on(server):
     code, res = _post(server, *_multipart(b"x", field="other"))
     assert code == 422 and "file" in res["detail"]
     assert _post(server, shared("ldc93s1", "LDC93S1.wav").read_bytes())[1]["text"] == LDC
+
+
+def test_a_phone_recording_in_m4a_or_a_browser_one_in_webm_is_transcribed_and_bounded(server, tmp_path):
+    """Compressed containers (PyAV) go through the same bounds as wav: the length limit and a clear 415."""
+    import soundfile as sf
+
+    from speechscale.decoding.metrics import edit_distance
+    from tests.media import encode
+
+    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="float32")
+    for suffix, kind in (("m4a", "audio/mp4"), ("webm", "audio/webm")):
+        code, res = _post(server, encode(wav, rate, tmp_path / f"ldc.{suffix}").read_bytes(), kind)
+        assert code == 200 and edit_distance(LDC, res["text"]) <= 0.1 * len(LDC), res
+    long = encode(np.tile(wav, 4), rate, tmp_path / "long.m4a").read_bytes()  # 11.7 s > --max-seconds 10
+    code, res = _post(server, *_multipart(long, filename="long.m4a"))
+    assert code == 413 and "11.7 s" in res["detail"]
+    m4a = (tmp_path / "ldc.m4a").read_bytes()
+    code, res = _post(server, m4a[:len(m4a) // 2], "audio/mp4")
+    assert code == 415 and "m4a" in res["detail"]
 
 
 def _form(fields, audio=None, url=None):

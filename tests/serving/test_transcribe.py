@@ -55,6 +55,17 @@ def test_transcribe_any_format_rate_and_channels(ldc_checkpoint, tmp_path, cli):
     assert plain.startswith(str(stereo) + "\t") and plain.strip().split("\t")[1] == rows[1]["text"]
 
 
+def test_transcribe_reads_compressed_containers_as_it_reads_wav(ldc_checkpoint, tmp_path, cli):
+    from tests.media import encode
+
+    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="float32")
+    files = [str(encode(wav, rate, tmp_path / f"ldc.{suffix}")) for suffix in ("m4a", "webm")]
+    rows = [json.loads(x) for x in cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", *files)
+            .stdout.strip().splitlines()]
+    assert [r["file"] for r in rows] == files
+    assert all(edit_distance(LDC, r["text"]) <= 0.1 * len(LDC) for r in rows), rows
+
+
 def test_long_audio_is_chunked_at_quiet_points(ldc_checkpoint, tmp_path, cli):
     wav, sr = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="float32")
     gap = np.zeros(int(0.5 * sr), np.float32)

@@ -1,4 +1,5 @@
-"""Audio I/O: any file soundfile reads (wav/flac/ogg/...) -> mono float32 at the requested rate.
+"""Audio I/O: any file soundfile reads (wav/flac/ogg/mp3/...), or PyAV in the containers it does not (m4a/mp4,
+webm, aac, wma, amr: data.media) -> mono float32 at the requested rate.
 
     >>> wav = load_audio("data/jfk/jfk.flac", 16000)  # doctest: +SKIP
     >>> wav.dtype, wav.ndim                                     # doctest: +SKIP
@@ -13,6 +14,8 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 import soxr
+
+from .media import container_format, read_media
 
 
 class AudioError(RuntimeError):
@@ -103,10 +106,22 @@ def _read(source: Any, path: str, max_seconds: float | None) -> tuple[np.ndarray
     except AudioError:
         raise
     except Exception as e:  # soundfile raises several types for corrupt or unknown formats
-        raise AudioError(f"{path}: not audio that soundfile can decode ({_first_line(e)})") from e
+        fmt = container_format(_head(source))
+        if fmt is None:
+            raise AudioError(f"{path}: not audio that soundfile can decode ({_first_line(e)})") from e
+        return read_media(source, path, fmt, max_seconds, MAX_CHANNELS, (MIN_RATE, MAX_RATE))
     if limit is not None and data.shape[0] > limit:  # the header understated the length
         raise AudioTooLong(path, data.shape[0] / sr, max_seconds)
     return data, sr
+
+
+def _head(source: Any) -> bytes:
+    """The first 16 bytes of `source` (a path or a seekable binary file object)."""
+    if hasattr(source, "seek"):
+        source.seek(0)
+        return source.read(16)
+    with open(source, "rb") as f:
+        return f.read(16)
 
 
 def _first_line(e: Exception) -> str:
@@ -129,6 +144,14 @@ def _decode(source: Any, path: str, sample_rate: int, max_seconds: float | None 
 
 
 def audio_info(path: str | Path) -> tuple[float, int, int]:
-    """(duration in s, sample rate, channels) from the header, without decoding."""
-    info = sf.info(str(path))
+    """(duration in s, sample rate, channels) from the header, without decoding; a container soundfile does not
+    read (data.media) is decoded, for its exact length."""
+    try:
+        info = sf.info(str(path))
+    except Exception:  # soundfile raises several types for corrupt or unknown formats
+        fmt = container_format(_head(str(path)))
+        if fmt is None:
+            raise
+        data, rate = read_media(str(path), str(path), fmt, None, MAX_CHANNELS, (MIN_RATE, MAX_RATE))
+        return data.shape[0] / rate, rate, data.shape[1]
     return info.frames / info.samplerate, info.samplerate, info.channels

@@ -43,6 +43,7 @@ from fastapi import FastAPI, HTTPException, Request  # the `serve` extra (module
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .._compat import set_request_body
+from ..data import media
 from ..data.audio import AudioError, AudioTooLong, decode_audio
 from .align import AlignError, align_waveform
 from .drain import ServiceState
@@ -153,6 +154,7 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
     limits = limits or Limits()
     batcher = Batcher(asr, limits)
     decoders = concurrent.futures.ThreadPoolExecutor(limits.decode_workers, thread_name_prefix="decode")
+    accepted = "wav, flac, ogg, mp3, m4a, mp4, webm or aac" if media.available() else "wav, flac, ogg or mp3"
     aligner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="align")  # one alignment at a time
     aligning = {"waiting": 0}  # alignments in flight or queued
     hosts = allowed_hosts(host, limits.allowed_hosts)
@@ -240,8 +242,8 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
             raise HTTPException(413, f"audio of {e.seconds:.1f} s is over the limit of {limits.max_seconds:g} s") from None
         except AudioError as e:
             log.info("refused an upload: %s", e)
-            raise HTTPException(415, "unsupported or corrupt audio: it could not be decoded (send wav, flac, ogg "
-                                     "or mp3 at 4-384 kHz with at most 8 channels)") from None
+            raise HTTPException(415, f"unsupported or corrupt audio: it could not be decoded (send {accepted} at "
+                                     "4-384 kHz with at most 8 channels)") from None
         return wav, texts
 
     @app.post("/v1/transcribe", response_model=None)

@@ -79,3 +79,28 @@ def test_without_pyav_a_container_says_which_extra_reads_it(ldc, tmp_path):
             f"try:\n    load_audio({str(f)!r}, 16000)\nexcept AudioError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == f"{f}: audio in a matroska container needs PyAV: pip install 'speechscale[media]'"
+
+
+def test_damaged_containers_decode_or_raise_audio_error_and_nothing_else(ldc, tmp_path):
+    """Seeded random damage to real files: each either decodes within the bound or is one AudioError."""
+    import random
+
+    wav, rate = ldc
+    files = {s: encode(wav, rate, tmp_path / f"clip.{s}").read_bytes() for s in ("m4a", "webm", "aac", "wma")}
+    webm = files["webm"]
+    with pytest.raises(AudioError, match="no decoder for its audio"):
+        decode_audio(webm.replace(b"A_OPUS", b"A_ZZZZ"), "odd.webm", 16000)  # a codec id ffmpeg does not know
+    rng, outcomes = random.Random(0), {"decoded": 0, "refused": 0}
+    for _ in range(200):
+        suffix = rng.choice(sorted(files))
+        data = bytearray(files[suffix])
+        for _ in range(rng.choice([1, 10, 100])):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        try:
+            got = decode_audio(bytes(data[:rng.randrange(16, len(data) + 1)]), f"damaged.{suffix}", 16000, 10.0)
+            assert len(got) <= 10 * 16000 and np.isfinite(got).all()
+            outcomes["decoded"] += 1
+        except AudioError as e:
+            assert "\n" not in str(e)
+            outcomes["refused"] += 1
+    assert outcomes["decoded"] > 0 and outcomes["refused"] > 0, outcomes

@@ -373,7 +373,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     r.add_argument("--batch-size", type=positive(int), default=8, help="files run through the model together")
     graphs_arg(r)
     decoder_args(r)
-    r.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, ...) to transcribe")
+    r.add_argument("files", nargs="+", metavar="FILE",
+                   help="audio files to transcribe (wav, flac, ogg, mp3, ...; m4a, mp4, webm, aac with speechscale[media])")
     r.add_argument("--json", action="store_true", help="one JSON object per file (--format json)")
     r.add_argument("--format", choices=["text", "json", "srt", "vtt"], default="text",
                    help="a line of text per file, a JSON object per file, or subtitles (SRT or WebVTT: cues of up "

@@ -56,6 +56,8 @@ def read_media(source: Any, path: str, fmt: str, max_seconds: float | None, max_
             if not container.streams.audio:
                 raise AudioError(f"{path}: no audio stream in it ({fmt} container)")
             stream = container.streams.audio[0]
+            if stream.codec_context is None:
+                raise AudioError(f"{path}: no decoder for its audio ({fmt} container)")
             rate, channels = stream.codec_context.sample_rate, stream.codec_context.layout.nb_channels
             if not rates[0] <= rate <= rates[1]:
                 raise AudioError(f"{path}: a sample rate of {rate} Hz (audio is {rates[0]}-{rates[1]} Hz)")
@@ -79,7 +81,7 @@ def read_media(source: Any, path: str, fmt: str, max_seconds: float | None, max_
             blocks += [b.to_ndarray() for b in planar.resample(None)]
     except AudioError:
         raise
-    except (av.error.FFmpegError, ValueError, OSError) as e:
+    except Exception as e:  # PyAV raises FFmpegError, and ValueError or others on what ffmpeg half-read
         said = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise AudioError(f"{path}: not audio that PyAV can decode as {fmt} ({said})") from e
     if not blocks:

@@ -241,6 +241,25 @@ def test_transcribe_stream_prints_json_lines_from_a_file_and_from_standard_input
     assert code == 2 and "bidirectional" in err and len(err.strip().splitlines()) == 1
 
 
+def test_transcribe_stream_reads_a_compressed_container_and_refuses_what_is_not_audio_in_one_line(
+        streaming_checkpoint, tmp_path, capsys):
+    import json
+
+    from tests.conftest import main_cli
+    from tests.media import encode
+
+    wav, rate = sf.read(str(shared("ldc93s1", "LDC93S1.wav")), dtype="float32")
+    m4a = encode(wav, rate, tmp_path / "ldc.m4a")
+    _, text = _offline(load_components(streaming_checkpoint), m4a)  # the decoded file's own offline transcript
+    code, out, err = main_cli(capsys, "transcribe", "--stream", "--no-realtime", "--json", "--checkpoint",
+                              str(streaming_checkpoint), str(m4a))
+    assert code == 0 and json.loads(out.splitlines()[-1])["text"] == text, err
+    (tmp_path / "not.wav").write_bytes(b"RIFF and then nothing that is audio")
+    code, _, err = main_cli(capsys, "transcribe", "--stream", "--checkpoint", str(streaming_checkpoint),
+                            str(tmp_path / "not.wav"))
+    assert code == 2 and "not audio that soundfile can decode" in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_the_python_api_streams_a_streaming_checkpoint(streaming_checkpoint):
     import speechscale
 

@@ -126,13 +126,20 @@ def stream(args: argparse.Namespace) -> int:
     else:
         import soundfile as sf
 
-        from ..data.audio import AudioError, check_file
+        from ..data.audio import AudioError, check_file, load_audio
 
-        check_file(source, AudioError)
-        info = sf.info(source)
-        rate = info.samplerate
-        chunks = (block.mean(axis=1) for block in sf.blocks(source, blocksize=max(1, rate // 10), dtype="float32",
-                                                            always_2d=True))
+        check_file(source, ConfigError)
+        try:
+            rate = sf.info(source).samplerate
+            chunks = (block.mean(axis=1) for block in sf.blocks(source, blocksize=max(1, rate // 10),
+                                                                dtype="float32", always_2d=True))
+        except Exception:  # not a format soundfile reads block by block: decoded whole (m4a, webm: data.media)
+            rate = comps.features.cfg.sample_rate
+            try:
+                wav = load_audio(source, rate)
+            except AudioError as e:
+                raise ConfigError(str(e)) from None
+            chunks = (wav[i:i + rate // 10] for i in range(0, len(wav), rate // 10))
     try:
         dcfg = decoder_config(args)
         decoder = None

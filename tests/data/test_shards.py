@@ -61,6 +61,21 @@ def test_write_then_read_gives_the_same_samples_and_texts(tmp_path, codec):
     assert all("feats" in it for it in items.values())
 
 
+def test_flac_shards_take_the_audio_of_compressed_containers(tmp_path):
+    from tests.media import encode
+
+    wav = load_audio(shared("fsdd", "recordings", "0_jackson_0.wav"), RATE)
+    encode(wav, RATE, tmp_path / "a.m4a")
+    (tmp_path / "m.jsonl").write_text(json.dumps({"audio_filepath": "a.m4a", "duration": len(wav) / RATE,
+                                                  "text": "zero"}) + "\n")
+    head = write_shards(str(tmp_path / "m.jsonl"), tmp_path / "sh", codec="flac")
+    assert head["utterances"] == 1 and not head["skipped"]
+    _, dataset, _ = _source(tmp_path / "sh")
+    got, text, _, _ = dataset._load(0)
+    want = load_audio(tmp_path / "a.m4a", RATE)  # the container's audio, 16-bit
+    assert text == "zero" and got.shape == want.shape and np.abs(got - want).max() <= 1 / 32768
+
+
 def test_webdataset_reads_the_shards(tmp_path):
     import webdataset  # a dev dependency: another tool reads our shards
     write_shards(str(_manifest(tmp_path, 6)), tmp_path / "sh", shard_size=4)

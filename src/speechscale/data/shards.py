@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import fsspec
+import numpy as np
 import soundfile as sf
 
 from ..storage import is_remote
-from .audio import AudioError
+from .audio import AudioError, audio_info, load_audio
 from .manifest import ManifestError, read_manifest
 
 INDEX_NAME = "index.jsonl"
@@ -112,10 +113,16 @@ def _audio_bytes(path: str, codec: str | None, duration: float) -> tuple[bytes, 
     try:
         if codec is None:
             return Path(path).read_bytes(), Path(path).suffix.lstrip(".").lower() or "audio", duration
-        data, rate = sf.read(path, dtype="int16", always_2d=False)
+        try:
+            data, rate = sf.read(path, dtype="int16", always_2d=False)
+        except sf.LibsndfileError:  # a container soundfile does not read (data.media): its mono audio, at its rate
+            rate = audio_info(path)[1]
+            data = np.round(np.clip(load_audio(path, rate), -1.0, 1.0) * 32767).astype(np.int16)
         buf = io.BytesIO()
         sf.write(buf, data, rate, format="FLAC", subtype="PCM_16")
         return buf.getvalue(), "flac", round(len(data) / rate, 4)
+    except AudioError:
+        raise
     except (OSError, RuntimeError, sf.LibsndfileError) as e:
         raise AudioError(f"{path}: {e}") from e
 

@@ -79,3 +79,23 @@ def test_a_bound_on_length_is_checked_from_the_header_and_never_decoded_past(tmp
     one_hz = data[:24] + struct.pack("<II", 1, 2) + data[32:]  # the header claims 1 sample per second
     with pytest.raises(AudioError, match="sample rate of 1 Hz"):
         decode_audio(one_hz, "upload", 16000, max_seconds=60.0)
+
+
+def test_a_url_is_read_over_http_or_fsspec_and_a_bad_one_is_one_audio_error(serve, tmp_path):
+    import fsspec
+
+    from tests.media import encode
+
+    wav_bytes = shared("ldc93s1", "LDC93S1.wav").read_bytes()
+    local = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    m4a = encode(local, 16000, tmp_path / "ldc.m4a")
+    server = serve({"ldc.wav": wav_bytes, "ldc.m4a": m4a.read_bytes()})
+    assert np.array_equal(load_audio(f"{server.url}/ldc.wav", 16000), local)
+    assert np.array_equal(load_audio(f"{server.url}/ldc.m4a", 16000), load_audio(m4a, 16000))
+    fsspec.filesystem("memory").pipe("/speechscale-test/ldc.wav", wav_bytes)
+    assert np.array_equal(load_audio("memory://speechscale-test/ldc.wav", 16000), local)
+    for url, said in ((f"{server.url}/missing.wav", "HTTP 404"), ("memory://speechscale-test/none.wav", "no such file"),
+                      ("zzz://host/a.wav", "Protocol not known")):
+        with pytest.raises(AudioError) as info:
+            load_audio(url, 16000)
+        assert str(info.value).startswith(url + ": ") and said in str(info.value) and "\n" not in str(info.value)

@@ -107,6 +107,15 @@ def test_unreadable_file_is_reported_not_fatal(ldc_checkpoint, tmp_path, cli):
     assert proc.returncode == 1 and "error" in rows[0] and rows[1]["text"] == LDC
 
 
+def test_transcribe_reads_urls_and_reports_one_it_cannot_read(ldc_checkpoint, serve, cli):
+    server = serve({"ldc.wav": shared("ldc93s1", "LDC93S1.wav").read_bytes()})
+    urls = [f"{server.url}/ldc.wav", f"{server.url}/gone.wav"]
+    proc = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", *urls, check=False)
+    rows = [json.loads(x) for x in proc.stdout.strip().splitlines()]
+    assert proc.returncode == 1 and [r["file"] for r in rows] == urls
+    assert rows[0]["text"] == LDC and "HTTP 404" in rows[1]["error"]
+
+
 @pytest.mark.parametrize("chunk", ["0", "-5", "0.001"])
 def test_chunk_lengths_that_would_never_end_are_refused_in_one_line(ldc_checkpoint, chunk, cli):
     proc = cli("transcribe", "--checkpoint", str(ldc_checkpoint), f"--chunk-seconds={chunk}",

@@ -381,7 +381,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     graphs_arg(r)
     decoder_args(r)
     r.add_argument("files", nargs="+", metavar="FILE",
-                   help="audio files to transcribe (wav, flac, ogg, mp3, ...; m4a, mp4, webm, aac with speechscale[media])")
+                   help="audio files to transcribe (wav, flac, ogg, mp3, ...; m4a, mp4, webm, aac with speechscale[media]), "
+                        "local or URLs (http(s)://, s3://, gs://, ...)")
     r.add_argument("--json", action="store_true", help="one JSON object per file (--format json)")
     r.add_argument("--format", choices=["text", "json", "srt", "vtt"], default="text",
                    help="a line of text per file, a JSON object per file, or subtitles (SRT or WebVTT: cues of up "

@@ -15,6 +15,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from ..storage.files import is_remote, read_bytes
 from .media import container_format, read_media
 
 
@@ -31,6 +32,7 @@ class AudioTooLong(AudioError):
 
 
 MIN_RATE, MAX_RATE, MAX_CHANNELS = 4_000, 384_000, 8  # what a header may claim before anything is decoded
+MAX_REMOTE_BYTES = 2 << 30  # an audio file read from a URL
 
 
 def check_rate(rate: Any) -> int:
@@ -77,10 +79,35 @@ def resample(wav: np.ndarray, orig_sr: int, sample_rate: int) -> np.ndarray:
 
 
 def load_audio(path: str | Path, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
-    """Read `path`, down-mix to mono, resample to `sample_rate`; (T,) float32. Raises AudioError, and
-    AudioTooLong past `max_seconds` (then no more than that is ever decoded)."""
+    """Read `path` (a local file, or a URL: http(s), s3://, gs://, any fsspec protocol), down-mix to mono,
+    resample to `sample_rate`; (T,) float32. Raises AudioError, and AudioTooLong past `max_seconds` (then no more
+    than that is ever decoded)."""
+    if is_remote(path):
+        return decode_audio(_remote_bytes(str(path)), str(path), sample_rate, max_seconds)
     check_file(path, AudioError)
     return _decode(str(path), str(path), sample_rate, max_seconds)
+
+
+def _remote_bytes(url: str) -> bytes:
+    """The bytes at `url`: http(s) through data.fetch (bounded in size and time, retried where that helps), any
+    other protocol through fsspec. AudioError, in one line, when they cannot be read."""
+    try:
+        if url.split("://", 1)[0].lower() in ("http", "https"):
+            import tempfile
+
+            from .fetch import Policy, fetch
+
+            with tempfile.TemporaryDirectory() as tmp:
+                dest = Path(tmp) / "audio"
+                fetch(url, dest, Policy(max_bytes=MAX_REMOTE_BYTES, bound_by="an audio file may have",
+                                        resumable=False), progress=False)
+                return dest.read_bytes()
+        return read_bytes(url)
+    except FileNotFoundError:
+        raise AudioError(f"{url}: no such file") from None
+    except Exception as e:  # fsspec and its backends raise many types (a missing s3fs is an ImportError)
+        said = _first_line(e)
+        raise AudioError(said if said.startswith(url) else f"{url}: {said}") from None
 
 
 def decode_audio(data: bytes, name: str, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:

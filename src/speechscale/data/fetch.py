@@ -33,6 +33,8 @@ class Policy:
     backoff: float = 1.0          # the first wait before a retry of a 5xx or 429, doubled each time
     max_wait: float = 30.0        # the longest wait, Retry-After included
     hosts: tuple[str, ...] = ()   # redirects only to these hosts (empty: any http(s) host)
+    bound_by: str = "the catalog allows for it"  # who set max_bytes, as a refusal says it
+    resumable: bool = True        # a failure says that running the command again continues the part file
 
     def seconds(self) -> float:
         return self.deadline or 120.0 + 20.0 * self.max_bytes / (1 << 20)
@@ -110,8 +112,8 @@ def fetch(url: str, dest: Path, policy: Policy | None = None, progress: bool = T
                 total = length + have if length is not None else None
                 if policy.max_bytes and total is not None and total > policy.max_bytes:
                     part.unlink(missing_ok=True)
-                    raise DownloadError(f"{url}: {total} bytes is over the {policy.max_bytes} the catalog allows for "
-                                        "it; refused")
+                    raise DownloadError(f"{url}: {total} bytes is over the {policy.max_bytes} {policy.bound_by}; "
+                                        "refused")
                 size = have
                 with part.open("ab" if have else "wb") as f, \
                         tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=dest.name,
@@ -124,8 +126,8 @@ def fetch(url: str, dest: Path, policy: Policy | None = None, progress: bool = T
                         if policy.max_bytes and size > policy.max_bytes:
                             f.close()
                             part.unlink()
-                            raise DownloadError(f"{url}: the server sent more than the {policy.max_bytes} bytes the "
-                                                "catalog allows for it; refused and removed")
+                            raise DownloadError(f"{url}: the server sent more than the {policy.max_bytes} bytes "
+                                                f"{policy.bound_by}; refused and removed")
                         if time.monotonic() > ends:
                             raise TimeoutError("the deadline passed")
                 if total is not None and size < total:
@@ -151,6 +153,8 @@ def fetch(url: str, dest: Path, policy: Policy | None = None, progress: bool = T
                 last = f"no data for {policy.timeout:g} s"
                 if stalls >= 2:
                     break
+    if not policy.resumable:
+        raise DownloadError(f"{url}: could not be read ({last or 'no answer'}), {policy.attempts} tries")
     held = part.stat().st_size if part.exists() else 0
     raise DownloadError(f"{url}: download failed ({last or 'no answer'}) within {policy.seconds():g} s and "
                         f"{policy.attempts} tries; run the command again to continue from {held} bytes")

@@ -14,7 +14,8 @@ RUSSIAN = "абвгдежзийклмнопрстуфхцчшщъыьэюя' "
     ("a 1500 page book", "a fifteen hundred page book"),
     ("room 1101", "room eleven oh one"),
     ("20,000 leagues, 1,990 votes", "twenty thousand leagues one thousand nine hundred and ninety votes"),
-    ("the 1990s and the '80s, the 1800s", "the nineteen nineties and the eighties the eighteen hundreds"),
+    ("the 1990s and the '80s, the 1800s, the 1960's", "the nineteen nineties and the eighties the eighteen hundreds "
+                                                       "the nineteen sixties"),
     ("It costs $5.", "it costs five dollars"),
     ("$1 or $5.50 or $0.05", "one dollar or five dollars and fifty cents or five cents"),
     ("$1.5 a share, $2.5 million, $3 Billion",

@@ -35,7 +35,7 @@ _CURRENCIES = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR",
 # English currency words num2words lacks or says otherwise than a speaker
 _EXTRA_FORMS = {"en": {"JPY": (("yen", "yen"), ("sen", "sen")), "GBP": (("pound", "pounds"), ("penny", "pence"))}}
 _TIME = re.compile(r"(?<![\d.,:])([01]?\d|2[0-4]):([0-5]\d)(?![\d:])(\s*[ap]\.?m\b\.?)?", re.IGNORECASE)
-_DECADE = re.compile(r"(?<![\d.,])'?((?:1[1-9]|20)?\d0)s\b")  # 1990s, 90s, '90s
+_DECADE = re.compile(r"(?<![\d.,])'?((?:1[1-9]|20)?\d0)'?s\b")  # 1990s, 1990's, 90s, '90s
 _YEAR = re.compile(r"(?<![\d.,:])(1[1-9]\d\d|20\d\d)(?![\d:]|[.,]\d)")  # a bare 1100-2099
 _ORDINAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+)(?:st|nd|rd|th)\b")  # English: 21st
 

@@ -116,6 +116,26 @@ def test_transcribe_reads_urls_and_reports_one_it_cannot_read(ldc_checkpoint, se
     assert rows[0]["text"] == LDC and "HTTP 404" in rows[1]["error"]
 
 
+def test_transcribe_reads_an_audio_file_piped_to_standard_input(ldc_checkpoint, tmp_path, cli):
+    import subprocess
+    import sys
+
+    from tests.media import encode
+
+    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="float32")
+    m4a = encode(wav, rate, tmp_path / "ldc.m4a")
+    run = [sys.executable, "-m", "speechscale.cli", "transcribe", "--checkpoint", str(ldc_checkpoint), "--json", "-"]
+    piped = subprocess.run(run, input=m4a.read_bytes(), capture_output=True, timeout=300)
+    named = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(m4a))
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    assert json.loads(piped.stdout)["text"] == json.loads(named.stdout)["text"]
+    assert json.loads(piped.stdout)["file"] == "-"
+    empty = subprocess.run(run, input=b"", capture_output=True, timeout=300)
+    assert empty.returncode == 1 and json.loads(empty.stdout)["error"] == "standard input: no bytes (empty)"
+    twice = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "-", "-", check=False)
+    assert twice.returncode == 2 and "can be named once" in twice.stderr
+
+
 @pytest.mark.parametrize("chunk", ["0", "-5", "0.001"])
 def test_chunk_lengths_that_would_never_end_are_refused_in_one_line(ldc_checkpoint, chunk, cli):
     proc = cli("transcribe", "--checkpoint", str(ldc_checkpoint), f"--chunk-seconds={chunk}",

@@ -79,13 +79,22 @@ def _transcribed(asr: Any, files: list[str], batch_size: int) -> Any:
         group, wavs, results = files[start:start + batch_size], [], {}
         for f in group:
             try:
-                wavs.append((f, load_audio(f, asr.sample_rate)))
+                wavs.append((f, _standard_input(asr.sample_rate) if f == "-" else load_audio(f, asr.sample_rate)))
             except AudioError as e:
                 results[f] = {"file": str(f), "error": str(e)}
         for (f, _), res in zip(wavs, asr.transcribe_batch([w for _, w in wavs]) if wavs else []):
             results[f] = {"file": str(f), **res}
         for f in group:
             yield f, results[f]
+
+
+def _standard_input(rate: int) -> Any:
+    """The audio file piped to standard input (any format load_audio reads), at `rate`."""
+    import sys
+
+    from ..data.audio import decode_audio
+
+    return decode_audio(sys.stdin.buffer.read(), "standard input", rate)
 
 
 def stream(args: argparse.Namespace) -> int:
@@ -197,6 +206,8 @@ def transcribe(args: argparse.Namespace) -> int:
     if args.step_ms is not None:
         raise ConfigError("--step-ms sets a stream's step: it goes with --stream")
     check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
+    if args.files.count("-") > 1:
+        raise ConfigError("- (the file on standard input) can be named once")
     subtitles = _subtitle_paths(args.files, fmt, args.out_dir, args.manifest)
     refs = _references(args.manifest)
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
@@ -253,7 +264,7 @@ def _subtitle_paths(files: list[str], fmt: str, out_dir: Path | None, manifest: 
         return {}
     paths: dict[str, Path] = {}
     for f in files:
-        out = out_dir / f"{Path(f).stem}.{fmt}"
+        out = out_dir / f"{'stdin' if f == '-' else Path(f).stem}.{fmt}"
         if out in paths.values():
             raise ConfigError(f"two inputs named {Path(f).stem!r} would both write {out}; transcribe them apart")
         paths[f] = out
@@ -382,7 +393,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     decoder_args(r)
     r.add_argument("files", nargs="+", metavar="FILE",
                    help="audio files to transcribe (wav, flac, ogg, mp3, ...; m4a, mp4, webm, aac with speechscale[media]), "
-                        "local or URLs (http(s)://, s3://, gs://, ...)")
+                        "local or URLs (http(s)://, s3://, gs://, ...); - reads one from standard input")
     r.add_argument("--json", action="store_true", help="one JSON object per file (--format json)")
     r.add_argument("--format", choices=["text", "json", "srt", "vtt"], default="text",
                    help="a line of text per file, a JSON object per file, or subtitles (SRT or WebVTT: cues of up "

@@ -113,7 +113,7 @@ def _remote_bytes(url: str) -> bytes:
 def decode_audio(data: bytes, name: str, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
     """`load_audio` for bytes held in memory (a shard member or an upload called `name` in messages)."""
     if not data:
-        raise AudioError(f"{name}: empty member (0 bytes)")
+        raise AudioError(f"{name}: no bytes (empty)")
     return _decode(io.BytesIO(data), name, sample_rate, max_seconds)
 
 

@@ -98,7 +98,7 @@ class NumberReader:
     def _money(self, symbol: str, raw: str, scale: str | None) -> str | None:
         """An amount of money in words, or None when the language has no words for the currency."""
         code = _CURRENCIES[symbol]
-        forms = {**getattr(self._converter(), "CURRENCY_FORMS", {}), **_EXTRA_FORMS.get(self.language, {})}.get(code)
+        forms = {**getattr(self._converter(), "CURRENCY_FORMS", {}), **_EXTRA_FORMS.get(self.language[:2], {})}.get(code)
         value = self._value(raw)
         if forms is None or value is None:
             return None

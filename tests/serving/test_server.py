@@ -25,8 +25,8 @@ def server(ldc_checkpoint, tmp_path_factory):
         kill_group(proc)
 
 
-def _post(url, data, content_type="audio/wav"):
-    req = urllib.request.Request(url + "/v1/transcribe", data=data, headers={"Content-Type": content_type})
+def _post(url, data, content_type="audio/wav", query=""):
+    req = urllib.request.Request(url + "/v1/transcribe" + query, data=data, headers={"Content-Type": content_type})
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, json.load(r)
@@ -117,6 +117,10 @@ def test_bad_uploads_get_clear_4xx_answers_and_the_server_lives_on(server):
     code, res = _post(server, *_multipart(b"x", field="other"))
     assert code == 422 and "file" in res["detail"]
     assert _post(server, shared("ldc93s1", "LDC93S1.wav").read_bytes())[1]["text"] == LDC
+    audio = shared("ldc93s1", "LDC93S1.wav").read_bytes()
+    assert _post(server, audio, query="?digits=true")[1]["text"] == LDC  # no number in it
+    code, res = _post(server, audio, query="?digits=maybe")
+    assert code == 422 and "digits must be true or false" in res["detail"]
 
 
 def test_a_phone_recording_in_m4a_or_a_browser_one_in_webm_is_transcribed_and_bounded(server, tmp_path):

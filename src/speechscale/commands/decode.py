@@ -197,6 +197,8 @@ def transcribe(args: argparse.Namespace) -> int:
 
     fmt = "json" if args.json else args.format
     if args.stream:
+        if args.digits:
+            raise ConfigError("--digits writes whole transcripts; a stream (--stream) prints the words as spoken")
         if args.graphs:
             raise ConfigError("--graphs runs whole batches; a stream (--stream) runs the model's streaming step")
         if fmt not in ("text", "json"):
@@ -212,15 +214,24 @@ def transcribe(args: argparse.Namespace) -> int:
     refs = _references(args.manifest)
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
                       decoder=decoder_config(args), device=args.device, graphs=args.graphs)
+    if args.digits:
+        from ..decoding.digits import check_written_digits, written
+
+        try:
+            check_written_digits(asr.comps.normalizer.digits_language)
+        except ValueError as e:
+            raise ConfigError(f"--digits: {e}") from None
     failed = 0
     for f, res in _transcribed(asr, args.files, args.batch_size):
         if "error" in res:
             failed += 1
         ref = refs.get(str(Path(f).resolve()))
         if ref is not None and "text" in res:
-            score = ErrorRate()
+            score = ErrorRate()  # on the words as spoken, as the model was trained and scored
             score.update([asr.comps.normalizer(ref)], [res["text"]])
             res.update(reference=ref, wer=round(score.wer, 4))
+        if args.digits and "text" in res:
+            res = written(res)
         if fmt == "json":
             print(json.dumps(res), flush=True)
         elif "error" in res:
@@ -394,6 +405,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     r.add_argument("files", nargs="+", metavar="FILE",
                    help="audio files to transcribe (wav, flac, ogg, mp3, ...; m4a, mp4, webm, aac with speechscale[media]), "
                         "local or URLs (http(s)://, s3://, gs://, ...); - reads one from standard input")
+    r.add_argument("--digits", action="store_true",
+                   help="write numbers in digits: $5.50, 1990, 21st, 10:05, 2.5%% (English models)")
     r.add_argument("--json", action="store_true", help="one JSON object per file (--format json)")
     r.add_argument("--format", choices=["text", "json", "srt", "vtt"], default="text",
                    help="a line of text per file, a JSON object per file, or subtitles (SRT or WebVTT: cues of up "

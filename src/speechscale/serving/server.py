@@ -3,7 +3,8 @@
     speechscale serve --checkpoint runs/demo/checkpoints/best.pt --port 8000
 
 - `POST /v1/transcribe`: a multipart upload (field `file`) or the raw audio bytes as the body -> JSON
-  {text, duration, words: [{word, start, end, confidence}]}; with `?format=srt` or `vtt`, subtitles instead.
+  {text, duration, words: [{word, start, end, confidence}]}; with `?format=srt` or `vtt`, subtitles instead;
+  `?digits=true` writes numbers in digits (decoding/digits.py; English models).
 - `POST /v1/align`: a multipart upload of `file` and its transcript `text` -> the transcript's words timed on it
   (serving/align.py), the same JSON or subtitles; one alignment runs at a time, `max_queue` may wait, a text longer
   than ALIGN_CHARS_PER_SECOND a second of audio is 413 and one that cannot be aligned 422 with the reason.
@@ -45,6 +46,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from .._compat import set_request_body
 from ..data import media
 from ..data.audio import AudioError, AudioTooLong, decode_audio
+from ..decoding.digits import check_written_digits, written
 from .align import AlignError, align_waveform
 from .drain import ServiceState
 from .origins import allowed_hosts, host_allowed, host_name, origin_allowed
@@ -249,8 +251,10 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
     @app.post("/v1/transcribe", response_model=None)
     async def transcribe(request: Request) -> dict[str, Any] | Response:
         fmt = _format(request)
+        digits = _digits(request, asr.comps.normalizer.digits_language)
         wav, _ = await intake(request)
-        return _respond(await batcher.transcribe(wav), fmt)
+        result = await batcher.transcribe(wav)
+        return _respond(written(result) if digits else result, fmt)
 
     @app.post("/v1/align", response_model=None)
     async def align(request: Request) -> dict[str, Any] | Response:
@@ -288,6 +292,21 @@ def _format(request: Request) -> str:
     if fmt not in ("json", *SUBTITLES):
         raise HTTPException(422, f"format must be json, srt or vtt, not {fmt[:20]!r}")
     return fmt
+
+
+def _digits(request: Request, language: str) -> bool:
+    """The answer's `?digits=`: true writes numbers in digits (English models; 422 for others), false (the
+    default) leaves them as spoken."""
+    said = request.query_params.get("digits", "false").lower()
+    if said not in ("true", "false", "1", "0"):
+        raise HTTPException(422, f"digits must be true or false, not {said[:20]!r}")
+    if said in ("false", "0"):
+        return False
+    try:
+        check_written_digits(language)
+    except ValueError as e:
+        raise HTTPException(422, str(e)) from None
+    return True
 
 
 def _respond(result: dict[str, Any], fmt: str) -> dict[str, Any] | Response:

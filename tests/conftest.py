@@ -177,6 +177,37 @@ def ldc_checkpoint(tmp_path_factory, worker_id) -> Path:
     return _trained_once(tmp_path_factory, worker_id, "ldc-checkpoint")
 
 
+NUMBERS_SENTENCE = "In 1990 it cost $5.50 on the 21st"  # a manifest's text; the model learns it as the normalizer says it
+
+
+@pytest.fixture(scope="session")
+def numbers_checkpoint(tmp_path_factory, worker_id) -> Path:
+    """A folder holding s.wav (espeak-ng saying NUMBERS_SENTENCE), its manifest.jsonl, and run/: ds2-tiny overfit on
+    it (`configs/ldc93s1.yaml`), trained once per test run."""
+    import numpy as np
+    import soundfile as sf
+    from filelock import FileLock
+
+    from speechscale.data.espeak import Espeak
+    from speechscale.data.text import TextNormalizer
+
+    root = tmp_path_factory.getbasetemp()
+    root = (root if worker_id == "master" else root.parent) / "numbers"
+    with FileLock(str(root) + ".lock"):
+        if not (root / "run" / "checkpoints" / "best.pt").is_file():
+            root.mkdir(exist_ok=True)
+            tts = Espeak()
+            tts.seed(0)
+            wav = tts.synthesize(TextNormalizer()(NUMBERS_SENTENCE), voice="en-us", rate=150)
+            silence = np.zeros(3000, np.float32)
+            sf.write(root / "s.wav", np.concatenate([silence, wav, silence]), tts.sample_rate)
+            row = {"audio_filepath": "s.wav", "duration": sf.info(root / "s.wav").duration, "text": NUMBERS_SENTENCE}
+            (root / "manifest.jsonl").write_text(json.dumps(row) + "\n")
+            run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"data.root={root}",
+                    f"trainer.out_dir={root / 'run'}", "trainer.max_epochs=300")
+    return root
+
+
 @pytest.fixture(scope="session")
 def streaming_checkpoint(tmp_path_factory, worker_id) -> Path:
     """A narrow ds2-streaming-tiny (unidirectional, lookahead; features not normalized) overfit on LDC93S1, trained

@@ -3,13 +3,10 @@ round trip over thousands of written numbers, on timed words, and through a mode
 import json
 import random
 
-import numpy as np
 import pytest
-import soundfile as sf
 
 from speechscale.data.text import TextNormalizer
 from speechscale.decoding.digits import check_written_digits, write_digits, write_word_digits
-from tests.conftest import run_cli
 
 
 def _suffix(n):
@@ -78,28 +75,6 @@ def test_only_english_models_write_digits():
     check_written_digits("en")
     with pytest.raises(ValueError, match="spells numbers in 'de'"):
         check_written_digits("de")
-
-
-SENTENCE = "In 1990 it cost $5.50 on the 21st"  # the manifest's text: the model learns it as the normalizer says it
-
-
-@pytest.fixture(scope="module")
-def numbers_checkpoint(tmp_path_factory):
-    """ds2-tiny overfit on one espeak-ng sentence whose transcript holds numbers written in digits."""
-    from speechscale.data.espeak import Espeak
-
-    root = tmp_path_factory.mktemp("numbers")
-    tts = Espeak()
-    tts.seed(0)
-    spoken = TextNormalizer()(SENTENCE)
-    wav = tts.synthesize(spoken, voice="en-us", rate=150)
-    sf.write(root / "s.wav", np.concatenate([np.zeros(3000, np.float32), wav, np.zeros(3000, np.float32)]),
-             tts.sample_rate)
-    row = {"audio_filepath": "s.wav", "duration": sf.info(root / "s.wav").duration, "text": SENTENCE}
-    (root / "manifest.jsonl").write_text(json.dumps(row) + "\n")
-    run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"data.root={root}", f"trainer.out_dir={root / 'run'}",
-            "trainer.max_epochs=300")
-    return root
 
 
 def test_transcribe_digits_writes_what_the_model_says_in_digits(numbers_checkpoint, cli):

@@ -290,3 +290,33 @@ def test_the_page_records_from_a_microphone_and_transcribes_it_in_chromium(serve
         assert edit_distance(LDC, text) / len(LDC) <= 0.4, text
     finally:
         browser.quit()
+
+
+def test_the_pages_digits_box_writes_numbers_in_digits_in_the_transcript_and_its_subtitles(numbers_checkpoint,
+                                                                                            tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    proc, url = start_server(numbers_checkpoint / "run" / "checkpoints" / "best.pt", tmp_path / "log")
+    browser = headless_chromium()
+    try:
+        browser.get(url + "/")
+        transcript = browser.find_element(By.ID, "transcript")
+        browser.find_element(By.ID, "file").send_keys(str(numbers_checkpoint / "s.wav"))
+        for box, want in ((False, "in nineteen ninety it cost five dollars and fifty cents on the twenty first"),
+                          (True, "in 1990 it cost $5.50 on the 21st")):
+            if browser.find_element(By.ID, "digits").is_selected() != box:
+                browser.find_element(By.ID, "digits").click()
+            browser.execute_script("document.getElementById('transcript').dataset.text = ''")
+            browser.find_element(By.ID, "send").click()
+            WebDriverWait(browser, 60).until(lambda b: transcript.get_attribute("data-text"))
+            assert transcript.get_attribute("data-text") == want
+        downloads = tmp_path / "downloads"
+        downloads.mkdir()
+        browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        browser.find_element(By.ID, "srt").click()
+        WebDriverWait(browser, 60).until(lambda b: (downloads / "s.srt").exists() and (downloads / "s.srt").stat().st_size)
+        assert "in 1990 it cost $5.50 on the 21st" in " ".join((downloads / "s.srt").read_text().split())
+    finally:
+        browser.quit()
+        kill_group(proc)

@@ -182,8 +182,9 @@ NUMBERS_SENTENCE = "In 1990 it cost $5.50 on the 21st"  # a manifest's text; the
 
 @pytest.fixture(scope="session")
 def numbers_checkpoint(tmp_path_factory, worker_id) -> Path:
-    """A folder holding s.wav (espeak-ng saying NUMBERS_SENTENCE), its manifest.jsonl, and run/: ds2-tiny overfit on
-    it (`configs/ldc93s1.yaml`), trained once per test run."""
+    """A folder holding s.wav (espeak-ng saying NUMBERS_SENTENCE), its manifest.jsonl, and run/: a narrow
+    ds2-streaming-tiny (it streams, and transcribes whole files) overfit on it (`configs/ldc93s1.yaml`), trained once
+    per test run."""
     import numpy as np
     import soundfile as sf
     from filelock import FileLock
@@ -204,7 +205,8 @@ def numbers_checkpoint(tmp_path_factory, worker_id) -> Path:
             row = {"audio_filepath": "s.wav", "duration": sf.info(root / "s.wav").duration, "text": NUMBERS_SENTENCE}
             (root / "manifest.jsonl").write_text(json.dumps(row) + "\n")
             run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"data.root={root}",
-                    f"trainer.out_dir={root / 'run'}", "trainer.max_epochs=300")
+                    f"trainer.out_dir={root / 'run'}", "trainer.max_epochs=300", "model.name=ds2-streaming-tiny",
+                    "model.overrides={rnn_hidden: 128, rnn_layers: 2}", "features.normalize=none")
     return root
 
 
@@ -277,11 +279,12 @@ def headless_chromium(*extra_args: str, size: str = "1000,700"):
     return webdriver.Chrome(service=Service(driver), options=opts)
 
 
-def fake_microphone_chromium(folder: Path):
-    """headless_chromium whose fake capture device plays LDC93S1 once into getUserMedia (the caller quits it)."""
+def fake_microphone_chromium(folder: Path, recording: Path | None = None):
+    """headless_chromium whose fake capture device plays `recording` (LDC93S1 unless given) once into getUserMedia
+    (the caller quits it)."""
     import soundfile as sf
 
-    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="int16")
+    wav, rate = sf.read(recording or shared("ldc93s1", "LDC93S1.wav"), dtype="int16")
     sf.write(folder / "mic.wav", wav, rate, subtype="PCM_16")  # the fake device wants plain 16-bit WAV
     return headless_chromium("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
                              f"--use-file-for-fake-audio-capture={folder / 'mic.wav'}%noloop",

@@ -360,3 +360,52 @@ def test_serve_steps_each_stream_by_its_stream_step_ms(conformer_streaming_check
     sent = [min(len(pcm) // 2, 1600 * (i + 1)) / 16000 for i in range(len(frames))]
     # a step waits for its chunk and, with a right context, the frames after it (2 x 40 ms) and the windows
     assert min(s - d for s, d in zip(sent[5:], decided[5:])) >= 0.04 * right_context - 1e-9
+
+
+def test_a_stream_asked_for_digits_gets_its_finals_and_its_text_with_numbers_in_digits(numbers_checkpoint, tmp_path,
+                                                                                        capsys):
+    """Over the WebSocket (`"digits": true`), `transcribe --stream --digits` and the page's Live with its box ticked;
+    partials stay as spoken."""
+    import time
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.conftest import main_cli
+
+    spoken, written = ("in nineteen ninety it cost five dollars and fifty cents on the twenty first",
+                       "in 1990 it cost $5.50 on the 21st")
+    ckpt, audio = numbers_checkpoint / "run" / "checkpoints" / "best.pt", numbers_checkpoint / "s.wav"
+    code, out, err = main_cli(capsys, "transcribe", "--stream", "--no-realtime", "--json", "--digits", "--checkpoint",
+                              str(ckpt), str(audio))
+    finals = [json.loads(x) for x in out.splitlines() if json.loads(x)["type"] == "final"]
+    assert code == 0 and " ".join(f["text"] for f in finals) == written, (out, err)
+    proc, url = start_server(ckpt, tmp_path / "serve.log")
+    try:
+        pcm = (load_audio(audio, 16000) * 32767).round().astype("<i2").tobytes()
+        frames = [pcm[i:i + 3200] for i in range(0, len(pcm), 3200)]
+        for digits, want in ((False, spoken), (True, written)):
+            messages, code, _ = _talk(url, {"type": "start", "sample_rate": 16000, "encoding": "pcm16",
+                                            "digits": digits}, frames)
+            finals = [m for m in messages if m["type"] == "final"]
+            assert code == 1000 and messages[-1] == {"type": "end", "text": want}, messages[-3:]
+            assert " ".join(f["text"] for f in finals) == want
+            assert [w["word"] for f in finals for w in f["words"]] == want.split()
+            assert not any(c.isdigit() for m in messages if m["type"] == "partial" for c in m["text"])  # as spoken
+        _, code, reason = _talk(url, {"type": "start", "sample_rate": 16000, "encoding": "pcm16", "digits": "yes"})
+        assert code == 1007 and reason == "digits must be true or false"
+        browser = fake_microphone_chromium(tmp_path, audio)
+        try:
+            browser.get(url + "/")
+            browser.find_element(By.ID, "digits").click()
+            live = browser.find_element(By.ID, "live-text")
+            browser.find_element(By.ID, "live").click()
+            time.sleep(7.0)  # the recording plays in real time, then silence
+            browser.find_element(By.ID, "live-stop").click()
+            WebDriverWait(browser, 60).until(lambda b: live.get_attribute("data-text") is not None)
+            heard = live.get_attribute("data-text")  # the overfit model through the browser's capture and resampling
+            assert heard.startswith("in 1990 it cost $5.50"), heard
+        finally:
+            browser.quit()
+    finally:
+        kill_group(proc)

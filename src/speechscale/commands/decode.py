@@ -160,12 +160,20 @@ def stream(args: argparse.Namespace) -> int:
                                    decoder=decoder, chunk_ms=args.step_ms or 100.0)
     except StreamingRefused as e:
         raise ConfigError(f"--stream: {e}") from None
+    if args.digits:
+        from ..decoding.digits import check_written_digits
+
+        try:
+            check_written_digits(comps.normalizer.digits_language)
+        except ValueError as e:
+            raise ConfigError(f"--digits: {e}") from None
     tty = sys.stdout.isatty() and not args.json
     started = time.monotonic()
     fed = 0.0
 
     def show(events: list[Any]) -> None:
         for e in events:  # serving.events: Partial | Final
+            e = e.in_digits() if args.digits and e.type == "final" else e
             if args.json:
                 print(json.dumps(e.to_dict()), flush=True)
             elif e.type == "final":
@@ -197,8 +205,6 @@ def transcribe(args: argparse.Namespace) -> int:
 
     fmt = "json" if args.json else args.format
     if args.stream:
-        if args.digits:
-            raise ConfigError("--digits writes whole transcripts; a stream (--stream) prints the words as spoken")
         if args.graphs:
             raise ConfigError("--graphs runs whole batches; a stream (--stream) runs the model's streaming step")
         if fmt not in ("text", "json"):

@@ -3,7 +3,8 @@ per connection, every stream's model steps batched by one worker (serving.stream
 
 The protocol, in order:
 1. client: a text message `{"type": "start", "sample_rate": 16000, "encoding": "pcm16" | "float32"}`
-   (optionally `"endpoint_frames": N` and `"partials": "changes" | "every"`); server: `{"type": "ready", "model",
+   (optionally `"endpoint_frames": N`, `"partials": "changes" | "every"` and `"digits": true`: finals and the
+   whole text with numbers written in digits, English models); server: `{"type": "ready", "model",
    "sample_rate"}`.
 2. client: binary messages of mono samples (little-endian int16 or float32) at that rate, any size; server:
    `{"type": "partial", "text", "decided_s"}` as the phrase's text changes (with `"partials": "every"`: after
@@ -37,7 +38,8 @@ import numpy as np
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
 from ..data.audio import MAX_RATE, MIN_RATE
-from .events import Event, Partial
+from ..decoding.digits import check_written_digits, write_digits
+from .events import Event, Final, Partial
 from .origins import host_allowed, origin_allowed
 from .phrases import MAX_ENDPOINT_FRAMES
 from .recognizer import Recognizer, Stream, StreamingRefused
@@ -138,9 +140,9 @@ def _integer(value: Any) -> bool:
     return type(value) is int  # a JSON true/false is no number here
 
 
-def _start(message: dict[str, Any], refused: str) -> tuple[int, str, int, bool]:
-    """(sample rate, encoding, endpoint frames, a partial after every audio message) of a start message; Closed
-    otherwise."""
+def _start(message: dict[str, Any], refused: str, language: str) -> tuple[int, str, int, bool, bool]:
+    """(sample rate, encoding, endpoint frames, a partial after every audio message, numbers in digits) of a start
+    message for a model whose numbers are said in `language`; Closed otherwise."""
     if message.get("text") is None:
         raise Closed(1003, "the first message must be the JSON start message, not audio")
     start = _json(message["text"], "the start message")
@@ -155,14 +157,23 @@ def _start(message: dict[str, Any], refused: str) -> tuple[int, str, int, bool]:
         raise Closed(1007, f"endpoint_frames must be an integer from 1 to {MAX_ENDPOINT_FRAMES}")
     if not isinstance(start.get("partials", "changes"), str) or start.get("partials", "changes") not in ("changes", "every"):
         raise Closed(1007, 'partials must be "changes" or "every"')
+    digits = start.get("digits", False)
+    if not isinstance(digits, bool):
+        raise Closed(1007, "digits must be true or false")
     if refused:
         raise Closed(1003, f"this model cannot stream: {refused}")
-    return rate, encoding, endpoint, start.get("partials") == "every"
+    if digits:
+        try:
+            check_written_digits(language)
+        except ValueError as e:
+            raise Closed(1007, str(e)) from None
+    return rate, encoding, endpoint, start.get("partials") == "every", digits
 
 
 async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: asyncio.Event,
                  batcher: StreamBatcher | None, refused: str) -> None:
-    rate, encoding, endpoint, every = _start(await _receive(ws, limits, first=True), refused)
+    rate, encoding, endpoint, every, digits = _start(await _receive(ws, limits, first=True), refused,
+                                                     comps.normalizer.digits_language)
     if batcher is None:  # _start refused the stream already; this keeps the type narrow
         raise Closed(1003, f"this model cannot stream: {refused}")
     search = None
@@ -171,6 +182,7 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: 
 
         search = await asyncio.to_thread(build_decoder, decoder, comps.tokenizer, comps.normalizer)
     stream = batcher.recognizer.create_stream(rate, endpoint, search)
+    stream.digits = digits
     with batcher.open_stream():
         await _run(ws, limits, closing, batcher, stream, rate, encoding, every)
 
@@ -224,12 +236,12 @@ async def _decode(batcher: StreamBatcher, stream: Stream, samples: Any = None, c
 async def _finish(ws: WebSocket, batcher: StreamBatcher, stream: Stream, code: int, reason: str) -> None:
     """The stream's last finals, the end message with the whole transcript and a close with `code`."""
     await _send(ws, stream, await _decode(batcher, stream, close=True))
-    await ws.send_json({"type": "end", "text": stream.text})
+    await ws.send_json({"type": "end", "text": write_digits(stream.text) if stream.digits else stream.text})
     await ws.close(code=code, reason=reason)
 
 
 async def _send(ws: WebSocket, stream: Stream, events: list[Event]) -> None:
     """The stream's events as JSON messages, each partial with the audio it covers (`decided_s`)."""
     for event in events:
-        message = event.to_dict()
+        message = (event.in_digits() if stream.digits and isinstance(event, Final) else event).to_dict()
         await ws.send_json({**message, "decided_s": stream.decided_s} if isinstance(event, Partial) else message)

@@ -189,6 +189,7 @@ def numbers_checkpoint(tmp_path_factory, worker_id) -> Path:
     import soundfile as sf
     from filelock import FileLock
 
+    from speechscale.data.audio import resample
     from speechscale.data.espeak import Espeak
     from speechscale.data.text import TextNormalizer
 
@@ -199,9 +200,10 @@ def numbers_checkpoint(tmp_path_factory, worker_id) -> Path:
             root.mkdir(exist_ok=True)
             tts = Espeak()
             tts.seed(0)
-            wav = tts.synthesize(TextNormalizer()(NUMBERS_SENTENCE), voice="en-us", rate=150)
-            silence = np.zeros(3000, np.float32)
-            sf.write(root / "s.wav", np.concatenate([silence, wav, silence]), tts.sample_rate)
+            wav = resample(tts.synthesize(TextNormalizer()(NUMBERS_SENTENCE), voice="en-us", rate=150),
+                           tts.sample_rate, 16000)  # the rate a page's live capture runs at
+            silence = np.zeros(2000, np.float32)
+            sf.write(root / "s.wav", np.concatenate([silence, wav, silence]), 16000)
             row = {"audio_filepath": "s.wav", "duration": sf.info(root / "s.wav").duration, "text": NUMBERS_SENTENCE}
             (root / "manifest.jsonl").write_text(json.dumps(row) + "\n")
             run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", f"data.root={root}",

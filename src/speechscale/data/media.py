@@ -38,12 +38,11 @@ def container_format(head: bytes) -> str | None:
     return None
 
 
-def read_media(source: Any, path: str, fmt: str, max_seconds: float | None, max_channels: int,
-               rates: tuple[int, int]) -> tuple[np.ndarray, int]:
+def read_media(source: Any, path: str, fmt: str, max_seconds: float | None) -> tuple[np.ndarray, int]:
     """(T, C) float32 and the rate of the first audio stream of `source` (a path or a binary file object) in
     container `fmt`. The header's rate, channels and duration are checked before decoding, and decoding stops one
     frame past `max_seconds`. Raises AudioError (AudioTooLong past the bound)."""
-    from .audio import AudioError, AudioTooLong
+    from .audio import MAX_CHANNELS, MAX_RATE, MIN_RATE, AudioError, AudioTooLong
 
     try:
         import av
@@ -59,10 +58,10 @@ def read_media(source: Any, path: str, fmt: str, max_seconds: float | None, max_
             if stream.codec_context is None:
                 raise AudioError(f"{path}: no decoder for its audio ({fmt} container)")
             rate, channels = stream.codec_context.sample_rate, stream.codec_context.layout.nb_channels
-            if not rates[0] <= rate <= rates[1]:
-                raise AudioError(f"{path}: a sample rate of {rate} Hz (audio is {rates[0]}-{rates[1]} Hz)")
-            if not 1 <= channels <= max_channels:
-                raise AudioError(f"{path}: {channels} channels (1 to {max_channels})")
+            if not MIN_RATE <= rate <= MAX_RATE:
+                raise AudioError(f"{path}: a sample rate of {rate} Hz (audio is {MIN_RATE}-{MAX_RATE} Hz)")
+            if not 1 <= channels <= MAX_CHANNELS:
+                raise AudioError(f"{path}: {channels} channels (1 to {MAX_CHANNELS})")
             if fmt in _DECLARES_LENGTH:  # raw streams have no length field: ffmpeg would guess one from the bitrate
                 declared = (float(stream.duration * stream.time_base) if stream.duration and stream.time_base
                             else (container.duration or 0) / 1e6)  # the stream's, else the container's (in us)

@@ -26,12 +26,14 @@ SYMBOL_WORDS = {"en": {"&": "and", "%": "percent"}, "de": {"&": "und", "%": "pro
                 "fr": {"&": "et", "%": "pour cent"}, "es": {"&": "y", "%": "por ciento"},
                 "it": {"&": "e", "%": "per cento"}, "nl": {"&": "en", "%": "procent"},
                 "pt": {"&": "e", "%": "por cento"}}
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_SCALES = "thousand|million|billion|trillion"  # English scale words an amount of money may carry
-_MONEY_BEFORE = re.compile(r"([$€£¥₹₽])\s?(\d+(?:[.,]\d+)*)()")
-_MONEY_BEFORE_SCALED = re.compile(r"([$€£¥₹₽])\s?(\d+(?:[.,]\d+)*)(?:\s+(" + _SCALES + r")\b)?", re.IGNORECASE)
-_MONEY_AFTER = re.compile(r"(?<![\d.,])(\d+(?:[.,]\d+)*)\s?([€$£¥₹₽])")
+_AMOUNT = r"(\d+(?:[.,]\d+)*)"  # digits with group and decimal marks, as a language writes them
+NUMBER = re.compile(_AMOUNT)
 _CURRENCIES = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₽": "RUB"}
+_SYMBOL = "([" + "".join(_CURRENCIES) + "])"
+_SCALES = "thousand|million|billion|trillion"  # English scale words an amount of money may carry
+_MONEY_BEFORE = re.compile(_SYMBOL + r"\s?" + _AMOUNT + "()")
+_MONEY_BEFORE_SCALED = re.compile(_SYMBOL + r"\s?" + _AMOUNT + r"(?:\s+(" + _SCALES + r")\b)?", re.IGNORECASE)
+_MONEY_AFTER = re.compile(r"(?<![\d.,])" + _AMOUNT + r"\s?" + _SYMBOL)
 # English currency words num2words lacks or says otherwise than a speaker
 _EXTRA_FORMS = {"en": {"JPY": (("yen", "yen"), ("sen", "sen")), "GBP": (("pound", "pounds"), ("penny", "pence"))}}
 _TIME = re.compile(r"(?<![\d.,:])([01]?\d|2[0-4]):([0-5]\d)(?![\d:])(\s*[ap]\.?m\b\.?)?", re.IGNORECASE)
@@ -97,18 +99,16 @@ class NumberReader:
 
     def _money(self, symbol: str, raw: str, scale: str | None) -> str | None:
         """An amount of money in words, or None when the language has no words for the currency."""
-        code = _CURRENCIES[symbol]
-        forms = {**getattr(self._converter(), "CURRENCY_FORMS", {}), **_EXTRA_FORMS.get(self.language[:2], {})}.get(code)
-        value = self._value(raw)
+        conv, code, value = self._converter(), _CURRENCIES[symbol], self._value(raw)
+        forms = _EXTRA_FORMS.get(self.language[:2], {}).get(code) or getattr(conv, "CURRENCY_FORMS", {}).get(code)
         if forms is None or value is None:
             return None
-        conv = self._converter()
-        whole, frac = int(value), raw.rsplit(self.point, 1)[1] if self.point in raw else ""
+        whole, decimals = int(value), max(0, -value.as_tuple().exponent)
         try:
-            if scale or (frac and len(frac) != 2):  # "2.5 million dollars", "1.5 dollars"
+            if scale or decimals not in (0, 2):  # "2.5 million dollars", "1.5 dollars"
                 amount = self._words(whole if value == whole else value) + (f" {scale.lower()}" if scale else "")
                 return f" {amount} {conv.pluralize(2 if scale or value != whole else whole, forms[0]).lower()} "
-            cents = int(frac or 0)
+            cents = int((value - whole) * 100)
             said = [f"{self._words(whole)} {conv.pluralize(whole, forms[0]).lower()}"] if whole or not cents else []
             if cents:
                 said.append(f"{self._words(cents)} {conv.pluralize(cents, forms[1]).lower()}")
@@ -154,4 +154,4 @@ class NumberReader:
             text = _DECADE.sub(self._decade, text)
             text = _ORDINAL.sub(lambda m: " " + self._words(int(m.group(1).replace(",", "")), "ordinal") + " ", text)
         text = _YEAR.sub(lambda m: " " + self._words(int(m.group(1)), "year") + " ", text)
-        return _NUMBER.sub(lambda m: self._number(m.group(0)), text)
+        return NUMBER.sub(lambda m: self._number(m.group(0)), text)

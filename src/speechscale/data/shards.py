@@ -29,7 +29,7 @@ import numpy as np
 import soundfile as sf
 
 from ..storage import is_remote
-from .audio import AudioError, audio_info, load_audio
+from .audio import AudioError, read_audio
 from .manifest import ManifestError, read_manifest
 
 INDEX_NAME = "index.jsonl"
@@ -116,8 +116,8 @@ def _audio_bytes(path: str, codec: str | None, duration: float) -> tuple[bytes, 
         try:
             data, rate = sf.read(path, dtype="int16", always_2d=False)
         except sf.LibsndfileError:  # a container soundfile does not read (data.media): its mono audio, at its rate
-            rate = audio_info(path)[1]
-            data = np.round(np.clip(load_audio(path, rate), -1.0, 1.0) * 32767).astype(np.int16)
+            stored, rate = read_audio(path)  # (T, C)
+            data = np.round(np.clip(stored.mean(axis=1), -1.0, 1.0) * 32767).astype(np.int16)
         buf = io.BytesIO()
         sf.write(buf, data, rate, format="FLAC", subtype="PCM_16")
         return buf.getvalue(), "flac", round(len(data) / rate, 4)

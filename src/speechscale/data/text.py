@@ -14,11 +14,10 @@ import unicodedata
 from collections import Counter
 from typing import Any, Callable, Iterable
 
-from .numerals import NumberReader
+from .numerals import NUMBER, NumberReader
 
 BLANK = 0
 
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 _QUOTE_MARK = re.compile(r"(?<![^\W_])'|'(?![^\W_])")  # an apostrophe without a letter or digit on one side
 
@@ -80,7 +79,7 @@ class TextNormalizer:
         if self.digits == "keep":
             return text
         if self.digits == "drop":
-            return _NUMBER.sub(" ", text)
+            return NUMBER.sub(" ", text)
         return self._read(text)
 
     def _spaced(self, c: str) -> str:

@@ -27,6 +27,7 @@ ORDINALS = {**{w: i + 1 for i, w in enumerate("first second third fourth fifth s
             **{w: 20 + 10 * i for i, w in enumerate(("twentieth thirtieth fortieth fiftieth sixtieth seventieth "
                                                      "eightieth ninetieth").split())}}
 ORDINAL_SCALES = {"hundredth": 100, "thousandth": 10 ** 3, "millionth": 10 ** 6, "billionth": 10 ** 9}
+STARTS = {*ONES, *TEENS, *TENS, *ORDINALS, *ORDINAL_SCALES}  # the words a number may begin with
 CURRENCIES = {"dollar": "$", "dollars": "$", "pound": "£", "pounds": "£", "euro": "€", "euros": "€", "yen": "¥"}
 CENTS = {"cent", "cents", "penny", "pence"}
 MERIDIEMS = {("a", "m"): "a.m.", ("p", "m"): "p.m.", ("am",): "a.m.", ("pm",): "p.m."}
@@ -125,6 +126,7 @@ class _Reader:
 
     def ordinal(self, i: int) -> tuple[int, int] | None:
         """(value, next index) of "twenty first", "one hundred and third", "thousandth" at i."""
+        whole = self.cardinal(i)
         for k in range(min(self.n - 1, i + 12), i - 1, -1):  # the longest cardinal before an ordinal word
             word = self.at(k)
             if word not in ORDINALS and word not in ORDINAL_SCALES:
@@ -133,7 +135,6 @@ class _Reader:
             if k == i and self.at(i - 1) in {*ONES, *TEENS, *TENS, "a", "an"}:
                 return None  # a fraction: "one tenth", "a tenth"
             if k > i:
-                whole = self.cardinal(i)
                 if whole is None or whole[1] != k - (self.at(k - 1) == "and"):
                     continue
                 prefix = whole[0]
@@ -190,6 +191,8 @@ class _Reader:
 
     def number(self, i: int) -> tuple[str, int] | None:
         """The written form of the number said at i and the index after it, or None when none starts there."""
+        if self.at(i) not in STARTS:  # every form begins with a number word or an ordinal
+            return None
         found = [f for f in (self.clock(i), self._ordinal(i), self._amount(i)) if f is not None]
         return max(found, key=lambda f: f[1]) if found else None
 

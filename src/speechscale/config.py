@@ -163,7 +163,8 @@ class TrainerConfig:
     deterministic: bool = True         # torch.use_deterministic_algorithms where it is cheap
     resume: str = ""                   # "" | auto | path to a checkpoint: continue from it
     init_from: str = ""                # a checkpoint whose weights start this run (fine-tuning: a fresh optimizer,
-                                       # schedule and step count; the same model, features and alphabet); resume wins
+                                       # schedule and step count; the same model and features; another alphabet
+                                       # keeps each shared symbol's output); resume wins
     target_wer: float = -1.0           # stop once validation WER <= this (-1 = never)
     device: str = "auto"               # auto (first GPU, else CPU) | cpu | cuda | cuda:N
     precision: str = "auto"            # auto (bf16 on GPUs that support it, else fp32) | fp32 | bf16 | fp16

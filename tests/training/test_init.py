@@ -3,7 +3,9 @@ import pytest
 import torch
 
 from speechscale.config import ConfigError
+from speechscale.models import MODELS, build_model
 from speechscale.storage.checkpoints import load_checkpoint
+from speechscale.training.init import output_layer, symbol_rows
 from speechscale.training.trainer import Trainer
 from tests.training.tiny import ldc_config
 
@@ -54,3 +56,60 @@ def test_a_checkpoint_that_does_not_fit_is_a_one_line_error(source, tmp_path, ex
 def test_a_missing_checkpoint_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match="trainer.init_from: checkpoint not found"):
         Trainer(ldc_config(tmp_path / "x", "trainer.max_steps=1", f"trainer.init_from={tmp_path / 'nope.pt'}"))
+
+
+GERMAN = "' zyxwvutsrqponmlkjihgfedcbaäöüß"  # the source's letters in another order, four new ones, no "-"
+
+
+def test_another_alphabet_keeps_each_known_symbols_trained_output(source, tmp_path):
+    """A run in another language starts from the source's weights; each symbol both alphabets have keeps its
+    output, a new one starts as a fresh model's, and nothing else changes."""
+    saved = load_checkpoint(source)
+    old = saved["config"]["text"]["alphabet"]
+    args = [f"text.alphabet={GERMAN!r}", "text.digits_language=de", "trainer.max_steps=2"]
+    tuned = Trainer(ldc_config(tmp_path / "tuned", *args, f"trainer.init_from={source}"))
+    fresh = Trainer(ldc_config(tmp_path / "fresh", *args))
+    head = output_layer(tuned.model, len(GERMAN) + 1)
+    assert head == "fc.0"  # ds2-tiny without fc_hidden: one linear layer after the recurrent stack
+    for name, value in tuned.model.state_dict().items():
+        if not name.startswith(head + "."):
+            assert torch.equal(value, saved["model"][name]), name
+            continue
+        assert value.shape[0] == len(GERMAN) + 1 == saved["model"][name].shape[0] + 4
+        assert torch.equal(value[0], saved["model"][name][0])  # the blank
+        for i, c in enumerate(GERMAN, start=1):
+            want = saved["model"][name][old.index(c) + 1] if c in old else fresh.model.state_dict()[name][i]
+            assert torch.equal(value[i], want), (name, c)
+    # what the model says: each shared symbol's logit is the source model's, on the same input
+    source_model = Trainer(ldc_config(tmp_path / "src", "trainer.max_steps=1", f"trainer.init_from={source}")).model
+    feats, lengths = torch.randn(2, 81, 90), torch.tensor([90, 61])
+    with torch.no_grad():
+        a, _ = source_model.eval()(feats, lengths)
+        b, _ = tuned.model.eval()(feats, lengths)
+    shared_ids = [(GERMAN.index(c) + 1, old.index(c) + 1) for c in GERMAN if c in old]
+    new_ids, old_ids = map(list, zip(*shared_ids))
+    torch.testing.assert_close(b[..., [0] + new_ids], a[..., [0] + old_ids], rtol=0, atol=0)
+    tuned.model.train()
+    tuned.fit()
+    assert tuned.state.step == 2
+
+
+def test_symbol_rows_maps_by_symbol_and_marks_the_new():
+    assert symbol_rows("ab ", "b ca") == [0, 2, 3, -1, 1]
+    assert symbol_rows("abc", "xyz") == [0, -1, -1, -1]
+
+
+@pytest.mark.parametrize("name", ["ds2-tiny", "ds2-large", "wav2letter+-tiny", "lstm-ctc-tiny", "conformer-tiny"])
+def test_the_output_layer_is_the_one_each_class_comes_from(name):
+    """Nudging one row of the layer found moves that class's logit and no other, in every family."""
+    assert name in MODELS
+    torch.manual_seed(0)
+    model = build_model(name, {}, 81, 31).eval()
+    layer = model.get_submodule(output_layer(model, 31))
+    feats, lengths = torch.randn(2, 81, 64), torch.tensor([64, 40])
+    with torch.no_grad():
+        before, _ = model(feats, lengths)
+        layer.bias[7] += 1.0
+        after, _ = model(feats, lengths)
+    moved = (after - before).abs().amax(dim=(0, 1))  # (31,)
+    assert moved[7] > 0.5 and moved[torch.arange(31) != 7].max() == 0

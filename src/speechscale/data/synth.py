@@ -12,6 +12,7 @@ import multiprocessing
 import random
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -101,11 +102,15 @@ TEXTS = ("grammar", "digits")  # synth --text
 
 
 def synthesize_corpus(out: str | Path, minutes: float = 30.0, seed: int = 0, sample_rate: int = 16000,
-                      test_minutes: float | None = None, progress: bool = True, text: str = "grammar"
-                      ) -> dict[str, int]:
+                      test_minutes: float | None = None, progress: bool = True, text: str = "grammar", *,
+                      sentences: Callable[[random.Random], str] | None = None, voices: Sequence[str] = (),
+                      test_voice: str = TEST_VOICE) -> dict[str, int]:
     """Write OUT/train.jsonl, OUT/test.jsonl and OUT/audio/*.wav; returns utterance counts. `text`: sentences
     of the grammar in TRAIN_VOICES (the demo), or one digit word each in DIGIT_VOICES (`digits`: more voices for
-    a few-speaker digit corpus such as FSDD). Either way the test split is TEST_VOICE alone.
+    a few-speaker digit corpus such as FSDD). The test split is `test_voice` alone.
+
+    Another grammar or language: `sentences` (a module-level function of a seeded Random, since synthesis runs
+    in another process) replaces `text`'s, and `voices` (espeak-ng names, e.g. "de+m1") the training voices.
 
     espeak-ng keeps synthesis state from one utterance to the next inside a process (seeding does not reset
     it), so each corpus is made in a fresh process: the same seed then gives the same bytes.
@@ -115,27 +120,35 @@ def synthesize_corpus(out: str | Path, minutes: float = 30.0, seed: int = 0, sam
     Espeak()  # fail here, in the caller, with the one-line hint when espeak-ng is missing
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        return pool.submit(_synthesize, str(out), minutes, seed, sample_rate, test_minutes, progress, text).result()
+        return pool.submit(_synthesize, str(out), minutes, seed, sample_rate, test_minutes, progress, text,
+                           sentences, list(voices), test_voice).result()
+
+
+def _digit(rng: random.Random) -> str:
+    return rng.choice(DIGIT_WORDS)
 
 
 def _synthesize(out_dir: str, minutes: float, seed: int, sample_rate: int, test_minutes: float | None,
-                progress: bool, text_kind: str = "grammar") -> dict[str, int]:
+                progress: bool, text_kind: str, sentences: Callable[[random.Random], str] | None,
+                voices: list[str], test_voice: str) -> dict[str, int]:
     digits = text_kind == "digits"
+    make = sentences or (_digit if digits else sentence)
     out = Path(out_dir)
     tts = Espeak()
     tts.seed(seed)
     rng = random.Random(seed)
     test_minutes = test_minutes if test_minutes is not None else max(0.5, 0.1 * minutes)
-    plan = [("train", minutes * 60, DIGIT_VOICES if digits else TRAIN_VOICES), ("test", test_minutes * 60, [TEST_VOICE])]
+    plan = [("train", minutes * 60, voices or (DIGIT_VOICES if digits else TRAIN_VOICES)),
+            ("test", test_minutes * 60, [test_voice])]
     counts = {}
-    for split, seconds, voices in plan:
+    for split, seconds, speakers in plan:
         folder = out / "audio" / split
         folder.mkdir(parents=True, exist_ok=True)
         records, total, i = [], 0.0, 0
         bar = tqdm(total=int(seconds), desc=f"synth {split}", unit="s", disable=not progress, leave=False)
         while total < seconds:
-            text = rng.choice(DIGIT_WORDS) if digits else sentence(rng)
-            voice = rng.choice(voices)
+            text = make(rng)
+            voice = rng.choice(speakers)
             if split == "train":
                 rate, pitch = rng.randint(140, 200), rng.randint(25, 75)
             else:

@@ -1,11 +1,14 @@
-"""`trainer.init_from`: start a run from another run's weights (fine-tuning, speaker adaptation).
+"""`trainer.init_from`: start a run from another run's weights (fine-tuning, speaker adaptation, another language).
 
 Only the weights come over: the optimizer, schedule, step count and data position start fresh, so the new
-run's recipe (its data, epochs, learning rate) is what trains. The checkpoint must describe the same input and
-output (features, alphabet) and the same model; anything else is a one-line error before training starts.
+run's recipe (its data, epochs, learning rate) is what trains. The checkpoint must describe the same input
+(features) and the same model; anything else is a one-line error before training starts. The alphabet may
+differ: the output layer keeps the trained row of every symbol both alphabets have (the blank among them), and
+a symbol only this run's alphabet has starts from the model's own initialization.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -14,6 +17,8 @@ from torch import nn
 from ..config import Config, ConfigError
 from ..storage.checkpoints import load_checkpoint
 
+log = logging.getLogger(__name__)
+
 # feature fields that change what the model sees; speaker_prior* only matter for a file without its speaker
 _FEATURE_KEYS = ("kind", "sample_rate", "window_ms", "hop_ms", "n_mels", "normalize", "remove_dc", "preemphasis",
                  "running_prior_frames")
@@ -21,22 +26,39 @@ _FEATURE_KEYS = ("kind", "sample_rate", "window_ms", "hop_ms", "n_mels", "normal
 
 def _differences(saved: dict[str, Any], cfg: Config) -> list[str]:
     """What the checkpoint's config (`saved`) and this run's `cfg` disagree on, among the fields the weights
-    depend on."""
+    depend on (the alphabet aside: its rows are mapped)."""
     out = []
     if saved.get("model", {}).get("name") != cfg.model.name:  # overrides: the weights' shapes are checked
         out.append(f"model.name {saved['model'].get('name')!r} (this run: {cfg.model.name!r})")
     feats = saved.get("features", {})
     out += [f"features.{k} {feats.get(k)!r} (this run: {getattr(cfg.features, k)!r})"
             for k in _FEATURE_KEYS if k in feats and feats[k] != getattr(cfg.features, k)]
-    alphabet = saved.get("text", {}).get("alphabet")
-    if alphabet is not None and alphabet != cfg.text.alphabet:
-        out.append("text.alphabet differs")
     return out
 
 
+def output_layer(model: nn.Module, vocab_size: int) -> str:
+    """The name of the module that maps to the `vocab_size` output classes: the last linear layer (or
+    pointwise Conv1d) with that many outputs."""
+    name = ""
+    for n, m in model.named_modules():
+        if (isinstance(m, nn.Linear) and m.out_features == vocab_size) or (
+                isinstance(m, nn.Conv1d) and m.out_channels == vocab_size and m.kernel_size == (1,)):
+            name = n
+    if not name:
+        raise ValueError(f"{type(model).__name__} has no layer with {vocab_size} outputs")
+    return name
+
+
+def symbol_rows(saved: str, alphabet: str) -> list[int]:
+    """For each output class of `alphabet` (id 0 the blank, then its symbols), its row in a model trained on
+    the alphabet `saved`, or -1 for a symbol `saved` lacks."""
+    return [0] + [saved.index(c) + 1 if c in saved else -1 for c in alphabet]
+
+
 def init_weights(model: nn.Module, path: str, cfg: Config) -> None:
-    """Load the weights of the checkpoint at `path` into `model` (built from `cfg`); ConfigError in one line
-    when the checkpoint cannot be read or does not fit this run's model."""
+    """Load the weights of the checkpoint at `path` into `model` (built from `cfg`), the output rows mapped by
+    symbol when the alphabets differ; ConfigError in one line when the checkpoint cannot be read or does not fit
+    this run's model."""
     try:
         ckpt = load_checkpoint(path)
     except Exception as e:  # CheckpointError: not found, not a checkpoint, torn
@@ -46,10 +68,30 @@ def init_weights(model: nn.Module, path: str, cfg: Config) -> None:
     wrong = _differences(ckpt["config"], cfg)
     if wrong:
         raise ConfigError(f"trainer.init_from: {path} was trained with {'; '.join(wrong)}")
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in ckpt["model"].items() if isinstance(v, torch.Tensor)}
+    saved = {k: v for k, v in ckpt["model"].items() if isinstance(v, torch.Tensor)}
+    own = model.state_dict()
+    alphabet = cfg.text.alphabet
+    old = ckpt["config"].get("text", {}).get("alphabet") or alphabet  # a checkpoint without one: this run's
+    head = output_layer(model, len(alphabet) + 1)
+    mapped = {k for k in own if k.startswith(head + ".")} if old != alphabet else set()
+    expected = {k: tuple(v.shape) for k, v in own.items()}
+    found = {k: tuple(v.shape) for k, v in saved.items()}
+    for k in mapped:  # the output layer fits with as many rows as the saved alphabet has classes
+        if found.get(k) == (len(old) + 1, *expected[k][1:]):
+            found[k] = expected[k]
     if expected != found:
         odd = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
         raise ConfigError(f"trainer.init_from: {path} does not fit model {cfg.model.name} with these overrides "
                           f"({len(odd)} tensors differ, e.g. {odd[0]})")
-    model.load_state_dict(ckpt["model"])
+    if mapped:
+        rows = torch.tensor(symbol_rows(old, alphabet))
+        kept = rows >= 0
+        for k in mapped:  # [vocab, ...]: trained rows where the symbol was known, this model's own elsewhere
+            value = own[k].clone()
+            value[kept] = saved[k][rows[kept]].to(value.dtype)
+            saved[k] = value
+        new = "".join(c for c in alphabet if c not in old)
+        dropped = "".join(c for c in old if c not in alphabet)
+        log.info("trainer.init_from: another alphabet; %d of %d output classes keep their trained rows, new: %r, "
+                 "not carried over: %r", int(kept.sum()), len(rows), new, dropped)
+    model.load_state_dict(saved)

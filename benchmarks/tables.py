@@ -376,6 +376,28 @@ def _align(res: list[dict[str, Any]]) -> str:
                  "within 50 ms", "within 100 ms"], rows))
 
 
+_ARM_LABELS = {"scratch": "from scratch", "init_from": "`trainer.init_from` the English model (shared symbols keep their rows)",
+               "init_from_fresh_output": "the English model with its output layer started fresh"}
+
+
+def _transfer(res: dict[str, Any]) -> str:
+    """benchmarks/transfer.py: German trained from scratch and from the English demo model, per arm over seeds."""
+    c, src = res["corpus"], res["source"]
+    rows = []
+    for arm, v in res["summary"].items():
+        mine = [r for r in res["runs"] if r["arm"] == arm]
+        lo, hi = v["wer_range"]
+        rows.append([_ARM_LABELS.get(arm, arm), f"{100 * v['wer']:.1f} % ({100 * lo:.1f}-{100 * hi:.1f} %)",
+                     f"{100 * v['cer']:.1f} %", v["seeds"], f"{sum(r['minutes'] for r in mine) / len(mine):.1f} min"])
+    new = ", ".join(res["new_symbols"].replace(" ", "space"))
+    return (f"The demo recipe's {src['model']} trained on English (the demo corpus, {src['epochs']} epochs: WER "
+            f"{100 * src['wer']:.1f} % on its test voice) starts a German run: {c['utterances']['train']} utterances "
+            f"({c['train_minutes']:g} min) of a small German grammar spoken by espeak-ng in {len(c['voices'])} German "
+            f"voices, scored on {c['utterances']['test']} utterances of {c['test_voice']}, a voice never trained on; "
+            f"{res['epochs']} epochs of the `{res['recipe']}` recipe, the German alphabet ({new} new). Medians over "
+            "seeds.\n\n" + _md(["start", "WER: median (range)", "CER", "seeds", "training, a run"], rows))
+
+
 def _serving(name: str) -> Callable[[Any], str]:
     def render(res: Any) -> str:
         from .serving_tables import RENDERERS
@@ -395,7 +417,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "gpu-graphs": _gpu_graphs, "gpu-graphs-b128": _gpu_graphs,
                                            "gpu-recipes": _recipes, "gpu-step": _gpu_step, "gpu-infer": _gpu_infer,
                                            "soak": _serving("soak"), "stream-stacks": _serving("stream-stacks"),
-                                           "align": _align, "align-long": _align}
+                                           "align": _align, "align-long": _align, "transfer-de": _transfer}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

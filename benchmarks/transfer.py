@@ -128,16 +128,16 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_arm(arm, seed, source, corpus, work / f"{arm}-seed{seed}", args.epochs, saved["model"]))
             print(json.dumps(rows[-1]), flush=True)
     counts = {split: len((corpus / f"{split}.jsonl").read_text().splitlines()) for split in ("train", "test")}
-    settings = {"source": str(source), "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest()[:16],
-                "source_model": saved["model"], "source_alphabet": saved["text"]["alphabet"],
-                "source_scores": {"epoch": last["epoch"], "wer": last["wer"], "cer": last["cer"]},
-                "alphabet": ALPHABET, "recipe": "demo",
-                "epochs": args.epochs, "train_minutes": args.minutes, "test_minutes": args.test_minutes,
-                "utterances": counts, "voices": VOICES, "test_voice": TEST_VOICE}
+    results = {"runs": rows, "summary": summarize(rows), "epochs": args.epochs, "recipe": "demo",
+               "alphabet": ALPHABET, "new_symbols": "".join(c for c in ALPHABET if c not in saved["text"]["alphabet"]),
+               "corpus": {"train_minutes": args.minutes, "test_minutes": args.test_minutes, "utterances": counts,
+                          "voices": VOICES, "test_voice": TEST_VOICE},
+               "source": {"model": saved["model"]["name"], "epochs": last["epoch"], "wer": last["wer"],
+                          "cer": last["cer"], "sha256": hashlib.sha256(source.read_bytes()).hexdigest()[:16]}}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out, {"runs": rows, "summary": summarize(rows)}, ["python", "-m", "benchmarks.transfer", *sys.argv[1:]],
-               round(time.monotonic() - started, 1), settings)
+    write_json(out, results, ["python", "-m", "benchmarks.transfer", *sys.argv[1:]],
+               round(time.monotonic() - started, 1), {"source": str(source), "work": str(work), "seeds": args.seeds})
     print(json.dumps(summarize(rows)))
     return 0
 

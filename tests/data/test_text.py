@@ -103,3 +103,14 @@ def test_data_alphabet_suggests_the_alphabet_that_keeps_every_transcript(tmp_pat
     fewer = json.loads(out)
     assert code == 0 and fewer["rare"]["ß"] == 3 and "ß" not in fewer["alphabet"] and "ü" in fewer["alphabet"]
     assert fewer["rare"] == {c: n for c, n in found["counts"].items() if n < 4}
+
+
+def test_an_alphabet_that_lost_its_space_says_so(tmp_path, capsys):
+    """A shell override's YAML value drops a trailing space; every transcript then fails the alphabet, and the
+    one-line error says why."""
+    from tests.conftest import main_cli, shared
+
+    code, _, err = main_cli(capsys, "train", "--config", "ldc93s1", f"data.root={shared('ldc93s1')}",
+                            f"trainer.out_dir={tmp_path}", "text.alphabet=abcdefghijklmnopqrstuvwxyz' ")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "no usable utterances" in err and "text.alphabet has no space" in err, err

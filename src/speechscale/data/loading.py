@@ -46,8 +46,16 @@ def load_utterances(path: str, comps: "Components", data: DataConfig, filt: dict
     report.kept = len(kept)
     log.info(report.summary())
     if not kept:
-        raise ManifestError(f"no usable utterances in {path}: {report.summary()}")
+        raise ManifestError(f"no usable utterances in {path}: {report.summary()}{_space_hint(comps, report)}")
     return kept, report
+
+
+def _space_hint(comps: "Components", report: SkipReport) -> str:
+    """Why every transcript may have failed the alphabet: it has no space, as when a shell override's YAML value
+    lost its trailing one."""
+    if " " in comps.tokenizer.alphabet or "characters outside the vocabulary" not in report.reasons:
+        return ""
+    return "; text.alphabet has no space: quote a value that ends in one (text.alphabet=\"abc' \")"
 
 
 def check_batch_bound(longest: float, where: str, batch_seconds: float) -> None:

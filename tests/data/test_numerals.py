@@ -51,6 +51,16 @@ def test_currency_follows_the_languages_plural_forms():
     assert russian("3,5 кг") == "три целых пять десятых кг"
 
 
+@pytest.mark.parametrize("language, raw, said", [
+    ("it", "3,5 litri", "tre virgola cinque litri"),  # num2words drops an Italian Decimal's fraction
+    ("it", "682,6", "seicentottantadue virgola sei"),
+    ("cy", "3.5", "tri pwynt pump"),  # ... and a Welsh one's
+    ("it", "12", "dodici"),
+])
+def test_a_decimal_keeps_its_fraction_in_every_language(language, raw, said):
+    assert TextNormalizer(None, digits_language=language)(raw) == said
+
+
 def test_the_reader_travels_to_loader_workers_and_drop_mode_drops_money_too():
     norm = pickle.loads(pickle.dumps(TextNormalizer(GERMAN, digits_language="de")))
     assert norm("1.000,50 €") == "eintausend euro und fünfzig cent"

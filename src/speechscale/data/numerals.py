@@ -68,7 +68,13 @@ class NumberReader:
     def _words(self, value: Any, to: str = "cardinal") -> str:
         from num2words import num2words
 
-        return num2words(value, to=to, lang=self.language).lower()
+        out = num2words(value, to=to, lang=self.language).lower()
+        if isinstance(value, Decimal) and value != int(value) and out in ("", self._words(int(value), to)):
+            out = num2words(float(value), to=to, lang=self.language).lower()  # a converter that drops a Decimal's
+            # fraction (Italian, Welsh) or reads none of it (Turkish) reads the float
+        if not out.strip():
+            raise ValueError(f"num2words read {value} as nothing in {self.language}")
+        return out
 
     def _value(self, raw: str) -> Decimal | None:
         """`raw` (digits with the language's group and decimal marks) as a number, or None when its marks do not

@@ -145,7 +145,8 @@ class Model:
                    digits: bool = False) -> Transcript:
         """A file (any format load_audio reads, or a URL) or a mono float waveform at `sample_rate` (default: the
         model's) -> its Transcript (text, duration, words; greedy: each word with start, end in seconds and a
-        confidence). `digits`: numbers written in digits ("$5.50", "1990"; English models, else ValueError)."""
+        confidence). `digits`: numbers written in digits ("$5.50", "1990"; English, de, fr, es, it, pt and nl
+        models, else ValueError)."""
         return self.transcribe_batch([audio], sample_rate, digits)[0]
 
     def transcribe_batch(self, audios: list[str | Path | np.ndarray], sample_rate: int | None = None,
@@ -153,10 +154,11 @@ class Model:
         """Several files or waveforms run through the model as one padded batch (what a GPU wants)."""
         from .decoding.digits import check_written_digits, written
 
+        language = self._asr.comps.normalizer.digits_language
         if digits:
-            check_written_digits(self._asr.comps.normalizer.digits_language)
+            check_written_digits(language)
         wavs = [self._waveform(a, sample_rate) for a in audios]
-        return [Transcript.from_dict(written(r) if digits else r) for r in self._asr.transcribe_batch(wavs)]
+        return [Transcript.from_dict(written(r, language) if digits else r) for r in self._asr.transcribe_batch(wavs)]
 
     def align(self, audio: str | Path | np.ndarray, text: str, sample_rate: int | None = None,
               segment_seconds: float = 120.0) -> Transcript:

@@ -2,11 +2,13 @@
 round trip over thousands of written numbers, on timed words, and through a model that learned to say them."""
 import json
 import random
+import subprocess
+import sys
 
 import pytest
 
 from speechscale.data.text import TextNormalizer
-from speechscale.decoding.digits import check_written_digits, write_digits, write_word_digits
+from speechscale.decoding.digits import TEXT2NUM, check_written_digits, write_digits, write_word_digits
 
 
 def _suffix(n):
@@ -71,10 +73,67 @@ def test_a_numbers_timed_words_become_one_word_from_its_first_start_to_its_last_
     assert out[:2] == words[:2]
 
 
-def test_only_english_models_write_digits():
-    check_written_digits("en")
-    with pytest.raises(ValueError, match="spells numbers in 'de'"):
-        check_written_digits("de")
+def test_english_and_text2nums_languages_write_digits_and_no_other():
+    for language in ("en", "en_IN", *TEXT2NUM):
+        check_written_digits(language)
+    with pytest.raises(ValueError, match="spells numbers in 'ru'"):
+        check_written_digits("ru")
+
+
+def test_without_text2num_another_language_says_which_extra_writes_it():
+    code = ("import sys; sys.modules['text_to_num'] = None\n"  # the import fails as where text2num is not installed
+            "from speechscale.decoding.digits import check_written_digits\n"
+            "check_written_digits('en')\n"
+            "try:\n    check_written_digits('de')\nexcept ValueError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "numbers in digits for a 'de' model need text2num: pip install 'speechscale[digits]'"
+
+
+def _other_cases(language, rng):
+    """(as written, as written back) in `language`: whole numbers, grouped from five digits, years, decimals with
+    the language's mark, percentages."""
+    group, spaced = TEXT2NUM[language]
+    point = "," if language != "es" else "."  # num2words says "punto" in Spanish, which is written back "."
+    cases = []
+    for _ in range(300):
+        v = rng.choice([rng.randrange(10, 100), rng.randrange(1100, 2100), rng.randrange(10 ** 4, 10 ** 7)])
+        grouped = f"{v:,}".replace(",", group) if v >= 10_000 else str(v)
+        cases.append((str(v), grouped))
+        n, d = rng.randrange(0, 1000), rng.randrange(1, 10)
+        cases.append((f"{n},{d}", f"{n}{point}{d}"))
+        p = rng.randrange(10, 1000)
+        cases.append((f"{p} %", f"{p} %" if spaced else f"{p}%"))
+    return cases
+
+
+@pytest.mark.parametrize("language, most_wrong", [("de", 0), ("fr", 2), ("es", 0), ("pt", 0), ("nl", 0), ("it", 25)])
+def test_other_languages_numbers_are_written_back(language, most_wrong):
+    """The round trip through the language's normalizer and text2num. Italian compounds that drop a vowel
+    ("ottantotto", "trecentottantuno") text2num leaves as words; French "vingt et un virgule ..." loses its decimal."""
+    say = TextNormalizer(None, digits_language=language)
+    cases = _other_cases(language, random.Random(0))
+    wrong = [(w, say(f"x {w} z"), want) for w, want in cases if write_digits(say(f"x {w} z"), language) != f"x {want} z"]
+    assert len(wrong) <= most_wrong, wrong[:5]
+
+
+@pytest.mark.parametrize("language, said, written", [
+    ("de", "im jahr neunzehnhundertneunzig kostete es fünf euro und fünfzig cent am einundzwanzigsten mai",
+     "im jahr 1990 kostete es 5 euro und 50 cent am 21. mai"),  # money keeps its words; a lone five before it too
+    ("de", "eine million menschen und drei komma fünf prozent und eins zwei drei",
+     "1.000.000 menschen und 3,5 % und eins zwei drei"),  # lone numbers below ten stay words
+    ("de", "der erste und der zehnte", "der erste und der 10."),
+    ("fr", "en mille neuf cent quatre vingt dix deux virgule cinq pour cent", "en 1990 2,5 %"),
+    ("es", "sesenta y uno y veintiuno por ciento", "61 y 21 %"),  # "y" inside a number and beside it
+    ("it", "tre virgola cinque per cento e duemilaventiquattro", "3,5% e 2024"),
+    ("nl", "een miljoen tweehonderd procent", "1.000.200%"),
+])
+def test_other_languages_write_as_their_readers_expect(language, said, written):
+    assert write_digits(said, language) == written
+    words = [{"word": w, "start": i, "end": i + 0.5} for i, w in enumerate(said.split())]
+    timed = write_word_digits(words, language)  # a number's words become one, from its first start to its last end
+    assert " ".join(w["word"] for w in timed) == written
+    assert all(w["end"] - w["start"] == 0.5 or w["word"][0].isdigit() for w in timed)
+    assert sum(w["end"] - w["start"] - 0.5 for w in timed) == len(words) - len(timed)
 
 
 def test_transcribe_digits_writes_what_the_model_says_in_digits(numbers_checkpoint, cli):
@@ -99,6 +158,9 @@ def test_the_api_writes_digits_and_refuses_them_for_another_language(numbers_che
 
     model = speechscale.load(numbers_checkpoint / "run" / "checkpoints" / "best.pt", device="cpu")
     assert model.transcribe(numbers_checkpoint / "s.wav", digits=True).text == "in 1990 it cost $5.50 on the 21st"
-    model.components.normalizer.digits_language = "de"
-    with pytest.raises(ValueError, match="English models"):
+    model.components.normalizer.digits_language = "de"  # English words read as German: no number text2num knows
+    said = "in nineteen ninety it cost five dollars and fifty cents on the twenty first"
+    assert model.transcribe(numbers_checkpoint / "s.wav", digits=True).text == said
+    model.components.normalizer.digits_language = "ru"
+    with pytest.raises(ValueError, match="spells numbers in 'ru'"):
         model.transcribe(numbers_checkpoint / "s.wav", digits=True)

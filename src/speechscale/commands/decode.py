@@ -173,7 +173,7 @@ def stream(args: argparse.Namespace) -> int:
 
     def show(events: list[Any]) -> None:
         for e in events:  # serving.events: Partial | Final
-            e = e.in_digits() if args.digits and e.type == "final" else e
+            e = e.in_digits(comps.normalizer.digits_language) if args.digits and e.type == "final" else e
             if args.json:
                 print(json.dumps(e.to_dict()), flush=True)
             elif e.type == "final":
@@ -237,7 +237,7 @@ def transcribe(args: argparse.Namespace) -> int:
             score.update([asr.comps.normalizer(ref)], [res["text"]])
             res.update(reference=ref, wer=round(score.wer, 4))
         if args.digits and "text" in res:
-            res = written(res)
+            res = written(res, asr.comps.normalizer.digits_language)
         if fmt == "json":
             print(json.dumps(res), flush=True)
         elif "error" in res:
@@ -412,7 +412,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="audio files to transcribe (wav, flac, ogg, mp3, ...; m4a, mp4, webm, aac with speechscale[media]), "
                         "local or URLs (http(s)://, s3://, gs://, ...); - reads one from standard input")
     r.add_argument("--digits", action="store_true",
-                   help="write numbers in digits: $5.50, 1990, 21st, 10:05, 2.5%% (English models)")
+                   help="write numbers in digits: $5.50, 1990, 21st, 10:05, 2.5%% (English; de, fr, es, it, pt, nl "
+                        "with speechscale[digits])")
     r.add_argument("--json", action="store_true", help="one JSON object per file (--format json)")
     r.add_argument("--format", choices=["text", "json", "srt", "vtt"], default="text",
                    help="a line of text per file, a JSON object per file, or subtitles (SRT or WebVTT: cues of up "

@@ -9,10 +9,17 @@
 It inverts what data.numerals reads out: cardinals, decimals, years, money, percentages, ordinals and clock
 times. A whole number below ten, and an ordinal below tenth, stay words ("one of them", "third place"), as most
 style guides write them, unless money or a percentage follows.
+
+German, French, Spanish, Italian, Portuguese and Dutch are written by text2num (`pip install 'speechscale[digits]'`),
+with the language's own marks ("neunzehnhundertneunzig" 1990, "drei komma fünf prozent" 3,5 %, "am
+einundzwanzigsten" am 21.); a lone number below ten stays a word there too.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from ..data.numerals import SYMBOL_WORDS
 
 ONES = {w: i for i, w in enumerate("zero one two three four five six seven eight nine".split())}
 TEENS = {w: 10 + i for i, w in enumerate(
@@ -243,10 +250,84 @@ def _scaled(value: int) -> str:
     return _grouped(value)
 
 
-def digit_spans(words: list[str]) -> list[tuple[str, int, int]]:
+# text2num's languages: their thousands mark (from five digits on), and whether a space comes before "%"
+TEXT2NUM = {"de": (".", True), "fr": ("\u202f", True), "es": (".", True), "it": (".", False), "pt": (".", False),
+            "nl": (".", False)}
+_PERCENT_MARK = "\u2030pct"  # stands for the percent words while text2num reads (it would read "cent" in "pour cent")
+_WRITTEN = re.compile(r"^\d[\d.,]*\.?$")  # a token text2num wrote: digits, marks, an ordinal's point
+
+
+def _other_spans(words: list[str], language: str) -> list[tuple[str, int, int]]:
+    """digit_spans for a language text2num writes: its output aligned with `words` word by word."""
+    from text_to_num import alpha2digit
+
+    percent = SYMBOL_WORDS[language]["%"].split()
+    mapped, where, i = [], [], 0  # the words text2num reads; each one's span of `words`
+    while i < len(words):
+        if words[i:i + len(percent)] == percent:
+            mapped.append(_PERCENT_MARK)
+            where.append((i, i + len(percent)))
+            i += len(percent)
+            continue
+        # German says "eine million" where text2num reads only "ein million"
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        mapped.append("ein" if language == "de" and words[i] == "eine" and nxt.startswith("milli") else words[i])
+        where.append((i, i + 1))
+        i += 1
+    group, spaced = TEXT2NUM[language]
+    units = _currency_words(language)
+    spans, i, took_percent = [], 0, False
+    for token in alpha2digit(" ".join(mapped), language, threshold=0).split():
+        if took_percent and token == _PERCENT_MARK:  # the percent words the last number took
+            took_percent = False
+            continue
+        took_percent = False
+        if i < len(mapped) and token == mapped[i]:
+            i += 1
+            continue
+        if not _WRITTEN.match(token):
+            break  # a word text2num changed: what follows cannot be placed
+        # the words it stands for: the longest run from here that text2num alone writes as this token (a word
+        # such as "y" or "und" may be part of a number or not)
+        n = next((n for n in range(min(len(mapped) - i, 40), 0, -1)
+                  if alpha2digit(" ".join(mapped[i:i + n]), language, threshold=0) == token), 0)
+        if not n:
+            break
+        x, y, i = i, i + n, i + n
+        after = mapped[y] if y < len(mapped) else ""
+        whole = token.rstrip(".")  # an ordinal's point off
+        if n == 1 and whole.isdigit() and int(whole) < 10 and after != _PERCENT_MARK and after not in units:
+            continue  # a lone number below ten stays a word, unless a percentage or money follows
+        text, end = _group(token, group), where[y - 1][1]
+        if after == _PERCENT_MARK:  # "3,5 %"
+            text, end = text + (" %" if spaced else "%"), where[y][1]
+            i, took_percent = i + 1, True
+        spans.append((text, where[x][0], end))
+    return spans
+
+
+def _currency_words(language: str) -> set[str]:
+    """The words of `language`'s currencies and their cents, as num2words spells them."""
+    from num2words import CONVERTER_CLASSES
+
+    forms = getattr(CONVERTER_CLASSES[language], "CURRENCY_FORMS", {})
+    return {w.lower() for unit, cents in forms.values() for w in (*unit, *cents)}
+
+
+def _group(token: str, mark: str) -> str:
+    """A whole number text2num wrote, from five digits on, in groups of three (1234567 -> 1.234.567)."""
+    if not token.isdigit() or len(token) < 5:
+        return token
+    head = len(token) % 3 or 3
+    return mark.join([token[:head]] + [token[i:i + 3] for i in range(head, len(token), 3)])
+
+
+def digit_spans(words: list[str], language: str = "en") -> list[tuple[str, int, int]]:
     """The written form of each run of `words` that says a number: [(written, first index, index after)]. A
     number beside a number word left as a word ("nine eleven", "five twenty") stays words too: digits beside
-    words would read as two numbers."""
+    words would read as two numbers. `language`: English, or one of TEXT2NUM's."""
+    if language[:2] != "en":
+        return _other_spans(words, language[:2])
     reader, spans, i = _Reader(words), [], 0
     while i < len(words):
         found = reader.number(i)
@@ -262,21 +343,21 @@ def digit_spans(words: list[str]) -> list[tuple[str, int, int]]:
                     or (b < len(words) and b not in covered and words[b] in said))]
 
 
-def write_digits(text: str) -> str:
+def write_digits(text: str, language: str = "en") -> str:
     """`text` (lower-case words, as a model spells them) with its numbers written in digits."""
     words = text.split()
     out, last = [], 0
-    for written, start, end in digit_spans(words):
+    for written, start, end in digit_spans(words, language):
         out += words[last:start] + [written]
         last = end
     return " ".join(out + words[last:])
 
 
-def write_word_digits(words: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def write_word_digits(words: list[dict[str, Any]], language: str = "en") -> list[dict[str, Any]]:
     """Timed words ({"word", "start", "end", "confidence"}) with each number's words made one: its written form,
     from the start of its first word to the end of its last, at the lowest confidence among them."""
     out, last = [], 0
-    for written, start, end in digit_spans([w["word"] for w in words]):
+    for written, start, end in digit_spans([w["word"] for w in words], language):
         out += words[last:start]
         span = words[start:end]
         merged = {**span[0], "word": written}
@@ -291,12 +372,20 @@ def write_word_digits(words: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def check_written_digits(language: str) -> None:
     """ValueError, in one line, unless a model whose numbers are spelled in `language` (its normalizer's
-    digits_language) can have them written in digits: English only."""
-    if language[:2] != "en":
-        raise ValueError(f"numbers in digits are written for English models; this one spells numbers in {language!r}")
+    digits_language) can have them written in digits here: English, or TEXT2NUM's languages with text2num."""
+    if language[:2] == "en":
+        return
+    if language[:2] not in TEXT2NUM:
+        raise ValueError(f"numbers in digits are written for English, {', '.join(TEXT2NUM)} models; this one spells "
+                         f"numbers in {language!r}")
+    try:
+        import text_to_num  # noqa: F401
+    except ImportError:
+        raise ValueError(f"numbers in digits for a {language!r} model need text2num: pip install "
+                         "'speechscale[digits]'") from None
 
 
-def written(result: dict[str, Any]) -> dict[str, Any]:
+def written(result: dict[str, Any], language: str = "en") -> dict[str, Any]:
     """A transcript ({"text", "words", ...}) with its numbers written in digits, in the text and in the timed words."""
-    return {**result, "text": write_digits(result.get("text", "")),
-            **({"words": write_word_digits(result["words"])} if "words" in result else {})}
+    return {**result, "text": write_digits(result.get("text", ""), language),
+            **({"words": write_word_digits(result["words"], language)} if "words" in result else {})}

@@ -46,11 +46,12 @@ class Final:
         words = [{k: v for k, v in asdict(w).items() if v is not None} for w in self.words]
         return {"type": self.type, "text": self.text, "words": words}
 
-    def in_digits(self) -> Final:
-        """This phrase with its numbers written in digits, its words merged as decoding.digits merges them."""
+    def in_digits(self, language: str = "en") -> Final:
+        """This phrase with its numbers written in digits (a model spelling `language`), its words merged as
+        decoding.digits merges them."""
         from ..decoding.digits import written
 
-        res = written({"text": self.text, "words": self.to_dict()["words"]})
+        res = written({"text": self.text, "words": self.to_dict()["words"]}, language)
         return Final(res["text"], [Word(**w) for w in res["words"]])
 
 

@@ -50,7 +50,8 @@ class Stream:
     cuts: list[Cut] = field(default_factory=list)  # samples of frames whose spectra are not computed yet
     decided: list[torch.Tensor] = field(default_factory=list)  # logits (n, V) stepped but not yet decoded
     keep_logits: list[torch.Tensor] | None = None  # every decided frame's logits, when set to [] (tests)
-    digits: bool = False                  # its finals and whole text sent with numbers in digits (decoding.digits)
+    digits: str = ""                      # its finals and whole text sent with numbers in digits (decoding.digits),
+                                          # for a model spelling this language ("" = as spoken)
 
     def push(self, samples: Any) -> None:
         """Mono float samples at the stream's rate (any number): their feature frames wait for the next step."""

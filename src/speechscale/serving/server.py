@@ -4,7 +4,7 @@
 
 - `POST /v1/transcribe`: a multipart upload (field `file`) or the raw audio bytes as the body -> JSON
   {text, duration, words: [{word, start, end, confidence}]}; with `?format=srt` or `vtt`, subtitles instead;
-  `?digits=true` writes numbers in digits (decoding/digits.py; English models).
+  `?digits=true` writes numbers in digits (decoding/digits.py; the languages it writes, else 422).
 - `POST /v1/align`: a multipart upload of `file` and its transcript `text` -> the transcript's words timed on it
   (serving/align.py), the same JSON or subtitles; one alignment runs at a time, `max_queue` may wait, a text longer
   than ALIGN_CHARS_PER_SECOND a second of audio is 413 and one that cannot be aligned 422 with the reason.
@@ -254,7 +254,7 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
         digits = _digits(request, asr.comps.normalizer.digits_language)
         wav, _ = await intake(request)
         result = await batcher.transcribe(wav)
-        return _respond(written(result) if digits else result, fmt)
+        return _respond(written(result, asr.comps.normalizer.digits_language) if digits else result, fmt)
 
     @app.post("/v1/align", response_model=None)
     async def align(request: Request) -> dict[str, Any] | Response:

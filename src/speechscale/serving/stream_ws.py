@@ -4,7 +4,7 @@ per connection, every stream's model steps batched by one worker (serving.stream
 The protocol, in order:
 1. client: a text message `{"type": "start", "sample_rate": 16000, "encoding": "pcm16" | "float32"}`
    (optionally `"endpoint_frames": N`, `"partials": "changes" | "every"` and `"digits": true`: finals and the
-   whole text with numbers written in digits, English models); server: `{"type": "ready", "model",
+   whole text with numbers written in digits, in the languages decoding.digits writes); server: `{"type": "ready", "model",
    "sample_rate"}`.
 2. client: binary messages of mono samples (little-endian int16 or float32) at that rate, any size; server:
    `{"type": "partial", "text", "decided_s"}` as the phrase's text changes (with `"partials": "every"`: after
@@ -182,7 +182,7 @@ async def _serve(ws: WebSocket, comps: Any, limits: Any, decoder: Any, closing: 
 
         search = await asyncio.to_thread(build_decoder, decoder, comps.tokenizer, comps.normalizer)
     stream = batcher.recognizer.create_stream(rate, endpoint, search)
-    stream.digits = digits
+    stream.digits = comps.normalizer.digits_language if digits else ""
     with batcher.open_stream():
         await _run(ws, limits, closing, batcher, stream, rate, encoding, every)
 
@@ -236,12 +236,12 @@ async def _decode(batcher: StreamBatcher, stream: Stream, samples: Any = None, c
 async def _finish(ws: WebSocket, batcher: StreamBatcher, stream: Stream, code: int, reason: str) -> None:
     """The stream's last finals, the end message with the whole transcript and a close with `code`."""
     await _send(ws, stream, await _decode(batcher, stream, close=True))
-    await ws.send_json({"type": "end", "text": write_digits(stream.text) if stream.digits else stream.text})
+    await ws.send_json({"type": "end", "text": write_digits(stream.text, stream.digits) if stream.digits else stream.text})
     await ws.close(code=code, reason=reason)
 
 
 async def _send(ws: WebSocket, stream: Stream, events: list[Event]) -> None:
     """The stream's events as JSON messages, each partial with the audio it covers (`decided_s`)."""
     for event in events:
-        message = (event.in_digits() if stream.digits and isinstance(event, Final) else event).to_dict()
+        message = (event.in_digits(stream.digits) if stream.digits and isinstance(event, Final) else event).to_dict()
         await ws.send_json({**message, "decided_s": stream.decided_s} if isinstance(event, Partial) else message)

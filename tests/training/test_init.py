@@ -92,6 +92,8 @@ def test_another_alphabet_keeps_each_known_symbols_trained_output(source, tmp_pa
     tuned.model.train()
     tuned.fit()
     assert tuned.state.step == 2
+    card = (tmp_path / "tuned" / "checkpoints" / "MODEL.md").read_text()
+    assert f"- **Started from:** `{source}`" in card and f"`{GERMAN}`" in card  # the card says where it began
 
 
 def test_symbol_rows_maps_by_symbol_and_marks_the_new():

@@ -165,6 +165,9 @@ class TrainerConfig:
     init_from: str = ""                # a checkpoint whose weights start this run (fine-tuning: a fresh optimizer,
                                        # schedule and step count; the same model and features; another alphabet
                                        # keeps each shared symbol's output); resume wins
+    freeze: list[str] = field(default_factory=list)  # parameters that do not train, by name prefix (e.g.
+                                       # [convs, conv_norms]: DS2's front end; a wrong one lists the model's parts);
+                                       # norms' statistics still follow the data
     target_wer: float = -1.0           # stop once validation WER <= this (-1 = never)
     device: str = "auto"               # auto (first GPU, else CPU) | cpu | cuda | cuda:N
     precision: str = "auto"            # auto (bf16 on GPUs that support it, else fp32) | fp32 | bf16 | fp16

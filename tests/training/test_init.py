@@ -115,3 +115,32 @@ def test_the_output_layer_is_the_one_each_class_comes_from(name):
         after, _ = model(feats, lengths)
     moved = (after - before).abs().amax(dim=(0, 1))  # (31,)
     assert moved[7] > 0.5 and moved[torch.arange(31) != 7].max() == 0
+
+
+def test_frozen_parameters_keep_their_start_and_the_rest_trains(source, tmp_path):
+    """trainer.freeze: the front end keeps the checkpoint's weights through training (its norms' statistics
+    still move), the rest trains, and a resumed run ends where an uninterrupted one does."""
+    args = ["trainer.max_steps=3", f"trainer.init_from={source}", "trainer.freeze=[convs, conv_norms]"]
+    saved = load_checkpoint(source)["model"]
+    run = Trainer(ldc_config(tmp_path / "frozen", *args))
+    trained = {id(p) for g in run.optimizer.param_groups for p in g["params"]}
+    assert all((id(p) in trained) != n.startswith("conv") for n, p in run.model.named_parameters())
+    run.fit()
+    after = load_checkpoint(tmp_path / "frozen" / "checkpoints" / "last.pt")["model"]
+    params = {n for n, _ in run.model.named_parameters()}
+    conv = [k for k in params if k.startswith("conv")]
+    assert conv and all(torch.equal(after[k], saved[k]) for k in conv)
+    assert "; kept as they were: convs, conv_norms" in (tmp_path / "frozen" / "checkpoints" / "MODEL.md").read_text()
+    assert all(not torch.equal(after[k], saved[k]) for k in params if k.startswith("fc."))
+    Trainer(ldc_config(tmp_path / "split", *args[1:], "trainer.max_steps=2")).fit()
+    resumed = Trainer(ldc_config(tmp_path / "split", *args, "trainer.resume=auto"))
+    assert resumed.state.step == 2
+    resumed.fit()
+    again = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")["model"]
+    assert all(torch.equal(again[k], after[k]) for k in after)
+
+
+def test_a_freeze_that_names_no_parameter_is_a_one_line_error(tmp_path):
+    with pytest.raises(ConfigError, match="trainer.freeze: 'encoder' names no parameter") as err:
+        Trainer(ldc_config(tmp_path / "x", "trainer.max_steps=1", "trainer.freeze=[convs, encoder]"))
+    assert "its parts: conv_norms, convs, fc, fc_norm, rnns" in str(err.value) and "\n" not in str(err.value)

@@ -71,9 +71,10 @@ def render_markdown(card: dict[str, Any]) -> str:
              f"- **Alphabet:** `{card['alphabet']}` (CTC blank first)"]
     if card.get("streaming"):
         lines.append(f"- **Streaming:** {streaming_line(card['streaming'])}")
-    start = (card.get("recipe") or {}).get("trainer", {}).get("init_from")
-    if start:
-        lines.append(f"- **Started from:** `{start}` (`trainer.init_from`: its weights, then this run's training)")
+    trainer = (card.get("recipe") or {}).get("trainer", {})
+    if trainer.get("init_from"):
+        lines.append(f"- **Started from:** `{trainer['init_from']}` (`trainer.init_from`: its weights, then this run's "
+                     "training)" + (f"; kept as they were: {', '.join(trainer['freeze'])}" if trainer.get("freeze") else ""))
     if d:
         speakers = f", {d['speakers']} speakers" if d.get("speakers") else ""
         lines.append(f"- **Training data:** {', '.join(d.get('manifests', [])) or '-'}: {d.get('utterances')} "

@@ -55,6 +55,22 @@ def symbol_rows(saved: str, alphabet: str) -> list[int]:
     return [0] + [saved.index(c) + 1 if c in saved else -1 for c in alphabet]
 
 
+def freeze(model: nn.Module, prefixes: list[str]) -> int:
+    """Stop the parameters named by `prefixes` (a name, or the start of one up to a dot) from training; the number
+    of values frozen. ConfigError in one line for a prefix that names none."""
+    names = [n for n, _ in model.named_parameters()]
+    for prefix in prefixes:
+        if not any(n == prefix or n.startswith(prefix + ".") for n in names):
+            tops = sorted({n.split(".", 1)[0] for n in names})
+            raise ConfigError(f"trainer.freeze: {prefix!r} names no parameter of this model; its parts: {', '.join(tops)}")
+    frozen = 0
+    for n, p in model.named_parameters():
+        if any(n == prefix or n.startswith(prefix + ".") for prefix in prefixes):
+            p.requires_grad_(False)
+            frozen += p.numel()
+    return frozen
+
+
 def init_weights(model: nn.Module, path: str, cfg: Config) -> None:
     """Load the weights of the checkpoint at `path` into `model` (built from `cfg`), the output rows mapped by
     symbol when the alphabets differ; ConfigError in one line when the checkpoint cannot be read or does not fit

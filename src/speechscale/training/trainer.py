@@ -41,7 +41,7 @@ from .ema import WeightAverage
 from .evaluate import validate
 from .feeding import FeedMeter
 from .graphs import step_shapes
-from .init import init_weights
+from .init import freeze, init_weights
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
 from .preflight import check_writable, resolve_alphabet
@@ -91,6 +91,10 @@ class Trainer:
         self.model = self.comps.model.to(self.device)
         if t.init_from:  # fine-tuning: weights only; a checkpoint found by trainer.resume replaces them
             init_weights(self.model, t.init_from, cfg)
+        if t.freeze:  # before the optimizer, DDP and any graph capture see which parameters train
+            frozen = freeze(self.model, t.freeze)
+            log.info("trainer.freeze: %d of %d parameter values do not train (%s)", frozen,
+                     sum(p.numel() for p in self.model.parameters()), ", ".join(t.freeze))
         self.precision = Precision(resolve_precision(t.precision, self.device), self.device,
                                    init_scale=t.loss_scale_init, min_scale=t.min_loss_scale)
         self.n_params = n_params = sum(p.numel() for p in self.model.parameters())

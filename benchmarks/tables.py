@@ -377,7 +377,9 @@ def _align(res: list[dict[str, Any]]) -> str:
 
 
 _ARM_LABELS = {"scratch": "from scratch", "init_from": "`trainer.init_from` the English model (shared symbols keep their rows)",
-               "init_from_fresh_output": "the English model with its output layer started fresh"}
+               "init_from_fresh_output": "the English model with its output layer started fresh",
+               "init_from_frozen_front": "`trainer.init_from` the English model, its front end frozen "
+                                         "(`trainer.freeze=[convs, conv_norms]`)"}
 
 
 def _transfer(res: dict[str, Any]) -> str:

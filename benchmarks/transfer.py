@@ -5,11 +5,11 @@
 
 Synthesizes a small German corpus with espeak-ng (sentences of GERMAN's grammar; 10 German voices train, a voice
 variant never trained on, de+m6, is the test, as in the demo) and trains the source's model on it with the demo
-recipe for --epochs, in three arms on every seed: from scratch; from the source's weights, each symbol both
-alphabets have keeping its output row (ä, ö, ü and ß are new); and from the source's weights with the output layer
+recipe for --epochs, in four arms on every seed: from scratch; from the source's weights, each symbol both
+alphabets have keeping its output row (ä, ö, ü and ß are new); from the source's weights with the output layer
 started fresh (dropping the source's last layer, the usual way to change a vocabulary), to show what the symbols'
-rows carry. Each arm's WER and CER on the test voice with last.pt. Outside the package: how this repository makes
-its own figure.
+rows carry; and from the source's weights with its convolutional front end frozen (`trainer.freeze`). Each arm's
+WER and CER on the test voice with last.pt. Outside the package: how this repository makes its own figure.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from benchmarks.checkout import pin_commit
 ALPHABET = "abcdefghijklmnopqrstuvwxyzäöüß' "
 VOICES = ["de", "de+m1", "de+m2", "de+m3", "de+m4", "de+m5", "de+f1", "de+f2", "de+f3", "de+f4"]
 TEST_VOICE = "de+m6"
-ARMS = ("scratch", "init_from", "init_from_fresh_output")
+ARMS = ("scratch", "init_from", "init_from_fresh_output", "init_from_frozen_front")
+FRONT = "[convs, conv_norms]"  # the frozen arm's trainer.freeze: DS2's convolutional front end
 
 W = str.split
 NAMES = W("anna ben clara david emma felix greta hans ida jonas lena max nora paul rosa sophie tom ute")
@@ -80,6 +81,8 @@ def run_arm(arm: str, seed: int, source: Path, corpus: Path, out: Path, epochs: 
                  "trainer.progress=false", "trainer.checkpoint_every_steps=0", "trainer.max_minutes=0"]
     if arm != "scratch":
         overrides.append(f"trainer.init_from={source}")
+    if arm == "init_from_frozen_front":
+        overrides.append(f"trainer.freeze={FRONT}")
     trainer = Trainer(load_recipe("demo", overrides))
     if arm == "init_from_fresh_output":
         torch.manual_seed(seed)

@@ -43,6 +43,8 @@ def test_the_transfer_bench_trains_each_arm_from_where_it_says(tmp_path):
 
     # a step at the warm-up's first learning rate moves a weight by far less than a fresh initialization does
     assert moved("init_from", body) < 1e-3 and moved("init_from_fresh_output", body) < 1e-3
+    front = [k for k in body if k.startswith("conv")]
+    assert moved("init_from_frozen_front", front) == 0 and moved("init_from", front) > 0
     assert moved("scratch", body) > 1e-2
     rows = torch.tensor([old.index(c) + 1 for c in transfer.ALPHABET if c in old])
     ids = torch.tensor([i + 1 for i, c in enumerate(transfer.ALPHABET) if c in old])

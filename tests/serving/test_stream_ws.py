@@ -407,7 +407,7 @@ def test_a_stream_asked_for_digits_gets_its_finals_and_its_text_with_numbers_in_
             # (words misheard, more under load), but what it hears comes with its numbers in digits: the words as
             # spoken hold none
             heard = live.get_attribute("data-text")
-            assert any(c.isdigit() for c in heard) and heard.startswith("in "), heard
+            assert any(c.isdigit() for c in heard), heard  # its first word may be cut too ("n 1990 it cost ...")
         finally:
             browser.quit()
     finally:

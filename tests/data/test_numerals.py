@@ -52,6 +52,18 @@ def test_currency_follows_the_languages_plural_forms():
 
 
 @pytest.mark.parametrize("language, raw, said", [
+    ("en", "it cost USD 5 or 5 EUR", "it cost five dollars or five euro"),  # an ISO code before or after
+    ("en", "CAD 20 and 2.50 usd", "twenty dollars and two dollars and fifty cents"),
+    ("en", "3 CHF", "three chf"),  # no English words for it in num2words: the amount, and the code kept
+    ("en", "a usdx 5 and 5 usdollars", "a usdx five and five usdollars"),  # a code only as a word of its own
+    ("de", "5 USD und 3,50 EUR", "fünf dollar und drei euro und fünfzig cent"),
+    ("pl", "5 zł i 2 zł", "pięć złotych i dwa złote"),  # a currency's own sign, in the language's plural forms
+])
+def test_currency_codes_and_signs_are_read_with_their_amount(language, raw, said):
+    assert TextNormalizer(None, digits_language=language)(raw) == said
+
+
+@pytest.mark.parametrize("language, raw, said", [
     ("it", "3,5 litri", "tre virgola cinque litri"),  # num2words drops an Italian Decimal's fraction
     ("it", "682,6", "seicentottantadue virgola sei"),
     ("cy", "3.5", "tri pwynt pump"),  # ... and a Welsh one's

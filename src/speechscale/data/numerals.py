@@ -28,8 +28,10 @@ SYMBOL_WORDS = {"en": {"&": "and", "%": "percent"}, "de": {"&": "und", "%": "pro
                 "pt": {"&": "e", "%": "por cento"}}
 _AMOUNT = r"(\d+(?:[.,]\d+)*)"  # digits with group and decimal marks, as a language writes them
 NUMBER = re.compile(_AMOUNT)
-_CURRENCIES = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₽": "RUB"}
-_SYMBOL = "([" + "".join(_CURRENCIES) + "])"
+_CURRENCIES = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₽": "RUB", "zł": "PLN",
+               # ISO codes, as the lower-cased text holds them, beside an amount ("USD 5", "5 EUR")
+               **{c.lower(): c for c in "USD EUR GBP JPY CHF CAD AUD CNY INR PLN SEK NOK DKK CZK HUF BRL MXN".split()}}
+_SYMBOL = r"([$€£¥₹₽]|(?<![^\W\d_])(?:zł|" + "|".join(c for c in _CURRENCIES if c.isalpha() and c.isascii()) + r")(?![^\W\d_]))"
 _SCALES = "thousand|million|billion|trillion"  # English scale words an amount of money may carry
 _MONEY_BEFORE = re.compile(_SYMBOL + r"\s?" + _AMOUNT + "()")
 _MONEY_BEFORE_SCALED = re.compile(_SYMBOL + r"\s?" + _AMOUNT + r"(?:\s+(" + _SCALES + r")\b)?", re.IGNORECASE)
@@ -148,8 +150,8 @@ class NumberReader:
 
         def money(symbol: str, raw: str, scale: str | None) -> str:
             said = self._money(symbol, raw, scale or None)
-            if said is None:  # no words for the currency: the amount alone
-                return self._number(raw) + (f"{scale} " if scale else "")
+            if said is None:  # no words for the currency: the amount alone, and a code's letters
+                return self._number(raw) + (f"{scale} " if scale else "") + (f"{symbol} " if symbol.isalpha() else "")
             return said
 
         before = _MONEY_BEFORE_SCALED if self.english else _MONEY_BEFORE

@@ -48,8 +48,9 @@ class NumberReader:
     """Spells the numbers of a text in `language` (num2words' code: en, de, fr, ...), in the order a reader meets
     their forms: money, then (English) clock times, decades and ordinals, then years, then any other number.
 
-    Money is a currency symbol (or an ISO code, or a sign such as zł) before or after an amount: whole units, and the cents when there are two
-    decimals ("$5.50": five dollars and fifty cents, joined by the language's word for `&`); an English scale
+    Money is a currency symbol (or an ISO code, or a sign such as zł) before or after an amount: whole units, and
+    the cents when there are two decimals ("$5.50": five dollars and fifty cents, joined by the language's word for
+    `&`); an English scale
     word after it is read before the unit ("$2.5 million": two point five million dollars). A bare number from
     1100 to 2099 is read as a year ("1990": nineteen ninety, "1500": fifteen hundred) in the language's way. A
     number num2words cannot read as one (a version, 1.2.3) is read a digit group at a time, with the decimal

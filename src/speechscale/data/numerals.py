@@ -50,11 +50,10 @@ class NumberReader:
 
     Money is a currency symbol (or an ISO code, or a sign such as zł) before or after an amount: whole units, and
     the cents when there are two decimals ("$5.50": five dollars and fifty cents, joined by the language's word for
-    `&`); an English scale word after it is read before the unit ("$2.5 million": two point five million dollars).
-    A bare number from
-    1100 to 2099 is read as a year ("1990": nineteen ninety, "1500": fifteen hundred) in the language's way. A
-    number num2words cannot read as one (a version, 1.2.3) is read a digit group at a time, with the decimal
-    word for a decimal mark between."""
+    `&`); an English scale word after it is read before the unit ("$2.5 million": two point five million dollars). A
+    bare number from 1100 to 2099 is read as a year ("1990": nineteen ninety, "1500": fifteen hundred) in the
+    language's way. A number num2words cannot read as one (a version, 1.2.3) is read a digit group at a time, with
+    the decimal word for a decimal mark between."""
 
     def __init__(self, language: str = "en") -> None:
         self.language = language

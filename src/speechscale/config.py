@@ -405,9 +405,12 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     if path is not None:
         p = recipe_path(path)
         try:
-            tree = yaml.safe_load(p.read_text()) or {}
+            tree = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from e
+        except UnicodeDecodeError:
+            raise ConfigError(f"{p}: not a YAML text file (a checkpoint is not a recipe; its run's config.json is: "
+                              "--config RUN/config.json)") from None
         if not isinstance(tree, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of sections")
     tree = apply_overrides(tree, overrides or [])

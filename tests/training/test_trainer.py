@@ -109,6 +109,24 @@ def test_missing_config_file(tmp_path, cli):
     assert proc.returncode == 2 and "config file not found" in proc.stderr
 
 
+@pytest.mark.parametrize("content, said", [("data: [\n", "not valid YAML"), ("- a\n", "must be a mapping"),
+                                           (None, "not a YAML text file (a checkpoint is not a recipe")])
+def test_a_config_that_is_no_recipe_is_one_line(tmp_path, capsys, content, said):
+    """A YAML error, a list, or a binary file such as a checkpoint given as --config: one line, exit 2."""
+    from tests.conftest import main_cli
+
+    path = tmp_path / "c.yaml"
+    if content is None:  # a real checkpoint, as a user might pass one
+        from tests.training.tiny import ldc_config
+
+        Trainer(ldc_config(tmp_path / "run", "trainer.max_steps=1")).fit()
+        path = tmp_path / "run" / "checkpoints" / "last.pt"
+    else:
+        path.write_text(content)
+    code, _, err = main_cli(capsys, "train", "--config", str(path), "--print-config")
+    assert code == 2 and said in err and err.count("\n") == 1, err
+
+
 def test_gradient_accumulation_equals_one_batch_of_the_same_samples(tmp_path):
     """2 micro-batches of 1 utterance per step == 1 batch of 2 (CTC mean per batch; identical clips keep
     the batch-norm statistics equal), also in the learning-rate schedule, which counts samples."""

@@ -119,6 +119,22 @@ def test_csv_import_and_the_cli(tmp_path, capsys):
     assert code != 0 and "needs an audio column" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_csv_with_a_byte_order_mark_imports_and_one_not_in_utf8_or_binary_is_one_line(tmp_path, capsys):
+    """Excel writes a UTF-8 CSV with a byte-order mark; an old export may be Latin-1; a checkpoint given by
+    mistake is binary."""
+    wav, sr = _digit(9)
+    sf.write(tmp_path / "a.wav", wav, sr)
+    (tmp_path / "bom.csv").write_bytes("\ufeffpath,text\na.wav,Neun café\n".encode("utf-8"))
+    code, out, _ = main_cli(capsys, "data", "import", "csv", str(tmp_path / "bom.csv"), "--out", str(tmp_path / "o"))
+    assert code == 0 and [r["text"] for r in _rows(tmp_path / "o")] == ["neun café"]
+    (tmp_path / "latin1.csv").write_bytes("path,text\na.wav,Neun café\n".encode("latin-1"))
+    (tmp_path / "binary.csv").write_bytes(b"PK\x03\x04\x00\x00" + bytes(range(256)))
+    for name, said in [("latin1.csv", "latin1.csv: not UTF-8 text (line 2); convert it, e.g. iconv -f latin1"),
+                       ("binary.csv", "binary.csv: not a text file (it holds NUL bytes)")]:
+        code, _, err = main_cli(capsys, "data", "import", "csv", str(tmp_path / name), "--out", str(tmp_path / "x"))
+        assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_csv_import_reads_the_length_of_compressed_containers(tmp_path, capsys):
     from speechscale.data.audio import load_audio
     from tests.media import encode

@@ -95,6 +95,26 @@ def test_an_lm_and_a_lexicon_repair_noisy_output(ldc_checkpoint, lm):
     assert _wer(LDC, lexicon) < _wer(LDC, greedy), (greedy, lexicon)
 
 
+def test_a_lexicon_word_the_model_cannot_spell_is_passed_over_and_a_binary_file_is_one_line(ldc_checkpoint, lm,
+                                                                                                tmp_path):
+    """"straße" keeps its ß through an English model's normalizer and cannot be spelled: the search leaves it out.
+    A binary file given as the lexicon or as an LM's text is refused in one line."""
+    comps, lp, lens = _log_probs(ldc_checkpoint, 0.0)
+    words = (lm / "lexicon.txt").read_text().split()
+    (tmp_path / "lex.txt").write_text("\n".join(["straße", *words]) + "\n")
+    decoder = build_decoder(DecoderConfig("lexicon", lexicon=str(tmp_path / "lex.txt")), comps.tokenizer,
+                            comps.normalizer)
+    assert "straße" in decoder.vocabulary and "straße" not in decoder(lp, lens)[0]
+    assert decoder(lp, lens)[0] == build_decoder(DecoderConfig("lexicon", lexicon=str(lm / "lexicon.txt")),
+                                                 comps.tokenizer, comps.normalizer)(lp, lens)[0]
+    with pytest.raises(ConfigError, match="not a text file"):
+        build_decoder(DecoderConfig("lexicon", lexicon=str(ldc_checkpoint)), comps.tokenizer, comps.normalizer)
+    from speechscale.decoding.lm import build_arpa
+
+    with pytest.raises(ConfigError, match="not a text file"):
+        build_arpa(ldc_checkpoint, 3, tmp_path / "x.arpa")
+
+
 def test_the_lexicon_search_ends_the_last_word_without_a_space(ldc_checkpoint, lm):
     """A model trained on single words (FSDD) never emits a space after its word, and the lexicon trie ends
     every word with one: the utterance's end must count as a word boundary, or the search drops the last word.

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator
 
 import soundfile as sf
 
+from ..storage.files import text_lines
 from .audio import audio_info
 from .manifest import ManifestError, SkipReport, write_manifest
 from .text import DIGIT_WORDS, TextNormalizer
@@ -41,9 +42,9 @@ class CorpusLayoutError(ManifestError):
 
 def librispeech(src: Path, out: Path, split: str) -> Iterator[Row]:
     for trans in sorted(src.rglob("*.trans.txt")):
-        for line in trans.read_text(encoding="utf-8").splitlines():
+        for line in text_lines(trans):
             if line.strip():
-                uid, _, text = line.partition(" ")
+                uid, _, text = line.rstrip("\r\n").partition(" ")
                 yield trans.parent / f"{uid}.flac", text, {"speaker": uid.split("-")[0], "id": uid}
 
 
@@ -51,19 +52,18 @@ def commonvoice(src: Path, out: Path, split: str) -> Iterator[Row]:
     tsv = src / f"{split or 'validated'}.tsv"
     if not tsv.is_file():
         raise CorpusLayoutError(f"{tsv}: no such file (Common Voice ships train/dev/test/validated.tsv)")
-    with tsv.open(encoding="utf-8", newline="") as f:
-        for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
-            yield src / "clips" / row["path"], row.get("sentence", ""), {"speaker": row.get("client_id", "")}
+    for row in csv.DictReader(text_lines(tsv), delimiter="\t", quoting=csv.QUOTE_NONE):
+        yield src / "clips" / row["path"], row.get("sentence", ""), {"speaker": row.get("client_id", "")}
 
 
 def mls(src: Path, out: Path, split: str) -> Iterator[Row]:
     root = src / split if split else src
     if not (root / "transcripts.txt").is_file():
         raise CorpusLayoutError(f"{root}: no transcripts.txt (an MLS split folder holds it; --split train?)")
-    for line in (root / "transcripts.txt").read_text(encoding="utf-8").splitlines():
+    for line in text_lines(root / "transcripts.txt"):
         if not line.strip():
             continue
-        uid, _, text = line.partition("\t")
+        uid, _, text = line.rstrip("\r\n").partition("\t")
         speaker, book, _ = uid.split("_")
         folder = root / "audio" / speaker / book
         found = [folder / f"{uid}{ext}" for ext in (".flac", ".opus", ".wav") if (folder / f"{uid}{ext}").is_file()]
@@ -77,7 +77,7 @@ def tedlium(src: Path, out: Path, split: str) -> Iterator[Row]:
     cut.mkdir(parents=True, exist_ok=True)
     for stm in sorted((root / "stm").glob("*.stm")):
         talk = root / "sph" / f"{stm.stem}.sph"
-        for n, line in enumerate(stm.read_text(encoding="utf-8").splitlines()):
+        for n, line in enumerate(text_lines(stm)):
             fields = line.split(maxsplit=6)
             if len(fields) < 7 or fields[6].strip() == "ignore_time_segment_in_scoring":
                 continue
@@ -102,17 +102,16 @@ def fsdd(src: Path, out: Path, split: str) -> Iterator[Row]:
 
 
 def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
-    with src.open(encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        names = reader.fieldnames or []
-        audio = next((c for c in ("audio_filepath", "path", "file", "wav_filename") if c in names), None)
-        text = next((c for c in ("text", "transcript", "sentence") if c in names), None)
-        if audio is None or text is None:
-            raise CorpusLayoutError(f"{src}: the header needs an audio column (audio_filepath, path, file, "
-                                    f"wav_filename) and a text column (text, transcript, sentence); it has "
-                                    f"{', '.join(names)}")
-        for row in reader:
-            yield src.parent / row[audio], row[text], {}
+    reader = csv.DictReader(text_lines(src))
+    names = reader.fieldnames or []
+    audio = next((c for c in ("audio_filepath", "path", "file", "wav_filename") if c in names), None)
+    text = next((c for c in ("text", "transcript", "sentence") if c in names), None)
+    if audio is None or text is None:
+        raise CorpusLayoutError(f"{src}: the header needs an audio column (audio_filepath, path, file, "
+                                f"wav_filename) and a text column (text, transcript, sentence); it has "
+                                f"{', '.join(names)}")
+    for row in reader:
+        yield src.parent / row[audio], row[text], {}
 
 
 # speechscale data import KIND -> the importer

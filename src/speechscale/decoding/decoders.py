@@ -23,6 +23,7 @@ import torch
 
 from ..config import ConfigError
 from ..data.text import BLANK, CharTokenizer
+from ..storage.files import text_lines
 from .alignment import text_word_times, word_times
 from .greedy import greedy_decode
 
@@ -138,9 +139,9 @@ class BeamDecoder:
         trie = fl.Trie(tokenizer.vocab_size, self.space)
         start = self.lm.start(False)
         for i, w in enumerate(words):
-            spelling = tokenizer.encode(w)
-            if len(spelling) != len(w):
+            if tokenizer.oov(w):
                 continue  # characters the model cannot emit
+            spelling = tokenizer.encode(w)
             _, score = self.lm.score(start, i)
             trie.insert(spelling + [self.space], i, score)
         trie.smear(fl.SmearingMode.MAX)
@@ -203,7 +204,7 @@ def _read_words(path: str, normalize: Callable[[str], str] | None) -> list[str]:
     if not p.is_file():
         raise ConfigError(f"lexicon not found: {path}")
     seen: dict[str, None] = {}
-    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text_lines(p, strict=False):
         w = (normalize(line) if normalize else line).strip()
         if w and " " not in w:
             seen[w] = None

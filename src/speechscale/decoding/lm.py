@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import ConfigError
+from ..storage.files import text_lines
 
 UNK = "<unk>"
 
@@ -40,9 +41,8 @@ def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callabl
     if not text.is_file():
         raise ConfigError(f"{text}: no such text file")
     lines = 0
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as corpus, \
-            text.open(encoding="utf-8", errors="replace") as src:
-        for raw in src:
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as corpus:
+        for raw in text_lines(text, strict=False):
             line = " ".join(normalize(raw).split())
             if line:
                 corpus.write(line + "\n")

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import fsspec
+
+from ..config import ConfigError
 
 
 def is_remote(url: str | Path) -> bool:
@@ -129,3 +131,29 @@ def check_writable(path: str | Path) -> None:
                 level.rmdir()
             except OSError:  # another process is using it now: leave it
                 pass
+
+
+def text_lines(path: str | Path, strict: bool = True) -> Iterator[str]:
+    """The lines of a local text file as they are read (line endings kept, a UTF-8 byte-order mark dropped);
+    ConfigError in one line naming the file when it is binary (a NUL byte in its first 8 KiB) or, when `strict`,
+    not UTF-8 (else undecodable bytes become U+FFFD)."""
+    with open(path, "rb") as f:
+        if b"\x00" in f.read(8192):
+            raise ConfigError(f"{path}: not a text file (it holds NUL bytes)")
+    try:
+        with open(path, encoding="utf-8-sig", errors="strict" if strict else "replace", newline="") as f:
+            yield from f
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text (line {_undecodable_line(path)}); convert it, e.g. iconv -f "
+                          f"latin1 -t utf-8 {Path(path).name}") from None
+
+
+def _undecodable_line(path: str | Path) -> int:
+    """The number of the first line of `path` that is not UTF-8."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return n
+    return 0

@@ -103,6 +103,9 @@ def test_data_alphabet_suggests_the_alphabet_that_keeps_every_transcript(tmp_pat
     fewer = json.loads(out)
     assert code == 0 and fewer["rare"]["ß"] == 3 and "ß" not in fewer["alphabet"] and "ü" in fewer["alphabet"]
     assert fewer["rare"] == {c: n for c, n in found["counts"].items() if n < 4}
+    (tmp_path / "notes.txt").write_text("über die straße\n")  # not a manifest: no alphabet of nothing
+    code, _, err = main_cli(capsys, "data", "alphabet", str(tmp_path / "notes.txt"))
+    assert code == 2 and "notes.txt: no transcript read" in err and "malformed JSON" in err, err
 
 
 def test_an_alphabet_that_lost_its_space_says_so(tmp_path, capsys):

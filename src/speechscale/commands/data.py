@@ -74,7 +74,9 @@ def data_alphabet(args: argparse.Namespace) -> int:
         raise ConfigError(f"--digits-language {args.digits_language!r} is not a language num2words spells numbers in")
     texts, utterances = [], 0
     for manifest in args.manifests:
-        utts, _ = read_manifest(manifest, check_files=False)
+        utts, report = read_manifest(manifest, check_files=False)
+        if not utts:  # an alphabet of nothing would be no help
+            raise ConfigError(f"{manifest}: no transcript read ({report.summary()})")
         texts += [u.raw_text for u in utts]
         utterances += len(utts)
     found = suggest_alphabet(texts, args.digits, args.digits_language, args.min_count)

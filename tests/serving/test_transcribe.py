@@ -153,6 +153,8 @@ def test_a_manifest_puts_the_reference_and_wer_beside_each_transcript(ldc_checkp
     assert row["reference"].lower().startswith("she had your dark suit") and row["wer"] == 0.0
     lines = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--manifest", str(m), str(wav)).stdout.splitlines()
     assert lines[1].split(":", 1)[1].strip() == LDC and lines[2].startswith("  reference:")
+    proc = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--manifest", str(wav), str(wav), check=False)
+    assert proc.returncode == 2 and "no reference read" in proc.stderr  # a wav given as the manifest: said, not ignored
 
 
 def test_a_clip_shorter_than_its_manifest_says_is_skipped_and_counted_in_eval(ldc_checkpoint, tmp_path, cli):

@@ -64,9 +64,12 @@ def _references(manifest: str | None) -> dict[str, str]:
     """Resolved audio path -> reference text, from a manifest (empty without one)."""
     if manifest is None:
         return {}
+    from ..config import ConfigError
     from ..data.manifest import read_manifest
 
-    utts, _ = read_manifest(manifest, check_files=False)
+    utts, report = read_manifest(manifest, check_files=False)
+    if not utts:
+        raise ConfigError(f"--manifest {manifest}: no reference read ({report.summary()})")
     return {str(Path(u.audio_path).resolve()): u.raw_text for u in utts}
 
 

@@ -7,7 +7,7 @@ import pytest
 import soundfile as sf
 
 from speechscale.data.importers import CorpusLayoutError, import_corpus
-from speechscale.data.manifest import read_manifest
+from speechscale.data.manifest import ManifestError, read_manifest
 from tests.conftest import main_cli, shared
 
 
@@ -55,8 +55,12 @@ def test_librispeech_layout_with_flac_a_missing_file_and_duration_bounds(tmp_pat
     assert [r["text"] for r in rows] == ["three", "five"] and rows[0]["speaker"] == "84"
     assert report.reasons["audio file missing"] == 1
     _check_readable(tmp_path / "out")
-    bounded = import_corpus("librispeech", tmp_path / "LibriSpeech" / "dev-clean", tmp_path / "b", max_duration=0.01)
-    assert bounded.kept == 0 and bounded.reasons["duration out of bounds"] == 2
+    with pytest.raises(ManifestError, match="no utterance imported .*2 duration out of bounds"):  # no empty manifest
+        import_corpus("librispeech", tmp_path / "LibriSpeech" / "dev-clean", tmp_path / "b", max_duration=0.01)
+    assert not (tmp_path / "b" / "manifest.jsonl").exists()
+    with pytest.raises(CorpusLayoutError, match="nothing in librispeech's layout here"):  # a folder of anything else
+        import_corpus("librispeech", tmp_path / "LibriSpeech" / "dev-clean" / "84" / "121123" / "84-121123.trans.txt",
+                      tmp_path / "c")
 
 
 def test_commonvoice_tsv_and_mls_layouts(tmp_path):

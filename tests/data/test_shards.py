@@ -108,6 +108,10 @@ def test_a_missing_or_resized_shard_is_one_clear_error_before_work(tmp_path):
         _source(tmp_path / "sh")
     with pytest.raises(ShardError, match="not a shard index"):
         ShardIndex(str(_manifest(tmp_path, 2)))
+    (tmp_path / "notes.txt").write_text("not a manifest\n")
+    with pytest.raises(ShardError, match="notes.txt: no utterance to shard .*1 malformed JSON"):  # before any file
+        write_shards(str(tmp_path / "notes.txt"), tmp_path / "never")
+    assert not (tmp_path / "never").exists()
     with pytest.raises(ShardError, match="not found"):
         ShardIndex(str(tmp_path / "nowhere" / "index.jsonl"))
     with pytest.raises(ShardError, match="cannot be read"):

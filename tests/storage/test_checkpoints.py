@@ -81,6 +81,8 @@ def test_torn_or_foreign_checkpoints_are_clear_errors(tmp_path):
 @pytest.mark.parametrize("make, message", [
     (lambda p: p.write_bytes(b""), r"empty.pt: empty file \(0 bytes\), not a checkpoint$"),
     (lambda p: p.mkdir(), r"empty.pt: is a directory"),
+    (lambda p: p.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt "), r"empty.pt is not a checkpoint: not a file torch.save "
+                                                                   r"writes \(a checkpoint is the .pt file"),  # a wav
     (lambda p: torch.save({"model": {}}, p), r"not a speechscale checkpoint \(no config in it\)$"),
     (lambda p: torch.save({"model": torch.nn.Linear(2, 2)}, p),
      r"not a speechscale checkpoint: it holds Python objects other than tensors and plain data"),

@@ -45,5 +45,5 @@ def test_memory_urls_and_clear_errors():
     assert storage.exists("memory://ss/a.bin") and storage.read_bytes("memory://ss/a.bin") == b"x"
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint("memory://ss/none.pt")
-    with pytest.raises(CheckpointError, match="not a speechscale checkpoint"):
+    with pytest.raises(CheckpointError, match="a.bin is not a checkpoint: not a file torch.save writes"):
         load_checkpoint("memory://ss/a.bin")

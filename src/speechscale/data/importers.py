@@ -114,6 +114,11 @@ def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
         yield src.parent / row[audio], row[text], {}
 
 
+# what each importer looks for, for the error when it finds nothing
+LAYOUTS = {"librispeech": "SPEAKER/CHAPTER/*.trans.txt beside their .flac files", "commonvoice": "a .tsv and clips/",
+           "mls": "transcripts.txt and audio/", "tedlium": "stm/*.stm and sph/*.sph",
+           "fsdd": "recordings/DIGIT_SPEAKER_INDEX.wav", "csv": "a header and a row an utterance"}
+
 # speechscale data import KIND -> the importer
 IMPORTERS: dict[str, Callable[[Path, Path, str], Iterator[Row]]] = {
     "librispeech": librispeech, "commonvoice": commonvoice, "mls": mls, "tedlium": tedlium, "fsdd": fsdd,
@@ -153,5 +158,9 @@ def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", 
             records.append({"audio_filepath": os.path.relpath(audio, out), "duration": round(duration, 3),
                             "text": text, **extra})
     report.kept = len(records)
+    if not records:  # an empty manifest would only fail later, in training
+        if not report.skipped:
+            raise CorpusLayoutError(f"{src}: nothing in {kind}'s layout here ({LAYOUTS[kind]})")
+        raise ManifestError(f"{src}: no utterance imported ({report.summary()})")
     write_manifest(out / "manifest.jsonl", records)
     return report

@@ -74,6 +74,8 @@ def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: 
     if codec not in (None, "flac"):
         raise ShardError(f"--codec must be flac (or left out to keep the files as they are), not {codec!r}")
     utts, report = read_manifest(manifest)
+    if not utts:  # before any file is written: an empty index would only fail later, in training
+        raise ShardError(f"{manifest}: no utterance to shard ({report.summary()})")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     lines, total_s, skipped = [], 0.0, dict(report.reasons)

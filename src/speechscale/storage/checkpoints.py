@@ -61,6 +61,9 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
         raise CheckpointError(f"cannot read checkpoint {path}: {error_line(e)}") from e
     if not data:
         raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
+    if not data.startswith((b"PK\x03\x04", b"\x80")):  # neither torch's zip format nor its legacy pickle
+        raise CheckpointError(f"{path} is not a checkpoint: not a file torch.save writes (a checkpoint is the .pt "
+                              "file `speechscale train` writes)")
     try:
         with warnings.catch_warnings():  # torch's note on foreign pickle protocols adds nothing here
             warnings.simplefilter("ignore")

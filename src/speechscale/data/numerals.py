@@ -13,6 +13,7 @@ normalizer squeezes.
 """
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -44,6 +45,15 @@ _YEAR = re.compile(r"(?<![\d.,:])(1[1-9]\d\d|20\d\d)(?![\d:]|[.,]\d)")  # a bare
 _ORDINAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+)(?:st|nd|rd|th)\b")  # English: 21st
 
 
+@functools.cache
+def _drops_decimal_fractions(language: str) -> bool:
+    """Whether `language`'s num2words converter drops a Decimal's fraction (Italian, Welsh), so that a decimal is
+    read from its float."""
+    from num2words import num2words
+
+    return num2words(Decimal("3.5"), lang=language) == num2words(3, lang=language)
+
+
 class NumberReader:
     """Spells the numbers of a text in `language` (num2words' code: en, de, fr, ...), in the order a reader meets
     their forms: money, then (English) clock times, decades and ordinals, then years, then any other number.
@@ -70,10 +80,12 @@ class NumberReader:
     def _words(self, value: Any, to: str = "cardinal") -> str:
         from num2words import num2words
 
+        fraction = isinstance(value, Decimal) and value != int(value)
+        if fraction and _drops_decimal_fractions(self.language):
+            value = float(value)
         out = num2words(value, to=to, lang=self.language).lower()
-        if isinstance(value, Decimal) and value != int(value) and out in ("", self._words(int(value), to)):
-            out = num2words(float(value), to=to, lang=self.language).lower()  # a converter that drops a Decimal's
-            # fraction (Italian, Welsh) or reads none of it (Turkish) reads the float
+        if not out.strip() and fraction:  # Turkish reads some Decimals as nothing: their float it reads
+            out = num2words(float(value), to=to, lang=self.language).lower()
         if not out.strip():
             raise ValueError(f"num2words read {value} as nothing in {self.language}")
         return out

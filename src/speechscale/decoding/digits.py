@@ -16,6 +16,7 @@ einundzwanzigsten" am 21.); a lone number below ten stays a word there too.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -306,12 +307,13 @@ def _other_spans(words: list[str], language: str) -> list[tuple[str, int, int]]:
     return spans
 
 
-def _currency_words(language: str) -> set[str]:
+@functools.cache
+def _currency_words(language: str) -> frozenset[str]:
     """The words of `language`'s currencies and their cents, as num2words spells them."""
     from num2words import CONVERTER_CLASSES
 
     forms = getattr(CONVERTER_CLASSES[language], "CURRENCY_FORMS", {})
-    return {w.lower() for unit, cents in forms.values() for w in (*unit, *cents)}
+    return frozenset(w.lower() for unit, cents in forms.values() for w in (*unit, *cents))
 
 
 def _group(token: str, mark: str) -> str:

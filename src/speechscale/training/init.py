@@ -58,17 +58,18 @@ def symbol_rows(saved: str, alphabet: str) -> list[int]:
 def freeze(model: nn.Module, prefixes: list[str]) -> int:
     """Stop the parameters named by `prefixes` (a name, or the start of one up to a dot) from training; the number
     of values frozen. ConfigError in one line for a prefix that names none."""
-    names = [n for n, _ in model.named_parameters()]
+    def named(name: str, prefix: str) -> bool:
+        return name == prefix or name.startswith(prefix + ".")
+
+    params = dict(model.named_parameters())
     for prefix in prefixes:
-        if not any(n == prefix or n.startswith(prefix + ".") for n in names):
-            tops = sorted({n.split(".", 1)[0] for n in names})
+        if not any(named(n, prefix) for n in params):
+            tops = sorted({n.split(".", 1)[0] for n in params})
             raise ConfigError(f"trainer.freeze: {prefix!r} names no parameter of this model; its parts: {', '.join(tops)}")
-    frozen = 0
-    for n, p in model.named_parameters():
-        if any(n == prefix or n.startswith(prefix + ".") for prefix in prefixes):
-            p.requires_grad_(False)
-            frozen += p.numel()
-    return frozen
+    frozen = [p for n, p in params.items() if any(named(n, prefix) for prefix in prefixes)]
+    for p in frozen:
+        p.requires_grad_(False)
+    return sum(p.numel() for p in frozen)
 
 
 def init_weights(model: nn.Module, path: str, cfg: Config) -> None:

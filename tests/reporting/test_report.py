@@ -96,3 +96,25 @@ def test_old_logs_without_start_rows_split_where_the_step_goes_back(tmp_path):
 def test_report_of_a_folder_without_metrics_is_one_line(tmp_path, cli):
     proc = cli("report", str(tmp_path), check=False)
     assert proc.returncode == 2 and "no metrics.jsonl" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_foreign_or_damaged_log_is_one_line_or_skipped_rows(tmp_path, cli):
+    (tmp_path / "metrics.jsonl").write_bytes(bytes(range(128, 256)) * 8)
+    proc = cli("report", str(tmp_path), check=False)
+    assert proc.returncode == 2 and "not UTF-8 text" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    proc = cli("report", str(tmp_path / "metrics.jsonl"), check=False)
+    assert proc.returncode == 2 and "not a folder" in proc.stderr
+    good = {"kind": "train", "time": 100, "step": 1, "loss": 2.0, "samples": 8}
+    bad = [{"kind": "train", "time": 101, "step": "2", "loss": 1.0}, {"kind": "train", "time": "x", "step": 3},
+           {"kind": 5, "time": 102, "step": 4}, {"kind": "train", "time": 103, "step": 5, "samples": "many"},
+           {"kind": "train", "time": float("inf"), "step": 6}, {"kind": "train", "time": 104, "step": True},
+           {"kind": "val", "time": 105, "step": 7, "wer": 0.5, "cer": 0.2, "bad_audio": "two"}]
+    lines = [json.dumps(good)] + [json.dumps(r) for r in bad]
+    lines += [json.dumps({"kind": "train", "time": 106, "step": 8, "loss": float("nan"), "samples": 16}),
+              json.dumps({"kind": "train", "time": 107, "step": 9, "loss": 1e300, "samples": 1e300})]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "config.json").write_text('{"model": [1]}')
+    run = load_run(tmp_path)
+    assert [r["step"] for r in run.rows] == [1, 8, 9] and run.torn_lines == len(bad)
+    page = write_report(tmp_path).read_text()
+    assert "(7 unreadable, skipped)" in page and "Loss (CTC per target token)" in page

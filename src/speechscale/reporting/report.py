@@ -6,18 +6,20 @@ from __future__ import annotations
 import base64
 import html
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
-from .runs import Run, load_run, skipped, throughput
+from .runs import Run, finite_number, load_run, skipped, throughput
 
 Series = list[tuple[float, float]]
+log = logging.getLogger(__name__)
 
 
 def _series(rows: list[dict[str, Any]], key: str, t0: float, unit: float) -> tuple[Series, Series]:
     """(step, value) and (wall time since t0 in `unit` seconds, value) of `key` where it is a number."""
-    pts = [(r["step"], r["time"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    pts = [(r["step"], r["time"], r[key]) for r in rows if finite_number(r.get(key))]
     return [(s, v) for s, _, v in pts], [((t - t0) / unit, v) for _, t, v in pts]
 
 
@@ -70,7 +72,11 @@ def plots(run: Run, out: Path) -> list[tuple[str, str]]:
         if not any(steps for steps, _ in series.values()):
             return
         panels = [("step", {k: v[0] for k, v in series.items()}), (unit_name, {k: v[1] for k, v in series.items()})]
-        _figure(out / name, caption, panels, starts, ylabel, log_y)
+        try:
+            _figure(out / name, caption, panels, starts, ylabel, log_y)
+        except (ValueError, OverflowError) as e:  # values no axis can span (a hand-edited or foreign log)
+            log.warning("%s not drawn: %s", name, e)
+            return
         made.append((name, caption))
 
     draw("loss.png", "Loss (CTC per target token)", "loss",
@@ -107,14 +113,15 @@ def page(run: Run, figures: list[tuple[str, str]], out: Path) -> str:
     """The HTML page, with the PNGs embedded as data URIs."""
     val = run.of("val")
     last_val = val[-1] if val else {}
-    best = min((r["wer"] for r in val if isinstance(r.get("wer"), (int, float))), default=None)
+    best = min((r["wer"] for r in val if finite_number(r.get("wer"))), default=None)
     last = run.rows[-1] if run.rows else {}
-    model = (run.config or {}).get("model", {}).get("name", "?")
+    model_section = (run.config or {}).get("model")
+    model = model_section.get("name", "?") if isinstance(model_section, dict) else "?"
     summary = [
         ["status", run.status], ["model", model], ["steps", last.get("step", 0)],
         ["epochs completed", last.get("epoch", 0)],
         ["last validation", f"WER {100 * last_val['wer']:.2f} %, CER {100 * last_val['cer']:.2f} % (step {last_val['step']})"
-         if last_val else "none yet"],
+         if finite_number(last_val.get("wer")) and finite_number(last_val.get("cer")) else "none yet"],
         ["best WER", f"{100 * best:.2f} %" if best is not None else "-"],
         ["wall time", f"{(last.get('time', run.t0) - run.t0) / 3600:.2f} h over {len(run.segments)} start(s)"],
         ["metrics lines", f"{len(run.rows)} ({run.torn_lines} unreadable, skipped)"],

@@ -3,12 +3,15 @@ runs or after it was resumed any number of times."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..data.dataset import SKIP_REASONS
+
+SKIP_COUNTS = tuple(dict.fromkeys((*SKIP_REASONS, "nonfinite_loss", "nonfinite_grad", "dropped_tail")))
 
 
 class RunError(ValueError):
@@ -84,6 +87,18 @@ def _segments(rows: list[dict[str, Any]]) -> list[Segment]:
     return segs
 
 
+def finite_number(value: Any) -> bool:
+    """An int or float that is finite (JSON's NaN and Infinity are not; nor is a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _well_formed(row: Any) -> bool:
+    """A row the report can read: a str kind, a number time, an int step, and numbers where it does arithmetic."""
+    return isinstance(row, dict) and isinstance(row.get("kind"), str) and finite_number(row.get("time")) \
+        and isinstance(row.get("step"), int) and not isinstance(row["step"], bool) \
+        and all(finite_number(row[k]) for k in ("samples", *SKIP_COUNTS) if k in row)
+
+
 def _checkpoints(run_dir: Path) -> list[dict[str, Any]]:
     """Name, size and time of each checkpoint file (read from the file system only: nothing is unpickled)."""
     folder = run_dir / "checkpoints"
@@ -102,11 +117,15 @@ def load_run(run_dir: str | Path) -> Run:
     path = Path(run_dir)
     metrics = path / "metrics.jsonl"
     if not path.is_dir():
-        raise RunError(f"{path}: no such folder")
+        raise RunError(f"{path}: {'not a folder' if path.exists() else 'no such folder'}")
     if not metrics.is_file():
         raise RunError(f"{path}: no metrics.jsonl (is this a run's trainer.out_dir or trainer.log_dir?)")
+    try:
+        text = metrics.read_bytes().decode()
+    except UnicodeDecodeError as e:
+        raise RunError(f"{metrics}: not UTF-8 text (byte {e.start}); not a metrics.jsonl the trainer writes") from None
     rows, torn = [], 0
-    for line in metrics.read_text().splitlines():
+    for line in text.splitlines():
         if not line.strip():
             continue
         try:
@@ -114,15 +133,17 @@ def load_run(run_dir: str | Path) -> Run:
         except json.JSONDecodeError:
             torn += 1
             continue
-        if isinstance(row, dict) and "kind" in row and "time" in row and "step" in row:
+        if _well_formed(row):
             rows.append(row)
         else:
             torn += 1
     config = None
     if (path / "config.json").is_file():
         try:
-            config = json.loads((path / "config.json").read_text())
-        except json.JSONDecodeError:
+            config = json.loads((path / "config.json").read_bytes().decode())
+        except ValueError:  # not JSON, or not UTF-8
+            config = None
+        if not isinstance(config, dict):
             config = None
     return Run(path, rows, torn, config, _segments(rows), _checkpoints(path))
 
@@ -143,6 +164,5 @@ def throughput(run: Run) -> list[tuple[int, float, float]]:
 
 def skipped(run: Run) -> dict[str, list[tuple[int, int]]]:
     """Per skip reason, (step, count so far) at each validation; reasons that never occurred are left out."""
-    reasons = (*SKIP_REASONS, "nonfinite_loss", "nonfinite_grad", "dropped_tail")
-    out = {k: [(r["step"], int(r.get(k, 0))) for r in run.of("val")] for k in dict.fromkeys(reasons)}
+    out = {k: [(r["step"], int(r.get(k, 0))) for r in run.of("val")] for k in SKIP_COUNTS}
     return {k: v for k, v in out.items() if any(c for _, c in v)}

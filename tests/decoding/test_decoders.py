@@ -55,6 +55,12 @@ def test_an_lm_of_another_script_keeps_its_words_and_orders_start_at_two(tmp_pat
     assert scorer.score(scorer.begin(), "привет")[1] > unk  # a known word, not <unk>
     with pytest.raises(ConfigError, match="at least 2"):
         build_arpa(text, 1, tmp_path / "one.arpa")
+    with pytest.raises(ConfigError, match="at most 6"):  # kenlm-ex could not read it back
+        build_arpa(text, 7, tmp_path / "seven.arpa")
+    assert not (tmp_path / "seven.arpa").exists()
+    (tmp_path / "bytes.arpa").write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ConfigError, match="not a KenLM model"):
+        KenLMScorer(tmp_path / "bytes.arpa")
 
 
 def _log_probs(checkpoint, noise, seed=0):
@@ -192,11 +198,21 @@ def test_cli_tune_lm_writes_the_pair_that_eval_picks_up_and_eval_details(ldc_che
     for bad, said in [(["--lm", str(tmp_path / "none.arpa")], "language model not found"),
                       (["--lm", str(text)], "not a KenLM model"),
                       (["--lm", str(arpa), "--lexicon", str(tmp_path / "none.txt")], "none.txt")]:
-        proc = cli("tune-lm", "--checkpoint", str(ldc_checkpoint), "--manifest", m, *bad, check=False)
+        # the LM and lexicon are checked before the manifest is read (this one does not exist)
+        proc = cli("tune-lm", "--checkpoint", str(ldc_checkpoint), "--manifest", str(tmp_path / "none.jsonl"), *bad,
+                   check=False)
+        assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    for bad, said in [(["--alpha", "nan"], "alpha must be a finite number"), (["--beta", "inf"], "beta must be")]:
+        proc = cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(tmp_path / "none.jsonl"),
+                   "--decoder", "beam", "--lm", str(arpa), *bad, check=False)
         assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     res = json.loads(cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--json", "--decoder",
                          "beam", "--lm", str(arpa), "--details", str(tmp_path / "d.jsonl")).stdout)
     assert (res["alpha"], res["beta"]) == (best["alpha"], best["beta"])
+    (tmp_path / "lm.arpa.tuned.json").write_text('{"alpha": "high", "beta": 1}')
+    proc = cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", m, "--decoder", "beam", "--lm", str(arpa),
+               check=False)
+    assert proc.returncode == 2 and "not the alpha and beta tune-lm writes" in proc.stderr, proc.stderr
     rows = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(r["reference"] and len(r["alignment"]) == 3 for r in rows)
     ref, hyp = rows[0]["reference"], rows[0]["hypothesis"]

@@ -342,14 +342,16 @@ def align(args: argparse.Namespace) -> int:
 
 
 def tune_lm(args: argparse.Namespace) -> int:
+    from ..components import load_components
     from ..decoding.decoders import DecoderConfig, build_decoder
-    from ..decoding.scoring import checkpoint_loader
+    from ..decoding.scoring import manifest_loader
     from ..decoding.tune import cache_log_probs, tune, write_tuned
 
-    comps, loader, _ = checkpoint_loader(args.checkpoint, args.manifest)
-    # a missing or unreadable LM or lexicon: one line before the model runs
+    comps = load_components(args.checkpoint, "cpu")
+    # a missing or unreadable LM or lexicon: one line before the manifest is read
     build_decoder(DecoderConfig("lexicon" if args.lexicon else "beam", lm=args.lm, lexicon=args.lexicon or ""),
                   comps.tokenizer)
+    loader, _ = manifest_loader(comps, args.manifest)
     cache = cache_log_probs(comps.model, loader)
     best = tune(cache, comps.tokenizer, args.lm, args.trials, args.beam_width, args.lexicon or "")
     print(json.dumps({**best, "written": str(write_tuned(args.lm, best, args.manifest))}))
@@ -475,7 +477,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     lsub = lm.add_subparsers(dest="lm_action", required=True, metavar="ACTION", parser_class=Parser)
     lb = command(lsub, "build", "text (one sentence a line) -> a Kneser-Ney ARPA model with <unk>")
     lb.add_argument("text", help="a text file, one sentence a line (normalized as training targets are)")
-    lb.add_argument("--order", type=positive(int), default=3, help="n-gram order (at least 2)")
+    lb.add_argument("--order", type=positive(int), default=3, help="n-gram order (2 to 6)")
     lb.add_argument("--checkpoint", default=None,
                     help="normalize the text as this model's training targets were (its text.alphabet and digits; "
                          "another language's letters need it); default: the English alphabet")

@@ -15,6 +15,7 @@ scores. The LM reaches flashlight's decoder through `FlashlightLM`, a Python LM 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -86,6 +87,9 @@ def build_decoder(cfg: DecoderConfig | str, tokenizer: CharTokenizer,
         return GreedyDecoder(tokenizer)
     if isinstance(cfg.beam_width, bool) or not isinstance(cfg.beam_width, int) or cfg.beam_width < 1:
         raise ConfigError(f"beam_width must be a whole number of at least 1, got {cfg.beam_width!r}")
+    for flag, value in (("alpha", cfg.alpha), ("beta", cfg.beta), ("hotword_weight", cfg.hotword_weight)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{flag} must be a finite number, got {value!r}")
     if cfg.name == "lexicon" and not cfg.lexicon:
         raise ConfigError("the lexicon decoder needs --lexicon (a word list, one word a line)")
     return BeamDecoder(cfg, tokenizer, normalize)

@@ -23,6 +23,7 @@ from ..config import ConfigError
 from ..storage.files import text_lines
 
 UNK = "<unk>"
+KENLM_MAX_ORDER = 6  # the highest n-gram order the kenlm-ex wheel is compiled for (KENLM_MAX_ORDER)
 
 
 def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callable[[str], str] | None = None
@@ -37,6 +38,9 @@ def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callabl
     normalize = normalize or TextNormalizer()
     if order < 2:
         raise ConfigError(f"--order must be at least 2, not {order}: a unigram model cannot be built here")
+    if order > KENLM_MAX_ORDER:
+        raise ConfigError(f"--order must be at most {KENLM_MAX_ORDER}, not {order}: KenLM (kenlm-ex) reads models up to "
+                          f"that order")
     text = Path(text)
     if not text.is_file():
         raise ConfigError(f"{text}: no such text file")
@@ -81,7 +85,7 @@ class KenLMScorer:
             raise ConfigError(f"language model not found: {path}")
         try:
             self.model = kenlm.Model(str(path))
-        except (OSError, RuntimeError) as e:
+        except (OSError, RuntimeError, ValueError) as e:  # ValueError: bytes that are not UTF-8 in an ARPA header
             raise ConfigError(f"{path}: not a KenLM model (ARPA or binary): {e}") from None
         self.kenlm, self.path = kenlm, Path(path)
         self.order = self.model.order

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..config import ConfigError
 from .decoders import DecoderConfig, build_decoder
 from .metrics import ErrorRate
 
@@ -36,9 +38,19 @@ def write_tuned(lm: str | Path, best: dict[str, Any], manifest: str | Path) -> P
 
 
 def load_tuned(lm: str | Path) -> dict[str, float] | None:
-    """The tuned (alpha, beta) of an LM, if tune-lm wrote them."""
+    """The tuned (alpha, beta) of an LM, if tune-lm wrote them; a file that does not hold two finite numbers there is
+    one line."""
     p = tuned_path(lm)
-    return json.loads(p.read_text()) if p.is_file() else None
+    if not p.is_file():
+        return None
+    try:
+        tuned = json.loads(p.read_bytes().decode())
+    except ValueError:  # not JSON, or not UTF-8
+        tuned = None
+    if not isinstance(tuned, dict) or not all(
+            type(tuned.get(k)) in (int, float) and math.isfinite(tuned[k]) for k in ("alpha", "beta")):
+        raise ConfigError(f"{p}: not the alpha and beta tune-lm writes; run tune-lm again or remove it")
+    return tuned
 
 
 @torch.no_grad()

@@ -226,6 +226,12 @@ def test_a_stream_rate_or_endpoint_out_of_bounds_is_one_line(capsys, flag, value
     (["serve", "--checkpoint", "c.pt", "--port", "70000"], "argument --port: expected a port number 0-65535"),
     (["bench", "train", "--warmup", "-1"], "argument --warmup: must be 0 or more, got -1"),
     (["data", "import", "fsdd", "src", "--out", "o", "--min-duration", "-1"], "argument --min-duration: must be 0"),
+    (["synth", "--out", "o", "--test-minutes", "inf"], "argument --test-minutes: expected a finite number, got 'inf'"),
+    (["plan", "--throughput", "nan"], "argument --throughput: expected a finite number, got 'nan'"),
+    (["synth", "--out", "o", "--sample-rate", "100"], "argument --sample-rate: expected a sample rate of 4000-384000"),
+    (["data", "download", "yesno", "--out", "o", "--mirror", "mirror.example/corpora"],
+     "--mirror 'mirror.example/corpora': expected an http(s)://HOST/... or file:///... URL"),
+    (["data", "download", "yesno", "--out", "o", "--mirror", "https:///corpora"], "expected an http(s)://HOST"),
 ])
 def test_a_number_outside_its_meaning_is_one_line(capsys, argv, said):
     """A negative price or latency, an MFU over the peak, a chunk of no frames, a port past 65535: refused while

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +42,8 @@ def _bounded(kind: type, ok: Callable[[Any], bool], said: str) -> Callable[[str]
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
         if not ok(value):
             raise argparse.ArgumentTypeError(f"{said}, got {text}")
         return value

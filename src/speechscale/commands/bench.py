@@ -7,7 +7,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import bench_infer, bench_serving
-from .args import Parser, choice, choice_list, int_list, non_negative, out_file, out_folder, positive, yaml_mapping
+from .args import (
+    Parser,
+    choice,
+    choice_list,
+    int_list,
+    non_negative,
+    out_file,
+    out_folder,
+    positive,
+    sample_rate,
+    yaml_mapping,
+)
 
 
 def _feature_kinds() -> tuple[str, ...]:
@@ -239,7 +250,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bench_serving.register(bsub, command)
     bf = command(bsub, "features", "cost of decoding + resampling + features per second of audio, as JSON")
     bf.add_argument("--manifest", required=True, help="the audio to read (JSONL manifest)")
-    bf.add_argument("--sample-rate", type=positive(int), default=16000, help="rate the audio is resampled to")
+    bf.add_argument("--sample-rate", type=sample_rate, default=16000, help="rate the audio is resampled to")
     bf.add_argument("--kind", default="spectrogram", type=choice(_feature_kinds), help="feature kind (spectrogram, logmel)")
     bf.add_argument("--limit", type=positive(int), default=300, help="utterances to read")
     bf.add_argument("--repeats", type=positive(int), default=2, help="passes over them (the best counts)")
@@ -249,7 +260,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     help="the audio to load, as it is (default: synthesized speech written as flac first)")
     bl.add_argument("--workers", default="0,1,2", help="comma-separated worker counts (0 = the main process)")
     bl.add_argument("--augment", default="both", choices=["off", "on", "both"], help="with augmentation or not")
-    bl.add_argument("--sample-rate", type=positive(int), default=16000, help="rate the audio is resampled to")
+    bl.add_argument("--sample-rate", type=sample_rate, default=16000, help="rate the audio is resampled to")
     bl.add_argument("--limit", type=positive(int), default=None,
                     help="utterances of the synthesized corpus (default 400; not with --manifest)")
     bl.add_argument("--clip-seconds", type=positive(float), default=None,

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .args import Parser, non_negative, out_folder, positive
+from .args import Parser, non_negative, out_folder, positive, sample_rate
 
 
 def synth(args: argparse.Namespace) -> int:
@@ -98,7 +98,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     # data.synth.TEXTS, spelled out: importing data.synth here would cost every command 35 ms of start-up
     s.add_argument("--text", choices=["grammar", "digits"], default="grammar",
                    help="grammar: the demo's sentences in 12 voices; digits: one digit word each, in 344 voices")
-    s.add_argument("--sample-rate", type=positive(int), default=16000, help="sample rate of the written audio")
+    s.add_argument("--sample-rate", type=sample_rate, default=16000, help="sample rate of the written audio")
     s.set_defaults(func=synth)
 
     d = command(sub, "data", "corpora: download a public corpus, import a downloaded one into a manifest; shard; "

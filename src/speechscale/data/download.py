@@ -201,6 +201,10 @@ def download(name: str, out: str | Path, mirror: str = "", checksums: dict[str, 
                             f"{', '.join(s.name for s in spec.files)})")
     for value in checksums.values():
         _parse(value)
+    if mirror:
+        where = urllib.parse.urlsplit(mirror)
+        if where.scheme not in ("http", "https", "file") or (where.scheme != "file" and not where.hostname):
+            raise DownloadError(f"--mirror {mirror!r}: expected an http(s)://HOST/... or file:///... URL")
     pinned = {s.name: checksums.get(s.name, s.checksum) for s in spec.files}
     try:
         if out.exists() and not out.is_dir():

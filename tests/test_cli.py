@@ -42,6 +42,18 @@ def test_print_config_prints_the_resolved_config_and_exits():
     assert "  max_epochs: 3" in proc.stdout and "  name: ds2-tiny" in proc.stdout and proc.stderr == ""
 
 
+def test_overrides_after_a_flag_are_overrides_and_an_unknown_flag_is_still_refused(capsys):
+    """`train --config demo trainer.max_steps=1 -q optim.lr=0.5`: argparse leaves what follows a flag over."""
+    code, out, err = main_cli(capsys, "train", "--config", "demo", "trainer.max_steps=7", "-q", "--print-config",
+                              "optim.lr=0.5", "-v", "optim.warmup_steps=3")
+    assert code == 0 and err == "", err
+    assert "  max_steps: 7" in out and "  lr: 0.5" in out and "  warmup_steps: 3" in out and "  progress: false" in out
+    code, _, err = main_cli(capsys, "train", "--config", "demo", "trainer.max_steps=7", "--steps", "3")
+    assert code == 2 and "unrecognized arguments: --steps 3" in err and err.count("\n") == 1
+    code, _, err = main_cli(capsys, "eval", "--checkpoint", "c.pt", "--manifest", "m.jsonl", "trainer.max_steps=7")
+    assert code == 2 and "unrecognized arguments: trainer.max_steps=7" in err
+
+
 def test_print_config_and_train_without_a_config_fail_in_one_line(capsys):
     code, _, err = main_cli(capsys, "train", "--print-config", "optim.name=adam")
     assert code == 2 and err.count("\n") == 1 and "optim.name='adam'" in err

@@ -52,6 +52,10 @@ def test_bad_overrides_raise_config_error(override):
     ("model.overrides={nope: 1}", "model.overrides: unknown key(s) nope"),
     ("model.overrides={conv: [{channels: 8}]}", "missing 2 required positional arguments: 'kernel' and 'stride'"),
     ("model.overrides={rnn_hidden: 0}", "hidden_size must be greater than zero"),
+    ("optim.lr=.inf", "optim.lr=inf must be a finite number"),  # trained a step of NaN weights
+    ("augment.noise_snr_db=[20, .inf]", "augment.noise_snr_db[1]=inf must be a finite number"),
+    ("model.overrides={dropout: .nan}", "model.overrides.dropout=nan must be a finite number"),
+    ("trainer.max_minutes=.nan", "trainer.max_minutes=nan must be a finite number"),
 ])
 def test_values_that_used_to_crash_later_fail_when_the_config_loads(override, message):
     with pytest.raises(ConfigError) as info:

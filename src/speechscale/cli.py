@@ -106,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and hasattr(args, "overrides") and not any(a.startswith("-") for a in rest):
+        args.overrides = list(args.overrides) + rest  # KEY=VALUE after a flag: argparse leaves those over
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.verbose = getattr(args, "verbose", 0)
     args.quiet = getattr(args, "quiet", False)
     _setup_logging(-1 if args.quiet else args.verbose)

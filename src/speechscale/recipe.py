@@ -13,9 +13,11 @@ fails with one line before a process group, a data loader or an output folder ex
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -49,9 +51,27 @@ def _pair(values: list[float]) -> bool:
     return len(values) == 0 or (len(values) == 2 and values[0] <= values[1])
 
 
+def _non_finite(value: Any, key: str) -> Iterator[str]:
+    """The keys under `value` (a config section, a list, a mapping, a number) that hold NaN or an infinity."""
+    if dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            yield from _non_finite(getattr(value, f.name), f"{key}.{f.name}" if key else f.name)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _non_finite(v, f"{key}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _non_finite(v, f"{key}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield f"{key}={value}"
+
+
 def check_recipe(cfg: Config) -> None:
     """Check values that types alone do not catch, and build the model once (on the meta device, no memory)
     so that bad `model.overrides` fail here, not after the process group exists."""
+    bad = next(_non_finite(cfg, ""), None)
+    if bad is not None:  # YAML's .nan and .inf pass every comparison-free check below
+        raise ConfigError(f"{bad} must be a finite number")
     for key, allowed in choices().items():
         value: Any = cfg
         for part in key.split("."):

@@ -90,6 +90,18 @@ def test_an_export_carries_the_card_and_transcribes_through_the_api(ldc_checkpoi
     with pytest.raises(ValueError, match="expected mono float samples, got bytes"):
         model.transcribe(b"RIFF")
     assert model.transcribe(list(wav_samples), sample_rate=wav_rate).text == LDC_TEXT  # a plain list of numbers
+    # integer PCM is scaled to full scale 1.0, as soundfile reads it (an int16 array read as floats was misheard)
+    for dtype in ("int16", "int32"):
+        pcm, _ = sf.read(wav, dtype=dtype)
+        assert model.transcribe(pcm, sample_rate=wav_rate).text == LDC_TEXT, dtype
+    u8 = np.clip(np.round(wav_samples * 128 + 128), 0, 255).astype(np.uint8)
+    from speechscale.data.audio import as_waveform
+
+    assert np.abs(as_waveform(u8) - wav_samples).max() <= 1 / 128 and as_waveform(np.int8([-128, 64]))[0] == -1.0
+    for bad, said in [(np.zeros(1600, np.int64), "int8, int16, int32, uint8 PCM, got int64"),
+                      (np.zeros(1600, np.complex64), "got complex64 values"), (np.zeros(1600, bool), "got bool")]:
+        with pytest.raises(ValueError, match=said):
+            model.transcribe(bad, sample_rate=wav_rate)
 
 
 def test_device_flags_choose_where_the_model_runs(ldc_checkpoint, capsys, tmp_path):

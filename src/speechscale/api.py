@@ -143,10 +143,10 @@ class Model:
 
     def transcribe(self, audio: str | Path | np.ndarray, sample_rate: int | None = None,
                    digits: bool = False) -> Transcript:
-        """A file (any format load_audio reads, or a URL) or a mono float waveform at `sample_rate` (default: the
-        model's) -> its Transcript (text, duration, words; greedy: each word with start, end in seconds and a
-        confidence). `digits`: numbers written in digits ("$5.50", "1990"; English, de, fr, es, it, pt and nl
-        models, else ValueError)."""
+        """A file (any format load_audio reads, or a URL) or a mono waveform (floats, or 8/16/32-bit PCM such as
+        an int16 array) at `sample_rate` (default: the model's) -> its Transcript (text, duration, words; greedy:
+        each word with start, end in seconds and a confidence). `digits`: numbers written in digits ("$5.50",
+        "1990"; English, de, fr, es, it, pt and nl models, else ValueError)."""
         return self.transcribe_batch([audio], sample_rate, digits)[0]
 
     def transcribe_batch(self, audios: list[str | Path | np.ndarray], sample_rate: int | None = None,

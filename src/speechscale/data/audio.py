@@ -42,13 +42,32 @@ def check_rate(rate: Any) -> int:
     return int(rate)
 
 
+PCM_DTYPES = ("int8", "int16", "int32", "uint8")  # integer samples read as PCM: full scale is 1.0
+
+
 def as_waveform(samples: Any) -> np.ndarray:
-    """(T,) float32 of mono `samples` (an array or a sequence of numbers); ValueError when they are not one
-    channel of finite numbers."""
+    """(T,) float32 of mono `samples`: float samples as they are, 8/16/32-bit PCM (an int16 array, say) scaled to
+    full scale 1.0, a list of numbers as floats; ValueError when they are not one channel of finite numbers."""
+    if isinstance(samples, (bytes, bytearray, str)):
+        raise ValueError(f"expected mono float samples, got {type(samples).__name__} (decode a file's bytes first, "
+                         "or give its path)")
+    if isinstance(samples, (list, tuple)):
+        samples = np.asarray(samples, dtype=np.float64) if all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in samples) else samples
     try:
-        wav = np.asarray(samples, dtype=np.float32)
+        raw = np.asarray(samples)
     except (TypeError, ValueError) as e:
         raise ValueError(f"expected mono float samples, got {type(samples).__name__} ({e})") from None
+    if raw.dtype.kind in "iu":
+        if raw.dtype.name not in PCM_DTYPES:
+            raise ValueError(f"expected float samples or {', '.join(PCM_DTYPES)} PCM, got {raw.dtype.name} samples "
+                             "(convert them to float32 in [-1, 1])")
+        half = 2.0 ** (8 * raw.dtype.itemsize - 1)
+        wav = ((raw.astype(np.float64) - (half if raw.dtype.kind == "u" else 0.0)) / half).astype(np.float32)
+    elif raw.dtype.kind == "f":
+        wav = raw.astype(np.float32, copy=False)
+    else:
+        raise ValueError(f"expected mono float samples, got {raw.dtype.name} values")
     if wav.ndim != 1:
         raise ValueError(f"expected a mono waveform (T,), got shape {wav.shape}; average the channels first")
     if not np.isfinite(wav).all():

@@ -251,3 +251,24 @@ def test_a_number_outside_its_meaning_is_one_line(capsys, argv, said):
     loaded)."""
     code, out, err = main_cli(capsys, *argv)
     assert code == 2 and out == "" and said in err and err.count("\n") == 1, err
+
+
+def test_no_output_overwrites_a_training_checkpoint(capsys, tmp_path, ldc_checkpoint):
+    """`average --out last.pt last.pt` replaced a run's checkpoint with its weights alone (no optimizer or step):
+    the run could not resume. Every --out refuses a file a run resumes from; a weights-only file may be replaced."""
+    import shutil
+
+    run_ckpt = tmp_path / "last.pt"
+    shutil.copy(ldc_checkpoint, run_ckpt)
+    before = run_ckpt.read_bytes()
+    for argv in (["average", str(run_ckpt)], ["export", "--checkpoint", str(run_ckpt), "--format", "onnx"],
+                 ["lm", "build", str(tmp_path / "t.txt")]):
+        code, _, err = main_cli(capsys, *argv, "--out", str(run_ckpt))
+        assert code == 2 and "is a training checkpoint (a run resumes from it)" in err and err.count("\n") == 1, err
+    assert run_ckpt.read_bytes() == before
+    code, _, _ = main_cli(capsys, "average", str(run_ckpt), "--out", str(tmp_path / "avg.pt"))
+    code, out, err = main_cli(capsys, "average", str(tmp_path / "avg.pt"), "--out", str(tmp_path / "avg.pt"))
+    assert code == 0 and '"averaged_from"' in out, err
+    code, _, err = main_cli(capsys, "export", "--checkpoint", str(run_ckpt), "--format", "onnx", "--chunk", "8",
+                            "--out", str(tmp_path / "m.onnx"))
+    assert code == 2 and "--chunk goes with --streaming" in err and not (tmp_path / "m.onnx").exists()

@@ -103,6 +103,12 @@ def out_file(text: str) -> Path | str:
         raise argparse.ArgumentTypeError(f"{text} is a folder; name the file to write")
     if path.exists() and not os.access(path, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write to {text} (permission denied)")
+    if path.is_file():
+        from ..storage.checkpoints import holds_training_state
+
+        if holds_training_state(path):
+            raise argparse.ArgumentTypeError(f"{text} is a training checkpoint (a run resumes from it); write to "
+                                             f"another file")
     try:
         out_folder(str(path.parent))
     except argparse.ArgumentTypeError as e:

@@ -17,8 +17,10 @@ def export(args: argparse.Namespace) -> int:
 
         if args.format != "onnx":
             raise ConfigError("--streaming exports the streaming step as ONNX: use --format onnx")
-        print(json.dumps(export_stream_step(args.checkpoint, args.out, args.chunk)))
+        print(json.dumps(export_stream_step(args.checkpoint, args.out, args.chunk or 32)))
         return 0
+    if args.chunk is not None:  # a whole-utterance export has no step to size
+        raise ConfigError("--chunk goes with --streaming (the streaming step's feature frames)")
     print(json.dumps(export_model(args.checkpoint, args.format, args.out)))
     return 0
 
@@ -32,6 +34,6 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     x.add_argument("--streaming", action="store_true",
                    help="a streaming model's step instead (feature chunk + state in, logits + state out), for "
                         "`transcribe --stream --checkpoint FILE.onnx`")
-    x.add_argument("--chunk", type=positive(int), default=32,
-                   help="--streaming: feature frames per step (a multiple of the front end's time stride)")
+    x.add_argument("--chunk", type=positive(int), default=None,
+                   help="--streaming: feature frames per step (a multiple of the front end's time stride; default 32)")
     x.set_defaults(func=export)

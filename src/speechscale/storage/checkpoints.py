@@ -85,6 +85,22 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
 POINTER = "latest"
 
 
+def holds_training_state(path: str | Path) -> bool:
+    """Whether local `path` is a checkpoint a run resumes from (it holds the training state): reading it maps the
+    tensors without loading them."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            if f.read(4) != b"PK\x03\x04":
+                return False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # unreadable, or not torch's: not a run's checkpoint
+        return False
+    return isinstance(state, dict) and "training" in state
+
+
 def _step_name(step: int) -> str:
     return f"step-{step:09d}.pt"
 

@@ -75,6 +75,19 @@ def test_32_concurrent_requests_are_all_answered_correctly_in_batches(server):
         assert json.load(r)["batches"] < 32  # requests shared model calls
 
 
+def test_a_port_in_use_or_an_unknown_host_is_one_line_before_the_model_loads(server, capsys, tmp_path):
+    from urllib.parse import urlsplit
+
+    from tests.conftest import main_cli
+
+    where = urlsplit(server)
+    absent = str(tmp_path / "none.pt")  # never read: the address is checked first
+    for flags, said in [(["--host", where.hostname, "--port", str(where.port)], "Address already in use"),
+                        (["--host", "no-such-host.invalid"], "--host no-such-host.invalid: ")]:
+        code, _, err = main_cli(capsys, "serve", "--checkpoint", absent, *flags)
+        assert code == 2 and said in err and "none.pt" not in err and err.count("\n") == 1, err
+
+
 def test_subtitles_are_answered_for_format_srt_and_vtt(server):
     """`?format=srt|vtt`: the same words as the JSON answer, as cues the `srt` and `webvtt-py` parsers read back;
     any other format is refused before the body is read."""

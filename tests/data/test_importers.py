@@ -153,3 +153,40 @@ def test_csv_import_reads_the_length_of_compressed_containers(tmp_path, capsys):
     for u in utts:  # the manifest's duration is what the trainer's reader decodes
         assert u.duration == pytest.approx(len(load_audio(u.audio_path, 8000)) / 8000, abs=2e-3)
         assert abs(u.duration - len(wav) / sr) < 0.1
+
+
+def test_malformed_lines_in_each_layout_are_skipped_and_counted_not_a_traceback(tmp_path):
+    """A short CSV or TSV row, an MLS id that is not SPEAKER_BOOK_SEGMENT, an STM line without times (or with
+    END before START), a talk soundfile cannot read: each raised mid-import; now each is one counted skip."""
+    wav, sr = _digit(3)
+    sf.write(tmp_path / "a.wav", wav, sr)
+    (tmp_path / "list.csv").write_text("path,text\na.wav,three\nb.wav\n")
+    assert import_corpus("csv", tmp_path / "list.csv", tmp_path / "csv").reasons == {"a row without path or text": 1}
+
+    cv = tmp_path / "cv"
+    (cv / "clips").mkdir(parents=True)
+    sf.write(cv / "clips" / "x.wav", wav, sr)
+    (cv / "validated.tsv").write_text("client_id\tpath\tsentence\nabc\tx.wav\tthree\nabc\ty.wav\n")
+    assert import_corpus("commonvoice", cv, tmp_path / "cvout").reasons == {"a row without path or sentence": 1}
+    (cv / "validated.tsv").write_text("client_id\tsentence\nabc\tthree\n")
+    with pytest.raises(CorpusLayoutError, match="needs the columns path and sentence; it has client_id, sentence"):
+        import_corpus("commonvoice", cv, tmp_path / "cv2")
+
+    mls = tmp_path / "mls"
+    (mls / "audio" / "1" / "2").mkdir(parents=True)
+    sf.write(mls / "audio" / "1" / "2" / "1_2_3.wav", wav, sr)
+    (mls / "transcripts.txt").write_text("1_2_3\tthree\nbadid\tfour\n")
+    report = import_corpus("mls", mls, tmp_path / "mlsout")
+    assert report.kept == 1 and report.reasons == {"an id that is not SPEAKER_BOOK_SEGMENT": 1}
+
+    ted = tmp_path / "ted"
+    (ted / "sph").mkdir(parents=True)
+    (ted / "stm").mkdir()
+    sf.write(ted / "sph" / "good.sph", wav, sr, format="NIST", subtype="PCM_16")
+    (ted / "sph" / "torn.sph").write_bytes(b"NIST_1A\n   1024\n" + bytes(range(256)))
+    (ted / "stm" / "good.stm").write_text(f"good 1 s 0.00 {len(wav) / sr:.2f} <o> three\ngood 1 s x 1.0 <o> four\n"
+                                          "good 1 s 0.50 0.20 <o> five\n")
+    (ted / "stm" / "torn.stm").write_text("torn 1 s 0.00 0.50 <o> six\n")
+    report = import_corpus("tedlium", ted, tmp_path / "tedout")
+    assert report.kept == 1 and report.reasons == {"no segment times START < END": 2, "unreadable audio": 1}
+    assert [r["text"] for r in _rows(tmp_path / "tedout")] == ["three"]

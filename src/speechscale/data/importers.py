@@ -32,6 +32,7 @@ from .manifest import ManifestError, SkipReport, write_manifest
 from .text import DIGIT_WORDS, TextNormalizer
 
 SKIP = "skip"  # a reader yields (path, None, {SKIP: reason}) for a file it cannot take
+DETAIL = "detail"  # ... and optionally {DETAIL: where} (else the path is named)
 
 Row = tuple[Path, "str | None", dict[str, Any]]  # audio file, raw transcript (None: skipped), extra fields
 
@@ -52,8 +53,15 @@ def commonvoice(src: Path, out: Path, split: str) -> Iterator[Row]:
     tsv = src / f"{split or 'validated'}.tsv"
     if not tsv.is_file():
         raise CorpusLayoutError(f"{tsv}: no such file (Common Voice ships train/dev/test/validated.tsv)")
-    for row in csv.DictReader(text_lines(tsv), delimiter="\t", quoting=csv.QUOTE_NONE):
-        yield src / "clips" / row["path"], row.get("sentence", ""), {"speaker": row.get("client_id", "")}
+    reader = csv.DictReader(text_lines(tsv), delimiter="\t", quoting=csv.QUOTE_NONE)
+    if not {"path", "sentence"} <= set(reader.fieldnames or []):
+        raise CorpusLayoutError(f"{tsv}: the header needs the columns path and sentence; it has "
+                                f"{', '.join(reader.fieldnames or []) or 'none'}")
+    for row in reader:
+        if row["path"] is None or row["sentence"] is None:  # a row with fewer cells than the header
+            yield tsv, None, {SKIP: "a row without path or sentence"}
+            continue
+        yield src / "clips" / row["path"], row["sentence"], {"speaker": row.get("client_id") or ""}
 
 
 def mls(src: Path, out: Path, split: str) -> Iterator[Row]:
@@ -64,6 +72,9 @@ def mls(src: Path, out: Path, split: str) -> Iterator[Row]:
         if not line.strip():
             continue
         uid, _, text = line.rstrip("\r\n").partition("\t")
+        if len(uid.split("_")) != 3:
+            yield root / uid, None, {SKIP: "an id that is not SPEAKER_BOOK_SEGMENT"}
+            continue
         speaker, book, _ = uid.split("_")
         folder = root / "audio" / speaker / book
         found = [folder / f"{uid}{ext}" for ext in (".flac", ".opus", ".wav") if (folder / f"{uid}{ext}").is_file()]
@@ -81,12 +92,22 @@ def tedlium(src: Path, out: Path, split: str) -> Iterator[Row]:
             fields = line.split(maxsplit=6)
             if len(fields) < 7 or fields[6].strip() == "ignore_time_segment_in_scoring":
                 continue
-            start, end, text = float(fields[3]), float(fields[4]), fields[6]
+            try:
+                start, end, text = float(fields[3]), float(fields[4]), fields[6]
+            except ValueError:
+                start = end = float("nan")
+            if not 0 <= start < end < float("inf"):
+                yield stm, None, {SKIP: "no segment times START < END", DETAIL: f"{stm} line {n + 1}"}
+                continue
             text = " ".join(w for w in text.split() if not w.startswith("<") and w != "{NOISE}")
             segment = cut / f"{stm.stem}-{n:05d}.wav"
             if talk.is_file() and not segment.is_file():
-                info = sf.info(str(talk))
-                data, sr = sf.read(str(talk), start=int(start * info.samplerate), stop=int(end * info.samplerate))
+                try:
+                    info = sf.info(str(talk))
+                    data, sr = sf.read(str(talk), start=int(start * info.samplerate), stop=int(end * info.samplerate))
+                except Exception as e:  # soundfile raises several types for unknown or corrupt files
+                    yield talk, None, {SKIP: "unreadable audio", DETAIL: f"{talk} ({e})"}
+                    continue
                 sf.write(str(segment), data, sr)
             yield segment if talk.is_file() else talk, text, {"speaker": fields[2], "talk": stm.stem}
 
@@ -111,6 +132,9 @@ def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
                                 f"wav_filename) and a text column (text, transcript, sentence); it has "
                                 f"{', '.join(names)}")
     for row in reader:
+        if row[audio] is None or row[text] is None:  # a row with fewer cells than the header
+            yield src, None, {SKIP: f"a row without {audio} or {text}"}
+            continue
         yield src.parent / row[audio], row[text], {}
 
 
@@ -139,7 +163,7 @@ def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", 
     report, records = SkipReport(str(src)), []
     for n, (audio, raw, extra) in enumerate(IMPORTERS[kind](src, out, split), 1):
         if raw is None:  # the reader's own reason to skip it
-            report.skip(n, extra[SKIP], str(audio))
+            report.skip(n, extra[SKIP], extra.get(DETAIL, str(audio)))
             continue
         if not audio.is_file():
             report.skip(n, "audio file missing", str(audio))

@@ -69,6 +69,9 @@ def test_bench_train_takes_model_overrides(capsys):
     assert small["params"] < plain["params"] / 5
     code, _, err = main_cli(capsys, *common, "--model-overrides", "{rnn_layerz: 1}")
     assert code == 2 and err.count("\n") == 1 and "unknown key(s) rnn_layerz" in err
+    for argv in (common, ["plan", "--model", "ds2-tiny"]):  # a value the constructor refuses: one line, not raised
+        code, _, err = main_cli(capsys, *argv, "--model-overrides", "{rnn_hidden: 0}")
+        assert code == 2 and err.count("\n") == 1 and "hidden_size must be greater than zero" in err, err
 
 
 _TEARDOWN_PROBE = """

@@ -190,6 +190,12 @@ class _Mode:
 
 
 @keeps_torch_threads
+def bench_config(model: str, overrides: dict[str, Any] | None = None) -> Config:
+    """The config a training bench of preset `model` runs: its recommended features, `overrides` applied."""
+    return from_dict(Config, {"model": {"name": model, "overrides": overrides or {}},
+                              "features": RECOMMENDED_FEATURES.get(model, {})})
+
+
 def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2.0, steps: int = 5,
                 warmup: int = 2, manifest: str | None = None, threads: int = 0,
                 overrides: dict[str, Any] | None = None, precisions: tuple[str, ...] = ("fp32",),
@@ -199,8 +205,7 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
     if threads:
         torch.set_num_threads(threads)
     dev = resolve_device(device)
-    cfg: Config = from_dict(Config, {"model": {"name": model, "overrides": overrides or {}},
-                                     "features": RECOMMENDED_FEATURES.get(model, {})})
+    cfg = bench_config(model, overrides)
     compile_mode = "default" if compile_model is True else (compile_model or None)  # e.g. "reduce-overhead"
     modes = {p: _Mode(p, cfg, dev, compile_mode) for p in precisions}
     comps = next(iter(modes.values())).comps

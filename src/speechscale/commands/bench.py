@@ -37,16 +37,16 @@ def train(args: argparse.Namespace) -> int:
     import torch
 
     from ..bench.audio import checked_manifest
-    from ..bench.throughput import bench_modes, bench_train
-    from ..models.registry import model_config
+    from ..bench.throughput import bench_config, bench_modes, bench_train
+    from ..recipe import check_recipe
 
     manifest = str(checked_manifest(args.manifest)) if args.manifest else None
     precisions = bench_modes(args.precision.split(","), args.graphs, args.rnn_scheme,
                              args.device != "cpu" and torch.cuda.is_available())
     overrides = yaml_mapping(args.model_overrides, "--model-overrides")
     models = args.model.split(",")
-    for model in models:  # every name and override checked before any work
-        model_config(model, overrides)
+    for model in models:  # every name and override checked before any work (the model built on the meta device)
+        check_recipe(bench_config(model, overrides))
     for model in models:
         for res in bench_train(model, args.batch_size, args.seconds, args.steps, args.warmup, manifest,
                                args.threads, overrides=overrides, precisions=precisions, device=args.device,

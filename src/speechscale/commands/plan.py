@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any, Callable
 
 from ..planning.hardware import GPUS, JITTER, LINKS, Link
@@ -163,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run(args, yaml_mapping(args.model_overrides, "--model-overrides"))
     except PlanError as e:
-        raise SystemExit(f"speechscale plan: error: {e}") from None
+        print(f"speechscale plan: error: {e}", file=sys.stderr)
+        return 2
 
 
 def _run(args: argparse.Namespace, overrides: dict[str, Any]) -> int:

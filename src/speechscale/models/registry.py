@@ -87,7 +87,10 @@ def model_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
 def build_model(name: str, overrides: dict[str, Any] | None, num_features: int, vocab_size: int) -> nn.Module:
     """Instantiate preset `name` for the given feature and vocabulary sizes; logs the parameter count."""
     cfg = model_config(name, overrides)
-    model = MODELS[name][1](cfg, num_features=num_features, vocab_size=vocab_size)
+    try:
+        model = MODELS[name][1](cfg, num_features=num_features, vocab_size=vocab_size)
+    except (TypeError, ValueError) as e:  # a constructor's own complaint about a shape or value
+        raise ConfigError(f"model {name} with model.overrides={overrides or {}}: {e}") from e
     n = sum(p.numel() for p in model.parameters())
     log.debug("model %s: %.2fM parameters", name, n / 1e6)
     model.arch = dataclasses.asdict(cfg)  # type: ignore[attr-defined]

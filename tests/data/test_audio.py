@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speechscale.data.audio import AudioError, audio_info, load_audio
+from speechscale.data.audio import AudioError, audio_info, decode_audio, load_audio
 from tests.conftest import shared
 
 
@@ -92,6 +92,7 @@ def test_a_url_is_read_over_http_or_fsspec_and_a_bad_one_is_one_audio_error(serv
     server = serve({"ldc.wav": wav_bytes, "ldc.m4a": m4a.read_bytes()})
     assert np.array_equal(load_audio(f"{server.url}/ldc.wav", 16000), local)
     assert np.array_equal(load_audio(f"{server.url}/ldc.m4a", 16000), load_audio(m4a, 16000))
+    assert np.array_equal(load_audio(f"file://{shared('ldc93s1', 'LDC93S1.wav')}", 16000), local)  # a file URL
     fsspec.filesystem("memory").pipe("/speechscale-test/ldc.wav", wav_bytes)
     assert np.array_equal(load_audio("memory://speechscale-test/ldc.wav", 16000), local)
     for url, said in ((f"{server.url}/missing.wav", "HTTP 404"), ("memory://speechscale-test/none.wav", "no such file"),
@@ -99,3 +100,9 @@ def test_a_url_is_read_over_http_or_fsspec_and_a_bad_one_is_one_audio_error(serv
         with pytest.raises(AudioError) as info:
             load_audio(url, 16000)
         assert str(info.value).startswith(url + ": ") and said in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bytes_that_are_not_audio_are_named_not_shown_as_an_object():
+    with pytest.raises(AudioError) as info:
+        decode_audio(b"not audio at all" * 8, "upload", 16000)
+    assert str(info.value).startswith("upload: not audio that soundfile can decode") and "BytesIO" not in str(info.value)

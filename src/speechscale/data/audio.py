@@ -103,6 +103,7 @@ def load_audio(path: str | Path, sample_rate: int, max_seconds: float | None = N
     than that is ever decoded)."""
     if is_remote(path):
         return decode_audio(_remote_bytes(str(path)), str(path), sample_rate, max_seconds)
+    path = str(path).removeprefix("file://")  # file:///a.wav is the local /a.wav
     check_file(path, AudioError)
     return _decode(str(path), str(path), sample_rate, max_seconds)
 
@@ -160,7 +161,8 @@ def _read(source: Any, path: str, max_seconds: float | None) -> tuple[np.ndarray
     except Exception as e:  # soundfile raises several types for corrupt or unknown formats
         fmt = container_format(_head(source))
         if fmt is None:
-            raise AudioError(f"{path}: not audio that soundfile can decode ({_first_line(e)})") from e
+            said = _first_line(e).replace(repr(source), repr(path))  # bytes in memory: name them, not their object
+            raise AudioError(f"{path}: not audio that soundfile can decode ({said})") from e
         return read_media(source, path, fmt, max_seconds)
     if limit is not None and data.shape[0] > limit:  # the header understated the length
         raise AudioTooLong(path, data.shape[0] / sr, max_seconds)

@@ -46,7 +46,7 @@ $(VENV)/.installed-demo: pyproject.toml $(VENV)/.torch-spec
 
 demo: $(VENV)/.installed-demo
 	$(BIN)/speechscale synth --out $(DEMO_DIR)/data --minutes $(DEMO_MINUTES) --seed 0
-	$(BIN)/speechscale train --config demo trainer.out_dir=$(DEMO_DIR) data.root=$(DEMO_DIR)/data $(DEMO_ARGS)
+	$(BIN)/speechscale train --config demo trainer.out_dir=$(DEMO_DIR) data.root=$(DEMO_DIR)/data trainer.resume=auto $(DEMO_ARGS)
 	$(BIN)/speechscale eval --checkpoint $(DEMO_DIR)/checkpoints/last.pt --manifest $(DEMO_DIR)/data/test.jsonl
 	$(BIN)/speechscale transcribe --checkpoint $(DEMO_DIR)/checkpoints/last.pt --manifest $(DEMO_DIR)/data/test.jsonl \
 		$(DEMO_DIR)/data/audio/test/test_000000.wav

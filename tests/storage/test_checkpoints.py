@@ -57,6 +57,26 @@ def test_resume_mid_epoch_continues_exactly(tmp_path, workers):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_a_fresh_run_refuses_another_runs_checkpoints_and_weights_alone_do_not_resume(tmp_path):
+    """A second run without trainer.resume in the same out_dir replaced the first run's best.pt and last.pt, and
+    the rotation (by step number) deleted its own newer files first; an averaged checkpoint as trainer.resume
+    raised KeyError."""
+    from speechscale.config import ConfigError
+    from speechscale.storage.averaging import average_checkpoints
+
+    _trainer(tmp_path / "a", 1).fit()
+    before = {p.name: p.read_bytes() for p in (tmp_path / "a" / "checkpoints").iterdir()}
+    with pytest.raises(ConfigError, match=r"already holds a run's checkpoints \(last.pt, best.pt, latest, "
+                                          r"step-000000001.pt\): continue it with trainer.resume=auto"):
+        _trainer(tmp_path / "a", 1)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "a" / "checkpoints").iterdir()} == before
+    assert _trainer(tmp_path / "a", 2, "trainer.resume=auto").state.step == 1  # continuing is what it offers
+    averaged = tmp_path / "avg.pt"
+    save_checkpoint(averaged, average_checkpoints([str(tmp_path / "a" / "checkpoints" / "last.pt")]))
+    with pytest.raises(CheckpointError, match="holds weights only .* trainer.init_from"):
+        _trainer(tmp_path / "b", 1, f"trainer.resume={averaged}")
+
+
 def test_rng_state_round_trip_through_weights_only(tmp_path):
     random.seed(1), np.random.seed(1), torch.manual_seed(1)
     save_checkpoint(tmp_path / "r.pt", {"model": {}, "config": {}, "meta": {}, "rng": rng_state()})

@@ -61,6 +61,9 @@ def _figure(path: Path, title: str, panels: list[tuple[str, dict[str, Series]]],
 
 def plots(run: Run, out: Path) -> list[tuple[str, str]]:
     """Write every plot the run has data for; returns (file name, caption) pairs."""
+    from ..plotting import pyplot
+
+    pyplot()  # without matplotlib: the extra's one line, before any figure
     train, val, t0 = run.of("train"), run.of("val"), run.t0
     span = run.rows[-1]["time"] - t0 if run.rows else 0
     unit, unit_name = (3600, "wall hours") if span > 7200 else (60, "wall minutes")

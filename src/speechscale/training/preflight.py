@@ -24,6 +24,18 @@ def check_writable(where: str | Path, key: str) -> None:
         raise ConfigError(f"{key}: cannot write to {where} ({e.strerror or e})") from None
 
 
+def check_fresh(ckpt_dir: str, resume: str, out_dir: str) -> None:
+    """ConfigError when a run that starts fresh (no trainer.resume) would write into another run's checkpoints:
+    its best.pt and last.pt would be replaced, and the rotation would keep the other run's higher steps."""
+    if resume:
+        return
+    found = [n for n in ("last.pt", "best.pt", "latest") if storage.exists(storage.join(ckpt_dir, n))]
+    found += storage.list_names(ckpt_dir, "step-*.pt")[-1:]
+    if found:
+        raise ConfigError(f"trainer.out_dir={out_dir} already holds a run's checkpoints ({', '.join(found)}): "
+                          f"continue it with trainer.resume=auto, or start over in another trainer.out_dir (or "
+                          f"remove {ckpt_dir})")
+
 
 def resolve_alphabet(cfg: Config) -> None:
     """text.alphabet=auto -> the characters of the training transcripts (data.train_manifest or data.mix, as

@@ -78,6 +78,9 @@ def checkpoint_dict(*, config: dict[str, Any], model: dict[str, Any], optimizer:
 def read_training(ckpt: dict[str, Any], path: str) -> tuple[TrainingState, list[dict[str, Any]]]:
     """(TrainingState, per-rank parts) of a loaded checkpoint, format 3 or 2; CheckpointError otherwise."""
     version = ckpt.get("format_version", 1)
+    if "averaged_from" in ckpt or (version >= 3 and not {"training", "ranks", "optimizer"} <= set(ckpt)):
+        raise CheckpointError(f"{path} holds weights only (an averaged or EMA checkpoint), no training state to resume: "
+                              f"start a run from its weights with trainer.init_from")
     if version >= 3:
         return TrainingState.from_dict(ckpt["training"]), list(ckpt["ranks"])
     if version == 2:

@@ -44,7 +44,7 @@ from .graphs import step_shapes
 from .init import freeze, init_weights
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
-from .preflight import check_writable, resolve_alphabet
+from .preflight import check_fresh, check_writable, resolve_alphabet
 from .prescan import prescan
 from .progress import RunProgress, planned_steps
 from .runlog import RunLog, trace_samples, train_row, write_run_config
@@ -68,6 +68,7 @@ class Trainer:
         self.out_dir = Path(t.log_dir or (f"runs/{t.out_dir.rstrip('/').rsplit('/', 1)[-1]}" if remote else t.out_dir))
         if int(os.environ.get("RANK", 0)) == 0:  # the rank that writes checks, before any process group exists
             check_writable(self.ckpt_dir, "trainer.out_dir")
+            check_fresh(self.ckpt_dir, t.resume, t.out_dir)
             for name in storage.sweep_temp(self.ckpt_dir):  # left by a write that a crash or a full disk cut short
                 log.info("removed %s/%s, a temp file of an interrupted write", self.ckpt_dir, name)
             check_writable(self.out_dir, "trainer.log_dir" if remote else "trainer.out_dir")

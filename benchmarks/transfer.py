@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -83,6 +84,7 @@ def run_arm(arm: str, seed: int, source: Path, corpus: Path, out: Path, epochs: 
         overrides.append(f"trainer.init_from={source}")
     if arm == "init_from_frozen_front":
         overrides.append(f"trainer.freeze={FRONT}")
+    shutil.rmtree(out, ignore_errors=True)  # each arm trains from its start: a rerun replaces the last one's
     trainer = Trainer(load_recipe("demo", overrides))
     if arm == "init_from_fresh_output":
         torch.manual_seed(seed)

@@ -269,9 +269,18 @@ def test_no_output_overwrites_a_training_checkpoint(capsys, tmp_path, ldc_checkp
         code, _, err = main_cli(capsys, *argv, "--out", str(run_ckpt))
         assert code == 2 and "is a training checkpoint (a run resumes from it)" in err and err.count("\n") == 1, err
     assert run_ckpt.read_bytes() == before
-    code, _, _ = main_cli(capsys, "average", str(run_ckpt), "--out", str(tmp_path / "avg.pt"))
-    code, out, err = main_cli(capsys, "average", str(tmp_path / "avg.pt"), "--out", str(tmp_path / "avg.pt"))
+    code, out, err = main_cli(capsys, "average", str(run_ckpt), "--out", str(tmp_path / "avg.pt"))
     assert code == 0 and '"averaged_from"' in out, err
+    avg = (tmp_path / "avg.pt").read_bytes()
+    (tmp_path / "t.txt").write_text("a line of text\n")
+    for argv in (["average", str(tmp_path / "avg.pt"), "--out", str(tmp_path / "avg.pt")],  # an input as the output
+                 ["export", "--checkpoint", str(tmp_path / "avg.pt"), "--format", "onnx", "--out", str(tmp_path / "avg.pt")],
+                 ["lm", "build", str(tmp_path / "t.txt"), "--out", str(tmp_path / "t.txt")],
+                 ["eval", "--checkpoint", str(run_ckpt), "--manifest", str(tmp_path / "t.txt"), "--details",
+                  str(tmp_path / "t.txt")]):
+        code, _, err = main_cli(capsys, *argv)
+        assert code == 2 and "is also an input" in err and err.count("\n") == 1, (argv, err)
+    assert (tmp_path / "avg.pt").read_bytes() == avg and (tmp_path / "t.txt").read_text() == "a line of text\n"
     code, _, err = main_cli(capsys, "export", "--checkpoint", str(run_ckpt), "--format", "onnx", "--chunk", "8",
                             "--out", str(tmp_path / "m.onnx"))
     assert code == 2 and "--chunk goes with --streaming" in err and not (tmp_path / "m.onnx").exists()

@@ -116,6 +116,17 @@ def out_file(text: str) -> Path | str:
     return path
 
 
+def check_not_an_input(out: Any, inputs: list[Any], flag: str) -> None:
+    """ConfigError when the file `out` names is one of `inputs` (writing it would destroy what is being read)."""
+    from ..config import ConfigError
+
+    if out is None or not Path(str(out)).is_file():
+        return
+    for given in inputs:
+        if given is not None and Path(str(given)).is_file() and os.path.samefile(str(out), str(given)):
+            raise ConfigError(f"{flag} {out} is also an input ({given}); write to another file")
+
+
 def sample_rate(text: str) -> int:
     """An argparse type: a sample rate in Hz that audio may have (data.audio's bounds)."""
     from ..data.audio import MAX_RATE, MIN_RATE

@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from .args import out_file
+from .args import check_not_an_input, out_file
 
 
 def average(args: argparse.Namespace) -> int:
@@ -22,6 +22,7 @@ def average(args: argparse.Namespace) -> int:
         if args.last and not args.dir:
             raise CheckpointError("speechscale average: --last N needs --dir (a run's checkpoints folder)")
         paths = newest_steps(args.dir, args.last) if args.last else args.checkpoints
+        check_not_an_input(args.out, paths, "--out")
         ckpt = average_checkpoints(paths)
     save_checkpoint(args.out, ckpt)
     print(json.dumps({"out": str(args.out), "averaged_from": ckpt["averaged_from"],

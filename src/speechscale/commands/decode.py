@@ -9,6 +9,7 @@ from typing import Any, Callable
 from .args import (
     DecoderDefaults,
     Parser,
+    check_not_an_input,
     decoder_args,
     decoder_config,
     device_arg,
@@ -37,6 +38,7 @@ def _write_details(path: str, res: Any, loader: Any) -> None:
 def evaluate(args: argparse.Namespace) -> int:
     from ..decoding.scoring import score_checkpoint
 
+    check_not_an_input(args.details, [args.manifest, args.checkpoint, args.lm, args.lexicon], "--details")
     dcfg = decoder_config(args)
     wrap = None
     if args.graphs:
@@ -361,6 +363,7 @@ def tune_lm(args: argparse.Namespace) -> int:
 def lm_build(args: argparse.Namespace) -> int:
     from ..decoding.lm import build_arpa
 
+    check_not_an_input(args.out, [args.text, args.checkpoint], "--out")
     normalize = None
     if args.checkpoint:
         from ..components import load_components

@@ -5,13 +5,14 @@ import argparse
 import json
 from typing import Any, Callable
 
-from .args import out_file, positive
+from .args import check_not_an_input, out_file, positive
 
 
 def export(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..export.exporter import export_model
 
+    check_not_an_input(args.out, [args.checkpoint], "--out")
     if args.streaming:
         from ..export.stream_step import export_stream_step
 

@@ -1,6 +1,7 @@
 """The Python API (`speechscale.load`, `.transcribe`), model cards (`speechscale info`, MODEL.md beside
 checkpoints and exports) and `--device` on the inference commands."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -146,3 +147,21 @@ def test_a_run_folder_loads_its_best_checkpoint_and_the_module_is_public(ldc_che
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="without checkpoints/best.pt or checkpoints/last.pt"):
         speechscale.load(tmp_path / "empty")
+
+
+def test_the_api_names_a_wrong_argument_before_any_work(ldc_checkpoint):
+    """train(None) said "manifest not found: ."; overrides given as one string were read a character at a time;
+    transcribe(None) spoke of "object values"."""
+    from speechscale.config import ConfigError
+
+    for kwargs, said in [({"recipe": None}, "recipe: a built-in recipe's name"),
+                         ({"recipe": "ldc93s1", "overrides": "trainer.max_steps=1"}, "overrides: a list of 'key=value'"),
+                         ({"recipe": "ldc93s1", "overrides": [3]}, "overrides: a list"),
+                         ({"recipe": "ldc93s1", "trainer": 5}, "trainer=...: expected a mapping"),
+                         ({"recipe": "ldc93s1", "trainr": {"max_steps": 1}}, "unknown key(s) trainr")]:
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            speechscale.train(**kwargs)
+    model = speechscale.load(ldc_checkpoint, device="cpu")
+    for bad in (None, 5, {"audio": []}):
+        with pytest.raises(ValueError, match="expected a file path, a URL or mono samples"):
+            model.transcribe(bad)

@@ -177,6 +177,8 @@ class Model:
 
         if isinstance(audio, (str, Path)):
             return load_audio(audio, self.sample_rate)
+        if not isinstance(audio, (np.ndarray, list, tuple)):
+            raise ValueError(f"expected a file path, a URL or mono samples (an array), got {type(audio).__name__}")
         rate = self.sample_rate if sample_rate is None else check_rate(sample_rate)
         wav = as_waveform(audio)
         return wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate)
@@ -218,6 +220,11 @@ def train(recipe: str | Path, overrides: list[str] | None = None, **sections: di
     from .recipe import load_recipe
     from .training.trainer import train as run_training
 
+    if not isinstance(recipe, (str, Path)) or not str(recipe).strip():
+        raise ConfigError(f"recipe: a built-in recipe's name (`speechscale recipes` lists them) or a YAML file, got "
+                          f"{recipe!r}")
+    if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides or []):
+        raise ConfigError(f"overrides: a list of 'key=value' strings, e.g. ['trainer.max_epochs=3'], got {overrides!r}")
     pairs: list[str] = []
     for section, values in sections.items():
         if not isinstance(values, dict):

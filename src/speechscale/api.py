@@ -177,7 +177,7 @@ class Model:
 
         if isinstance(audio, (str, Path)):
             return load_audio(audio, self.sample_rate)
-        if not isinstance(audio, (np.ndarray, list, tuple)):
+        if not isinstance(audio, (np.ndarray, list, tuple, bytes, bytearray)):  # bytes: as_waveform says what to do
             raise ValueError(f"expected a file path, a URL or mono samples (an array), got {type(audio).__name__}")
         rate = self.sample_rate if sample_rate is None else check_rate(sample_rate)
         wav = as_waveform(audio)

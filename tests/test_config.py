@@ -53,6 +53,7 @@ def test_bad_overrides_raise_config_error(override):
     ("model.overrides={conv: [{channels: 8}]}", "missing 2 required positional arguments: 'kernel' and 'stride'"),
     ("model.overrides={rnn_hidden: 0}", "hidden_size must be greater than zero"),
     ("optim.lr=.inf", "optim.lr=inf must be a finite number"),  # trained a step of NaN weights
+    ("data.train_slice=[5, 2]", "data.train_slice=[5, 2] and data.val_slice=[] must be line numbers from 0 with start"),
     ("augment.noise_snr_db=[20, .inf]", "augment.noise_snr_db[1]=inf must be a finite number"),
     ("model.overrides={dropout: .nan}", "model.overrides.dropout=nan must be a finite number"),
     ("trainer.max_minutes=.nan", "trainer.max_minutes=nan must be a finite number"),

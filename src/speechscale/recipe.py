@@ -112,6 +112,10 @@ def check_recipe(cfg: Config) -> None:
         (0 <= d.fixed_shapes <= 16, f"data.fixed_shapes={d.fixed_shapes} must be 0 (off) to 16 shapes"),
         (len(d.train_slice) <= 2 and len(d.val_slice) <= 2,
          "data.train_slice/val_slice must be [], [start] or [start, stop]"),
+        (all(v >= 0 for v in (*d.train_slice, *d.val_slice)) and all(
+            len(sl) < 2 or sl[0] < sl[1] for sl in (d.train_slice, d.val_slice)),
+         f"data.train_slice={d.train_slice} and data.val_slice={d.val_slice} must be line numbers from 0 with start "
+         "below stop"),
         (o.lr > 0, "optim.lr must be positive"),
         (o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps} must be 0 (no warm-up) or more"),
         (o.weight_decay >= 0, "optim.weight_decay must be >= 0"),

@@ -69,3 +69,21 @@ def test_filter_and_slices(corpus):
     none, report = read_manifest(m, filt={"spk": "c"})  # a filter that keeps nothing says so, apart from skips
     assert none == [] and report.filtered == 6 and report.skipped == 0
     assert report.summary().endswith("0 utterances kept, 0 skipped, 6 left out by the filter")
+
+
+def test_a_byte_order_mark_does_not_cost_the_first_line(corpus):
+    """A manifest saved by a Windows editor or PowerShell starts with a UTF-8 BOM: its first utterance was skipped
+    as malformed JSON."""
+    line = json.dumps({"audio_filepath": "a.wav", "duration": 0.1, "text": "hello"})
+    (corpus / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (line + "\n" + line + "\n").encode())
+    utts, rep = read_manifest(corpus / "bom.jsonl")
+    assert len(utts) == 2 and rep.skipped == 0
+
+
+def test_a_noise_list_that_is_not_utf8_text_is_one_line(tmp_path):
+    from speechscale.config import ConfigError
+    from speechscale.data.recorded import read_recordings
+
+    (tmp_path / "noise.jsonl").write_bytes(bytes(range(1, 256)) * 4)
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        read_recordings(str(tmp_path / "noise.jsonl"), "noise_manifest")

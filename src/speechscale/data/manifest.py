@@ -100,7 +100,7 @@ def read_manifest(
     base = path.parent
     report = SkipReport(source=str(path))
     out: list[Utterance] = []
-    with path.open("r", encoding="utf-8", errors="replace") as f:
+    with path.open("r", encoding="utf-8-sig", errors="replace") as f:
         position = -1
         for lineno, raw in enumerate(f, start=1):
             if not raw.strip():

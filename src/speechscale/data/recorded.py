@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
+from ..storage.files import text_lines
 from .audio import load_audio
 
 
@@ -36,7 +37,7 @@ def read_recordings(manifest: str, what: str) -> list[str]:
     if not path.is_file():
         raise RecordingListError(f"augment.{what}={manifest}: no such file")
     paths, missing = [], []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(text_lines(path), 1):
         if not line.strip():
             continue
         try:

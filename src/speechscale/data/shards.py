@@ -51,7 +51,7 @@ def is_shard_index(path: str) -> bool:
     if is_remote(path):
         return False
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
             first = f.readline()
         return HEADER_KEY in json.loads(first)
     except (OSError, ValueError, TypeError):

@@ -127,7 +127,8 @@ def test_the_cli_reads_a_long_transcript_from_a_file_and_aligns_it_in_segments(l
     assert [w["word"] for w in cut["words"]] == [w["word"] for w in one["words"]] == one["text"].split()
     assert max(abs(a[k] - b[k]) for a, b in zip(one["words"], cut["words"]) for k in ("start", "end")) <= 0.15
     for args, words in [(["--text", RAW, "--text-file", str(tmp_path / "long.txt")], "give the transcript once"),
-                        (["--text-file", str(tmp_path / "missing.txt")], "cannot be read as UTF-8 text"),
+                        (["--text-file", str(tmp_path / "missing.txt")], "missing.txt: No such file"),
+                        (["--text-file", str(tmp_path / "long.wav")], "long.wav: not a text file"),
                         (["--text", RAW, "--segment-seconds", "2"], "at least 5 s")]:
         code, _, err = main_cli(capsys, "align", "--checkpoint", str(ldc_checkpoint), str(tmp_path / "long.wav"), *args)
         assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err

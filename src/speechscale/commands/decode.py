@@ -303,10 +303,12 @@ def align(args: argparse.Namespace) -> int:
     if args.text is not None and args.text_file is not None:
         raise ConfigError("give the transcript once: --text \"...\" or --text-file PATH")
     if args.text_file is not None:
+        from ..storage.files import text_lines
+
         try:
-            args.text = Path(args.text_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"--text-file {args.text_file}: cannot be read as UTF-8 text ({type(e).__name__})") from None
+            args.text = "".join(text_lines(args.text_file))
+        except OSError as e:
+            raise ConfigError(f"--text-file {args.text_file}: {e.strerror or e}") from None
     if args.manifest and (args.files or args.text is not None):
         raise ConfigError("--manifest aligns each of its utterances to its own text: give no FILE or --text with it")
     if not args.manifest and (len(args.files) != 1 or args.text is None):

@@ -73,6 +73,23 @@ def test_a_decimal_keeps_its_fraction_in_every_language(language, raw, said):
     assert TextNormalizer(None, digits_language=language)(raw) == said
 
 
+@pytest.mark.parametrize("language, raw, said", [
+    ("fr", "le 1er mai", "le premier mai"),  # these were read "un er", "deux e": a training target no one says
+    ("fr", "la 1re fois, la 1ère classe", "la première fois la première classe"),
+    ("fr", "la 2e place, le 3ème jour, le 4ieme", "la deuxième place le troisième jour le quatrième"),
+    ("fr", "le 21e siècle, la 2nde guerre, le 2nd", "le vingt et unième siècle la seconde guerre le second"),
+    ("fr", "3 euros", "trois euros"),
+    ("es", "el 1º de mayo, la 2ª vez", "el primero de mayo la segunda vez"),
+    ("es", "el 3.º piso, la 21.ª edición", "el tercero piso la vigésima primera edición"),
+    ("es", "el 1o y la 2a", "el primero y la segunda"),  # º and ª as an alphabet without them folds them
+    ("it", "il 1º posto, la 2ª volta", "il primo posto la seconda volta"),
+    ("pt", "o 1º lugar, a 21ª vez", "o primeiro lugar a vigésima primeira vez"),
+    ("es", "de 3 a 5", "de tres a cinco"),  # a spaced letter is no suffix
+])
+def test_ordinals_with_their_suffixes_are_read_in_french_spanish_italian_and_portuguese(language, raw, said):
+    assert TextNormalizer(None, digits_language=language)(raw) == said
+
+
 def test_the_reader_travels_to_loader_workers_and_drop_mode_drops_money_too():
     norm = pickle.loads(pickle.dumps(TextNormalizer(GERMAN, digits_language="de")))
     assert norm("1.000,50 €") == "eintausend euro und fünfzig cent"

@@ -1,6 +1,6 @@
 """Numbers and symbols read out as a speaker says them, in a language num2words spells: amounts of money, clock times,
-years and decades, ordinals (English), cardinals and decimals written with the language's own decimal mark, and
-`&` and `%`.
+years and decades, ordinals (English; French, Spanish, Italian and Portuguese with their suffixes), cardinals and
+decimals written with the language's own decimal mark, and `&` and `%`.
 
     >>> read = NumberReader("en")
     >>> " ".join(read("In 1990 it cost $5.50 at 10:05 on the 21st").split())
@@ -43,6 +43,12 @@ _TIME = re.compile(r"(?<![\d.,:])([01]?\d|2[0-4]):([0-5]\d)(?![\d:])(\s*[ap]\.?m
 _DECADE = re.compile(r"(?<![\d.,])'?((?:1[1-9]|20)?\d0)'?s\b")  # 1990s, 1990's, 90s, '90s
 _YEAR = re.compile(r"(?<![\d.,:])(1[1-9]\d\d|20\d\d)(?![\d:]|[.,]\d)")  # a bare 1100-2099
 _ORDINAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+)(?:st|nd|rd|th)\b")  # English: 21st
+# ordinals written with a suffix in other languages, as the lower-cased text holds them: French 1er, 1re, 2e, 3ème,
+# 2nd(e); Spanish, Italian and Portuguese 1º, 2ª, 1.º (folded to 1o, 2a when the alphabet lacks º and ª)
+_ORDINALS = {
+    "fr": re.compile(r"(?<![\d.,])(\d+)(er|re|ère|ere|nde|nd|ième|ieme|ème|eme|e)(?![^\W\d_])"),
+    **dict.fromkeys(("es", "it", "pt"), re.compile(r"(?<![\d.,])(\d+)\.?(º|ª|o|a)(?![^\W\d_])")),
+}
 
 
 @functools.cache
@@ -153,6 +159,21 @@ class NumberReader:
         plural = last[:-1] + "ies" if last.endswith("y") else last + "s"
         return " " + said[: len(said) - len(last)] + plural + " "
 
+    def _ordinal(self, m: re.Match[str]) -> str:
+        """A suffixed ordinal (French 1re, Spanish 2ª) in words, feminine where the suffix says so."""
+        n, suffix = int(m.group(1)), m.group(2)
+        if self.language[:2] == "fr":
+            if n == 1 and suffix in ("re", "ère", "ere"):
+                return " première "
+            if n == 2 and suffix in ("nd", "nde"):
+                return f" {'seconde' if suffix == 'nde' else 'second'} "
+            if suffix in ("re", "ère", "ere", "nd", "nde"):  # 3re, 5nd: no such ordinal; the number as it is
+                return m.group(0)
+        said = self._words(n, "ordinal")
+        if suffix in ("ª", "a"):  # the feminine: primera, seconda, vigésima primeira
+            said = re.sub(r"o\b", "a", said)
+        return f" {said} "
+
     def __call__(self, text: str) -> str:
         """`text` with each number and symbol in words."""
         for symbol, word in self.symbols.items():
@@ -173,5 +194,7 @@ class NumberReader:
             text = _TIME.sub(self._time, text)
             text = _DECADE.sub(self._decade, text)
             text = _ORDINAL.sub(lambda m: " " + self._words(int(m.group(1).replace(",", "")), "ordinal") + " ", text)
+        elif self.language[:2] in _ORDINALS:
+            text = _ORDINALS[self.language[:2]].sub(self._ordinal, text)
         text = _YEAR.sub(lambda m: " " + self._words(int(m.group(1)), "year") + " ", text)
         return NUMBER.sub(lambda m: self._number(m.group(0)), text)

@@ -85,6 +85,10 @@ def test_a_decimal_keeps_its_fraction_in_every_language(language, raw, said):
     ("it", "il 1º posto, la 2ª volta", "il primo posto la seconda volta"),
     ("pt", "o 1º lugar, a 21ª vez", "o primeiro lugar a vigésima primeira vez"),
     ("es", "de 3 a 5", "de tres a cinco"),  # a spaced letter is no suffix
+    ("de", "Am 3. Mai 2020", "am dritten mai zweitausendzwanzig"),  # German dates: the article picks the ending
+    ("de", "vom 21. bis 23. Juni, der 1. Januar", "vom einundzwanzigsten bis dreiundzwanzigsten juni der erste januar"),
+    ("de", "Montag, 3. März", "montag dritter märz"),
+    ("de", "Seite 3. Dann 12. Juni.", "seite drei dann zwölfter juni"),  # a point before no month ends a sentence
 ])
 def test_ordinals_with_their_suffixes_are_read_in_french_spanish_italian_and_portuguese(language, raw, said):
     assert TextNormalizer(None, digits_language=language)(raw) == said

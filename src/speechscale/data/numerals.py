@@ -1,5 +1,5 @@
 """Numbers and symbols read out as a speaker says them, in a language num2words spells: amounts of money, clock times,
-years and decades, ordinals (English; French, Spanish, Italian and Portuguese with their suffixes), cardinals and
+years and decades, ordinals (English; French, Spanish, Italian and Portuguese with their suffixes; German dates), cardinals and
 decimals written with the language's own decimal mark, and `&` and `%`.
 
     >>> read = NumberReader("en")
@@ -49,6 +49,13 @@ _ORDINALS = {
     "fr": re.compile(r"(?<![\d.,])(\d+)(er|re|ère|ere|nde|nd|ième|ieme|ème|eme|e)(?![^\W\d_])"),
     **dict.fromkeys(("es", "it", "pt"), re.compile(r"(?<![\d.,])(\d+)\.?(º|ª|o|a)(?![^\W\d_])")),
 }
+# German writes an ordinal with a point ("am 3. Mai"): read as one before a month (or "bis 5. Mai"), where the point
+# is no sentence's end; the word before it decides the ending (am dritten, der dritte, 3. Mai: dritter)
+_DE_MONTHS = "januar|jänner|februar|märz|marz|maerz|april|mai|juni|juli|august|september|oktober|november|dezember"
+_DE_DATE = re.compile(r"(?:(?<![^\W\d_])([^\W\d_]+)\s+)?(?<![\d.,])(\d{1,2})\.(?=\s+(?:(?:bis|und|oder)\s+\d{1,2}\.\s+)?"
+                      r"(?:" + _DE_MONTHS + r")(?![^\W\d_]))")
+_DE_WEAK = {"am", "im", "vom", "zum", "beim", "dem", "den", "des", "bis", "ab", "seit", "nach", "vor", "und", "oder"}
+_DE_DEFINITE = {"der", "die", "das"}
 
 
 @functools.cache
@@ -174,6 +181,13 @@ class NumberReader:
             said = re.sub(r"o\b", "a", said)
         return f" {said} "
 
+    def _german_date(self, m: re.Match[str]) -> str:
+        """A German date's ordinal ("am 3." before a month) with the ending its article asks for."""
+        before = m.group(1) or ""
+        said = self._words(int(m.group(2)), "ordinal")
+        ending = "n" if before in _DE_WEAK else "" if before in _DE_DEFINITE else "r"
+        return f"{before} {said}{ending} "
+
     def __call__(self, text: str) -> str:
         """`text` with each number and symbol in words."""
         for symbol, word in self.symbols.items():
@@ -196,5 +210,7 @@ class NumberReader:
             text = _ORDINAL.sub(lambda m: " " + self._words(int(m.group(1).replace(",", "")), "ordinal") + " ", text)
         elif self.language[:2] in _ORDINALS:
             text = _ORDINALS[self.language[:2]].sub(self._ordinal, text)
+        elif self.language[:2] == "de":
+            text = _DE_DATE.sub(self._german_date, text)
         text = _YEAR.sub(lambda m: " " + self._words(int(m.group(1)), "year") + " ", text)
         return NUMBER.sub(lambda m: self._number(m.group(0)), text)

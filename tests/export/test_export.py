@@ -91,6 +91,8 @@ def test_exported_model_transcribes_as_the_checkpoint_does(ldc_checkpoint, tmp_p
     torch_text = json.loads(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", wav).stdout)["text"]
     exported = json.loads(cli("transcribe", "--backend", fmt, "--checkpoint", str(out), "--json", wav).stdout)
     assert exported["text"] == torch_text == "she had your dark suit in greasy wash water all year"
+    found = json.loads(cli("transcribe", "--checkpoint", str(out), "--json", wav).stdout)  # --backend auto
+    assert found["text"] == torch_text
 
 
 def test_a_file_that_is_not_an_export_is_one_clear_error(ldc_checkpoint, capsys, tmp_path):
@@ -100,6 +102,10 @@ def test_a_file_that_is_not_an_export_is_one_clear_error(ldc_checkpoint, capsys,
         expected = {"onnx": "not an ONNX file", "torchscript": "not a TorchScript file"}[backend]
         assert code == 2 and expected in err, err
         assert len(err.strip().splitlines()) == 1
+    (tmp_path / "torn.onnx").write_bytes(b"\x08\x07" + bytes(range(256)) * 20)  # a torn or foreign ONNX file
+    for command in (["info", str(tmp_path / "torn.onnx")], ["transcribe", "--checkpoint", str(tmp_path / "torn.onnx"), wav]):
+        code, _, err = main_cli(capsys, *command)
+        assert code == 2 and "torn.onnx: not an ONNX file" in err and len(err.strip().splitlines()) == 1, err
     code, _, err = main_cli(capsys, "export", "--checkpoint", str(tmp_path / "none.pt"), "--format", "onnx",
                             "--out", str(tmp_path / "x.onnx"))
     assert code == 2 and "checkpoint not found" in err

@@ -154,11 +154,12 @@ def test_a_recording_aligns_to_greedys_word_times_and_a_wrong_text_with_little_c
     onnx = tmp_path / "model.onnx"  # the exported model aligns as the checkpoint does
     assert main_cli(capsys, "-q", "export", "--checkpoint", str(ldc_checkpoint), "--format", "onnx", "--out",
                     str(onnx))[0] == 0
-    code, _, err = main_cli(capsys, "align", "--checkpoint", str(onnx), wav, "--text", RAW)
-    assert code == 2 and "add --backend onnx" in err and len(err.strip().splitlines()) == 1, err
-    code, (exported,), _ = _align(capsys, onnx, "--backend", "onnx", wav, "--text", RAW)
-    assert code == 0 and [(w["word"], w["start"]) for w in exported["words"]] == \
-        [(w["word"], w["start"]) for w in res["words"]]
+    code, _, err = main_cli(capsys, "align", "--checkpoint", str(onnx), "--backend", "torch", wav, "--text", RAW)
+    assert code == 2 and "not a checkpoint: leave --backend out" in err and len(err.strip().splitlines()) == 1, err
+    for backend in (["--backend", "onnx"], []):  # said, or found from the file
+        code, (exported,), _ = _align(capsys, onnx, *backend, wav, "--text", RAW)
+        assert code == 0 and [(w["word"], w["start"]) for w in exported["words"]] == \
+            [(w["word"], w["start"]) for w in res["words"]]
     code, out, _ = main_cli(capsys, "align", "--checkpoint", str(ldc_checkpoint), wav, "--text", RAW, "--format", "srt")
     assert code == 0 and " ".join(c.content.replace("\n", " ") for c in srt.parse(out)) == LDC
 

@@ -47,7 +47,7 @@ def test_graphs_need_a_cuda_device_and_whole_batches_in_one_line(ldc_checkpoint,
             (["eval", "--checkpoint", "missing.pt", "--manifest", manifest, "--graphs"], "needs a CUDA device"),
             (["transcribe", "--checkpoint", str(ldc_checkpoint), "--graphs", wav], "needs a CUDA device"),
             (["transcribe", "--checkpoint", str(ldc_checkpoint), "--graphs", "--backend", "onnx", wav],
-             "needs --backend torch"),
+             "needs a checkpoint, not an export (onnx)"),
             (["transcribe", "--checkpoint", str(ldc_checkpoint), "--graphs", "--stream", wav], "streaming step")):
         res = cli(*args, check=False)
         assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1, args

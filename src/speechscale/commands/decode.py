@@ -378,10 +378,9 @@ def lm_build(args: argparse.Namespace) -> int:
 def model_args(p: argparse.ArgumentParser) -> None:
     """--checkpoint and --backend of transcribe and align: a checkpoint, or an exported file and its runtime."""
     p.add_argument("--checkpoint", required=True,
-                   help="a speechscale checkpoint (.pt), local path or URL; with --backend onnx|torchscript the "
-                        "file `speechscale export` wrote")
-    p.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"],
-                   help="run the model in PyTorch, onnxruntime or TorchScript")
+                   help="a speechscale checkpoint (.pt), local path or URL, or a file `speechscale export` wrote")
+    p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "torchscript"],
+                   help="run the model in PyTorch, onnxruntime or TorchScript (auto: the one the file needs)")
 
 
 def graphs_arg(p: argparse.ArgumentParser) -> None:

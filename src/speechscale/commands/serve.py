@@ -67,10 +67,11 @@ def _check_listen(host: str, port: int, error: type[Exception]) -> None:
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `serve` to the subcommand table."""
     sv = command(sub, "serve", "an HTTP transcription service with a web page (POST /v1/transcribe, GET /healthz)")
-    sv.add_argument("--checkpoint", required=True, help="a checkpoint, or an exported file with --backend")
+    sv.add_argument("--checkpoint", required=True, help="a checkpoint, or a file `speechscale export` wrote")
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     sv.add_argument("--port", type=port, default=8000, help="TCP port")
-    sv.add_argument("--backend", default="torch", choices=["torch", "onnx", "torchscript"], help="model runtime")
+    sv.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "torchscript"],
+                    help="model runtime (auto: the one the file needs)")
     device_arg(sv)
     sv.add_argument("--max-mb", type=positive(float), default=20.0, help="largest request body (MB)")
     sv.add_argument("--max-seconds", type=positive(float), default=60.0, help="longest audio per request (s)")

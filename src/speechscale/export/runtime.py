@@ -77,12 +77,17 @@ def onnx_session(path: Path, providers: list[Any], usage: str) -> tuple[Any, dic
     from ..extras import require
 
     ort = require("onnxruntime", "export", usage)
-    errors = ort.capi.onnxruntime_pybind11_state
     try:
         session = ort.InferenceSession(str(path), providers=providers)
-    except (errors.InvalidProtobuf, errors.InvalidGraph, errors.Fail) as e:
+    except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, InvalidArgument, Fail, ...)
         raise ConfigError(f"{path}: not an ONNX file ({type(e).__name__})") from None
-    return session, json.loads(session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}"))
+    try:
+        description = json.loads(session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}"))
+    except ValueError:
+        description = None
+    if not isinstance(description, dict):
+        raise ConfigError(f"{path}: its model description is not the JSON speechscale export writes")
+    return session, description
 
 
 def detect_backend(path: str | Path) -> str:

@@ -56,18 +56,22 @@ class Transcriber:
     def __init__(self, checkpoint: str | Path, chunk_seconds: float = 20.0, backend: str = "torch",
                  decoder: Any = None, device: str = "cpu", graphs: bool = False, max_pieces: int = 16) -> None:
         """`checkpoint`: a speechscale checkpoint (backend torch) or a file of `speechscale export` (backend
-        onnx: onnxruntime; torchscript: torch.jit). `decoder`: a DecoderConfig (default greedy). `device`: where
-        the model runs (auto | cpu | cuda[:N]); features and decoding stay on the host. `graphs` (backend torch,
-        a CUDA device): each batch padded to a fixed shape and replayed as a CUDA graph. `max_pieces`: chunks run
-        through the model at once (a long file's in several batches)."""
+        onnx: onnxruntime; torchscript: torch.jit; auto: the one the file needs). `decoder`: a DecoderConfig
+        (default greedy). `device`: where the model runs (auto | cpu | cuda[:N]); features and decoding stay on the
+        host. `graphs` (backend torch, a CUDA device): each batch padded to a fixed shape and replayed as a CUDA
+        graph. `max_pieces`: chunks run through the model at once (a long file's in several batches)."""
         check_chunk_seconds(chunk_seconds)
         self.device = resolve_device(device, "--device")
+        if backend == "auto":
+            from ..export.runtime import detect_backend
+
+            backend = "torch" if "://" in str(checkpoint) else detect_backend(checkpoint)
         if graphs:
             from ..config import ConfigError
             from .graphed import check_graphs_device
 
             if backend != "torch":
-                raise ConfigError(f"--graphs replays the PyTorch model: it needs --backend torch, not {backend}")
+                raise ConfigError(f"--graphs replays the PyTorch model: it needs a checkpoint, not an export ({backend})")
             check_graphs_device(device)
         if backend == "torch":
             from ..export.runtime import detect_backend
@@ -75,7 +79,8 @@ class Transcriber:
             if "://" not in str(checkpoint) and (kind := detect_backend(checkpoint)) != "torch":
                 from ..config import ConfigError
 
-                raise ConfigError(f"{checkpoint} is a file of `speechscale export` ({kind}): add --backend {kind}")
+                raise ConfigError(f"{checkpoint} is a file of `speechscale export` ({kind}), not a checkpoint: leave "
+                                  f"--backend out (or give --backend {kind})")
             self.comps = load_components(checkpoint, str(self.device))
             self.model: Any = self.comps.model
             if graphs:

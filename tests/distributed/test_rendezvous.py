@@ -42,3 +42,18 @@ def test_a_bad_port_is_one_line():
     r = subprocess.run([sys.executable, "-m", "speechscale.cli", "rendezvous", "--port", "70000"], cwd=ROOT,
                        env=env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "0-65535" in r.stderr
+
+
+def test_a_port_in_use_or_an_unknown_host_is_one_line(capsys):
+    """A port in use raised torch's DistNetworkError; a host that resolves to nothing retried without end."""
+    import socket
+
+    from tests.conftest import main_cli
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        for flags, said in [(["--host", "127.0.0.1", "--port", str(held.getsockname()[1])], "Address already in use"),
+                            (["--host", "no-such-host.invalid", "--port", "0"], "--host no-such-host.invalid: ")]:
+            code, out, err = main_cli(capsys, "rendezvous", *flags)
+            assert code == 2 and said in err and out == "" and err.count("\n") == 1, err

@@ -127,6 +127,26 @@ def check_not_an_input(out: Any, inputs: list[Any], flag: str) -> None:
             raise ConfigError(f"{flag} {out} is also an input ({given}); write to another file")
 
 
+def check_listen(host: str, port: int) -> None:
+    """ConfigError in one line when this process could not listen on `host`:`port` (an unknown name, an address
+    of another machine, a port in use), binding as the servers (uvicorn, the c10d store) do."""
+    import socket
+
+    from ..config import ConfigError
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {host}: {e.strerror}") from None
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as e:
+            raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
 def sample_rate(text: str) -> int:
     """An argparse type: a sample rate in Hz that audio may have (data.audio's bounds)."""
     from ..data.audio import MAX_RATE, MIN_RATE

@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from .args import port
+from .args import check_listen, port
 
 
 def rendezvous(args: argparse.Namespace) -> int:
@@ -14,6 +14,7 @@ def rendezvous(args: argparse.Namespace) -> int:
     def ready(port: int) -> None:
         print(json.dumps({"rendezvous": f"{args.host}:{port}"}), flush=True)
 
+    check_listen(args.host, args.port)
     host_store(args.host, args.port, ready)
     return 0
 

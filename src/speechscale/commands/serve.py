@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any, Callable
 
-from .args import decoder_args, decoder_config, device_arg, port, positive
+from .args import check_listen, decoder_args, decoder_config, device_arg, port, positive
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -27,7 +27,7 @@ def serve(args: argparse.Namespace) -> int:
 
     if problem := step_problem(args.stream_step_ms):
         raise ConfigError(f"--stream-step-ms: {problem}")
-    _check_listen(args.host, args.port, ConfigError)  # before the model loads
+    check_listen(args.host, args.port)  # before the model loads
     # the event loop (connections, JSON) needs a core of its own: torch's threads spinning on every core starve it
     torch.set_num_threads(args.threads or max(1, len(os.sched_getaffinity(0)) - 1))
 
@@ -44,24 +44,6 @@ def serve(args: argparse.Namespace) -> int:
     print(f"speechscale serve: http://{args.host}:{args.port}/ ({asr.comps.model_name})", file=sys.stderr, flush=True)
     run_server(asr, args.host, args.port, limits, ws=args.ws)
     return 0
-
-
-def _check_listen(host: str, port: int, error: type[Exception]) -> None:
-    """Raise `error` in one line when this process could not listen on `host`:`port` (an unknown name, an address
-    of another machine, a port in use), binding as uvicorn does."""
-    import socket
-
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
-    except socket.gaierror as e:
-        raise error(f"--host {host}: {e.strerror}") from None
-    with socket.socket(family, kind, proto) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(address)
-        except OSError as e:
-            raise error(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:

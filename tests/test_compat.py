@@ -4,6 +4,7 @@ import asyncio
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -152,3 +153,19 @@ dist.destroy_process_group()
     n = len(_compat.DDP_CONSTRUCTOR_IMPORTS)
     assert out.stdout.strip() == f"{[False] * n} {[True] * n}", (
         "DDP's constructor no longer imports _compat.DDP_CONSTRUCTOR_IMPORTS: bench/ranks.py preloads them for nothing")
+
+
+def test_a_loader_still_keeps_its_persistent_iterator_where_compat_drops_it():
+    """_compat.drop_loader_workers clears `DataLoader._iterator` and shuts its workers down; loader_worker_died reads
+    the message torch raises for a worker that exited (tests/data/test_workers.py kills one for real)."""
+    from torch.utils.data import dataloader
+
+    from speechscale._compat import drop_loader_workers, loader_worker_died
+
+    loader = torch.utils.data.DataLoader(list(range(4)), batch_size=2)
+    assert loader._iterator is None and hasattr(dataloader._MultiProcessingDataLoaderIter, "_shutdown_workers")
+    drop_loader_workers(loader)
+    assert loader._iterator is None and [b.tolist() for b in loader] == [[0, 1], [2, 3]]
+    assert loader_worker_died(RuntimeError("DataLoader worker (pid(s) 12) exited unexpectedly"))
+    assert not loader_worker_died(RuntimeError("CUDA out of memory")) and not loader_worker_died(ValueError("x"))
+    assert "DataLoader worker (pid(s) {pids_str}) exited unexpectedly" in Path(dataloader.__file__).read_text()

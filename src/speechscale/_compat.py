@@ -78,3 +78,22 @@ def set_request_body(request: Any, body: bytes) -> None:
 # The constructor asks the compiler how to reduce (`torch._dynamo.utils`), importing it: as long as importing torch
 # again. A process that forks many DDP ranks (bench/ranks.py) imports it once, before it forks.
 DDP_CONSTRUCTOR_IMPORTS = ("torch._dynamo.utils",)
+
+
+# -- A loader worker that died --------------------------------------------------------------------------------------
+# torch reports a worker process that exited (killed by the OOM killer, say) as a RuntimeError whose message is all
+# that tells it from an error the worker raised itself (those arrive as their own type).
+_WORKER_DIED = ("DataLoader worker (pid",)
+
+
+def loader_worker_died(error: BaseException) -> bool:
+    """Whether `error`, raised while a DataLoader's next batch was awaited, says one of its workers exited."""
+    return isinstance(error, RuntimeError) and str(error).startswith(_WORKER_DIED)
+
+
+def drop_loader_workers(loader: torch.utils.data.DataLoader) -> None:
+    """Let the next pass of `loader` start new workers: a loader with persistent workers keeps its iterator (and
+    them) across passes, and one whose worker died cannot be reset."""
+    iterator, loader._iterator = loader._iterator, None
+    if iterator is not None:
+        iterator._shutdown_workers()

@@ -134,3 +134,90 @@ def test_a_sigterm_to_the_process_group_while_workers_start_kills_none_of_them(t
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["received"] == 24  # each signal reached the trainer, and was left to it
     assert out["failed"] == [], proc.stderr[-3000:]
+
+
+def _children(pid: int) -> list[int]:
+    """Live child processes of `pid` (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_a_worker_the_kernel_kills_is_replaced_and_the_run_ends_as_if_it_had_lived(tmp_path):
+    """The OOM killer takes a loader worker mid-epoch (SIGKILL here): the run went down with a traceback and lost
+    what it trained since its last checkpoint. Now the loader starts again where the trained batches end, and the
+    weights are bit-equal to an uninterrupted run's."""
+    from speechscale.recipe import load_recipe
+    from speechscale.training.trainer import Trainer
+    from tests.conftest import shared
+
+    m = shared("ldc93s1", "manifest.jsonl")
+
+    def trainer(out):
+        return Trainer(load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
+                                          "trainer.max_steps=10", "trainer.progress=false", "data.batch_seconds=3",
+                                          "data.num_workers=1", "data.sortagrad=false", "data.cache_audio=true",
+                                          "model.overrides={rnn_hidden: 32, rnn_layers: 1}"]))
+
+    straight = trainer(tmp_path / "straight")
+    straight.fit()
+    killed = trainer(tmp_path / "killed")
+    victims: list[int] = []
+
+    def kill_a_worker() -> None:  # once two steps are trained: every worker the forkserver forked then
+        deadline = time.monotonic() + 120
+        while killed.state.step < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        for server in _children(os.getpid()):
+            for worker in _children(server):
+                victims.append(worker)
+                os.kill(worker, signal.SIGKILL)
+
+    thread = threading.Thread(target=kill_a_worker, daemon=True)
+    thread.start()
+    summary = killed.fit()
+    thread.join(timeout=10)
+    assert victims and summary["loader_restarts"] >= 1 and summary["step"] == 10, (victims, summary)
+    for a, b in zip(straight.model.state_dict().values(), killed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+class _DiesOnce(torch.utils.data.Dataset):
+    """A dataset whose worker kills itself (SIGKILL, as the OOM killer does) at its first item, once per marker."""
+
+    def __init__(self, dataset: torch.utils.data.Dataset, marker: Path) -> None:
+        self.dataset, self.marker = dataset, marker
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        if not self.marker.exists():
+            self.marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.dataset[i]
+
+
+def test_validation_scores_again_when_a_worker_dies(tmp_path):
+    from speechscale.data.loading import build_loader
+    from speechscale.recipe import load_recipe
+    from speechscale.training.evaluate import validate
+    from speechscale.training.trainer import Trainer
+    from tests.conftest import shared
+
+    m = shared("ldc93s1", "manifest.jsonl")
+    cfg = load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={tmp_path}",
+                             "trainer.max_steps=1", "trainer.progress=false", "data.num_workers=1",
+                             "model.overrides={rnn_hidden: 32, rnn_layers: 1}"])
+    trainer = Trainer(cfg)
+    plain = trainer.validate()
+    val = trainer.val_loader
+    dying = build_loader(_DiesOnce(val.dataset, tmp_path / "died"), val.batch_sampler, cfg.data, pin_memory=False)
+    again = validate(trainer.model, dying, trainer.comps.tokenizer, trainer.strategy, trainer.device)
+    assert (tmp_path / "died").exists() and again == plain

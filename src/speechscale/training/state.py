@@ -37,8 +37,10 @@ FORMAT_VERSION = 3
 
 
 def _counters() -> dict[str, int]:
-    """Every counter a run keeps, at zero: skipped steps, skipped utterances by reason, dropped tails."""
-    return {"nonfinite_loss": 0, "nonfinite_grad": 0, **dict.fromkeys(SKIP_REASONS, 0), "dropped_tail": 0}
+    """Every counter a run keeps, at zero: skipped steps, skipped utterances by reason, dropped tails, loader
+    restarts after a worker died."""
+    return {"nonfinite_loss": 0, "nonfinite_grad": 0, **dict.fromkeys(SKIP_REASONS, 0), "dropped_tail": 0,
+            "loader_restarts": 0}
 
 
 @dataclass

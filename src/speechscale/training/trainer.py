@@ -15,12 +15,12 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from .. import storage
-from .._compat import deterministic_algorithms
+from .._compat import deterministic_algorithms, drop_loader_workers, loader_worker_died
 from ..components import build_components
 from ..config import Config, ConfigError, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
@@ -296,7 +296,7 @@ class Trainer:
         self.dataset.set_epoch(s.epoch)
         progress.new_epoch()
         micro: list[Batch] = []
-        for i, batch in enumerate(self.feed.timed(self.loader)):
+        for i, batch in self._epoch_batches():
             n = self.plan.advance(i)
             s.consumed += n
             s.samples_seen += n
@@ -309,6 +309,27 @@ class Trainer:
                     return True
                 micro = []
         return bool(micro) and self._step(micro, runlog, progress, signals)
+
+    def _epoch_batches(self) -> Iterator[tuple[int, Batch]]:
+        """(index in the loader's pass, batch) for the rest of the epoch. A loader worker that dies (the kernel's OOM
+        killer, say) is replaced: the loader starts again where the trained batches end, which needs only this
+        rank's own plan (lockstep strategies); a worker that dies again before any batch arrives stops the run."""
+        failed = 0
+        while True:
+            try:
+                for i, batch in enumerate(self.feed.timed(self.loader)):
+                    failed = 0
+                    yield i, batch
+                return
+            except RuntimeError as e:
+                if not loader_worker_died(e) or not self.strategy.lockstep or failed >= 1:
+                    raise
+                failed += 1
+                self.state.counters["loader_restarts"] += 1
+                log.warning("rank %d: %s; the loader starts again at sample %d of epoch %d", self.rank, e,
+                            self.state.consumed, self.state.epoch)
+                drop_loader_workers(self.loader)
+                self.plan.resume(self.state.epoch, self.state.consumed)
 
     def _step(self, micro: list[Batch], runlog: RunLog | None, progress: RunProgress, signals: StopSignals) -> bool:
         """One optimizer step and what follows it (log, validation, checkpoint); True to stop."""

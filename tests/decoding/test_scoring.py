@@ -25,3 +25,37 @@ def test_loading_a_checkpoint_for_inference_leaves_the_compiler_unimported(ldc_c
             f"load_components({str(ldc_checkpoint)!r}); print('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_eval_by_a_manifest_key_scores_each_group_as_jiwer_does(ldc_checkpoint, tmp_path, capsys):
+    import jiwer
+    import pytest
+
+    from tests.conftest import main_cli
+
+    text = "she had your dark suit in greasy wash water all year"
+    rows = [("LDC93S1.wav", text, "a"), ("LDC93S1_pcms16le_1_8000.wav", text, "a"),
+            ("LDC93S1_pcms16le_2_44100.wav", "she had a dark suit in greasy water", "b"),
+            ("LDC93S1.wav", "all year she had your suit", "b"), ("LDC93S1.wav", text, None)]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps({"audio_filepath": str(shared("ldc93s1", name)), "duration": 2.93,
+                                            "text": t, **({"speaker": s} if s else {})}) + "\n" for name, t, s in rows))
+    code, out, err = main_cli(capsys, "eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(manifest), "--json",
+                              "--by", "speaker", "--details", str(tmp_path / "d.jsonl"))
+    assert code == 0, err
+    by = json.loads(out)["by"]["speaker"]
+    details = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
+    assert list(by) == ["a", "b", "(none)"] and [g["utterances"] for g in by.values()] == [2, 2, 1]
+    for name, members in (("a", [0, 1]), ("b", [2, 3]), ("(none)", [4])):
+        refs, hyps = [details[i]["reference"] for i in members], [details[i]["hypothesis"] for i in members]
+        assert by[name]["wer"] == pytest.approx(jiwer.wer(refs, hyps)) and by[name]["cer"] == pytest.approx(jiwer.cer(refs, hyps))
+    assert by["b"]["wer"] > by["a"]["wer"]  # the wrong references score worse
+    code, out, _ = main_cli(capsys, "eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(manifest),
+                            "--by", "speaker")
+    table = [line.split() for line in out.split("\n\n", 1)[1].splitlines()]
+    assert code == 0 and table[0] == ["speaker", "utterances", "words", "WER", "CER"], out
+    assert [row[:2] for row in table[1:]] == [["a", "2"], ["b", "2"], ["(none)", "1"]]
+    for bad, said in [(["--by", "accent"], "--by accent: no line of"), (["--by", "text"], "--by text: no line of")]:
+        code, _, err = main_cli(capsys, "eval", "--checkpoint", str(tmp_path / "none.pt"), "--manifest", str(manifest),
+                                *bad)  # the manifest is read before the checkpoint
+        assert code == 2 and said in err and "speaker" in err and err.count("\n") == 1, err

@@ -39,6 +39,8 @@ def evaluate(args: argparse.Namespace) -> int:
     from ..decoding.scoring import score_checkpoint
 
     check_not_an_input(args.details, [args.manifest, args.checkpoint, args.lm, args.lexicon], "--details")
+    if args.by:
+        _check_by(args.manifest, args.by)
     dcfg = decoder_config(args)
     wrap = None
     if args.graphs:
@@ -54,12 +56,48 @@ def evaluate(args: argparse.Namespace) -> int:
            **({"attention_chunk": args.attention_chunk} if args.attention_chunk else {}),
            **({"graphs": True} if args.graphs else {}),
            **({"alpha": dcfg.alpha, "beta": dcfg.beta} if dcfg.lm else {})}
+    if args.by:
+        from ..decoding.metrics import rates_by
+
+        utts = loader.dataset.utts
+        out["by"] = {field: rates_by(res.refs, res.hyps, {i: _group(utts[i].extra, field) for i in res.hyps})
+                     for field in args.by}
     if args.json:
         print(json.dumps(out))
-    else:
-        print(f"{'manifest':<12}{out['manifest']}\n{'utterances':<12}{out['utterances']}\n"
-              f"{'skipped':<12}{out['skipped']}\n{'WER':<12}{100 * out['wer']:.2f} %\n{'CER':<12}{100 * out['cer']:.2f} %")
+        return 0
+    print(f"{'manifest':<12}{out['manifest']}\n{'utterances':<12}{out['utterances']}\n"
+          f"{'skipped':<12}{out['skipped']}\n{'WER':<12}{100 * out['wer']:.2f} %\n{'CER':<12}{100 * out['cer']:.2f} %")
+    for field, groups in out.get("by", {}).items():
+        width = max(len(field), *(len(name) for name in groups)) + 2
+        print(f"\n{field:<{width}}{'utterances':>10}{'words':>8}{'WER':>10}{'CER':>10}")
+        for name, g in groups.items():
+            print(f"{name:<{width}}{g['utterances']:>10}{g['words']:>8}{100 * g['wer']:>8.2f} %{100 * g['cer']:>8.2f} %")
     return 0
+
+
+_NO_VALUE = "(none)"  # eval --by: the group of utterances without the field
+
+
+def _group(extra: dict[str, Any], field: str) -> str:
+    value = extra.get(field)
+    return _NO_VALUE if value is None or value == "" else str(value)
+
+
+def _check_by(manifest: str, fields: list[str]) -> None:
+    """eval --by: each field is a key some line of `manifest` has (read before the model is)."""
+    from ..config import ConfigError
+    from ..data.manifest import REQUIRED, read_manifest
+    from ..data.shards import is_shard_index
+
+    if is_shard_index(manifest):
+        raise ConfigError("--by groups by a manifest's keys, which a shard index does not keep: give the manifest the "
+                          "shards came from")
+    utts, _ = read_manifest(manifest, check_files=False)
+    keys = sorted({k for u in utts for k in u.extra})
+    for field in fields:
+        if field in REQUIRED or field not in keys:
+            raise ConfigError(f"--by {field}: no line of {manifest} has that key (its keys besides "
+                              f"{', '.join(REQUIRED)}: {', '.join(keys) or 'none'})")
 
 
 def _references(manifest: str | None) -> dict[str, str]:
@@ -400,6 +438,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     e.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     e.add_argument("--details", type=out_file, default=None,
                    help="write per-utterance reference, hypothesis and alignment (JSONL)")
+    e.add_argument("--by", action="append", default=[], metavar="KEY",
+                   help="WER and CER of each value of this manifest key too (speaker, accent, a domain...; repeatable)")
     device_arg(e)
     decoder_args(e)
     # decoding.scoring.EVAL_BATCH_SECONDS, written out: the parser is built before torch is imported

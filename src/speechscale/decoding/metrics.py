@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 
 def edit_distance(ref: Sequence, hyp: Sequence) -> int:
@@ -51,6 +51,16 @@ class ErrorRate:
     @property
     def cer(self) -> float:
         return self.char_errors / self.chars if self.chars else float("nan")
+
+
+def rates_by(refs: dict[int, str], hyps: dict[int, str], group: dict[int, str]) -> dict[str, dict[str, Any]]:
+    """WER and CER of each group of utterances (index -> reference, hypothesis, its group's name), largest group
+    first: {name: {utterances, words, wer, cer}}."""
+    metrics: dict[str, ErrorRate] = {}
+    for i in sorted(hyps):
+        metrics.setdefault(group[i], ErrorRate()).update([refs[i]], [hyps[i]])
+    ranked = sorted(metrics.items(), key=lambda kv: (-kv[1].utterances, kv[0]))
+    return {name: {"utterances": m.utterances, "words": m.words, "wer": m.wer, "cer": m.cer} for name, m in ranked}
 
 
 def align_words(ref: str, hyp: str) -> tuple[str, str, str]:

@@ -149,6 +149,24 @@ def test_a_run_folder_loads_its_best_checkpoint_and_the_module_is_public(ldc_che
         speechscale.load(tmp_path / "empty")
 
 
+def test_the_cli_takes_a_run_folder_and_the_api_a_url(ldc_checkpoint, tmp_path, capsys):
+    """The API loaded a run folder and the CLI did not ("is a directory"); the API turned memory://x into
+    memory:/x ("checkpoint not found")."""
+    import fsspec
+
+    run, wav = ldc_checkpoint.parent.parent, str(shared("ldc93s1", "LDC93S1.wav"))
+    code, out, err = main_cli(capsys, "transcribe", "--checkpoint", str(run), "--json", wav)
+    assert code == 0 and json.loads(out)["text"] == LDC_TEXT, err
+    code, out, _ = main_cli(capsys, "info", "--json", str(run))
+    assert code == 0 and json.loads(out)["model"]["name"] == "ds2-tiny"
+    (tmp_path / "empty").mkdir()
+    code, _, err = main_cli(capsys, "eval", "--checkpoint", str(tmp_path / "empty"), "--manifest", "m.jsonl")
+    assert code == 2 and "without checkpoints/best.pt or checkpoints/last.pt" in err and err.count("\n") == 1
+    fsspec.filesystem("memory").pipe("/speechscale-api/best.pt", ldc_checkpoint.read_bytes())
+    remote = speechscale.load("memory://speechscale-api/best.pt", device="cpu")
+    assert remote.path == "memory://speechscale-api/best.pt" and remote.transcribe(wav).text == LDC_TEXT
+
+
 def test_the_api_names_a_wrong_argument_before_any_work(ldc_checkpoint):
     """train(None) said "manifest not found: ."; overrides given as one string were read a character at a time;
     transcribe(None) spoke of "object values"."""

@@ -83,20 +83,6 @@ class Transcript:
         return {"text": self.text, "duration": self.duration, "words": words}
 
 
-def resolve_model_path(path: str | Path) -> Path:
-    """`path` itself, or for a run folder (`trainer.out_dir`) its checkpoints/best.pt, else its last.pt."""
-    from .config import ConfigError
-
-    path = Path(path)
-    if not path.is_dir():
-        return path
-    for name in ("best.pt", "last.pt"):
-        if (path / "checkpoints" / name).is_file():
-            return path / "checkpoints" / name
-    raise ConfigError(f"{path}: a folder without checkpoints/best.pt or checkpoints/last.pt; give a run folder or "
-                      "a checkpoint or exported file")
-
-
 class Model:
     """A trained model ready to transcribe: a checkpoint, a run folder (its best checkpoint, else its last), or an
     ONNX or TorchScript file of `speechscale export`."""
@@ -109,8 +95,9 @@ class Model:
         from .decoding.decoders import DecoderConfig
         from .export.runtime import detect_backend
         from .serving.transcribe import Transcriber
+        from .storage.checkpoints import model_path
 
-        path = resolve_model_path(path)
+        path = model_path(path)
         self.path = str(path)
         self.backend = detect_backend(path)
         dcfg = DecoderConfig(name=decoder, beam_width=beam_width, lm=lm or "", lexicon=lexicon or "")

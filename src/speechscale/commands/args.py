@@ -116,6 +116,16 @@ def out_file(text: str) -> Path | str:
     return path
 
 
+def model_file(text: str) -> str | Path:
+    """An argparse type: a checkpoint or exported file, or a run folder (its checkpoints/best.pt, else last.pt)."""
+    from ..storage.checkpoints import model_path
+
+    try:
+        return model_path(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def check_not_an_input(out: Any, inputs: list[Any], flag: str) -> None:
     """ConfigError when the file `out` names is one of `inputs` (writing it would destroy what is being read)."""
     from ..config import ConfigError

@@ -14,6 +14,7 @@ from .args import (
     decoder_config,
     device_arg,
     endpoint_frames,
+    model_file,
     out_file,
     out_folder,
     positive,
@@ -415,8 +416,9 @@ def lm_build(args: argparse.Namespace) -> int:
 
 def model_args(p: argparse.ArgumentParser) -> None:
     """--checkpoint and --backend of transcribe and align: a checkpoint, or an exported file and its runtime."""
-    p.add_argument("--checkpoint", required=True,
-                   help="a speechscale checkpoint (.pt), local path or URL, or a file `speechscale export` wrote")
+    p.add_argument("--checkpoint", required=True, type=model_file,
+                   help="a speechscale checkpoint (.pt), local path or URL, a file `speechscale export` wrote, or a run "
+                        "folder (its best.pt)")
     p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "torchscript"],
                    help="run the model in PyTorch, onnxruntime or TorchScript (auto: the one the file needs)")
 
@@ -431,7 +433,8 @@ def graphs_arg(p: argparse.ArgumentParser) -> None:
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `eval`, `transcribe`, `align`, `tune-lm` and `lm` to the subcommand table."""
     e = command(sub, "eval", "WER/CER of a checkpoint on a manifest or shard index")
-    e.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
+    e.add_argument("--checkpoint", required=True, type=model_file,
+                   help="a speechscale checkpoint (.pt), local path or URL, or a run folder (its best.pt)")
     e.add_argument("--manifest", required=True,
                    help="JSONL manifest with audio_filepath, duration, text; or a shard index (index.jsonl, its "
                         "folder or an fsspec URL)")
@@ -508,7 +511,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     a.set_defaults(func=align)
 
     tl = command(sub, "tune-lm", "search the LM weight and word bonus on a dev set (the model runs once)")
-    tl.add_argument("--checkpoint", required=True, help="a speechscale checkpoint")
+    tl.add_argument("--checkpoint", required=True, type=model_file, help="a speechscale checkpoint, or a run folder")
     tl.add_argument("--manifest", required=True, help="the dev set (manifest or shard index)")
     tl.add_argument("--lm", required=True, help="the KenLM model to tune for")
     tl.add_argument("--lexicon", default=None, help="tune the lexicon decoder with this word list instead")
@@ -522,7 +525,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     lb = command(lsub, "build", "text (one sentence a line) -> a Kneser-Ney ARPA model with <unk>")
     lb.add_argument("text", help="a text file, one sentence a line (normalized as training targets are)")
     lb.add_argument("--order", type=positive(int), default=3, help="n-gram order (2 to 6)")
-    lb.add_argument("--checkpoint", default=None,
+    lb.add_argument("--checkpoint", default=None, type=model_file,
                     help="normalize the text as this model's training targets were (its text.alphabet and digits; "
                          "another language's letters need it); default: the English alphabet")
     lb.add_argument("--out", required=True, type=out_file, help="the ARPA file to write")

@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from .args import check_not_an_input, out_file, positive
+from .args import check_not_an_input, model_file, out_file, positive
 
 
 def export(args: argparse.Namespace) -> int:
@@ -29,7 +29,8 @@ def export(args: argparse.Namespace) -> int:
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `export` to the subcommand table."""
     x = command(sub, "export", "a checkpoint's acoustic model as ONNX or TorchScript (dynamic batch and time)")
-    x.add_argument("--checkpoint", required=True, help="a speechscale checkpoint (.pt), local path or URL")
+    x.add_argument("--checkpoint", required=True, type=model_file,
+                   help="a speechscale checkpoint (.pt), local path or URL, or a run folder (its best.pt)")
     x.add_argument("--format", required=True, choices=["onnx", "torchscript"], help="the file format")
     x.add_argument("--out", required=True, type=out_file, help="the file to write (e.g. model.onnx, model.ts)")
     x.add_argument("--streaming", action="store_true",

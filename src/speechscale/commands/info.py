@@ -9,6 +9,8 @@ import argparse
 import json
 from typing import Any, Callable
 
+from .args import model_file
+
 
 def info(args: argparse.Namespace) -> int:
     from ..export.runtime import card_of_file
@@ -22,6 +24,7 @@ def info(args: argparse.Namespace) -> int:
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `info` to the subcommand table."""
     i = command(sub, "info", "print a model's card: model, parameters, features, streaming, training data, validation figures")
-    i.add_argument("model", help="a checkpoint (.pt) or a file of `speechscale export` (.onnx, TorchScript)")
+    i.add_argument("model", type=model_file,
+                   help="a checkpoint (.pt), a file of `speechscale export` (.onnx, TorchScript) or a run folder")
     i.add_argument("--json", action="store_true", help="the card as JSON")
     i.set_defaults(func=info)

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any, Callable
 
-from .args import check_listen, decoder_args, decoder_config, device_arg, port, positive
+from .args import check_listen, decoder_args, decoder_config, device_arg, model_file, port, positive
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -49,7 +49,8 @@ def serve(args: argparse.Namespace) -> int:
 def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `serve` to the subcommand table."""
     sv = command(sub, "serve", "an HTTP transcription service with a web page (POST /v1/transcribe, GET /healthz)")
-    sv.add_argument("--checkpoint", required=True, help="a checkpoint, or a file `speechscale export` wrote")
+    sv.add_argument("--checkpoint", required=True, type=model_file,
+                    help="a checkpoint, a file `speechscale export` wrote, or a run folder (its best.pt)")
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     sv.add_argument("--port", type=port, default=8000, help="TCP port")
     sv.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "torchscript"],

@@ -85,6 +85,23 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
 POINTER = "latest"
 
 
+def model_path(path: str | Path) -> str | Path:
+    """`path` itself (a URL as it is), or for a run folder (`trainer.out_dir`) its checkpoints/best.pt, else its
+    last.pt; ConfigError for a folder that holds neither."""
+    from ..config import ConfigError
+
+    if storage.is_remote(path):
+        return str(path)
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    for name in ("best.pt", "last.pt"):
+        if (path / "checkpoints" / name).is_file():
+            return path / "checkpoints" / name
+    raise ConfigError(f"{path}: a folder without checkpoints/best.pt or checkpoints/last.pt; give a run folder or "
+                      "a checkpoint or exported file")
+
+
 def holds_training_state(path: str | Path) -> bool:
     """Whether local `path` is a checkpoint a run resumes from (it holds the training state): reading it maps the
     tensors without loading them."""

@@ -441,7 +441,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     e.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     e.add_argument("--details", type=out_file, default=None,
                    help="write per-utterance reference, hypothesis and alignment (JSONL)")
-    e.add_argument("--by", action="append", default=[], metavar="KEY",
+    e.add_argument("--by", action="append", default=None, metavar="KEY",
                    help="WER and CER of each value of this manifest key too (speaker, accent, a domain...; repeatable)")
     device_arg(e)
     decoder_args(e)

@@ -83,7 +83,7 @@ def test_old_logs_without_start_rows_split_where_the_step_goes_back(tmp_path):
     rows = [{"kind": "train", "time": 100 + s, "step": s, "epoch": 0, "lr": 1e-3, "loss": 1.0 / s} for s in (1, 2, 3, 4)]
     rows += [{"kind": "train", "time": 200 + s, "step": s, "epoch": 0, "lr": 1e-3, "loss": 1.0 / s} for s in (3, 4, 5)]
     rows += [{"kind": "val", "time": 210, "step": 5, "epoch": 1, "train_loss": 0.2, "val_loss": 0.3, "wer": 0.5,
-              "cer": 0.2, "consensus_distance": 0.01, "bad_audio": 2}]
+              "cer": 0.2, "consensus_distance": 0.01, "bad_audio": 2, "loader_restarts": 1}]
     rows += [{"kind": "train", "time": 211, "step": 6, "epoch": 1, "lr": 1e-3, "loss": 0.1, "loss_scale": 1024.0}]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     run = load_run(tmp_path)
@@ -91,6 +91,7 @@ def test_old_logs_without_start_rows_split_where_the_step_goes_back(tmp_path):
     write_report(tmp_path)
     made = {p.name for p in (tmp_path / "report").glob("*.png")}
     assert {"consensus.png", "loss_scale.png", "skipped.png"} <= made and "memory.png" not in made
+    assert "<td>loader restarts (a worker died)</td><td>1</td>" in (tmp_path / "report" / "index.html").read_text()
 
 
 def test_report_of_a_folder_without_metrics_is_one_line(tmp_path, cli):

@@ -128,6 +128,7 @@ def page(run: Run, figures: list[tuple[str, str]], out: Path) -> str:
         ["best WER", f"{100 * best:.2f} %" if best is not None else "-"],
         ["wall time", f"{(last.get('time', run.t0) - run.t0) / 3600:.2f} h over {len(run.segments)} start(s)"],
         ["metrics lines", f"{len(run.rows)} ({run.torn_lines} unreadable, skipped)"],
+        ["loader restarts (a worker died)", last_val.get("loader_restarts", 0) if last_val else "-"],
     ]
     starts = [[i + 1, _when(s.start_time), s.start_step, s.world_size or "-", s.strategy or "-", s.precision or "-",
                s.resumed_from or ("fresh" if i == 0 else "unknown (old log)"), s.end_step,

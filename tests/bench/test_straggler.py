@@ -77,9 +77,10 @@ def test_each_run_is_compared_with_allreduces_run_of_the_same_straggler_setting_
 @pytest.mark.slow
 def test_bench_straggler_runs_a_strategy_with_and_without_a_slow_learner(tmp_path, cli):
     root = shared("yesno", "manifest.jsonl").parent
-    proc = cli("bench", "straggler", "--data-root", str(root), "--procs", "2", "--epochs", "1", "--out", str(tmp_path),
-               "--strategies", "allreduce", "--seeds", "4", "--target-wer", "0.5", "--slowdown", "4",
-               "model.overrides={rnn_hidden: 64, rnn_layers: 1}")
+    argv = ["bench", "straggler", "--data-root", str(root), "--procs", "2", "--epochs", "1", "--out", str(tmp_path),
+            "--strategies", "allreduce", "--seeds", "4", "--target-wer", "0.5", "--slowdown", "4",
+            "model.overrides={rnn_hidden: 64, rnn_layers: 1}"]
+    proc = cli(*argv)
     lines = [json.loads(x) for x in proc.stdout.strip().splitlines()]
     rows = [x for x in lines if "summary" not in x]
     summary = [x["summary"] for x in lines if "summary" in x]
@@ -102,3 +103,6 @@ def test_bench_straggler_runs_a_strategy_with_and_without_a_slow_learner(tmp_pat
     assert len(saved) == 2 and all(len(r["val"]) == 1 for r in saved)
     assert all(v["loss"] > 0 and v["wer"] >= 0 for r in saved for v in r["val"])
     assert (tmp_path / "straggler.png").stat().st_size > 10_000
+    cli(*argv[:-3], "--slowdown", "1.5", argv[-1])  # again into the same --out: each run starts afresh
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert len(again) == 2 and all(len(r["val"]) == 1 for r in again), again  # no row of the first runs' logs

@@ -17,6 +17,7 @@ and straggler.png to --out.
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ def _train(procs: int, config: str, overrides: list[str], out: Path, timeout: fl
     its epochs); returns its summary line and its validation rows."""
     torchrun = ["torch.distributed.run", f"--nproc-per-node={procs}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
+    shutil.rmtree(out, ignore_errors=True)  # a run of its own: a rerun's folder holds the last one's log and checkpoints
     started = time.time()
     try:
         stop_at = -1 if target_wer is None else target_wer

@@ -1,4 +1,5 @@
 import random
+import re
 
 import numpy as np
 import pytest
@@ -71,6 +72,14 @@ def test_a_fresh_run_refuses_another_runs_checkpoints_and_weights_alone_do_not_r
         _trainer(tmp_path / "a", 1)
     assert {p.name: p.read_bytes() for p in (tmp_path / "a" / "checkpoints").iterdir()} == before
     assert _trainer(tmp_path / "a", 2, "trainer.resume=auto").state.step == 1  # continuing is what it offers
+    # a resume under another model, features or optimizer raised load_state_dict's size mismatches or KeyError
+    for changed, said in [("model.overrides={rnn_hidden: 64, rnn_layers: 2}", "model.overrides rnn_hidden=48 (this run: 64)"),
+                          ("features.kind=logmel", "features.kind 'spectrogram' (this run: 'logmel')"),
+                          ("optim.name=sgd", "optim.name 'adamw' (this run: 'sgd')")]:
+        with pytest.raises(ConfigError, match=re.escape(said) + ".*trainer.init_from"):
+            _trainer(tmp_path / "a", 2, "trainer.resume=auto", changed)
+    assert _trainer(tmp_path / "a", 2, "trainer.resume=auto", "model.overrides={rnn_layers: 2, rnn_hidden: 48}"
+                    ).state.step == 1  # the same architecture, written another way
     averaged = tmp_path / "avg.pt"
     save_checkpoint(averaged, average_checkpoints([str(tmp_path / "a" / "checkpoints" / "last.pt")]))
     with pytest.raises(CheckpointError, match="holds weights only .* trainer.init_from"):

@@ -8,6 +8,7 @@ a symbol only this run's alphabet has starts from the model's own initialization
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from ..config import Config, ConfigError
+from ..models.registry import model_config
 from ..storage.checkpoints import load_checkpoint
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,26 @@ def _differences(saved: dict[str, Any], cfg: Config) -> list[str]:
     feats = saved.get("features", {})
     out += [f"features.{k} {feats.get(k)!r} (this run: {getattr(cfg.features, k)!r})"
             for k in _FEATURE_KEYS if k in feats and feats[k] != getattr(cfg.features, k)]
+    return out
+
+
+def resume_differences(saved: dict[str, Any], cfg: Config) -> list[str]:
+    """What a checkpoint's config (`saved`) and this run's `cfg` disagree on that a resume cannot carry over: the
+    model (its name and resolved architecture), the features and the optimizer."""
+    out = _differences(saved, cfg)
+    model = saved.get("model", {})
+    if not out and model.get("name") == cfg.model.name:
+        try:
+            before = dataclasses.asdict(model_config(cfg.model.name, model.get("overrides") or {}))
+        except ConfigError:  # overrides this version no longer reads: the weights' shapes will tell
+            before = None
+        now = dataclasses.asdict(model_config(cfg.model.name, cfg.model.overrides))
+        if before is not None and before != now:
+            changed = sorted(k for k in now if before.get(k) != now[k])
+            out += [f"model.overrides {k}={before.get(k)!r} (this run: {now[k]!r})" for k in changed]
+    optim = saved.get("optim", {}).get("name")
+    if optim is not None and optim != cfg.optim.name:
+        out.append(f"optim.name {optim!r} (this run: {cfg.optim.name!r})")
     return out
 
 

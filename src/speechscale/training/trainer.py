@@ -41,7 +41,7 @@ from .ema import WeightAverage
 from .evaluate import validate
 from .feeding import FeedMeter
 from .graphs import step_shapes
-from .init import freeze, init_weights
+from .init import freeze, init_weights, resume_differences
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
 from .preflight import check_fresh, check_writable, resolve_alphabet
@@ -164,6 +164,10 @@ class Trainer:
                 log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
             return
         path, ckpt = found
+        wrong = resume_differences(ckpt.get("config", {}), self.cfg)
+        if wrong:
+            raise ConfigError(f"{path} was trained with {'; '.join(wrong)}: resume it with its own settings, or start "
+                              f"a new run from its weights with trainer.init_from")
         saved = ckpt.get("config", {}).get("text", {}).get("alphabet", self.cfg.text.alphabet)
         if saved != self.cfg.text.alphabet:
             raise ConfigError(f"{path} spells {saved!r}, this run's text.alphabet is {self.cfg.text.alphabet!r}: "

@@ -93,16 +93,15 @@ class Model:
         """`graphs`: on a CUDA device, batches padded to a few shapes and replayed as CUDA graphs (a checkpoint,
         not an export; `transcribe --graphs`)."""
         from .decoding.decoders import DecoderConfig
-        from .export.runtime import detect_backend
         from .serving.transcribe import Transcriber
         from .storage.checkpoints import model_path
 
         path = model_path(path)
         self.path = str(path)
-        self.backend = detect_backend(path)
         dcfg = DecoderConfig(name=decoder, beam_width=beam_width, lm=lm or "", lexicon=lexicon or "")
-        self._asr = Transcriber(path, chunk_seconds=chunk_seconds, backend=self.backend, decoder=dcfg, device=device,
+        self._asr = Transcriber(path, chunk_seconds=chunk_seconds, backend="auto", decoder=dcfg, device=device,
                                 graphs=graphs)
+        self.backend: str = self._asr.backend
         self._decoder = dcfg
         self.sample_rate: int = self._asr.sample_rate
         self.device = str(self._asr.device)

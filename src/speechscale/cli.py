@@ -141,7 +141,8 @@ def report(prog: str, error: Exception) -> int:
 # Errors a command reports in one line, by the module that defines each: only a module that was imported can have
 # raised one, so a command that never needed torch does not import it to check (training's errors import it).
 _BAD_INPUT = (("speechscale.config", "ConfigError"), ("speechscale.data.manifest", "ManifestError"),
-              ("speechscale.storage.checkpoints", "CheckpointError"), ("speechscale.data.espeak", "EspeakNotFound"))
+              ("speechscale.storage.checkpoints", "CheckpointError"), ("speechscale.data.espeak", "EspeakNotFound"),
+              ("speechscale.planning.model", "PlanError"))
 _STOPPED = (("speechscale.training.prescan", "PrescanError"), ("speechscale.training.precision", "LossScaleCollapsed"))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -415,6 +416,11 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise ConfigError(f"{p}: the top level must be a mapping of sections")
     tree = apply_overrides(tree, overrides or [])
     return resolve_data_paths(from_dict(Config, tree))
+
+
+def finite_number(value: Any) -> bool:
+    """An int or float that is finite (not NaN or an infinity, and not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:

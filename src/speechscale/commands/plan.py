@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any, Callable
 
 from ..planning.hardware import GPUS, JITTER, LINKS, Link
@@ -161,11 +160,7 @@ def calibration_table() -> tuple[str, bool]:
 
 def run(args: argparse.Namespace) -> int:
     """`speechscale plan`: one line on a bad plan, never a traceback."""
-    try:
-        return _run(args, yaml_mapping(args.model_overrides, "--model-overrides"))
-    except PlanError as e:
-        print(f"speechscale plan: error: {e}", file=sys.stderr)
-        return 2
+    return _run(args, yaml_mapping(args.model_overrides, "--model-overrides"))
 
 
 def _run(args: argparse.Namespace, overrides: dict[str, Any]) -> int:

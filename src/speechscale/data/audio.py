@@ -51,11 +51,8 @@ def as_waveform(samples: Any) -> np.ndarray:
     if isinstance(samples, (bytes, bytearray, str)):
         raise ValueError(f"expected mono float samples, got {type(samples).__name__} (decode a file's bytes first, "
                          "or give its path)")
-    if isinstance(samples, (list, tuple)):
-        samples = np.asarray(samples, dtype=np.float64) if all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in samples) else samples
-    try:
-        raw = np.asarray(samples)
+    try:  # a list of numbers is floats, never PCM
+        raw = np.asarray(samples, dtype=np.float64) if isinstance(samples, (list, tuple)) else np.asarray(samples)
     except (TypeError, ValueError) as e:
         raise ValueError(f"expected mono float samples, got {type(samples).__name__} ({e})") from None
     if raw.dtype.kind in "iu":

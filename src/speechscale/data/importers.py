@@ -72,10 +72,11 @@ def mls(src: Path, out: Path, split: str) -> Iterator[Row]:
         if not line.strip():
             continue
         uid, _, text = line.rstrip("\r\n").partition("\t")
-        if len(uid.split("_")) != 3:
+        parts = uid.split("_")
+        if len(parts) != 3:
             yield root / uid, None, {SKIP: "an id that is not SPEAKER_BOOK_SEGMENT"}
             continue
-        speaker, book, _ = uid.split("_")
+        speaker, book, _ = parts
         folder = root / "audio" / speaker / book
         found = [folder / f"{uid}{ext}" for ext in (".flac", ".opus", ".wav") if (folder / f"{uid}{ext}").is_file()]
         audio = found[0] if found else folder / f"{uid}.flac"

@@ -15,14 +15,13 @@ scores. The LM reaches flashlight's decoder through `FlashlightLM`, a Python LM 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, finite_number
 from ..data.text import BLANK, CharTokenizer
 from ..storage.files import text_lines
 from .alignment import text_word_times, word_times
@@ -88,7 +87,7 @@ def build_decoder(cfg: DecoderConfig | str, tokenizer: CharTokenizer,
     if isinstance(cfg.beam_width, bool) or not isinstance(cfg.beam_width, int) or cfg.beam_width < 1:
         raise ConfigError(f"beam_width must be a whole number of at least 1, got {cfg.beam_width!r}")
     for flag, value in (("alpha", cfg.alpha), ("beta", cfg.beta), ("hotword_weight", cfg.hotword_weight)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not finite_number(value):
             raise ConfigError(f"{flag} must be a finite number, got {value!r}")
     if cfg.name == "lexicon" and not cfg.lexicon:
         raise ConfigError("the lexicon decoder needs --lexicon (a word list, one word a line)")

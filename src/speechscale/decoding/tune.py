@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, finite_number
 from .decoders import DecoderConfig, build_decoder
 from .metrics import ErrorRate
 
@@ -47,8 +46,7 @@ def load_tuned(lm: str | Path) -> dict[str, float] | None:
         tuned = json.loads(p.read_bytes().decode())
     except ValueError:  # not JSON, or not UTF-8
         tuned = None
-    if not isinstance(tuned, dict) or not all(
-            type(tuned.get(k)) in (int, float) and math.isfinite(tuned[k]) for k in ("alpha", "beta")):
+    if not isinstance(tuned, dict) or not all(finite_number(tuned.get(k)) for k in ("alpha", "beta")):
         raise ConfigError(f"{p}: not the alpha and beta tune-lm writes; run tune-lm again or remove it")
     return tuned
 

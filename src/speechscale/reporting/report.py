@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .runs import Run, finite_number, load_run, skipped, throughput
+from ..config import finite_number
+from .runs import Run, load_run, skipped, throughput
 
 Series = list[tuple[float, float]]
 log = logging.getLogger(__name__)

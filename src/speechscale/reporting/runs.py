@@ -3,12 +3,12 @@ runs or after it was resumed any number of times."""
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import finite_number
 from ..data.dataset import SKIP_REASONS
 
 SKIP_COUNTS = tuple(dict.fromkeys((*SKIP_REASONS, "nonfinite_loss", "nonfinite_grad", "dropped_tail")))
@@ -85,11 +85,6 @@ def _segments(rows: list[dict[str, Any]]) -> list[Segment]:
             seg.ended, seg.stopped_by = True, r.get("stopped_by")
         last_step = r["step"]
     return segs
-
-
-def finite_number(value: Any) -> bool:
-    """An int or float that is finite (JSON's NaN and Infinity are not; nor is a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _well_formed(row: Any) -> bool:

@@ -62,10 +62,12 @@ class Transcriber:
         graph. `max_pieces`: chunks run through the model at once (a long file's in several batches)."""
         check_chunk_seconds(chunk_seconds)
         self.device = resolve_device(device, "--device")
-        if backend == "auto":
-            from ..export.runtime import detect_backend
+        from ..export.runtime import detect_backend
+        from ..storage import is_remote
 
-            backend = "torch" if "://" in str(checkpoint) else detect_backend(checkpoint)
+        kind = "torch" if is_remote(checkpoint) else detect_backend(checkpoint)  # what the file is
+        backend = kind if backend == "auto" else backend
+        self.backend = backend
         if graphs:
             from ..config import ConfigError
             from .graphed import check_graphs_device
@@ -74,9 +76,7 @@ class Transcriber:
                 raise ConfigError(f"--graphs replays the PyTorch model: it needs a checkpoint, not an export ({backend})")
             check_graphs_device(device)
         if backend == "torch":
-            from ..export.runtime import detect_backend
-
-            if "://" not in str(checkpoint) and (kind := detect_backend(checkpoint)) != "torch":
+            if kind != "torch":
                 from ..config import ConfigError
 
                 raise ConfigError(f"{checkpoint} is a file of `speechscale export` ({kind}), not a checkpoint: leave "

@@ -167,5 +167,6 @@ def test_a_loader_still_keeps_its_persistent_iterator_where_compat_drops_it():
     drop_loader_workers(loader)
     assert loader._iterator is None and [b.tolist() for b in loader] == [[0, 1], [2, 3]]
     assert loader_worker_died(RuntimeError("DataLoader worker (pid(s) 12) exited unexpectedly"))
+    assert loader_worker_died(ConnectionResetError(104, "Connection reset by peer"))  # its batch's fd, in transit
     assert not loader_worker_died(RuntimeError("CUDA out of memory")) and not loader_worker_died(ValueError("x"))
     assert "DataLoader worker (pid(s) {pids_str}) exited unexpectedly" in Path(dataloader.__file__).read_text()

@@ -82,13 +82,16 @@ DDP_CONSTRUCTOR_IMPORTS = ("torch._dynamo.utils",)
 
 # -- A loader worker that died --------------------------------------------------------------------------------------
 # torch reports a worker process that exited (killed by the OOM killer, say) as a RuntimeError whose message is all
-# that tells it from an error the worker raised itself (those arrive as their own type).
+# that tells it from an error the worker raised itself (those arrive as their own type). A worker killed just after it
+# queued a batch fails earlier, while the batch's shared memory is fetched from it: a connection error of
+# multiprocessing's fd passing, which torch lets through before it has seen the worker exit.
 _WORKER_DIED = ("DataLoader worker (pid",)
 
 
 def loader_worker_died(error: BaseException) -> bool:
     """Whether `error`, raised while a DataLoader's next batch was awaited, says one of its workers exited."""
-    return isinstance(error, RuntimeError) and str(error).startswith(_WORKER_DIED)
+    return (isinstance(error, RuntimeError) and str(error).startswith(_WORKER_DIED)) or isinstance(
+        error, (ConnectionResetError, ConnectionRefusedError, EOFError))
 
 
 def drop_loader_workers(loader: torch.utils.data.DataLoader) -> None:

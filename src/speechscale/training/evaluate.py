@@ -24,7 +24,7 @@ def validate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, strategy:
     with strategy.consensus(model) as consensus:
         try:
             res = evaluate(consensus, loader, tokenizer, device, autocast)
-        except RuntimeError as e:  # a loader worker died (the OOM killer): this rank scores its share again
+        except Exception as e:  # a loader worker died (the OOM killer): this rank scores its share again
             if not loader_worker_died(e):
                 raise
             log.warning("%s during validation: scoring again with new workers", e)

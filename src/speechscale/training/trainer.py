@@ -325,7 +325,7 @@ class Trainer:
                     failed = 0
                     yield i, batch
                 return
-            except RuntimeError as e:
+            except Exception as e:  # a dead worker comes as several types: _compat.loader_worker_died
                 if not loader_worker_died(e) or not self.strategy.lockstep or failed >= 1:
                     raise
                 failed += 1

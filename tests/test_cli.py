@@ -174,6 +174,7 @@ _UNWRITABLE = [  # (argv before the output path, its flag, argv after): every co
     (["synth", "--minutes", "1"], "--out", []),
     (["data", "import", "fsdd", "src"], "--out", []),
     (["data", "shard", "m.jsonl"], "--out", []),
+    (["data", "index", "shards"], "--out", []),
     (["lm", "build", "t.txt"], "--out", []),
     (["export", "--checkpoint", "c.pt", "--format", "onnx"], "--out", []),
     (["average", "c.pt", "c.pt"], "--out", []),

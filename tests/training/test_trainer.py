@@ -202,7 +202,7 @@ def test_speaker_cmvn_training_saves_its_speakers_prior_for_files_that_come_alon
 
 def test_an_auto_alphabet_is_the_training_transcripts_and_resume_keeps_it(tmp_path, capsys, caplog):
     """text.alphabet=auto: the characters of the training transcripts (as data.filter selects them), kept in the
-    checkpoint; a resume whose transcripts now need another alphabet stops in one line; shards hold no text."""
+    checkpoint; a resume whose transcripts now need another alphabet stops in one line; a shard index's own."""
     import logging
 
     from speechscale.config import ConfigError
@@ -232,6 +232,12 @@ def test_an_auto_alphabet_is_the_training_transcripts_and_resume_keeps_it(tmp_pa
                            "trainer.resume=auto"))
     shards = tmp_path / "shards"
     assert main_cli(capsys, "data", "shard", str(manifest), "--out", str(shards))[0] == 0
-    with pytest.raises(ConfigError, match="a shard index does not hold"):
-        Trainer(ldc_config(tmp_path / "sharded", f"data.train_manifest={shards / 'index.jsonl'}",
-                           f"data.val_manifest={manifest}", "text.alphabet=auto", "trainer.max_steps=1"))
+    sharded = [f"data.train_manifest={shards / 'index.jsonl'}", f"data.val_manifest={manifest}", "text.alphabet=auto",
+               "trainer.max_steps=1"]
+    every = sorted({c for t, _ in rows for c in t.lower() if c.isalpha()})  # a shard index: all its transcripts
+    assert Trainer(ldc_config(tmp_path / "sharded", *sharded)).cfg.text.alphabet == "".join(every) + " "
+    index = shards / "index.jsonl"
+    lines = [json.loads(x) for x in index.read_text(encoding="utf-8").splitlines()]
+    index.write_text("".join(json.dumps({k: v for k, v in x.items() if k != "texts"}) + "\n" for x in lines))
+    with pytest.raises(ConfigError, match="auto: .*does not hold its transcripts .*`data index`"):  # an older index
+        Trainer(ldc_config(tmp_path / "sharded2", *sharded))

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .args import Parser, non_negative, out_folder, positive, sample_rate
+from .args import Parser, non_negative, out_file, out_folder, positive, sample_rate
 
 
 def synth(args: argparse.Namespace) -> int:
@@ -65,20 +65,32 @@ def data_shard(args: argparse.Namespace) -> int:
     return 0
 
 
+def data_index(args: argparse.Namespace) -> int:
+    from ..data.tar_index import index_tars
+
+    print(json.dumps(index_tars(args.folder, args.pattern, args.out, args.text_field), ensure_ascii=False))
+    return 0
+
+
 def data_alphabet(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..data.manifest import read_manifest
+    from ..data.shards import ShardIndex, is_shard_index
     from ..data.text import digits_language_known, suggest_alphabet
 
     if args.digits == "spell" and not digits_language_known(args.digits_language):
         raise ConfigError(f"--digits-language {args.digits_language!r} is not a language num2words spells numbers in")
     texts, utterances = [], 0
     for manifest in args.manifests:
-        utts, report = read_manifest(manifest, check_files=False)
-        if not utts:  # an alphabet of nothing would be no help
-            raise ConfigError(f"{manifest}: no transcript read ({report.summary()})")
-        texts += [u.raw_text for u in utts]
-        utterances += len(utts)
+        if is_shard_index(manifest):
+            found = list(ShardIndex(manifest).texts())
+        else:
+            utts, report = read_manifest(manifest, check_files=False)
+            if not utts:  # an alphabet of nothing would be no help
+                raise ConfigError(f"{manifest}: no transcript read ({report.summary()})")
+            found = [u.raw_text for u in utts]
+        texts += found
+        utterances += len(found)
     found = suggest_alphabet(texts, args.digits, args.digits_language, args.min_count)
     override = f"text.alphabet={json.dumps(found['alphabet'], ensure_ascii=False)}"
     print(json.dumps({**found, "utterances": utterances, "override": override}, ensure_ascii=False))
@@ -101,8 +113,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     s.add_argument("--sample-rate", type=sample_rate, default=16000, help="sample rate of the written audio")
     s.set_defaults(func=synth)
 
-    d = command(sub, "data", "corpora: download a public corpus, import a downloaded one into a manifest; shard; "
-                           "a language's alphabet")
+    d = command(sub, "data", "corpora: download a public corpus, import a downloaded one into a manifest; shard; index "
+                           "others' shards; a language's alphabet")
     dsub = d.add_subparsers(dest="data", required=True, metavar="ACTION", parser_class=Parser)
     di = command(dsub, "import", "an already-downloaded corpus in its official layout -> OUT/manifest.jsonl")
     di.add_argument("corpus", choices=list(IMPORTERS), help="the corpus layout")
@@ -133,8 +145,18 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     ds.add_argument("--codec", choices=["flac"], default=None,
                     help="re-encode the audio as 16-bit FLAC (default: keep each file's bytes)")
     ds.set_defaults(func=data_shard)
+    dx = command(dsub, "index", "tar shards another tool wrote (WebDataset layout) -> FOLDER/index.jsonl, for "
+                                "streaming")
+    dx.add_argument("folder", help="the folder of the tar shards")
+    dx.add_argument("--pattern", default="*.tar", help="the shards' file names under FOLDER (a glob; ** for subfolders)")
+    dx.add_argument("--out", type=out_file, default=None, help="the index to write (default FOLDER/index.jsonl); its folder "
+                                                          "holds the shards")
+    dx.add_argument("--text-field", default=None,
+                    help="the JSON members' transcript field (default: text, transcript or sentence, as the first "
+                         "JSON member has; a KEY.txt member serves when there is none)")
+    dx.set_defaults(func=data_index)
     da = command(dsub, "alphabet", "the characters of manifests' transcripts: a text.alphabet for their language")
-    da.add_argument("manifests", nargs="+", help="JSONL manifests (their text fields)")
+    da.add_argument("manifests", nargs="+", help="JSONL manifests (their text fields) or shard indexes")
     da.add_argument("--digits", choices=["spell", "drop", "keep"], default="spell",
                     help="digits as the run's text.digits will treat them")
     da.add_argument("--digits-language", default="en", help="the run's text.digits_language (num2words' code)")

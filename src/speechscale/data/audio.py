@@ -206,3 +206,22 @@ def audio_info(path: str | Path) -> tuple[float, int, int]:
         data, rate = read_media(str(path), str(path), fmt, None)
         return data.shape[0] / rate, rate, data.shape[1]
     return info.frames / info.samplerate, info.samplerate, info.channels
+
+
+def stream_duration(source: Any, name: str) -> float:
+    """Seconds of audio in `source`, a seekable binary file object called `name` in messages, from its header (a
+    container soundfile does not read is decoded). AudioError when it is no audio or holds no samples."""
+    try:
+        info = sf.info(source)
+        seconds = info.frames / info.samplerate if info.samplerate > 0 else 0.0
+    except Exception as e:  # soundfile raises several types for corrupt or unknown formats
+        fmt = container_format(_head(source))
+        if fmt is None:
+            said = _first_line(e).replace(str(source), repr(name))  # a file object: named, not shown
+            raise AudioError(f"{name}: not audio that soundfile can decode ({said})") from None
+        source.seek(0)
+        data, rate = read_media(source, name, fmt, None)
+        seconds = data.shape[0] / rate
+    if not seconds > 0:
+        raise AudioError(f"{name}: no audio samples in it")
+    return seconds

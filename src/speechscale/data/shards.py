@@ -36,6 +36,46 @@ INDEX_NAME = "index.jsonl"
 HEADER_KEY = "speechscale_shards"  # the first line of an index: {"speechscale_shards": 1, ...}
 
 
+TEXT_FIELDS = ("text", "transcript", "sentence")  # looked for in this order when --text-field is not given
+AUDIO_EXTENSIONS = frozenset({"flac", "wav", "mp3", "ogg", "opus", "oga", "m4a", "mp4", "aac", "webm", "mkv", "wma",
+                              "amr", "sph", "aif", "aiff", "aifc", "au", "w64", "caf", "audio"})
+TEXT_EXTENSIONS = ("json", "txt")
+
+
+def member_key(name: str) -> tuple[str, str]:
+    """(key, extension) of a WebDataset member: its path up to the first dot of its file name, and the rest."""
+    folder, _, base = name.rpartition("/")
+    stem, dot, ext = base.partition(".")
+    return (f"{folder}/{stem}" if folder else stem), (ext if dot else "")
+
+
+def audio_member(names: list[str]) -> str | None:
+    """The audio member among one utterance's member names: the first whose last extension is an audio format."""
+    for name in names:
+        if name.rsplit(".", 1)[-1].lower() in AUDIO_EXTENSIONS:
+            return name
+    return None
+
+
+def transcript(members: dict[str, bytes], key: str, field: str) -> str | None:
+    """An utterance's transcript: `field` of its KEY.json member, else its KEY.txt member; None when neither."""
+    raw = members.get(f"{key}.json")
+    if raw is not None:
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            meta = None
+        if isinstance(meta, dict) and isinstance(meta.get(field), str):
+            return meta[field]
+    raw = members.get(f"{key}.txt")
+    if raw is not None:
+        try:
+            return raw.decode("utf-8-sig").strip()
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
 class ShardError(ManifestError):
     """A shard index or shard that cannot be used; the message names the file (and member)."""
 
@@ -81,7 +121,7 @@ def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: 
     lines, total_s, skipped = [], 0.0, dict(report.reasons)
     for s in range(math.ceil(len(utts) / shard_size)):
         name = f"shard-{s:06d}.tar"
-        members, seconds = [], 0.0
+        members, texts, seconds = [], [], 0.0
         with tarfile.open(out / name, "w", format=tarfile.USTAR_FORMAT) as tar:
             for i, u in enumerate(utts[s * shard_size:(s + 1) * shard_size]):
                 key = f"{s:06d}{i:06d}"
@@ -96,17 +136,18 @@ def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: 
                 _add(tar, f"{key}.json", json.dumps(meta, ensure_ascii=False).encode())
                 _add(tar, f"{key}.{ext}", audio)
                 members.append([key, round(duration, 4), start, tar.offset])
+                texts.append(u.raw_text)
                 seconds += duration
         size = (out / name).stat().st_size
         lines.append({"shard": name, "bytes": size, "utterances": len(members), "seconds": round(seconds, 3),
-                      "members": members})
+                      "members": members, "texts": texts})
         total_s += seconds
     header = {HEADER_KEY: 1, "shards": len(lines), "utterances": sum(x["utterances"] for x in lines),
               "hours": round(total_s / 3600, 4), "source": str(manifest), "codec": codec or "as-is"}
     with open(out / INDEX_NAME, "w", encoding="utf-8") as f:
         f.write(json.dumps(header) + "\n")
         for x in lines:
-            f.write(json.dumps(x) + "\n")
+            f.write(json.dumps(x, ensure_ascii=False) + "\n")
     return {**header, "skipped": skipped}
 
 
@@ -225,6 +266,17 @@ class ShardIndex:
             f.seek(self.shards[shard].line_offset)
             return json.loads(f.readline())["members"]
 
+    def texts(self) -> Iterator[str]:
+        """Every utterance's transcript as written, in index order (shard by shard, read from its line)."""
+        with open(self.local, "rb") as f:
+            for s in self.shards:
+                f.seek(s.line_offset)
+                line = json.loads(f.readline())
+                if not isinstance(line.get("texts"), list) or len(line["texts"]) != s.utterances:
+                    raise ShardError(f"{self.path}: the index does not hold its transcripts (an index written before "
+                                     f"they were kept): write it again with `speechscale data shard` or `data index`")
+                yield from (str(t) for t in line["texts"])
+
     def locate(self, uid: int) -> tuple[int, int]:
         """(shard, member) of global utterance id `uid`."""
         import bisect
@@ -266,9 +318,10 @@ class ShardReader:
             self.files.pop(next(iter(self.files))).close()
         return f
 
-    def read(self, url: str, key: str, start: int, end: int) -> tuple[dict[str, Any], bytes, str]:
-        """(metadata, audio bytes, audio member name) of utterance `key` at bytes [start, end) of `url`.
-        Raises AudioError naming the shard and member when the bytes are missing or are not that member."""
+    def read(self, url: str, key: str, start: int, end: int, text_field: str = "text") -> tuple[str | None, bytes, str]:
+        """(transcript, audio bytes, audio member name) of utterance `key` at bytes [start, end) of `url`; the
+        transcript is `text_field` of KEY.json or else KEY.txt (None when neither holds one). Raises AudioError
+        naming the shard and member when the bytes are missing or are not that member."""
         f = self._file(url)
         try:
             if hasattr(f, "fileno") and not is_remote(url):
@@ -278,28 +331,55 @@ class ShardReader:
                 chunk = f.read(end - start)
         except Exception as e:
             raise AudioError(f"{url} member {key}: cannot be read ({type(e).__name__}: {e})") from None
-        found = dict(_members(chunk, url, key))
-        meta_raw, audio_name = found.pop(f"{key}.json", None), next(iter(found), None)
-        if meta_raw is None or audio_name is None:
+        found = dict(_members(chunk, key))
+        audio_name = audio_member(list(found)) or next(
+            (n for n in found if member_key(n)[1] not in TEXT_EXTENSIONS), None)
+        if audio_name is None or not {f"{key}.json", f"{key}.txt"} & set(found):
             raise AudioError(f"{url} member {key}: not in the shard where the index says (truncated or "
                              f"rewritten shard?)")
-        try:
-            meta = json.loads(meta_raw)
-        except ValueError:
-            raise AudioError(f"{url} member {key}.json: corrupt metadata") from None
-        return meta, found[audio_name], audio_name
+        text = transcript(found, key, text_field)
+        if text is None and f"{key}.txt" not in found:
+            try:
+                json.loads(found[f"{key}.json"])
+            except ValueError:
+                raise AudioError(f"{url} member {key}.json: corrupt metadata") from None
+        return text, found[audio_name], audio_name
 
 
-def _members(chunk: bytes, url: str, key: str) -> Iterator[tuple[str, bytes]]:
-    """The (name, data) tar members in `chunk` whose name starts with `key.`; stops at anything else."""
+_EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+             tarfile.GNUTYPE_LONGLINK)  # header blocks that describe the next member
+
+
+def _members(chunk: bytes, key: str) -> Iterator[tuple[str, bytes]]:
+    """The (name, data) file members in `chunk` (tar headers and data) whose key is `key`; stops at any other
+    key, at the end of `chunk` or at damage. Plain headers are read directly; pax and GNU extended ones by
+    tarfile."""
     pos = 0
     while pos + 512 <= len(chunk):
         try:
             info = tarfile.TarInfo.frombuf(chunk[pos:pos + 512], "utf-8", "surrogateescape")
         except tarfile.HeaderError:
             return
-        data = chunk[pos + 512:pos + 512 + info.size]
-        if not info.name.startswith(key + ".") or len(data) < info.size:
+        if info.type in _EXTENDED:
+            yield from _members_extended(chunk, key)
             return
-        yield info.name, data
+        end = pos + 512 + info.size
+        if end > len(chunk) or (info.isfile() and member_key(info.name)[0] != key):
+            return
+        if info.isfile():
+            yield info.name, chunk[pos + 512:end]
         pos += 512 + -(-info.size // 512) * 512
+
+
+def _members_extended(chunk: bytes, key: str) -> Iterator[tuple[str, bytes]]:
+    """`_members` of a chunk with pax or GNU extended headers, parsed by tarfile."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(chunk), mode="r:") as tar:
+            for info in tar:
+                if not info.isfile():
+                    continue
+                if member_key(info.name)[0] != key or info.offset_data + info.size > len(chunk):
+                    return
+                yield info.name, tar.extractfile(info).read()
+    except tarfile.TarError:
+        return

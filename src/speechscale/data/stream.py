@@ -148,6 +148,7 @@ class ShardDataset(SpeechDataset):
         super().__init__([], features, tokenizer, augment, seed=seed, min_seconds=min_seconds, max_seconds=max_seconds)
         self.index, self.normalize, self.check = index, normalize, check
         self.reader = ShardReader()
+        self.text_field = str(index.header.get("text_field", "text"))
         self._members: dict[int, list[list[Any]]] = {}
 
     def __len__(self) -> int:
@@ -164,13 +165,12 @@ class ShardDataset(SpeechDataset):
         s, m = self.index.locate(i)
         url = self.index.shards[s].url
         key, duration, start, end = self._shard_members(s)[m]
-        meta, audio, name = self.reader.read(url, key, start, end)
+        raw, audio, name = self.reader.read(url, key, start, end, self.text_field)
         wav = decode_audio(audio, f"{url} member {name}", self.features.cfg.sample_rate, self.max_seconds)
-        raw = meta.get("text")
-        text = self.normalize(raw) if isinstance(raw, str) else ""
+        text = self.normalize(raw) if raw is not None else ""
         why = "empty text" if not text else self.check(text, duration)
         if why:
-            raise TextError(f"{url} member {key}.json: {why}")
+            raise TextError(f"{url} member {key}: {why}")
         return wav, text, f"{url} member {name}", duration
 
 

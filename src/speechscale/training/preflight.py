@@ -8,7 +8,7 @@ from pathlib import Path
 from .. import storage
 from ..config import Config, ConfigError
 from ..data.manifest import read_manifest
-from ..data.shards import is_shard_index
+from ..data.shards import ShardError, ShardIndex, is_shard_index
 from ..data.text import AUTO_ALPHABET, suggest_alphabet
 
 log = logging.getLogger(__name__)
@@ -39,17 +39,21 @@ def check_fresh(ckpt_dir: str, resume: str, out_dir: str) -> None:
 
 def resolve_alphabet(cfg: Config) -> None:
     """text.alphabet=auto -> the characters of the training transcripts (data.train_manifest or data.mix, as
-    data.filter and data.train_slice select them), normalized as text.digits and digits_language say; in place.
-    Every rank reads the same lines, so every rank gets the same alphabet; the run's checkpoints keep it."""
+    data.filter and data.train_slice select them; a shard index's own list of them), normalized as text.digits and
+    digits_language say; in place. Every rank reads the same lines, so every rank gets the same alphabet; the run's
+    checkpoints keep it."""
     if cfg.text.alphabet != AUTO_ALPHABET:
         return
     d = cfg.data
     manifests = d.mix or [d.train_manifest]
-    if any(is_shard_index(m) for m in manifests):
-        raise ConfigError("text.alphabet=auto reads the training transcripts, which a shard index does not hold: run "
-                          "`speechscale data alphabet` on the manifest the shards came from and set text.alphabet")
     texts: list[str] = []
     for m in manifests:
+        if is_shard_index(m):
+            try:
+                texts += ShardIndex(m, allow_external=d.allow_external_shards).texts()
+            except ShardError as e:
+                raise ConfigError(f"text.alphabet=auto: {e}") from None
+            continue
         utts, _ = read_manifest(m, filt=d.filter, lines=None if d.mix else d.train_slice, check_files=False)
         texts += [u.raw_text for u in utts]
     found = suggest_alphabet(texts, cfg.text.digits, cfg.text.digits_language)["alphabet"]

@@ -285,3 +285,15 @@ def test_no_output_overwrites_a_training_checkpoint(capsys, tmp_path, ldc_checkp
     code, _, err = main_cli(capsys, "export", "--checkpoint", str(run_ckpt), "--format", "onnx", "--chunk", "8",
                             "--out", str(tmp_path / "m.onnx"))
     assert code == 2 and "--chunk goes with --streaming" in err and not (tmp_path / "m.onnx").exists()
+
+
+def test_every_error_the_cli_reports_in_one_line_names_a_real_exception_class():
+    """The one-line error tables name classes by module and name (a module not imported cannot have raised one):
+    a renamed class would silently fall back to a traceback."""
+    import importlib
+
+    from speechscale import cli
+
+    for module, name in cli._BAD_INPUT + cli._STOPPED:
+        cls = getattr(importlib.import_module(module), name)
+        assert isinstance(cls, type) and issubclass(cls, Exception), (module, name)

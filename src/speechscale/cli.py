@@ -143,7 +143,8 @@ def report(prog: str, error: Exception) -> int:
 _BAD_INPUT = (("speechscale.config", "ConfigError"), ("speechscale.data.manifest", "ManifestError"),
               ("speechscale.storage.checkpoints", "CheckpointError"), ("speechscale.data.espeak", "EspeakNotFound"),
               ("speechscale.planning.model", "PlanError"))
-_STOPPED = (("speechscale.training.prescan", "PrescanError"), ("speechscale.training.precision", "LossScaleCollapsed"))
+_STOPPED = (("speechscale.training.prescan", "PrescanError"), ("speechscale.training.precision", "LossScaleCollapsed"),
+            ("speechscale.training.trainer", "LoaderFailed"))
 
 
 def _raised_one_of(error: BaseException, classes: tuple[tuple[str, str], ...]) -> bool:

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from speechscale.config import DataConfig
@@ -93,6 +94,7 @@ def test_a_trainer_killed_with_sigkill_leaves_no_worker_or_server_behind(tmp_pat
 
 SIGTERM_WHILE_STARTING = """
 import json, os, random, signal, sys, threading
+import pytest
 import torch
 from speechscale.data.loading import WorkerStart, worker_context
 
@@ -185,6 +187,66 @@ def test_a_worker_the_kernel_kills_is_replaced_and_the_run_ends_as_if_it_had_liv
     thread.join(timeout=10)
     assert victims and summary["loader_restarts"] >= 1 and summary["step"] == 10, (victims, summary)
     for a, b in zip(straight.model.state_dict().values(), killed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+class _KillsFrom(torch.utils.data.Dataset):
+    """A dataset whose worker kills itself (SIGKILL) at every item from the `first`-th it is asked for on (counted
+    in `tally`, across workers)."""
+
+    def __init__(self, dataset: torch.utils.data.Dataset, tally: Path, first: int) -> None:
+        self.dataset, self.tally, self.first = dataset, tally, first
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        with open(self.tally, "a+") as f:
+            f.write("x")
+            f.seek(0)
+            asked = len(f.read())
+        if asked >= self.first:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.dataset[i]
+
+
+def test_a_loader_that_keeps_dying_stops_the_run_with_a_checkpoint_that_resumes_exactly(tmp_path, caplog):
+    """Workers that die at one position again and again (a batch too large for the memory left, say) stop the
+    run after LOADER_RESTARTS new starts, in one line; a one-process run first writes a checkpoint of its last
+    step, giving back the batches read for the next one (grad_accum 2), and resuming from it ends bit-equal to a
+    run that never failed."""
+    import logging
+
+    from speechscale.data.loading import build_loader
+    from speechscale.recipe import load_recipe
+    from speechscale.training.trainer import LOADER_RESTARTS, LoaderFailed, Trainer
+    from tests.conftest import shared
+
+    m = shared("ldc93s1", "manifest.jsonl")
+
+    def trainer(out, *more):
+        return Trainer(load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", f"trainer.out_dir={out}",
+                                          "trainer.max_steps=8", "trainer.progress=false", "data.batch_seconds=3",
+                                          "trainer.grad_accum=2", "data.num_workers=1", "data.sortagrad=false",
+                                          "model.overrides={rnn_hidden: 32, rnn_layers: 1}", *more]))
+
+    straight = trainer(tmp_path / "straight")
+    straight.fit()
+    failing = trainer(tmp_path / "failing")
+    tally = tmp_path / "asked"  # batches of one utterance, epochs of 3 (2 steps): the 8th kills, at step 4, 1 held
+    failing.loader = build_loader(_KillsFrom(failing.loader.dataset, tally, 8), failing.loader.batch_sampler,
+                                  failing.cfg.data, pin_memory=False)
+    with caplog.at_level(logging.ERROR, logger="speechscale.training.trainer"), \
+            pytest.raises(LoaderFailed, match=f"died {LOADER_RESTARTS + 1} times in a row .*OOM killer"):
+        failing.fit()
+    s = failing.state
+    assert (s.epoch, s.step, s.consumed, s.samples_seen) == (2, 4, 0, 6)  # the held batch given back
+    assert s.counters["loader_restarts"] == LOADER_RESTARTS
+    assert "checkpoint written; continue with trainer.resume=auto" in caplog.text
+    resumed = trainer(tmp_path / "failing", "trainer.resume=auto")
+    assert (resumed.state.epoch, resumed.state.step, resumed.state.consumed) == (2, 4, 0)
+    assert resumed.fit()["step"] == 8
+    for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 

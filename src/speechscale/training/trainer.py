@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -53,6 +54,11 @@ from .step import StepTally, build_train_step, placeholder_batch
 from .stop import StopSignals, TimeBudget
 
 log = logging.getLogger(__name__)
+LOADER_RESTARTS = 3  # new loader workers started at one position before the run stops
+
+
+class LoaderFailed(RuntimeError):
+    """The data loader's workers kept dying at one position; the message says where and what may help."""
 
 
 class Trainer:
@@ -300,24 +306,60 @@ class Trainer:
         self.dataset.set_epoch(s.epoch)
         progress.new_epoch()
         micro: list[Batch] = []
-        for i, batch in self._epoch_batches():
+        held: Counter[str] = Counter()  # samples and skips of the batches in `micro`, not trained yet
+        batches = self._epoch_batches()
+        while True:
+            try:
+                i, batch = next(batches)
+            except StopIteration:
+                break
+            except Exception as e:  # between steps: the model and optimizer are whole
+                self._save_before_failing(e, held)
+                raise
             n = self.plan.advance(i)
             s.consumed += n
             s.samples_seen += n
+            held["samples"] += n
             for reason, k in batch.skipped.items():
                 s.counters[reason] += k
+                held[reason] += k
             if len(batch) > 0 or self.strategy.matched_steps:
                 micro.append(batch)
             if len(micro) == t.grad_accum:  # a step every grad_accum batches, and with the epoch's rest below
                 if self._step(micro, runlog, progress, signals):
                     return True
-                micro = []
+                micro, held = [], Counter()
         return bool(micro) and self._step(micro, runlog, progress, signals)
+
+    def _save_before_failing(self, error: Exception, held: Counter[str]) -> None:
+        """The loader failed for good: a one-process run writes a checkpoint of its last step (the batches read
+        since then are given back), so that trainer.resume=auto continues from there; ranks in step with others
+        cannot (a checkpoint is collective, and the others wait in the next step)."""
+        s = self.state
+        if self.world != 1 or not self.strategy.lockstep:
+            log.error("rank %d: the data loader failed at epoch %d step %d (%s); the run continues from its last "
+                      "checkpoint with trainer.resume=auto", self.rank, s.epoch, s.step, error_line(error))
+            return
+        samples = held.pop("samples", 0)
+        s.consumed -= samples
+        s.samples_seen -= samples
+        for reason, k in held.items():
+            s.counters[reason] -= k
+        try:
+            self.sync()
+            self.save()
+        except Exception as e:  # the loader's error is the one to report
+            log.error("the data loader failed at epoch %d step %d, and no checkpoint could be written: %s", s.epoch,
+                      s.step, error_line(e))
+            return
+        log.error("the data loader failed at epoch %d step %d (%s): checkpoint written; continue with "
+                  "trainer.resume=auto", s.epoch, s.step, error_line(error))
 
     def _epoch_batches(self) -> Iterator[tuple[int, Batch]]:
         """(index in the loader's pass, batch) for the rest of the epoch. A loader worker that dies (the kernel's OOM
         killer, say) is replaced: the loader starts again where the trained batches end, which needs only this
-        rank's own plan (lockstep strategies); a worker that dies again before any batch arrives stops the run."""
+        rank's own plan (lockstep strategies); LOADER_RESTARTS times in a row without a batch between them, and the
+        run stops (LoaderFailed)."""
         failed = 0
         while True:
             try:
@@ -326,8 +368,12 @@ class Trainer:
                     yield i, batch
                 return
             except Exception as e:  # a dead worker comes as several types: _compat.loader_worker_died
-                if not loader_worker_died(e) or not self.strategy.lockstep or failed >= 1:
+                if not loader_worker_died(e) or not self.strategy.lockstep:
                     raise
+                if failed >= LOADER_RESTARTS:
+                    raise LoaderFailed(f"data loader workers died {failed + 1} times in a row at sample {self.state.consumed} "
+                                       f"of epoch {self.state.epoch} ({error_line(e)}): the kernel's OOM killer? fewer "
+                                       f"data.num_workers or a smaller data.batch_seconds need less memory") from e
                 failed += 1
                 self.state.counters["loader_restarts"] += 1
                 log.warning("rank %d: %s; the loader starts again at sample %d of epoch %d", self.rank, e,

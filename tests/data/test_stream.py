@@ -122,6 +122,37 @@ def _two_learners(tmp_path):
     return index, claims, learners
 
 
+def test_a_learner_whose_loader_died_reads_its_claimed_untrained_batches_again_then_claims_on(tmp_path):
+    """Asynchronous learners: learner 0's loader claimed two batches ahead of its training when its workers died;
+    after `restart` (this learner alone; the shared counter is not touched) it yields those two first, then new
+    claims, and the epoch is every utterance once."""
+    _, claims, learners = _two_learners(tmp_path)
+    a, b = learners
+    first = iter(a)
+    got = [next(first) for _ in range(3)]  # claimed 3, trained 1 when its worker died
+    seen = a.advance(0)
+    a.restart(consumed=seen)
+    other = [next(iter(b))]  # meanwhile learner 1 claims on
+    b.advance(0)
+    again = list(a)
+    assert again[:2] == got[1:]  # the claimed, untrained ones first
+    trained = got[:1] + again + other
+    assert sorted(x for batch in trained for x in batch) == list(range(49))
+    for i in range(len(again)):
+        seen += a.advance(i)
+    assert a.complete(seen) and not a.rank_state()["pending"]
+
+
+def test_a_lockstep_restart_deals_the_rest_of_the_epoch_from_the_position(tmp_path):
+    index = synthetic_index(tmp_path, [20, 20, 9])
+    plan = LockstepPlan(units_of(index, batch_seconds=12.0), 0, 1)
+    plan.resume(1, 0)
+    batches = list(plan)
+    consumed = sum(plan.advance(i) for i in range(2))
+    plan.restart(consumed)
+    assert plan.epoch == 1 and list(plan) == batches[2:]
+
+
 def _lockstep_rest(index, parts, consumed=0):
     """One lockstep rank resuming the learners' saved `parts`: (its plan, its batches, the position after them)."""
     from speechscale.training.state import data_part

@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -262,3 +263,52 @@ def test_training_with_adpsgd_learns_logs_consensus_and_stops_cleanly(tmp_path, 
     # the last validation's distance is the saved learners' (last.pt is written right after it), and they differ
     assert val[-1]["consensus_distance"] == pytest.approx(consensus_distance(ckpt), rel=1e-4)
     assert consensus_distance(ckpt) > 0
+
+
+def _loader_workers(pid: int) -> list[int]:
+    """The DataLoader workers below `pid`: the children of each learner's forkserver."""
+    from tests.distributed.launch import descendants
+
+    found = []
+    for p in descendants(pid):
+        try:
+            if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes():
+                found += [c for c in descendants(p) if c not in found]
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
+def test_learners_whose_loader_workers_die_read_their_claimed_batches_again(tmp_path):
+    """The kernel kills every loader worker of both learners mid-epoch: each learner starts new workers, reads
+    the batches it had claimed but not trained first, and the epochs still hold every sample once."""
+    import signal
+
+    from tests.distributed.launch import kill_group, start, wait_for
+
+    m = ldc_manifest(tmp_path / "data", copies=12)
+    out = tmp_path / "run"
+    log = tmp_path / "log"
+    proc = start(torchrun(2, train_args(m, out, "distributed.strategy=adpsgd", "trainer.max_epochs=3",
+                                        "data.num_workers=1")), log)
+    try:
+        victims: list[int] = []
+
+        def training_with_workers() -> bool:
+            if sum(1 for _ in trace(out)) < 3:
+                return False
+            victims[:] = _loader_workers(proc.pid)
+            return len(victims) >= 2
+
+        wait_for(training_with_workers, timeout=300)
+        for v in victims:
+            os.kill(v, signal.SIGKILL)
+        proc.wait(timeout=300)
+    finally:
+        kill_group(proc)
+    text = log.read_text()
+    assert proc.returncode == 0, text[-4000:]
+    assert "the loader starts again" in text, (victims, text[-4000:])  # (validation's workers may be the ones hit)
+    for epoch in range(3):
+        ids = sorted(i for r in trace(out) if r["epoch"] == epoch for i in r["ids"])
+        assert ids == list(range(12)), (epoch, ids)

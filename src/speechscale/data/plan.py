@@ -43,6 +43,11 @@ class BatchPlan(Protocol):
         (asynchronous learners). Returns the position."""
         ...
 
+    def restart(self, consumed: int) -> None:
+        """This rank alone, after its loader's workers died: the next pass yields the rest of the current epoch
+        from where this rank's trained batches end (`consumed`: the trainer's position)."""
+        ...
+
     def __iter__(self) -> Iterator[list[int]]: ...
     def __len__(self) -> int: ...
 
@@ -151,6 +156,10 @@ class LockstepPlan:
         for r in range(len(self)):
             yield self._batch(r * self.world + self.rank) or []
 
+    def restart(self, consumed: int) -> None:
+        """The rest of the epoch from `consumed`, as every rank computes it (a pure function of the position)."""
+        self.resume(self.epoch, consumed)
+
     def advance(self, i: int) -> int:
         """Samples the epoch's position moves when round `i` of this pass has been trained (all ranks)."""
         return sum(len(self._batch(i * self.world + r) or []) for r in range(self.world))
@@ -211,6 +220,11 @@ class ClaimedPlan:
             self.claimed.append(k)
             yield self.units.unit(self.epoch, k)
         self.exhausted = True
+
+    def restart(self, consumed: int) -> None:
+        """Not collective: the batches this learner claimed but did not train come first again, then new claims
+        (the shared counter is left as it is)."""
+        self.claimed, self.trained, self.exhausted = self.claimed[self.trained:], 0, False
 
     def advance(self, i: int) -> int:
         """Samples the epoch's shared position moved, as far as this learner saw it with batch `i`'s claim."""

@@ -357,9 +357,9 @@ class Trainer:
 
     def _epoch_batches(self) -> Iterator[tuple[int, Batch]]:
         """(index in the loader's pass, batch) for the rest of the epoch. A loader worker that dies (the kernel's OOM
-        killer, say) is replaced: the loader starts again where the trained batches end, which needs only this
-        rank's own plan (lockstep strategies); LOADER_RESTARTS times in a row without a batch between them, and the
-        run stops (LoaderFailed)."""
+        killer, say) is replaced: the loader starts again where this rank's trained batches end (BatchPlan.restart:
+        a lockstep position, or an asynchronous learner's claimed batches); LOADER_RESTARTS times in a row without
+        a batch between them, and the run stops (LoaderFailed)."""
         failed = 0
         while True:
             try:
@@ -368,7 +368,7 @@ class Trainer:
                     yield i, batch
                 return
             except Exception as e:  # a dead worker comes as several types: _compat.loader_worker_died
-                if not loader_worker_died(e) or not self.strategy.lockstep:
+                if not loader_worker_died(e):
                     raise
                 if failed >= LOADER_RESTARTS:
                     raise LoaderFailed(f"data loader workers died {failed + 1} times in a row at sample {self.state.consumed} "
@@ -379,7 +379,7 @@ class Trainer:
                 log.warning("rank %d: %s; the loader starts again at sample %d of epoch %d", self.rank, e,
                             self.state.consumed, self.state.epoch)
                 drop_loader_workers(self.loader)
-                self.plan.resume(self.state.epoch, self.state.consumed)
+                self.plan.restart(self.state.consumed)
 
     def _step(self, micro: list[Batch], runlog: RunLog | None, progress: RunProgress, signals: StopSignals) -> bool:
         """One optimizer step and what follows it (log, validation, checkpoint); True to stop."""

@@ -1,6 +1,8 @@
 """Corpus importers on tiny trees in each corpus's real layout, built from real recordings."""
 import csv
+import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -190,3 +192,62 @@ def test_malformed_lines_in_each_layout_are_skipped_and_counted_not_a_traceback(
     report = import_corpus("tedlium", ted, tmp_path / "tedout")
     assert report.kept == 1 and report.reasons == {"no segment times START < END": 2, "unreadable audio": 1}
     assert [r["text"] for r in _rows(tmp_path / "tedout")] == ["three"]
+
+
+def _hf_parquet(path, rows, text_column="sentence"):
+    """A parquet file as Hugging Face datasets writes an Audio column: {bytes, path} structs, beside the text and
+    other columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    audio = pa.array([{"bytes": b, "path": p} for b, p, _, _ in rows],
+                     type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    table = pa.table({"id": [f"u{i}" for i in range(len(rows))], "audio": audio,
+                      text_column: [t for _, _, t, _ in rows], "speaker_id": [s for _, _, _, s in rows],
+                      "embedding": [[0.5, 1.5]] * len(rows)})
+    pq.write_table(table, path, row_group_size=2)
+
+
+def test_hugging_face_parquet_files_become_audio_files_and_a_manifest(tmp_path, capsys):
+    fsdd = shared("fsdd", "recordings")
+    wavs = sorted(fsdd.glob("*_nicolas_0.wav"))[:4]
+    flac = io.BytesIO()
+    data, rate = sf.read(wavs[3], dtype="int16")
+    sf.write(flac, data, rate, format="FLAC")
+    rows = [(wavs[0].read_bytes(), wavs[0].name, "Zero!", 7), (wavs[1].read_bytes(), None, "one", 7),
+            (None, "gone.wav", "two", 8), (wavs[2].read_bytes(), "x.wav", None, 8),
+            (b"not audio at all", "bad.wav", "four", 8), (flac.getvalue(), "", "three", 9)]
+    _hf_parquet(tmp_path / "hf" / "data" / "train-00000-of-00001.parquet", rows)
+    _hf_parquet(tmp_path / "hf" / "data" / "test-00000-of-00001.parquet", rows[:1], text_column="text")
+    report = import_corpus("parquet", tmp_path / "hf", tmp_path / "out", split="train")
+    assert report.kept == 3 and report.reasons == {"no audio bytes": 1, "no transcript": 1, "unreadable audio": 1}
+    utts, _ = read_manifest(tmp_path / "out" / "manifest.jsonl")
+    assert [u.raw_text for u in utts] == ["zero", "one", "three"]
+    assert [u.extra["speaker_id"] for u in utts] == [7, 7, 9] and utts[0].extra["id"] == "u0"
+    assert "embedding" not in utts[0].extra  # a list column is no manifest field
+    names = [os.path.basename(u.audio_path) for u in utts]
+    assert names == ["000000.wav", "000001.wav", "000005.flac"]  # the format's extension when the path has none
+    for u, wav in zip(utts, [wavs[0], wavs[1], wavs[3]]):
+        got, _ = sf.read(u.audio_path, dtype="int16")
+        np.testing.assert_array_equal(got, sf.read(wav, dtype="int16")[0])
+        assert u.duration == pytest.approx(sf.info(wav).duration, abs=1e-3)
+    code, out, err = main_cli(capsys, "data", "import", "parquet", str(tmp_path / "hf"), "--out", str(tmp_path / "all"))
+    assert code == 0, err
+    assert len(read_manifest(tmp_path / "all" / "manifest.jsonl")[0]) == 4  # both splits, test's "text" column
+
+
+def test_parquet_without_the_columns_or_not_parquet_is_one_line(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "p").mkdir()
+    pq.write_table(pa.table({"path": ["a.wav"], "sentence": ["hi"]}), tmp_path / "p" / "a.parquet")
+    code, _, err = main_cli(capsys, "data", "import", "parquet", str(tmp_path / "p"), "--out", str(tmp_path / "o"))
+    assert code == 2 and "needs an audio column of {bytes, path} structs" in err and "it has path, sentence" in err
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "b.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(ManifestError, match="no utterance imported .*unreadable parquet"):
+        import_corpus("parquet", tmp_path / "q", tmp_path / "o2")
+    with pytest.raises(CorpusLayoutError, match=r"nothing in parquet's layout here \(\*.parquet files"):
+        import_corpus("parquet", tmp_path / "q", tmp_path / "o3", split="train")

@@ -123,7 +123,7 @@ def _remote_bytes(url: str) -> bytes:
     except FileNotFoundError:
         raise AudioError(f"{url}: no such file") from None
     except Exception as e:  # fsspec and its backends raise many types (a missing s3fs is an ImportError)
-        said = _first_line(e)
+        said = first_line(e)
         raise AudioError(said if said.startswith(url) else f"{url}: {said}") from None
 
 
@@ -158,7 +158,7 @@ def _read(source: Any, path: str, max_seconds: float | None) -> tuple[np.ndarray
     except Exception as e:  # soundfile raises several types for corrupt or unknown formats
         fmt = container_format(_head(source))
         if fmt is None:
-            said = _first_line(e).replace(repr(source), repr(path))  # bytes in memory: name them, not their object
+            said = first_line(e).replace(repr(source), repr(path))  # bytes in memory: name them, not their object
             raise AudioError(f"{path}: not audio that soundfile can decode ({said})") from e
         return read_media(source, path, fmt, max_seconds)
     if limit is not None and data.shape[0] > limit:  # the header understated the length
@@ -175,7 +175,8 @@ def _head(source: Any) -> bytes:
         return f.read(16)
 
 
-def _first_line(e: Exception) -> str:
+def first_line(e: Exception) -> str:
+    """The first line of an exception's message, or its type's name when the message is blank."""
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
 
@@ -191,7 +192,7 @@ def _decode(source: Any, path: str, sample_rate: int, max_seconds: float | None 
     try:
         return resample(wav, sr, sample_rate)
     except Exception as e:  # soxr refuses some rate pairs
-        raise AudioError(f"{path}: cannot resample {sr} Hz to {sample_rate} Hz ({_first_line(e)})") from e
+        raise AudioError(f"{path}: cannot resample {sr} Hz to {sample_rate} Hz ({first_line(e)})") from e
 
 
 def audio_info(path: str | Path) -> tuple[float, int, int]:
@@ -217,7 +218,7 @@ def stream_duration(source: Any, name: str) -> float:
     except Exception as e:  # soundfile raises several types for corrupt or unknown formats
         fmt = container_format(_head(source))
         if fmt is None:
-            said = _first_line(e).replace(str(source), repr(name))  # a file object: named, not shown
+            said = first_line(e).replace(str(source), repr(name))  # a file object: named, not shown
             raise AudioError(f"{name}: not audio that soundfile can decode ({said})") from None
         source.seek(0)
         data, rate = read_media(source, name, fmt, None)

@@ -16,10 +16,13 @@ Layouts (as the corpora ship them):
 - fsdd: recordings/DIGIT_SPEAKER_INDEX.wav (the digit spelled out is the transcript)
 - csv: a CSV file with a header naming an audio column (audio_filepath, path, file, wav_filename) and a
   text column (text, transcript, sentence); paths relative to the file
+- parquet: Hugging Face datasets' parquet files (a folder, searched below, or one file): an audio column of
+  {bytes, path} structs, a text column (text, sentence, transcript, ...); the audio is written to OUT/audio/
 """
 from __future__ import annotations
 
 import csv
+import io
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -27,7 +30,7 @@ from typing import Any, Callable, Iterator
 import soundfile as sf
 
 from ..storage.files import text_lines
-from .audio import audio_info
+from .audio import audio_info, first_line
 from .manifest import ManifestError, SkipReport, write_manifest
 from .text import DIGIT_WORDS, TextNormalizer
 
@@ -139,15 +142,84 @@ def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
         yield src.parent / row[audio], row[text], {}
 
 
+PARQUET_TEXT = ("text", "sentence", "transcript", "transcription", "normalized_text")  # looked for in this order
+_SNIFFED = {"WAV": "wav", "FLAC": "flac", "OGG": "ogg", "MP3": "mp3", "AIFF": "aiff", "W64": "w64", "CAF": "caf"}
+_MANIFEST_KEYS = {"audio_filepath", "duration", "text"}
+
+
+def parquet(src: Path, out: Path, split: str) -> Iterator[Row]:
+    """Parquet files as Hugging Face `datasets` writes them: an audio column of {bytes, path} structs, a text column
+    and other columns kept as fields (speaker ids, say); the audio is written to OUT/audio/."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise CorpusLayoutError("parquet files need pyarrow: pip install 'speechscale[parquet]'") from None
+    files = [src] if src.is_file() else sorted(src.rglob("*.parquet"))
+    if split:  # a split folder (clean/test/0000.parquet) or file prefix (data/train-00000-of-00004.parquet)
+        files = [f for f in files if split in f.relative_to(src).parts[:-1] or f.name.startswith((f"{split}-",
+                                                                                                   f"{split}."))]
+    for f in files:
+        try:
+            table = pq.ParquetFile(f)
+            schema = table.schema_arrow
+        except Exception as e:  # pyarrow raises several types for files that are not parquet
+            yield f, None, {SKIP: "unreadable parquet", DETAIL: f"{f} ({first_line(e)})"}
+            continue
+        audio = next((x.name for x in sorted(schema, key=lambda x: x.name != "audio")
+                      if pa.types.is_struct(x.type) and x.type.get_field_index("bytes") >= 0), None)
+        strings = {x.name for x in schema if pa.types.is_string(x.type) or pa.types.is_large_string(x.type)}
+        text = next((c for c in PARQUET_TEXT if c in strings), None)
+        if audio is None or text is None:
+            raise CorpusLayoutError(f"{f}: needs an audio column of {{bytes, path}} structs (as datasets' Audio "
+                                    f"writes it) and a text column ({', '.join(PARQUET_TEXT)}); it has "
+                                    f"{', '.join(schema.names)}")
+        fields = [x.name for x in schema if x.name not in (audio, text) and x.name not in _MANIFEST_KEYS
+                  and (x.name in strings or pa.types.is_integer(x.type) or pa.types.is_floating(x.type)
+                       or pa.types.is_boolean(x.type))]
+        folder = out / "audio" / (f.relative_to(src).with_suffix("") if f != src else Path(f.stem))
+        folder.mkdir(parents=True, exist_ok=True)
+        n = 0
+        try:
+            for batch in table.iter_batches(batch_size=64, columns=[audio, text, *fields]):
+                for row in batch.to_pylist():
+                    where = f"{f} row {n}"
+                    data = (row[audio] or {}).get("bytes")
+                    n += 1
+                    if not data:
+                        yield f, None, {SKIP: "no audio bytes", DETAIL: where}
+                        continue
+                    if row[text] is None:
+                        yield f, None, {SKIP: "no transcript", DETAIL: where}
+                        continue
+                    path = folder / f"{n - 1:06d}.{_extension(data, (row[audio] or {}).get('path'))}"
+                    path.write_bytes(data)
+                    yield path, row[text], {k: row[k] for k in fields if row[k] is not None}
+        except Exception as e:  # a damaged row group: the rows before it are kept
+            yield f, None, {SKIP: "unreadable parquet", DETAIL: f"{f} after row {n} ({first_line(e)})"}
+
+
+def _extension(data: bytes, path: Any) -> str:
+    """A file extension for audio `data`: its `path`'s when that is a short alphanumeric one, else its format's."""
+    suffix = Path(path).suffix.lstrip(".").lower() if isinstance(path, str) else ""
+    if suffix.isalnum() and len(suffix) <= 5:
+        return suffix
+    try:
+        return _SNIFFED.get(sf.info(io.BytesIO(data)).format, "audio")
+    except Exception:  # not a format soundfile knows: data.media reads it by its first bytes
+        return "audio"
+
+
 # what each importer looks for, for the error when it finds nothing
 LAYOUTS = {"librispeech": "SPEAKER/CHAPTER/*.trans.txt beside their .flac files", "commonvoice": "a .tsv and clips/",
            "mls": "transcripts.txt and audio/", "tedlium": "stm/*.stm and sph/*.sph",
-           "fsdd": "recordings/DIGIT_SPEAKER_INDEX.wav", "csv": "a header and a row an utterance"}
+           "fsdd": "recordings/DIGIT_SPEAKER_INDEX.wav", "csv": "a header and a row an utterance",
+           "parquet": "*.parquet files (under a --split folder or named SPLIT-*.parquet)"}
 
 # speechscale data import KIND -> the importer
 IMPORTERS: dict[str, Callable[[Path, Path, str], Iterator[Row]]] = {
     "librispeech": librispeech, "commonvoice": commonvoice, "mls": mls, "tedlium": tedlium, "fsdd": fsdd,
-    "csv": csv_file}
+    "csv": csv_file, "parquet": parquet}
 
 
 def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", min_duration: float = 0.0,

@@ -14,11 +14,11 @@ def export(args: argparse.Namespace) -> int:
 
     check_not_an_input(args.out, [args.checkpoint], "--out")
     if args.streaming:
-        from ..export.stream_step import export_stream_step
+        from ..export.stream_step import STEP_FRAMES, export_stream_step
 
         if args.format != "onnx":
             raise ConfigError("--streaming exports the streaming step as ONNX: use --format onnx")
-        print(json.dumps(export_stream_step(args.checkpoint, args.out, args.chunk or 32)))
+        print(json.dumps(export_stream_step(args.checkpoint, args.out, args.chunk or STEP_FRAMES)))
         return 0
     if args.chunk is not None:  # a whole-utterance export has no step to size
         raise ConfigError("--chunk goes with --streaming (the streaming step's feature frames)")

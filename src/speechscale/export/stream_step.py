@@ -11,6 +11,8 @@ from torch import nn
 
 from ..models.streaming import UNKNOWN
 
+STEP_FRAMES = 32  # feature frames per exported streaming step, unless export --chunk says
+
 
 class StreamStep(nn.Module):
     """model.stream_step with the state as separate tensors (ONNX inputs and outputs are flat)."""
@@ -25,7 +27,7 @@ class StreamStep(nn.Module):
         return (logits, ok, *new)
 
 
-def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = 32) -> dict[str, Any]:
+def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = STEP_FRAMES) -> dict[str, Any]:
     """Write the checkpoint's streaming step for chunks of `chunk` feature frames (and the frames it reads after
     them, models.streaming) as ONNX to `out`, with the model description and the step's shapes as metadata; returns
     a summary. A model that cannot stream is a ConfigError in one line."""

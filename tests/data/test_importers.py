@@ -3,6 +3,7 @@ import csv
 import io
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -251,3 +252,63 @@ def test_parquet_without_the_columns_or_not_parquet_is_one_line(tmp_path, capsys
         import_corpus("parquet", tmp_path / "q", tmp_path / "o2")
     with pytest.raises(CorpusLayoutError, match=r"nothing in parquet's layout here \(\*.parquet files"):
         import_corpus("parquet", tmp_path / "q", tmp_path / "o3", split="train")
+
+
+def test_a_kaldi_data_folder_with_paths_commands_channels_and_bad_entries(tmp_path):
+    """wav.scp as Kaldi recipes write it: paths relative to the recipe's folder, decoding commands (parsed, never
+    run) that may pick a channel of a two-channel telephone file, and entries that cannot be used."""
+    recipe = tmp_path / "s5"
+    data = recipe / "data" / "train"
+    data.mkdir(parents=True)
+    fsdd = shared("fsdd", "recordings")
+    a, b = fsdd / "0_jackson_0.wav", fsdd / "1_jackson_0.wav"
+    shutil.copy(a, recipe / "a.wav")
+    left, _ = sf.read(a, dtype="int16")
+    right, _ = sf.read(b, dtype="int16")
+    n = min(len(left), len(right))
+    sf.write(recipe / "call.sph", np.stack([left[:n], right[:n]], axis=1), 8000, format="NIST", subtype="PCM_16")
+    sf.write(recipe / "b.flac", right, 8000)
+    (data / "wav.scp").write_text(
+        "u1 a.wav\n"
+        "u2 flac -c -d -s b.flac |\n"
+        "u3-A sph2pipe -f wav -p -c 1 call.sph |\n"
+        "u3-B /usr/bin/sph2pipe -f wav -p -c 2 call.sph |\n"
+        "u4 sox b.flac -t wav - remix 1 |\n"
+        "u5 raw_feats.ark:1234\n"
+        "u6 curl -s http://example.com/x.wav |\n"
+        "u7 sox b.flac -t wav - trim 0 1 |\n")
+    (data / "text").write_text("u1 ZERO\nu2 one\nu3-A zero\nu3-B one\nu4 one\nu5 x\nu6 y\nu7 z\nu8 not in wav.scp\n")
+    (data / "utt2spk").write_text("u1 jackson\nu3-A caller\nu3-B callee\n")
+    report = import_corpus("kaldi", recipe / "data", tmp_path / "out", split="train")
+    assert report.kept == 5 and report.reasons == {
+        "a Kaldi archive offset (ark:), not an audio file": 1, "a command speechscale does not run (curl)": 1,
+        "sox trim: an effect that changes the audio's timing": 1, "recording not in wav.scp": 1}
+    utts, _ = read_manifest(tmp_path / "out" / "manifest.jsonl")
+    by_id = {u.extra["id"]: u for u in utts}
+    assert [u.raw_text for u in utts] == ["zero", "one", "zero", "one", "one"]
+    assert by_id["u1"].extra["speaker"] == "jackson" and "speaker" not in by_id["u2"].extra
+    assert os.path.samefile(by_id["u1"].audio_path, recipe / "a.wav")  # found from the recipe's folder
+    assert os.path.samefile(by_id["u2"].audio_path, recipe / "b.flac")  # flac -d decodes it: the file itself
+    for uid, want in (("u3-A", left[:n]), ("u3-B", right[:n]), ("u4", right)):  # channels cut into OUT/audio
+        got, rate = sf.read(by_id[uid].audio_path, dtype="int16")
+        assert rate == 8000 and got.ndim == 1
+        np.testing.assert_array_equal(got, want)
+
+
+def test_kaldi_segments_are_cut_from_their_recordings(tmp_path):
+    data = tmp_path / "dev"
+    data.mkdir()
+    jfk = shared("jfk", "jfk.flac")
+    (data / "wav.scp").write_text(f"talk {jfk}\n")
+    (data / "segments").write_text("s1 talk 0.5 2.25\ns2 talk 3.0 4.0\ns3 talk 4.0 3.0\ns4 other 0 1\n")
+    (data / "text").write_text("s1 and so\ns2 my fellow\ns3 backwards\ns4 elsewhere\ns5 unsegmented\n")
+    report = import_corpus("kaldi", data, tmp_path / "out")
+    assert report.kept == 2 and report.reasons == {"no segment REC START END": 2, "recording not in wav.scp": 1}
+    utts, _ = read_manifest(tmp_path / "out" / "manifest.jsonl")
+    whole, rate = sf.read(jfk, always_2d=True)
+    for u, (start, end) in zip(utts, [(0.5, 2.25), (3.0, 4.0)]):
+        got, got_rate = sf.read(u.audio_path, always_2d=True)
+        assert got_rate == rate and u.duration == pytest.approx(end - start, abs=1e-3)
+        np.testing.assert_allclose(got, whole[int(start * rate):int(end * rate)], atol=1 / 32768)
+    with pytest.raises(CorpusLayoutError, match="no wav.scp .*--split a subfolder"):
+        import_corpus("kaldi", tmp_path, tmp_path / "o2")

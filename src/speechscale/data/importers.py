@@ -16,6 +16,9 @@ Layouts (as the corpora ship them):
 - fsdd: recordings/DIGIT_SPEAKER_INDEX.wav (the digit spelled out is the transcript)
 - csv: a CSV file with a header naming an audio column (audio_filepath, path, file, wav_filename) and a
   text column (text, transcript, sentence); paths relative to the file
+- kaldi: a Kaldi or ESPnet data folder: wav.scp (paths, or a sph2pipe/flac/sox/ffmpeg command decoding one file,
+  parsed and never run), text, and segments and utt2spk when present; segments and picked channels are cut into
+  OUT/audio/ as wav
 - parquet: Hugging Face datasets' parquet files (a folder, searched below, or one file): an audio column of
   {bytes, path} structs, a text column (text, sentence, transcript, ...); the audio is written to OUT/audio/
 """
@@ -24,13 +27,15 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
+import shlex
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import soundfile as sf
 
 from ..storage.files import text_lines
-from .audio import audio_info, first_line
+from .audio import AudioError, audio_info, first_line, read_audio
 from .manifest import ManifestError, SkipReport, write_manifest
 from .text import DIGIT_WORDS, TextNormalizer
 
@@ -142,6 +147,138 @@ def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
         yield src.parent / row[audio], row[text], {}
 
 
+def kaldi(src: Path, out: Path, split: str) -> Iterator[Row]:
+    """A Kaldi (or ESPnet) data folder: wav.scp and text, with segments and utt2spk when it has them. A segment, or
+    a channel a wav.scp command picks, is cut into OUT/audio/UTT.wav."""
+    root = src / split if split else src
+    for name in ("wav.scp", "text"):
+        if not (root / name).is_file():
+            raise CorpusLayoutError(f"{root}: no {name} (a Kaldi data folder holds wav.scp and text; --split a "
+                                    f"subfolder?)")
+    recordings = {rid: _scp_audio(value, root) for rid, value in _kaldi_table(root / "wav.scp")}
+    segments = dict(_kaldi_table(root / "segments")) if (root / "segments").is_file() else None
+    speakers = dict(_kaldi_table(root / "utt2spk")) if (root / "utt2spk").is_file() else {}
+    cut = out / "audio"
+    for utt, text in _kaldi_table(root / "text"):
+        extra = {"id": utt, **({"speaker": speakers[utt]} if utt in speakers else {})}
+        rec, start, end = utt, None, None
+        if segments is not None:
+            fields = segments.get(utt, "").split()
+            try:
+                rec, start, end = fields[0], float(fields[1]), float(fields[2])
+            except (IndexError, ValueError):
+                yield root / "segments", None, {SKIP: "no segment REC START END", DETAIL: f"{root / 'segments'}: {utt}"}
+                continue
+            if not 0 <= start < end < float("inf"):
+                yield root / "segments", None, {SKIP: "no segment REC START END", DETAIL: f"{root / 'segments'}: {utt}"}
+                continue
+        if rec not in recordings:
+            yield root / "wav.scp", None, {SKIP: "recording not in wav.scp", DETAIL: f"{utt} ({rec})"}
+            continue
+        path, channel, why = recordings[rec]
+        if why:
+            yield root / "wav.scp", None, {SKIP: why, DETAIL: f"{root / 'wav.scp'}: {rec}"}
+            continue
+        if start is None and channel is None:
+            yield path, text, extra
+            continue
+        target = cut / f"{utt.replace('/', '_')}.wav"
+        try:
+            _cut(path, target, start, end, channel)
+        except FileNotFoundError:
+            yield path, text, extra  # named as a missing file
+            continue
+        except (ValueError, RuntimeError, sf.LibsndfileError, AudioError) as e:
+            yield path, None, {SKIP: "unreadable audio", DETAIL: f"{path} ({first_line(e)})"}
+            continue
+        yield target, text, extra
+
+
+def _kaldi_table(path: Path) -> Iterator[tuple[str, str]]:
+    """(key, rest of the line) of each non-blank line of a Kaldi table file."""
+    for line in text_lines(path):
+        parts = line.strip().split(maxsplit=1)
+        if parts:
+            yield parts[0], parts[1] if len(parts) > 1 else ""
+
+
+_DECODERS = {"sph2pipe", "flac", "sox", "ffmpeg", "cat"}  # wav.scp commands that only decode one file
+
+
+def _scp_audio(value: str, root: Path) -> tuple[Path, int | None, str]:
+    """(audio file, channel to keep or None for all, why it cannot be used or "") of a wav.scp entry: a path, or a
+    command that decodes one file (sph2pipe, flac, sox, ffmpeg, cat) and may pick a channel. Nothing is run."""
+    if not value.endswith("|"):
+        if re.search(r"\.ark:\d+$", value):
+            return Path(value), None, "a Kaldi archive offset (ark:), not an audio file"
+        return _kaldi_path(value, root), None, ""
+    try:
+        tokens = shlex.split(value[:-1])
+    except ValueError:
+        return Path(value), None, "a command that cannot be parsed"
+    program = Path(tokens[0]).name if tokens else ""
+    if program not in _DECODERS:
+        return Path(value), None, f"a command speechscale does not run ({program or 'empty'})"
+    channel, files = None, []
+    rest = iter(tokens[1:])
+    for token in rest:
+        if (program, token) in (("sph2pipe", "-c"), ("sox", "remix")):
+            picked = next(rest, "")
+            if not picked.isdigit() or int(picked) < 1:
+                return Path(value), None, f"{program} {token} {picked}: only one channel by number is understood"
+            channel = int(picked)
+        elif program == "sph2pipe" and token == "-t":
+            return Path(value), None, "sph2pipe -t (a time range): list it in segments instead"
+        elif program == "sph2pipe" and token == "-f":
+            next(rest, None)
+        elif program == "sox" and token in ("trim", "speed", "tempo", "pad", "reverse"):
+            return Path(value), None, f"sox {token}: an effect that changes the audio's timing"
+        elif program == "ffmpeg" and token in ("-ss", "-t", "-to", "-af", "-filter:a", "-filter_complex", "-map_channel"):
+            return Path(value), None, f"ffmpeg {token}: an option that cuts or filters the audio"
+        elif program == "ffmpeg" and token == "-i":
+            files.append(next(rest, ""))
+        elif program != "ffmpeg" and not token.startswith("-") and _kaldi_path(token, root).is_file():
+            files.append(token)
+    if len(files) != 1:
+        return Path(value), None, f"a {program} command without exactly one audio file that exists"
+    return _kaldi_path(files[0], root), channel, ""
+
+
+def _kaldi_path(name: str, root: Path) -> Path:
+    """A wav.scp path: as given when absolute; else relative to the current folder, the data folder or the two
+    above it (a recipe's data/train names its audio from the recipe's folder), the first that exists."""
+    path = Path(name)
+    if path.is_absolute():
+        return path
+    for base in (Path.cwd(), root, root.parent, root.parent.parent):
+        if (base / path).is_file():
+            return base / path
+    return path
+
+
+def _cut(path: Path, target: Path, start: float | None, end: float | None, channel: int | None) -> None:
+    """Write seconds [start, end) of `path` (all of it when start is None), channel `channel` (1-based; None: every
+    channel), to `target` as wav."""
+    if not path.is_file():
+        raise FileNotFoundError(path)
+    try:
+        rate = sf.info(str(path)).samplerate
+        frames = (None, None) if start is None else (int(start * rate), int(end * rate))
+        data, rate = sf.read(str(path), start=frames[0] or 0, stop=frames[1], always_2d=True)  # (T, C)
+    except sf.LibsndfileError:  # a container soundfile does not read (data.media)
+        data, rate = read_audio(path)
+        if start is not None:
+            data = data[int(start * rate):int(end * rate)]
+    if channel is not None:
+        if channel > data.shape[1]:
+            raise ValueError(f"no channel {channel} (it has {data.shape[1]})")
+        data = data[:, channel - 1:channel]
+    if data.shape[0] == 0:
+        raise ValueError("the segment holds no samples")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(str(target), data, rate)
+
+
 PARQUET_TEXT = ("text", "sentence", "transcript", "transcription", "normalized_text")  # looked for in this order
 _SNIFFED = {"WAV": "wav", "FLAC": "flac", "OGG": "ogg", "MP3": "mp3", "AIFF": "aiff", "W64": "w64", "CAF": "caf"}
 _MANIFEST_KEYS = {"audio_filepath", "duration", "text"}
@@ -214,12 +351,12 @@ def _extension(data: bytes, path: Any) -> str:
 LAYOUTS = {"librispeech": "SPEAKER/CHAPTER/*.trans.txt beside their .flac files", "commonvoice": "a .tsv and clips/",
            "mls": "transcripts.txt and audio/", "tedlium": "stm/*.stm and sph/*.sph",
            "fsdd": "recordings/DIGIT_SPEAKER_INDEX.wav", "csv": "a header and a row an utterance",
-           "parquet": "*.parquet files (under a --split folder or named SPLIT-*.parquet)"}
+           "kaldi": "wav.scp and text", "parquet": "*.parquet files (under a --split folder or named SPLIT-*.parquet)"}
 
 # speechscale data import KIND -> the importer
 IMPORTERS: dict[str, Callable[[Path, Path, str], Iterator[Row]]] = {
     "librispeech": librispeech, "commonvoice": commonvoice, "mls": mls, "tedlium": tedlium, "fsdd": fsdd,
-    "csv": csv_file, "parquet": parquet}
+    "csv": csv_file, "kaldi": kaldi, "parquet": parquet}
 
 
 def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", min_duration: float = 0.0,

@@ -170,8 +170,8 @@ def test_cli_indexes_shards_and_trains_from_them(tmp_path, capsys):
     code, out, err = main_cli(capsys, "data", "index", str(tmp_path / "wd"))
     assert code == 0, err
     assert json.loads(out.splitlines()[-1])["utterances"] == 8
-    code, out, err = main_cli(capsys, "data", "index", "s3://bucket/corpus")
-    assert code == 2 and "index a local copy of the shards" in err and len(err.strip().splitlines()) == 1
+    code, out, err = main_cli(capsys, "data", "index", str(tmp_path / "nowhere"))
+    assert code == 2 and "nowhere: not a folder" in err and len(err.strip().splitlines()) == 1
     config = tmp_path / "run.yaml"
     config.write_text(f"data: {{train_manifest: {tmp_path / 'wd'}, val_manifest: {tmp_path / 'wd'}, batch_seconds: 4}}\n"
                       "features: {sample_rate: 8000}\n"
@@ -182,3 +182,29 @@ def test_cli_indexes_shards_and_trains_from_them(tmp_path, capsys):
     summary = json.loads(out.splitlines()[-1])
     assert summary["step"] == 2 and summary["train_utterances"] == 8 and summary["bad_audio"] == 0
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
+
+
+def test_shards_behind_a_url_are_indexed_in_one_streaming_pass_and_train(s3, tmp_path, capsys):
+    """A real S3-compatible server (moto) on loopback: the CLI lists the bucket's tars, reads each as one stream,
+    writes the index beside them, and training reads them by range from there."""
+    import fsspec
+
+    rows = _rows(6)
+    _webdataset_shards(tmp_path / "wd", rows, maxcount=4)
+    fs = fsspec.filesystem("s3")
+    for p in (tmp_path / "wd").iterdir():
+        fs.pipe(f"ckpts/wds/{p.name}", p.read_bytes())
+    fs.pipe("ckpts/wds/notes.txt", b"not a shard")
+    code, out, err = main_cli(capsys, "data", "index", "s3://ckpts/wds", "--pattern", "train-*.tar")
+    assert code == 0, err
+    assert json.loads(out.splitlines()[-1])["utterances"] == 6
+    index_tars(tmp_path / "wd")  # the same tars, local: the same index lines
+    remote = fs.cat("ckpts/wds/index.jsonl").decode().splitlines()
+    assert remote[1:] == (tmp_path / "wd" / "index.jsonl").read_text().splitlines()[1:]
+    remote_items = _items(_source("s3://ckpts/wds/index.jsonl")[1])
+    local_items = _items(_source(tmp_path / "wd")[1])
+    for i in range(6):
+        assert remote_items[i]["text"] == local_items[i]["text"]
+        assert (remote_items[i]["feats"] == local_items[i]["feats"]).all()
+    code, _, err = main_cli(capsys, "data", "index", "s3://ckpts/wds", "--out", str(tmp_path / "index.jsonl"))
+    assert code == 2 and "an index names its shards relative to its own folder" in err

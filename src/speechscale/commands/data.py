@@ -148,7 +148,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     ds.set_defaults(func=data_shard)
     dx = command(dsub, "index", "tar shards another tool wrote (WebDataset layout) -> FOLDER/index.jsonl, for "
                                 "streaming")
-    dx.add_argument("folder", help="the folder of the tar shards")
+    dx.add_argument("folder", help="the folder of the tar shards, local or a URL (s3://bucket/corpus, ...)")
     dx.add_argument("--pattern", default="*.tar", help="the shards' file names under FOLDER (a glob; ** for subfolders)")
     dx.add_argument("--out", type=out_file, default=None, help="the index to write (default FOLDER/index.jsonl); its folder "
                                                           "holds the shards")

@@ -68,7 +68,8 @@ def data_shard(args: argparse.Namespace) -> int:
 def data_index(args: argparse.Namespace) -> int:
     from ..data.tar_index import index_tars
 
-    print(json.dumps(index_tars(args.folder, args.pattern, args.out, args.text_field), ensure_ascii=False))
+    print(json.dumps(index_tars(args.folder, args.pattern, args.out, args.text_field, progress=not args.quiet),
+                     ensure_ascii=False))
     return 0
 
 

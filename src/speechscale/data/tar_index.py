@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+from tqdm import tqdm
 
 from ..storage import is_remote
 from .audio import AudioError, stream_duration
@@ -108,11 +109,11 @@ def _groups(tar: tarfile.TarFile, size: int, name: str, stream: bool) -> tuple[l
 
 
 def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | None = None,
-               text_field: str | None = None) -> dict[str, Any]:
+               text_field: str | None = None, progress: bool = False) -> dict[str, Any]:
     """Write the index of the tar shards under `folder` (a local folder or a URL) that match `pattern` (sorted by
     path) to `out` (default FOLDER/index.jsonl; its folder holds the shards). `text_field` names the JSON members'
-    transcript field (None: the first of TEXT_FIELDS the first JSON member has). Returns the index header plus
-    what was skipped, by reason."""
+    transcript field (None: the first of TEXT_FIELDS the first JSON member has); `progress` shows a bar of the
+    tars read. Returns the index header plus what was skipped, by reason."""
     folder = str(folder).rstrip("/") or "/"
     out = str(out) if out is not None else f"{folder}/{INDEX_NAME}"
     try:
@@ -143,9 +144,9 @@ def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | Non
 
     def skip(reason: str, where: str, why: str = "") -> None:
         skipped[reason] = skipped.get(reason, 0) + 1
-        print(f"skipping {where}: {why or reason}")
+        tqdm.write(f"skipping {where}: {why or reason}")
 
-    for p, name in zip(paths, names):
+    for p, name in tqdm(list(zip(paths, names)), desc="index", unit="tar", disable=not progress, leave=False):
         members, texts, seconds, size = [], [], 0.0, fs.size(p)
         stream = is_remote(folder)
         try:
@@ -178,7 +179,7 @@ def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | Non
         if damage and not (groups and not groups[-1].whole):  # a cut inside the last member was counted with it
             skip("damaged tar", name, f"unreadable after the utterances above ({damage})")
         if not members:  # nothing to read from it
-            print(f"leaving out {name}: no utterance in it")
+            tqdm.write(f"leaving out {name}: no utterance in it")
             continue
         lines.append({"shard": name, "bytes": size, "utterances": len(members), "seconds": round(seconds, 3),
                       "members": members, "texts": texts})

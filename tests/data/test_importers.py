@@ -268,6 +268,7 @@ def test_a_kaldi_data_folder_with_paths_commands_channels_and_bad_entries(tmp_pa
     n = min(len(left), len(right))
     sf.write(recipe / "call.sph", np.stack([left[:n], right[:n]], axis=1), 8000, format="NIST", subtype="PCM_16")
     sf.write(recipe / "b.flac", right, 8000)
+    sf.write(recipe / "mono.sph", left, 8000, format="NIST", subtype="PCM_16")
     (data / "wav.scp").write_text(
         "u1 a.wav\n"
         "u2 flac -c -d -s b.flac |\n"
@@ -276,16 +277,18 @@ def test_a_kaldi_data_folder_with_paths_commands_channels_and_bad_entries(tmp_pa
         "u4 sox b.flac -t wav - remix 1 |\n"
         "u5 raw_feats.ark:1234\n"
         "u6 curl -s http://example.com/x.wav |\n"
-        "u7 sox b.flac -t wav - trim 0 1 |\n")
-    (data / "text").write_text("u1 ZERO\nu2 one\nu3-A zero\nu3-B one\nu4 one\nu5 x\nu6 y\nu7 z\nu8 not in wav.scp\n")
+        "u7 sox b.flac -t wav - trim 0 1 |\n"
+        "u9 sph2pipe -f wav -p -c 1 mono.sph |\n")
+    (data / "text").write_text("u1 ZERO\nu2 one\nu3-A zero\nu3-B one\nu4 one\nu5 x\nu6 y\nu7 z\nu8 not in wav.scp\nu9 zero\n")
     (data / "utt2spk").write_text("u1 jackson\nu3-A caller\nu3-B callee\n")
     report = import_corpus("kaldi", recipe / "data", tmp_path / "out", split="train")
-    assert report.kept == 5 and report.reasons == {
+    assert report.kept == 6 and report.reasons == {
         "a Kaldi archive offset (ark:), not an audio file": 1, "a command speechscale does not run (curl)": 1,
         "sox trim: an effect that changes the audio's timing": 1, "recording not in wav.scp": 1}
     utts, _ = read_manifest(tmp_path / "out" / "manifest.jsonl")
     by_id = {u.extra["id"]: u for u in utts}
-    assert [u.raw_text for u in utts] == ["zero", "one", "zero", "one", "one"]
+    assert [u.raw_text for u in utts] == ["zero", "one", "zero", "one", "one", "zero"]
+    assert os.path.samefile(by_id["u9"].audio_path, recipe / "mono.sph")  # channel 1 of a mono file: the file
     assert by_id["u1"].extra["speaker"] == "jackson" and "speaker" not in by_id["u2"].extra
     assert os.path.samefile(by_id["u1"].audio_path, recipe / "a.wav")  # found from the recipe's folder
     assert os.path.samefile(by_id["u2"].audio_path, recipe / "b.flac")  # flac -d decodes it: the file itself

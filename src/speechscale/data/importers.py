@@ -179,6 +179,11 @@ def kaldi(src: Path, out: Path, split: str) -> Iterator[Row]:
         if why:
             yield root / "wav.scp", None, {SKIP: why, DETAIL: f"{root / 'wav.scp'}: {rec}"}
             continue
+        if start is None and channel is not None and path.is_file():
+            try:
+                channel = None if audio_info(path)[2] == 1 and channel == 1 else channel  # mono: the file itself
+            except Exception:  # soundfile raises several types for unknown or corrupt headers: cut, and be told
+                pass
         if start is None and channel is None:
             yield path, text, extra
             continue

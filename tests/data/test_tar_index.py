@@ -208,3 +208,18 @@ def test_shards_behind_a_url_are_indexed_in_one_streaming_pass_and_train(s3, tmp
         assert (remote_items[i]["feats"] == local_items[i]["feats"]).all()
     code, _, err = main_cli(capsys, "data", "index", "s3://ckpts/wds", "--out", str(tmp_path / "index.jsonl"))
     assert code == 2 and "an index names its shards relative to its own folder" in err
+
+
+def test_jobs_write_and_index_the_same_shards_as_one_process(tmp_path, capsys):
+    manifest = _manifest(tmp_path, 9)
+    write_shards(str(manifest), tmp_path / "one", shard_size=2, codec="flac")
+    code, out, err = main_cli(capsys, "data", "shard", str(manifest), "--out", str(tmp_path / "two"), "--shard-size",
+                              "2", "--codec", "flac", "--jobs", "2")
+    assert code == 0, err
+    names = sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "two").iterdir()) and len(names) == 6  # 5 tars + index
+    for name in names:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+    index_tars(tmp_path / "one", "shard-*.tar", out=tmp_path / "one" / "a.jsonl")
+    index_tars(tmp_path / "one", "shard-*.tar", out=tmp_path / "one" / "b.jsonl", jobs=2)
+    assert (tmp_path / "one" / "a.jsonl").read_text() == (tmp_path / "one" / "b.jsonl").read_text()

@@ -61,15 +61,15 @@ def data_download(args: argparse.Namespace) -> int:
 def data_shard(args: argparse.Namespace) -> int:
     from ..data.shards import write_shards
 
-    print(json.dumps(write_shards(args.manifest, args.out, args.shard_size, args.codec)))
+    print(json.dumps(write_shards(args.manifest, args.out, args.shard_size, args.codec, jobs=args.jobs)))
     return 0
 
 
 def data_index(args: argparse.Namespace) -> int:
     from ..data.tar_index import index_tars
 
-    print(json.dumps(index_tars(args.folder, args.pattern, args.out, args.text_field, progress=not args.quiet),
-                     ensure_ascii=False))
+    print(json.dumps(index_tars(args.folder, args.pattern, args.out, args.text_field, progress=not args.quiet,
+                                jobs=args.jobs), ensure_ascii=False))
     return 0
 
 
@@ -146,6 +146,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     ds.add_argument("--shard-size", type=positive(int), default=1000, help="utterances per shard")
     ds.add_argument("--codec", choices=["flac"], default=None,
                     help="re-encode the audio as 16-bit FLAC (default: keep each file's bytes)")
+    ds.add_argument("--jobs", type=positive(int), default=1, help="processes that write shards side by side")
     ds.set_defaults(func=data_shard)
     dx = command(dsub, "index", "tar shards another tool wrote (WebDataset layout) -> FOLDER/index.jsonl, for "
                                 "streaming")
@@ -156,6 +157,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     dx.add_argument("--text-field", default=None,
                     help="the JSON members' transcript field (default: text, transcript or sentence, as the first "
                          "JSON member has; a KEY.txt member serves when there is none)")
+    dx.add_argument("--jobs", type=positive(int), default=1, help="processes that read tars side by side")
     dx.set_defaults(func=data_index)
     da = command(dsub, "alphabet", "the characters of manifests' transcripts: a text.alphabet for their language")
     da.add_argument("manifests", nargs="+", help="JSONL manifests (their text fields) or shard indexes")

@@ -22,7 +22,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import fsspec
 import numpy as np
@@ -105,10 +105,12 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: str | None = None) -> dict[str, Any]:
+def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: str | None = None,
+                 jobs: int = 1) -> dict[str, Any]:
     """Write `manifest`'s valid utterances as tar shards of `shard_size` utterances and index.jsonl in `out`.
-    `codec` "flac" re-encodes the audio as 16-bit FLAC (None keeps each file's bytes and format). Returns
-    the index header (shards, utterances, hours) plus what was skipped."""
+    `codec` "flac" re-encodes the audio as 16-bit FLAC (None keeps each file's bytes and format); `jobs`
+    processes write shards side by side (the same files as one). Returns the index header (shards, utterances,
+    hours) plus what was skipped."""
     if shard_size < 1:
         raise ShardError(f"--shard-size must be at least 1, not {shard_size}")
     if codec not in (None, "flac"):
@@ -118,37 +120,58 @@ def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: 
         raise ShardError(f"{manifest}: no utterance to shard ({report.summary()})")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    lines, total_s, skipped = [], 0.0, dict(report.reasons)
-    for s in range(math.ceil(len(utts) / shard_size)):
-        name = f"shard-{s:06d}.tar"
-        members, texts, seconds = [], [], 0.0
-        with tarfile.open(out / name, "w", format=tarfile.USTAR_FORMAT) as tar:
-            for i, u in enumerate(utts[s * shard_size:(s + 1) * shard_size]):
-                key = f"{s:06d}{i:06d}"
-                try:
-                    audio, ext, duration = _audio_bytes(u.audio_path, codec, u.duration)
-                except AudioError as e:
-                    skipped["unreadable audio"] = skipped.get("unreadable audio", 0) + 1
-                    print(f"skipping {u.audio_path}: {e}")
-                    continue
-                start = tar.offset
-                meta = {"text": u.raw_text, "duration": duration, "source": os.path.basename(u.audio_path), **u.extra}
-                _add(tar, f"{key}.json", json.dumps(meta, ensure_ascii=False).encode())
-                _add(tar, f"{key}.{ext}", audio)
-                members.append([key, round(duration, 4), start, tar.offset])
-                texts.append(u.raw_text)
-                seconds += duration
-        size = (out / name).stat().st_size
-        lines.append({"shard": name, "bytes": size, "utterances": len(members), "seconds": round(seconds, 3),
-                      "members": members, "texts": texts})
-        total_s += seconds
+    work = [(out, s, utts[s * shard_size:(s + 1) * shard_size], codec) for s in range(math.ceil(len(utts) / shard_size))]
+    lines, skipped = [], dict(report.reasons)
+    for line, unreadable in map_in_processes(_write_shard, work, jobs):
+        lines.append(line)
+        if unreadable:
+            skipped["unreadable audio"] = skipped.get("unreadable audio", 0) + unreadable
     header = {HEADER_KEY: 1, "shards": len(lines), "utterances": sum(x["utterances"] for x in lines),
-              "hours": round(total_s / 3600, 4), "source": str(manifest), "codec": codec or "as-is"}
+              "hours": round(sum(x["seconds"] for x in lines) / 3600, 4), "source": str(manifest),
+              "codec": codec or "as-is"}
     with open(out / INDEX_NAME, "w", encoding="utf-8") as f:
         f.write(json.dumps(header) + "\n")
         for x in lines:
             f.write(json.dumps(x, ensure_ascii=False) + "\n")
     return {**header, "skipped": skipped}
+
+
+def _write_shard(work: tuple[Path, int, list[Any], str | None]) -> tuple[dict[str, Any], int]:
+    """Shard number s of `write_shards`: (its index line, utterances skipped for unreadable audio)."""
+    out, s, utts, codec = work
+    name = f"shard-{s:06d}.tar"
+    members, texts, seconds, unreadable = [], [], 0.0, 0
+    with tarfile.open(out / name, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for i, u in enumerate(utts):
+            key = f"{s:06d}{i:06d}"
+            try:
+                audio, ext, duration = _audio_bytes(u.audio_path, codec, u.duration)
+            except AudioError as e:
+                unreadable += 1
+                print(f"skipping {u.audio_path}: {e}", flush=True)
+                continue
+            start = tar.offset
+            meta = {"text": u.raw_text, "duration": duration, "source": os.path.basename(u.audio_path), **u.extra}
+            _add(tar, f"{key}.json", json.dumps(meta, ensure_ascii=False).encode())
+            _add(tar, f"{key}.{ext}", audio)
+            members.append([key, round(duration, 4), start, tar.offset])
+            texts.append(u.raw_text)
+            seconds += duration
+    line = {"shard": name, "bytes": (out / name).stat().st_size, "utterances": len(members),
+            "seconds": round(seconds, 3), "members": members, "texts": texts}
+    return line, unreadable
+
+
+def map_in_processes(fn: Callable[[Any], Any], items: list[Any], jobs: int) -> Iterator[Any]:
+    """`map(fn, items)` in order; with `jobs` > 1 in that many fresh (spawned) processes, one item at a time each."""
+    if jobs <= 1 or len(items) <= 1:
+        yield from map(fn, items)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(min(jobs, len(items)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield from pool.map(fn, items)
 
 
 def _audio_bytes(path: str, codec: str | None, duration: float) -> tuple[bytes, str, float]:

@@ -32,6 +32,7 @@ from .shards import (
     TEXT_EXTENSIONS,
     TEXT_FIELDS,
     ShardError,
+    map_in_processes,
     member_key,
     transcript,
 )
@@ -108,12 +109,26 @@ def _groups(tar: tarfile.TarFile, size: int, name: str, stream: bool) -> tuple[l
             return groups, str(e)
 
 
+def _read_tar(work: tuple[str, str, str]) -> tuple[str, int, list[_Group], str | None]:
+    """(name, bytes, groups, damage) of the tar at `path` under `folder` (`_groups`; a URL's as one stream)."""
+    folder, path, name = work
+    fs = fsspec.core.url_to_fs(folder)[0]
+    stream = is_remote(folder)
+    size = fs.size(path)
+    try:
+        with fs.open(path, "rb") as f, tarfile.open(fileobj=f, mode="r|" if stream else "r:") as tar:
+            return (name, size, *_groups(tar, size, name, stream))
+    except (tarfile.TarError, OSError) as e:
+        return name, size, [], str(e)
+
+
 def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | None = None,
-               text_field: str | None = None, progress: bool = False) -> dict[str, Any]:
+               text_field: str | None = None, progress: bool = False, jobs: int = 1) -> dict[str, Any]:
     """Write the index of the tar shards under `folder` (a local folder or a URL) that match `pattern` (sorted by
     path) to `out` (default FOLDER/index.jsonl; its folder holds the shards). `text_field` names the JSON members'
     transcript field (None: the first of TEXT_FIELDS the first JSON member has); `progress` shows a bar of the
-    tars read. Returns the index header plus what was skipped, by reason."""
+    tars read; `jobs` processes read tars side by side (the same index as one). Returns the index header plus
+    what was skipped, by reason."""
     folder = str(folder).rstrip("/") or "/"
     out = str(out) if out is not None else f"{folder}/{INDEX_NAME}"
     try:
@@ -146,14 +161,11 @@ def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | Non
         skipped[reason] = skipped.get(reason, 0) + 1
         tqdm.write(f"skipping {where}: {why or reason}")
 
-    for p, name in tqdm(list(zip(paths, names)), desc="index", unit="tar", disable=not progress, leave=False):
-        members, texts, seconds, size = [], [], 0.0, fs.size(p)
-        stream = is_remote(folder)
-        try:
-            with fs.open(p, "rb") as f, tarfile.open(fileobj=f, mode="r|" if stream else "r:") as tar:
-                groups, damage = _groups(tar, size, name, stream)
-        except (tarfile.TarError, OSError) as e:
-            groups, damage = [], str(e)
+    work = [(folder, p, name) for p, name in zip(paths, names)]
+    read = map_in_processes(_read_tar, work, jobs)
+    for name, size, groups, damage in tqdm(read, total=len(work), desc="index", unit="tar", disable=not progress,
+                                           leave=False):
+        members, texts, seconds = [], [], 0.0
         keys = Counter(g.key for g in groups)
         for g in groups:
             where = f"{name} member {g.key}"

@@ -89,6 +89,9 @@ def test_a_decimal_keeps_its_fraction_in_every_language(language, raw, said):
     ("de", "vom 21. bis 23. Juni, der 1. Januar", "vom einundzwanzigsten bis dreiundzwanzigsten juni der erste januar"),
     ("de", "Montag, 3. März", "montag dritter märz"),
     ("de", "Seite 3. Dann 12. Juni.", "seite drei dann zwölfter juni"),  # a point before no month ends a sentence
+    ("de", "Der 2. Weltkrieg, im 3. Stock, zum 5. Mal, die 1. Klasse, ins 21. Jahrhundert",
+     "der zweite weltkrieg im dritten stock zum fünften mal die erste klasse ins einundzwanzigste jahrhundert"),
+    ("de", "Er kam als 2. ins Ziel, Platz 3. Dann", "er kam als zwei ins ziel platz drei dann"),  # no article: a number
 ])
 def test_ordinals_with_their_suffixes_are_read_in_french_spanish_italian_and_portuguese(language, raw, said):
     assert TextNormalizer(None, digits_language=language)(raw) == said

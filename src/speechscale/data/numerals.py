@@ -54,8 +54,13 @@ _ORDINALS = {
 _DE_MONTHS = "januar|jänner|februar|märz|marz|maerz|april|mai|juni|juli|august|september|oktober|november|dezember"
 _DE_DATE = re.compile(r"(?:(?<![^\W\d_])([^\W\d_]+)\s+)?(?<![\d.,])(\d{1,2})\.(?=\s+(?:(?:bis|und|oder)\s+\d{1,2}\.\s+)?"
                       r"(?:" + _DE_MONTHS + r")(?![^\W\d_]))")
-_DE_WEAK = {"am", "im", "vom", "zum", "beim", "dem", "den", "des", "bis", "ab", "seit", "nach", "vor", "und", "oder"}
-_DE_DEFINITE = {"der", "die", "das"}
+_DE_WEAK = {"am", "im", "vom", "zum", "zur", "beim", "dem", "den", "des", "bis", "ab", "seit", "nach", "vor", "und",
+            "oder"}
+# ... and after an article before a word ("der 2. Weltkrieg", "im 3. Stock", "zum 5. Mal"): an article's number
+# with a point is an ordinal, whatever follows
+_DE_ARTICLE_ORDINAL = re.compile(r"(?<![^\W\d_])(der|die|das|den|dem|des|am|im|vom|zum|zur|beim|ins|ans)\s+"
+                                 r"(?<![\d.,])(\d{1,3})\.(?=\s+[^\W\d_])")
+_DE_DEFINITE = {"der", "die", "das", "ins", "ans"}  # ins, ans: in das, an das
 
 
 @functools.cache
@@ -182,7 +187,8 @@ class NumberReader:
         return f" {said} "
 
     def _german_date(self, m: re.Match[str]) -> str:
-        """A German date's ordinal ("am 3." before a month) with the ending its article asks for."""
+        """A German ordinal (a date's "am 3." before a month, "der 2." after an article) with the ending its article
+        asks for."""
         before = m.group(1) or ""
         said = self._words(int(m.group(2)), "ordinal")
         ending = "n" if before in _DE_WEAK else "" if before in _DE_DEFINITE else "r"
@@ -212,5 +218,6 @@ class NumberReader:
             text = _ORDINALS[self.language[:2]].sub(self._ordinal, text)
         elif self.language[:2] == "de":
             text = _DE_DATE.sub(self._german_date, text)
+            text = _DE_ARTICLE_ORDINAL.sub(self._german_date, text)
         text = _YEAR.sub(lambda m: " " + self._words(int(m.group(1)), "year") + " ", text)
         return NUMBER.sub(lambda m: self._number(m.group(0)), text)

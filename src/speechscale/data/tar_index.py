@@ -197,8 +197,10 @@ def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | Non
                       "members": members, "texts": texts})
         total_s += seconds
     if not lines:
+        field_said = f"; transcripts read from .txt members or the JSON field {chosen or 'text'!r} (--text-field)" \
+            if "no transcript" in skipped else ""
         raise ShardError(f"{folder}: no utterance with audio and a transcript in {len(paths)} tar files "
-                         f"(skipped: {json.dumps(skipped)})")
+                         f"(skipped: {json.dumps(skipped)}{field_said})")
     header = {HEADER_KEY: 1, "shards": len(lines), "utterances": sum(x["utterances"] for x in lines),
               "hours": round(total_s / 3600, 4), "source": folder, "codec": "as-is", "text_field": chosen or "text"}
     text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in [header, *lines])

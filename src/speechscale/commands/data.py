@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .args import Parser, non_negative, out_file, out_folder, positive, sample_rate
 
@@ -75,26 +75,26 @@ def data_index(args: argparse.Namespace) -> int:
 
 def data_alphabet(args: argparse.Namespace) -> int:
     from ..config import ConfigError
-    from ..data.manifest import read_manifest
-    from ..data.shards import ShardIndex, is_shard_index
+    from ..data.manifest import SkipReport
+    from ..data.shards import transcripts
     from ..data.text import digits_language_known, suggest_alphabet
 
     if args.digits == "spell" and not digits_language_known(args.digits_language):
         raise ConfigError(f"--digits-language {args.digits_language!r} is not a language num2words spells numbers in")
-    texts, utterances = [], 0
-    for manifest in args.manifests:
-        if is_shard_index(manifest):
-            found = list(ShardIndex(manifest).texts())
-        else:
-            utts, report = read_manifest(manifest, check_files=False)
-            if not utts:  # an alphabet of nothing would be no help
-                raise ConfigError(f"{manifest}: no transcript read ({report.summary()})")
-            found = [u.raw_text for u in utts]
-        texts += found
-        utterances += len(found)
-    found = suggest_alphabet(texts, args.digits, args.digits_language, args.min_count)
+    count = [0]
+
+    def texts() -> Iterator[str]:
+        for source in args.manifests:
+            report, before = SkipReport(source), count[0]
+            for text in transcripts(source, report):
+                count[0] += 1
+                yield text
+            if count[0] == before:  # an alphabet of nothing would be no help
+                raise ConfigError(f"{source}: no transcript read ({report.summary()})")
+
+    found = suggest_alphabet(texts(), args.digits, args.digits_language, args.min_count)
     override = f"text.alphabet={json.dumps(found['alphabet'], ensure_ascii=False)}"
-    print(json.dumps({**found, "utterances": utterances, "override": override}, ensure_ascii=False))
+    print(json.dumps({**found, "utterances": count[0], "override": override}, ensure_ascii=False))
     return 0
 
 

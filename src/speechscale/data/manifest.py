@@ -14,7 +14,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 REQUIRED = ("audio_filepath", "duration", "text")
 
@@ -92,14 +92,36 @@ def read_manifest(
     `lines` = [start] or [start, stop] selects records by their 0-based position among non-empty lines
     (as a Python slice), before validation, so a split stays the same whatever is skipped.
     """
-    start = lines[0] if lines else 0
-    stop = lines[1] if lines and len(lines) > 1 else math.inf
+    report = SkipReport(source=str(path))
+    out = list(iter_manifest(path, report, normalize, oov, filt, min_duration, max_duration, check_files, lines))
+    return out, report
+
+
+def iter_manifest(
+    path: str | Path,
+    report: SkipReport,
+    normalize: Callable[[str], str] | None = None,
+    oov: Callable[[str], set[str]] | None = None,
+    filt: dict[str, Any] | None = None,
+    min_duration: float = 0.0,
+    max_duration: float = math.inf,
+    check_files: bool = True,
+    lines: list[int] | None = None,
+) -> Iterator[Utterance]:
+    """`read_manifest`'s utterances one at a time, as the file is read (a corpus of any size in constant memory);
+    `report` counts what was kept and skipped as they go. ManifestError before the first when the file is missing."""
     path = Path(path)
     if not path.is_file():
         raise ManifestError(f"manifest not found: {path}")
+    return _utterances(path, report, normalize, oov, filt, min_duration, max_duration, check_files, lines)
+
+
+def _utterances(path: Path, report: SkipReport, normalize: Callable[[str], str] | None,
+                oov: Callable[[str], set[str]] | None, filt: dict[str, Any] | None, min_duration: float,
+                max_duration: float, check_files: bool, lines: list[int] | None) -> Iterator[Utterance]:
+    start = lines[0] if lines else 0
+    stop = lines[1] if lines and len(lines) > 1 else math.inf
     base = path.parent
-    report = SkipReport(source=str(path))
-    out: list[Utterance] = []
     with path.open("r", encoding="utf-8-sig", errors="replace") as f:
         position = -1
         for lineno, raw in enumerate(f, start=1):
@@ -151,9 +173,8 @@ def read_manifest(
                 report.skip(lineno, "missing audio", str(audio))
                 continue
             extra = {k: v for k, v in rec.items() if k not in REQUIRED}
-            out.append(Utterance(str(audio), duration, text, raw_text, lineno, extra))
-    report.kept = len(out)
-    return out, report
+            report.kept += 1
+            yield Utterance(str(audio), duration, text, raw_text, lineno, extra)
 
 
 def write_manifest(path: str | Path, records: list[dict[str, Any]]) -> None:

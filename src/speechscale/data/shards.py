@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import atexit
 import io
+import itertools
 import json
-import math
 import os
 import posixpath
 import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import fsspec
 import numpy as np
@@ -30,7 +30,7 @@ import soundfile as sf
 
 from ..storage import is_remote
 from .audio import AudioError, read_audio
-from .manifest import ManifestError, read_manifest
+from .manifest import ManifestError, SkipReport, iter_manifest
 
 INDEX_NAME = "index.jsonl"
 HEADER_KEY = "speechscale_shards"  # the first line of an index: {"speechscale_shards": 1, ...}
@@ -115,25 +115,59 @@ def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: 
         raise ShardError(f"--shard-size must be at least 1, not {shard_size}")
     if codec not in (None, "flac"):
         raise ShardError(f"--codec must be flac (or left out to keep the files as they are), not {codec!r}")
-    utts, report = read_manifest(manifest)
-    if not utts:  # before any file is written: an empty index would only fail later, in training
+    report = SkipReport(source=str(manifest))
+    utts = iter_manifest(manifest, report)
+    first = list(itertools.islice(utts, shard_size))
+    if not first:  # before any file is written: an empty index would only fail later, in training
         raise ShardError(f"{manifest}: no utterance to shard ({report.summary()})")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    work = [(out, s, utts[s * shard_size:(s + 1) * shard_size], codec) for s in range(math.ceil(len(utts) / shard_size))]
-    lines, skipped = [], dict(report.reasons)
-    for line, unreadable in map_in_processes(_write_shard, work, jobs):
-        lines.append(line)
-        if unreadable:
-            skipped["unreadable audio"] = skipped.get("unreadable audio", 0) + unreadable
-    header = {HEADER_KEY: 1, "shards": len(lines), "utterances": sum(x["utterances"] for x in lines),
-              "hours": round(sum(x["seconds"] for x in lines) / 3600, 4), "source": str(manifest),
-              "codec": codec or "as-is"}
-    with open(out / INDEX_NAME, "w", encoding="utf-8") as f:
-        f.write(json.dumps(header) + "\n")
-        for x in lines:
-            f.write(json.dumps(x, ensure_ascii=False) + "\n")
-    return {**header, "skipped": skipped}
+    rest = iter(lambda: list(itertools.islice(utts, shard_size)), [])  # the manifest is read a shard at a time
+    work = ((out, s, part, codec) for s, part in enumerate(itertools.chain([first], rest)))
+    unreadable = 0
+    with IndexWriter() as index:
+        for line, bad in map_in_processes(_write_shard, work, jobs):
+            index.add(line)
+            unreadable += bad
+        header = index.finish(str(out / INDEX_NAME), {"source": str(manifest), "codec": codec or "as-is"})
+    return {**header, "skipped": dict(report.reasons) | ({"unreadable audio": unreadable} if unreadable else {})}
+
+
+class IndexWriter:
+    """An index written as its shard lines come (memory stays flat however large the corpus): the lines wait in a
+    temporary file, and `finish` writes the header with the totals, then them (a local index by rename, whole)."""
+
+    def __init__(self) -> None:
+        self.body = tempfile.TemporaryFile("w+", encoding="utf-8")
+        self.shards, self.utterances, self.seconds = 0, 0, 0.0
+
+    def __enter__(self) -> "IndexWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.body.close()
+
+    def add(self, line: dict[str, Any]) -> None:
+        """One shard's line: {"shard", "bytes", "utterances", "seconds", "members", "texts"}."""
+        self.body.write(json.dumps(line, ensure_ascii=False) + "\n")
+        self.shards += 1
+        self.utterances += line["utterances"]
+        self.seconds += line["seconds"]
+
+    def finish(self, out: str, extra: dict[str, Any]) -> dict[str, Any]:
+        """Write the index to `out` (a path or URL); returns its header."""
+        header = {HEADER_KEY: 1, "shards": self.shards, "utterances": self.utterances,
+                  "hours": round(self.seconds / 3600, 4), **extra}
+        local = not is_remote(out)
+        target = Path(out).with_name(Path(out).name + ".partial") if local else out
+        with fsspec.open(str(target), "w", encoding="utf-8") as f:  # an object appears whole or not at all
+            f.write(json.dumps(header, ensure_ascii=False) + "\n")
+            self.body.seek(0)
+            while chunk := self.body.read(1 << 16):
+                f.write(chunk)
+        if local:
+            os.replace(target, out)
+        return header
 
 
 def _write_shard(work: tuple[Path, int, list[Any], str | None]) -> tuple[dict[str, Any], int]:
@@ -162,16 +196,23 @@ def _write_shard(work: tuple[Path, int, list[Any], str | None]) -> tuple[dict[st
     return line, unreadable
 
 
-def map_in_processes(fn: Callable[[Any], Any], items: list[Any], jobs: int) -> Iterator[Any]:
-    """`map(fn, items)` in order; with `jobs` > 1 in that many fresh (spawned) processes, one item at a time each."""
-    if jobs <= 1 or len(items) <= 1:
+def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int) -> Iterator[Any]:
+    """`map(fn, items)` in order; with `jobs` > 1 in that many fresh (spawned) processes, with at most two items per
+    process taken from `items` at a time (a stream stays a stream)."""
+    if jobs <= 1:
         yield from map(fn, items)
         return
     import multiprocessing
+    from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(min(jobs, len(items)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield from pool.map(fn, items)
+    items = iter(items)
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = deque(pool.submit(fn, x) for x in itertools.islice(items, 2 * jobs))
+        while pending:
+            done = pending.popleft().result()
+            pending.extend(pool.submit(fn, x) for x in itertools.islice(items, 1))
+            yield done
 
 
 def _audio_bytes(path: str, codec: str | None, duration: float) -> tuple[bytes, str, float]:
@@ -191,6 +232,17 @@ def _audio_bytes(path: str, codec: str | None, duration: float) -> tuple[bytes, 
         raise
     except (OSError, RuntimeError, sf.LibsndfileError) as e:
         raise AudioError(f"{path}: {e}") from e
+
+
+def transcripts(source: str, report: SkipReport, filt: dict[str, Any] | None = None, lines: list[int] | None = None,
+                allow_external: bool = False) -> Iterator[str]:
+    """The transcripts as written of a manifest (its valid lines, as `filt` and `lines` select them; the files
+    are not looked for) or of a shard index (all of them), one at a time; `report` counts the manifest's lines."""
+    if is_shard_index(source):
+        if filt or lines:
+            raise ShardError(f"{source}: a filter or slice selects manifest lines; a shard index takes neither")
+        return ShardIndex(source, allow_external=allow_external).texts()
+    return (u.raw_text for u in iter_manifest(source, report, filt=filt, check_files=False, lines=lines))
 
 
 # ---- reading --------------------------------------------------------------------------------------------

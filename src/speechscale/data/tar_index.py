@@ -18,7 +18,7 @@ import tarfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import fsspec
 from tqdm import tqdm
@@ -31,6 +31,7 @@ from .shards import (
     INDEX_NAME,
     TEXT_EXTENSIONS,
     TEXT_FIELDS,
+    IndexWriter,
     ShardError,
     map_in_processes,
     member_key,
@@ -155,7 +156,7 @@ def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | Non
         names.append(rel)
         _check_tar(fs, p, rel)
     skipped: dict[str, int] = {}
-    lines, total_s, chosen = [], 0.0, text_field
+    chosen = [text_field]  # the JSON field, once the first JSON member chose it
 
     def skip(reason: str, where: str, why: str = "") -> None:
         skipped[reason] = skipped.get(reason, 0) + 1
@@ -163,55 +164,57 @@ def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | Non
 
     work = [(folder, p, name) for p, name in zip(paths, names)]
     read = map_in_processes(_read_tar, work, jobs)
-    for name, size, groups, damage in tqdm(read, total=len(work), desc="index", unit="tar", disable=not progress,
-                                           leave=False):
-        members, texts, seconds = [], [], 0.0
-        keys = Counter(g.key for g in groups)
-        for g in groups:
-            where = f"{name} member {g.key}"
-            if keys[g.key] > 1:  # a reader takes an utterance's members as one run of bytes
-                skip("members not adjacent", where, "its members do not follow each other in the tar (write tars "
-                                                    "with `tar --sort=name`, or webdataset's writers)")
-            elif not g.whole:
-                skip("truncated shard", where)
-            elif g.audio is None:
-                skip("no audio member", where)
-            else:
-                if chosen is None and f"{g.key}.json" in g.texts:  # the first JSON member decides for all
-                    chosen = _guess_field(g.texts[f"{g.key}.json"])
-                text = transcript(g.texts, g.key, chosen or "text")
-                if text is None:
-                    skip("no transcript", where)
-                elif g.seconds is None:
-                    skip("unreadable audio", where, g.audio_error)
-                else:
-                    members.append([g.key, round(g.seconds, 4), g.start, g.end])
-                    texts.append(text)
-                    seconds += g.seconds
-        if damage and not (groups and not groups[-1].whole):  # a cut inside the last member was counted with it
-            skip("damaged tar", name, f"unreadable after the utterances above ({damage})")
-        if not members:  # nothing to read from it
-            tqdm.write(f"leaving out {name}: no utterance in it")
-            continue
-        lines.append({"shard": name, "bytes": size, "utterances": len(members), "seconds": round(seconds, 3),
-                      "members": members, "texts": texts})
-        total_s += seconds
-    if not lines:
-        field_said = f"; transcripts read from .txt members or the JSON field {chosen or 'text'!r} (--text-field)" \
-            if "no transcript" in skipped else ""
-        raise ShardError(f"{folder}: no utterance with audio and a transcript in {len(paths)} tar files "
-                         f"(skipped: {json.dumps(skipped)}{field_said})")
-    header = {HEADER_KEY: 1, "shards": len(lines), "utterances": sum(x["utterances"] for x in lines),
-              "hours": round(total_s / 3600, 4), "source": folder, "codec": "as-is", "text_field": chosen or "text"}
-    text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in [header, *lines])
-    if is_remote(out):
-        with out_fs.open(out_path, "w", encoding="utf-8") as f:  # an object appears whole or not at all
-            f.write(text)
-    else:
-        tmp = Path(out).with_name(Path(out).name + ".partial")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
+    with IndexWriter() as index:
+        for name, size, groups, damage in tqdm(read, total=len(work), desc="index", unit="tar", disable=not progress,
+                                               leave=False):
+            members, texts = _utterances(name, groups, chosen, skip)
+            if damage and not (groups and not groups[-1].whole):  # a cut inside the last member is counted with it
+                skip("damaged tar", name, f"unreadable after the utterances above ({damage})")
+            if not members:  # nothing to read from it
+                tqdm.write(f"leaving out {name}: no utterance in it")
+                continue
+            index.add({"shard": name, "bytes": size, "utterances": len(members),
+                       "seconds": round(sum(m[1] for m in members), 3), "members": members, "texts": texts})
+        field_name = chosen[0] or "text"
+        if not index.shards:
+            said = f"; transcripts read from .txt members or the JSON field {field_name!r} (--text-field)" \
+                if "no transcript" in skipped else ""
+            raise ShardError(f"{folder}: no utterance with audio and a transcript in {len(paths)} tar files "
+                             f"(skipped: {json.dumps(skipped)}{said})")
+        header = index.finish(out, {"source": folder, "codec": "as-is", "text_field": field_name})
     return {**header, "skipped": skipped}
+
+
+def _utterances(name: str, groups: list[_Group], chosen: list[str | None], skip: Callable[..., None]
+                ) -> tuple[list[list[Any]], list[str]]:
+    """The index members [key, seconds, start, end] and transcripts of one tar's groups; each group that is no
+    utterance is passed to `skip` with its reason. `chosen[0]`: the JSON text field (None: the first JSON member
+    met chooses it)."""
+    members, texts = [], []
+    keys = Counter(g.key for g in groups)
+    for g in groups:
+        where = f"{name} member {g.key}"
+        if keys[g.key] > 1:  # a reader takes an utterance's members as one run of bytes
+            skip("members not adjacent", where, "its members do not follow each other in the tar (write tars with "
+                                                "`tar --sort=name`, or webdataset's writers)")
+            continue
+        if not g.whole:
+            skip("truncated shard", where)
+            continue
+        if g.audio is None:
+            skip("no audio member", where)
+            continue
+        if chosen[0] is None and f"{g.key}.json" in g.texts:
+            chosen[0] = _guess_field(g.texts[f"{g.key}.json"])
+        text = transcript(g.texts, g.key, chosen[0] or "text")
+        if text is None:
+            skip("no transcript", where)
+        elif g.seconds is None:
+            skip("unreadable audio", where, g.audio_error)
+        else:
+            members.append([g.key, round(g.seconds, 4), g.start, g.end])
+            texts.append(text)
+    return members, texts
 
 
 def _is_index_file(fs: Any, path: str) -> bool:

@@ -4,11 +4,12 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Iterator
 
 from .. import storage
 from ..config import Config, ConfigError
-from ..data.manifest import read_manifest
-from ..data.shards import ShardError, ShardIndex, is_shard_index
+from ..data.manifest import SkipReport
+from ..data.shards import ShardError, is_shard_index, transcripts
 from ..data.text import AUTO_ALPHABET, suggest_alphabet
 
 log = logging.getLogger(__name__)
@@ -46,20 +47,23 @@ def resolve_alphabet(cfg: Config) -> None:
         return
     d = cfg.data
     manifests = d.mix or [d.train_manifest]
-    texts: list[str] = []
-    for m in manifests:
-        if is_shard_index(m):
-            try:
-                texts += ShardIndex(m, allow_external=d.allow_external_shards).texts()
-            except ShardError as e:
-                raise ConfigError(f"text.alphabet=auto: {e}") from None
-            continue
-        utts, _ = read_manifest(m, filt=d.filter, lines=None if d.mix else d.train_slice, check_files=False)
-        texts += [u.raw_text for u in utts]
-    found = suggest_alphabet(texts, cfg.text.digits, cfg.text.digits_language)["alphabet"]
+    count = [0]
+
+    def texts() -> Iterator[str]:
+        for m in manifests:
+            shards = is_shard_index(m)
+            for text in transcripts(m, SkipReport(m), None if shards else d.filter,
+                                    None if shards or d.mix else d.train_slice, d.allow_external_shards):
+                count[0] += 1
+                yield text
+
+    try:
+        found = suggest_alphabet(texts(), cfg.text.digits, cfg.text.digits_language)["alphabet"]
+    except ShardError as e:
+        raise ConfigError(f"text.alphabet=auto: {e}") from None
     if not found.strip():
         raise ConfigError(f"text.alphabet=auto: the training transcripts ({', '.join(manifests)}) hold no character "
                           "to spell")
     cfg.text.alphabet = found
     if int(os.environ.get("RANK", 0)) == 0:
-        log.info("text.alphabet=auto: %r, the %d characters of %d training transcripts", found, len(found), len(texts))
+        log.info("text.alphabet=auto: %r, the %d characters of %d training transcripts", found, len(found), count[0])

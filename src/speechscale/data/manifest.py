@@ -93,32 +93,25 @@ def read_manifest(
     (as a Python slice), before validation, so a split stays the same whatever is skipped.
     """
     report = SkipReport(source=str(path))
-    out = list(iter_manifest(path, report, normalize, oov, filt, min_duration, max_duration, check_files, lines))
+    out = list(iter_manifest(path, report, normalize=normalize, oov=oov, filt=filt, min_duration=min_duration,
+                             max_duration=max_duration, check_files=check_files, lines=lines))
     return out, report
 
 
-def iter_manifest(
-    path: str | Path,
-    report: SkipReport,
-    normalize: Callable[[str], str] | None = None,
-    oov: Callable[[str], set[str]] | None = None,
-    filt: dict[str, Any] | None = None,
-    min_duration: float = 0.0,
-    max_duration: float = math.inf,
-    check_files: bool = True,
-    lines: list[int] | None = None,
-) -> Iterator[Utterance]:
+def iter_manifest(path: str | Path, report: SkipReport, **select: Any) -> Iterator[Utterance]:
     """`read_manifest`'s utterances one at a time, as the file is read (a corpus of any size in constant memory);
-    `report` counts what was kept and skipped as they go. ManifestError before the first when the file is missing."""
+    `select`: read_manifest's keyword arguments; `report` counts what was kept and skipped as they go.
+    ManifestError before the first when the file is missing."""
     path = Path(path)
     if not path.is_file():
         raise ManifestError(f"manifest not found: {path}")
-    return _utterances(path, report, normalize, oov, filt, min_duration, max_duration, check_files, lines)
+    return _utterances(path, report, **select)
 
 
-def _utterances(path: Path, report: SkipReport, normalize: Callable[[str], str] | None,
-                oov: Callable[[str], set[str]] | None, filt: dict[str, Any] | None, min_duration: float,
-                max_duration: float, check_files: bool, lines: list[int] | None) -> Iterator[Utterance]:
+def _utterances(path: Path, report: SkipReport, normalize: Callable[[str], str] | None = None,
+                oov: Callable[[str], set[str]] | None = None, filt: dict[str, Any] | None = None,
+                min_duration: float = 0.0, max_duration: float = math.inf, check_files: bool = True,
+                lines: list[int] | None = None) -> Iterator[Utterance]:
     start = lines[0] if lines else 0
     stop = lines[1] if lines and len(lines) > 1 else math.inf
     base = path.parent

@@ -6,7 +6,7 @@ import pytest
 
 from speechscale import __version__
 from speechscale.cli import GC_YOUNG_THRESHOLD, build_parser
-from tests.conftest import main_cli, run_cli
+from tests.conftest import main_cli, run_cli, shared
 
 
 def _parsers(parser: argparse.ArgumentParser):
@@ -297,3 +297,25 @@ def test_every_error_the_cli_reports_in_one_line_names_a_real_exception_class():
     for module, name in cli._BAD_INPUT + cli._STOPPED:
         cls = getattr(importlib.import_module(module), name)
         assert isinstance(cls, type) and issubclass(cls, Exception), (module, name)
+
+
+def test_documents_nested_too_deeply_to_parse_are_one_line_not_a_recursion_error(tmp_path, capsys):
+    """json.loads and PyYAML raise RecursionError on deep nesting ("[[[[..."): every file or argument a user
+    hands over says so in one line, and a manifest line like it is skipped and counted."""
+    from speechscale.data.manifest import read_manifest
+
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "deep.yaml").write_text(f"data: {deep}\n")
+    (tmp_path / "deep.json").write_text(f'{{"results": {deep}}}')
+    wav = shared("ldc93s1", "LDC93S1.wav")
+    (tmp_path / "m.jsonl").write_text(deep + "\n" + json.dumps({"audio_filepath": str(wav), "duration": 2.9,
+                                                                "text": "she had"}) + "\n")
+    for argv, said in [(["train", "--config", str(tmp_path / "deep.yaml")], "deep.yaml: nested too deeply to read"),
+                       (["train", "--config", "demo", f"trainer.seed={deep[:5000]}"],
+                        "override trainer.seed=...: nested too deeply to read"),
+                       (["plan", "--model-overrides", deep[:5000]], "--model-overrides: nested too deeply to read"),
+                       (["plan", "--throughput-json", str(tmp_path / "deep.json")], "JSON nested too deeply to read")]:
+        code, _, err = main_cli(capsys, *argv)
+        assert code == 2 and said in err and len(err.strip().splitlines()) == 1, (argv[:2], err[-500:])
+    utts, report = read_manifest(tmp_path / "m.jsonl")
+    assert len(utts) == 1 and report.reasons == {"malformed JSON": 1}

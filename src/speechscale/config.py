@@ -10,6 +10,7 @@ the ground floor and imports no component; `recipe.load_recipe` also checks valu
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import types
@@ -338,6 +339,8 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
             raise ConfigError(f"override {item!r}: empty key")
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
+        except RecursionError:
+            raise ConfigError(f"override {key.strip()}=...: nested too deeply to read") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"override {item!r}: value is not valid YAML ({str(e).splitlines()[0]}); "
                               f"quote the whole argument if it holds spaces") from e
@@ -412,10 +415,21 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         except UnicodeDecodeError:
             raise ConfigError(f"{p}: not a YAML text file (a checkpoint is not a recipe; its run's config.json is: "
                               "--config RUN/config.json)") from None
+        except RecursionError:
+            raise ConfigError(f"{p}: nested too deeply to read") from None
         if not isinstance(tree, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of sections")
     tree = apply_overrides(tree, overrides or [])
     return resolve_data_paths(from_dict(Config, tree))
+
+
+def parse_json(text: str | bytes) -> Any:
+    """`json.loads`, with a document nested too deeply for the parser raised as the ValueError a malformed one
+    raises (json.loads raises RecursionError there: a line of "[[[[..." is no crash)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
 
 
 def finite_number(value: Any) -> bool:

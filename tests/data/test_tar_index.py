@@ -150,14 +150,15 @@ def test_members_that_do_not_follow_each_other_or_lack_a_part_are_skipped(tmp_pa
     with tarfile.open(tmp_path / "sh" / "a.tar", "w") as tar:
         for name, data in [("u1.wav", path.read_bytes()), ("u2.txt", b"one"), ("u1.txt", text.encode()),
                            ("u3.txt", b"two"), ("u4.wav", path.read_bytes()), ("u4.json", b'{"text": 5}'),
-                           ("u5.wav", path.read_bytes()), ("u5.txt", text.encode())]:
+                           ("u5.wav", path.read_bytes()), ("u5.txt", text.encode()),
+                           ("u6.wav", path.read_bytes()), ("u6.json", b"[" * 100_000 + b"]" * 100_000)]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     (tmp_path / "sh" / "b.tar").write_bytes((tmp_path / "sh" / "a.tar").read_bytes()[:512])  # no member whole
     head = index_tars(tmp_path / "sh")
     assert head["utterances"] == 1 and head["skipped"] == {"members not adjacent": 2, "no audio member": 2,
-                                                           "no transcript": 1, "truncated shard": 1}
+                                                           "no transcript": 2, "truncated shard": 1}
     out = capsys.readouterr().out
     assert "tar --sort=name" in out and "leaving out b.tar: no utterance in it" in out
     assert head["shards"] == 1 and ShardIndex(str(tmp_path / "sh")).shards[0].url.endswith("/a.tar")

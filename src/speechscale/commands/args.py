@@ -217,6 +217,8 @@ def yaml_mapping(text: str | None, flag: str) -> dict[str, Any]:
         value = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{flag}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{flag}: nested too deeply to read") from None
     if not isinstance(value, dict):
         raise ConfigError(f"{flag}: expected a mapping such as '{{rnn_layers: 4}}', got {text!r}")
     return value

@@ -29,6 +29,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from ..config import parse_json
 from .catalog import CORPORA, MB, NO_URL, Corpus, DownloadError, Source, corpus
 from .fetch import Policy, fetch
 
@@ -157,7 +158,7 @@ def _done(out: Path, name: str, names: list[str], pinned: dict[str, str]) -> dic
     (--checksum), or None."""
     marker = out / DONE
     try:
-        done = json.loads(marker.read_text())
+        done = parse_json(marker.read_text())
     except (OSError, ValueError):
         return None
     other = done.get("corpus") if isinstance(done, dict) else None

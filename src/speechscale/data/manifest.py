@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..config import parse_json
+
 REQUIRED = ("audio_filepath", "duration", "text")
 
 
@@ -126,8 +128,8 @@ def _utterances(path: Path, report: SkipReport, normalize: Callable[[str], str] 
             if position >= stop:
                 break
             try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError:
+                rec = parse_json(raw)
+            except ValueError:
                 report.skip(lineno, "malformed JSON")
                 continue
             if not isinstance(rec, dict):

@@ -14,7 +14,6 @@ the drawn value. A reverberated utterance keeps its length and its alignment: th
 """
 from __future__ import annotations
 
-import json
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, parse_json
 from ..storage.files import text_lines
 from .audio import load_audio
 
@@ -41,7 +40,7 @@ def read_recordings(manifest: str, what: str) -> list[str]:
         if not line.strip():
             continue
         try:
-            audio = path.parent / json.loads(line)["audio_filepath"]
+            audio = path.parent / parse_json(line)["audio_filepath"]
         except (ValueError, KeyError, TypeError) as e:
             raise RecordingListError(f"{manifest}:{n}: not a JSON object with audio_filepath ({e})") from e
         (paths if audio.is_file() else missing).append(str(audio))

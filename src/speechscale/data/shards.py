@@ -28,6 +28,7 @@ import fsspec
 import numpy as np
 import soundfile as sf
 
+from ..config import parse_json
 from ..storage import is_remote
 from .audio import AudioError, read_audio
 from .manifest import ManifestError, SkipReport, iter_manifest
@@ -62,7 +63,7 @@ def transcript(members: dict[str, bytes], key: str, field: str) -> str | None:
     raw = members.get(f"{key}.json")
     if raw is not None:
         try:
-            meta = json.loads(raw)
+            meta = parse_json(raw)
         except ValueError:
             meta = None
         if isinstance(meta, dict) and isinstance(meta.get(field), str):
@@ -93,7 +94,7 @@ def is_shard_index(path: str) -> bool:
     try:
         with open(path, encoding="utf-8-sig", errors="replace") as f:
             first = f.readline()
-        return HEADER_KEY in json.loads(first)
+        return HEADER_KEY in parse_json(first)
     except (OSError, ValueError, TypeError):
         return False
 
@@ -275,7 +276,7 @@ class ShardIndex:
         with open(self.local, "rb") as f:
             first = f.readline()
             try:
-                self.header = json.loads(first)
+                self.header = parse_json(first)
                 assert HEADER_KEY in self.header
             except (ValueError, AssertionError, TypeError):
                 raise ShardError(f"{path}: not a shard index (its first line lacks {HEADER_KEY!r})") from None
@@ -286,7 +287,7 @@ class ShardIndex:
                 if not line.strip():
                     continue
                 try:
-                    head = json.loads(line)  # members are parsed here once, then dropped
+                    head = parse_json(line)  # members are parsed here once, then dropped
                     url = self._resolve(str(head["shard"]), allow_external)
                     entry = ShardEntry(url, int(head["bytes"]), int(head["utterances"]), float(head["seconds"]),
                                        offset)
@@ -339,14 +340,14 @@ class ShardIndex:
         """Shard `shard`'s members as [key, duration, start, end], in tar order."""
         with open(self.local, "rb") as f:
             f.seek(self.shards[shard].line_offset)
-            return json.loads(f.readline())["members"]
+            return parse_json(f.readline())["members"]
 
     def texts(self) -> Iterator[str]:
         """Every utterance's transcript as written, in index order (shard by shard, read from its line)."""
         with open(self.local, "rb") as f:
             for s in self.shards:
                 f.seek(s.line_offset)
-                line = json.loads(f.readline())
+                line = parse_json(f.readline())
                 if not isinstance(line.get("texts"), list) or len(line["texts"]) != s.utterances:
                     raise ShardError(f"{self.path}: the index does not hold its transcripts (an index written before "
                                      f"they were kept): write it again with `speechscale data shard` or `data index`")
@@ -415,7 +416,7 @@ class ShardReader:
         text = transcript(found, key, text_field)
         if text is None and f"{key}.txt" not in found:
             try:
-                json.loads(found[f"{key}.json"])
+                parse_json(found[f"{key}.json"])
             except ValueError:
                 raise AudioError(f"{url} member {key}.json: corrupt metadata") from None
         return text, found[audio_name], audio_name

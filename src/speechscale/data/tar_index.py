@@ -23,6 +23,7 @@ from typing import Any, Callable
 import fsspec
 from tqdm import tqdm
 
+from ..config import parse_json
 from ..storage import is_remote
 from .audio import AudioError, stream_duration
 from .shards import (
@@ -221,7 +222,7 @@ def _is_index_file(fs: Any, path: str) -> bool:
     """Whether the file at `path` begins with a shard index's header line (what may be replaced by a new index)."""
     try:
         with fs.open(path, "rb") as f:
-            head = json.loads(f.readline().decode("utf-8", "replace"))
+            head = parse_json(f.readline().decode("utf-8", "replace"))
     except (OSError, ValueError):
         return False
     return isinstance(head, dict) and HEADER_KEY in head
@@ -230,7 +231,7 @@ def _is_index_file(fs: Any, path: str) -> bool:
 def _guess_field(raw: bytes) -> str:
     """The first of TEXT_FIELDS that a JSON member holds as a string ("text" when none does)."""
     try:
-        meta = json.loads(raw)
+        meta = parse_json(raw)
     except ValueError:
         meta = None
     if isinstance(meta, dict):

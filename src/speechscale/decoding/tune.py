@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..config import ConfigError, finite_number
+from ..config import ConfigError, finite_number, parse_json
 from .decoders import DecoderConfig, build_decoder
 from .metrics import ErrorRate
 
@@ -43,7 +43,7 @@ def load_tuned(lm: str | Path) -> dict[str, float] | None:
     if not p.is_file():
         return None
     try:
-        tuned = json.loads(p.read_bytes().decode())
+        tuned = parse_json(p.read_bytes().decode())
     except ValueError:  # not JSON, or not UTF-8
         tuned = None
     if not isinstance(tuned, dict) or not all(finite_number(tuned.get(k)) for k in ("alpha", "beta")):

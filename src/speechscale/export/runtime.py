@@ -2,7 +2,6 @@
 features (B, F, T) and lengths (B,) in, log-probabilities (B, T', V) and output lengths (B,) out."""
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ import numpy as np
 import torch
 
 from ..components import Components, components_from_description
-from ..config import ConfigError
+from ..config import ConfigError, parse_json
 from .exporter import META_KEY
 
 BACKENDS = ("torch", "onnx", "torchscript")
@@ -53,7 +52,10 @@ class ExportedModel:
                 raise ConfigError(f"{path}: not a TorchScript file ({type(e).__name__})") from None
             if not extra[f"{META_KEY}.json"]:
                 raise ConfigError(f"{path}: not a TorchScript file written by speechscale export")
-            self.description = json.loads(extra[f"{META_KEY}.json"])
+            try:
+                self.description = parse_json(extra[f"{META_KEY}.json"])
+            except ValueError:
+                raise ConfigError(f"{path}: its speechscale model description is not JSON") from None
         else:
             raise ConfigError(f"backend must be onnx or torchscript for an exported model, not {backend!r}")
 
@@ -82,7 +84,7 @@ def onnx_session(path: Path, providers: list[Any], usage: str) -> tuple[Any, dic
     except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, InvalidArgument, Fail, ...)
         raise ConfigError(f"{path}: not an ONNX file ({type(e).__name__})") from None
     try:
-        description = json.loads(session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}"))
+        description = parse_json(session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}"))
     except ValueError:
         description = None
     if not isinstance(description, dict):

@@ -7,14 +7,13 @@ export --format onnx --streaming` writes (through onnxruntime), for serving.reco
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, parse_json
 from .exporter import META_KEY
 
 
@@ -78,6 +77,6 @@ def is_stream_step(path: str | Path) -> bool:
         import onnx
 
         meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
-        return "stream_step" in json.loads(meta.get(META_KEY, "{}"))
+        return "stream_step" in parse_json(meta.get(META_KEY, "{}"))
     except Exception:  # noqa: BLE001 - anything else is not one
         return False

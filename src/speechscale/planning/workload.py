@@ -1,10 +1,10 @@
 """Planner workloads from the model registry's analytic counts, or from a bench JSON's measurement."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from ..config import finite_number, parse_json
 from .model import PlanError
 
 
@@ -31,14 +31,21 @@ def measured_throughput(path: str | Path, model: str, precision: str) -> float:
         raise PlanError(f"--throughput-json {p}: no such file")
     text = p.read_text()
     try:
-        data = json.loads(text)
-        rows = data["results"] if isinstance(data, dict) else data
-    except json.JSONDecodeError:
-        rows = [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+        try:
+            data = parse_json(text)
+            rows = data["results"] if isinstance(data, dict) else data
+        except ValueError:
+            rows = [parse_json(line) for line in text.splitlines() if line.strip().startswith("{")]
+    except (ValueError, KeyError, TypeError) as e:
+        raise PlanError(f"--throughput-json {p}: not a bench's JSON or JSON lines ({e})") from None
     want = {"amp": ("bf16", "fp16")}.get(precision, (precision,))
-    for row in rows:
-        if row.get("model") == model and row.get("precision") in want:
-            return float(row["audio_seconds_per_second"])
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict) and row.get("model") == model and row.get("precision") in want:
+            speed = row.get("audio_seconds_per_second")
+            if not finite_number(speed) or speed <= 0:
+                raise PlanError(f"--throughput-json {p}: the {model} row's audio_seconds_per_second is {speed!r}, "
+                                f"not a positive number")
+            return float(speed)
     raise PlanError(f"--throughput-json {p}: no row for model {model} in {'/'.join(want)}")
 
 
@@ -53,7 +60,7 @@ def shipped_throughput(gpu: str, model: str, precision: str, batch_seconds: floa
     the source: an estimate, not a measurement); None when the model was measured on no GPU."""
     from .hardware import GPUS
 
-    doc = json.loads(SHIPPED.read_text())
+    doc = parse_json(SHIPPED.read_text())
     want = {"amp": ("bf16", "fp16")}.get(precision, (precision,))
     rows = [r for r in doc["rows"] if (r["gpu"], r["model"]) == (gpu, model) and r["precision"] in want]
     if not rows:

@@ -2,13 +2,12 @@
 runs or after it was resumed any number of times."""
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import finite_number
+from ..config import finite_number, parse_json
 from ..data.dataset import SKIP_REASONS
 
 SKIP_COUNTS = tuple(dict.fromkeys((*SKIP_REASONS, "nonfinite_loss", "nonfinite_grad", "dropped_tail")))
@@ -124,8 +123,8 @@ def load_run(run_dir: str | Path) -> Run:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+            row = parse_json(line)
+        except ValueError:
             torn += 1
             continue
         if _well_formed(row):
@@ -135,7 +134,7 @@ def load_run(run_dir: str | Path) -> Run:
     config = None
     if (path / "config.json").is_file():
         try:
-            config = json.loads((path / "config.json").read_bytes().decode())
+            config = parse_json((path / "config.json").read_bytes().decode())
         except ValueError:  # not JSON, or not UTF-8
             config = None
         if not isinstance(config, dict):

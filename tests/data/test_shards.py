@@ -159,6 +159,24 @@ def test_shards_stream_from_an_fsspec_url(tmp_path):
         fs.rm("/corpus", recursive=True)
 
 
+def test_shards_are_written_to_a_url_as_they_are_to_a_folder(tmp_path):
+    """`data shard --out memory://...` (any fsspec URL): each shard is uploaded as it is written, byte for byte the
+    tar a local folder gets, with the same index."""
+    manifest = _manifest(tmp_path, 5)
+    write_shards(str(manifest), tmp_path / "sh", shard_size=2, codec="flac")
+    fs = fsspec.filesystem("memory")
+    try:
+        head = write_shards(str(manifest), "memory://remote/corpus", shard_size=2, codec="flac")
+        assert head["utterances"] == 5 and head["shards"] == 3
+        for p in sorted((tmp_path / "sh").iterdir()):
+            assert fs.cat(f"/remote/corpus/{p.name}") == p.read_bytes(), p.name
+        remote = _items(_source("memory://remote/corpus/index.jsonl")[1])
+        local = _items(_source(tmp_path / "sh")[1])
+        assert all((remote[i]["feats"] == local[i]["feats"]).all() for i in range(5))
+    finally:
+        fs.rm("/remote", recursive=True)
+
+
 def test_transcripts_are_checked_as_they_are_read(tmp_path):
     manifest = _manifest(tmp_path, 3)
     rows = [json.loads(x) for x in manifest.read_text().splitlines()]

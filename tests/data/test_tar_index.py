@@ -209,6 +209,14 @@ def test_shards_behind_a_url_are_indexed_in_one_streaming_pass_and_train(s3, tmp
         assert (remote_items[i]["feats"] == local_items[i]["feats"]).all()
     code, _, err = main_cli(capsys, "data", "index", "s3://ckpts/wds", "--out", str(tmp_path / "index.jsonl"))
     assert code == 2 and "an index names its shards relative to its own folder" in err
+    # data shard straight to the bucket, two processes uploading: the same bytes as a local folder's
+    manifest = _manifest(tmp_path, 5)
+    write_shards(str(manifest), tmp_path / "local", shard_size=2, codec="flac")
+    code, _, err = main_cli(capsys, "data", "shard", str(manifest), "--out", "s3://ckpts/sharded", "--shard-size", "2",
+                            "--codec", "flac", "--jobs", "2")
+    assert code == 0, err
+    for p in sorted((tmp_path / "local").iterdir()):
+        assert fs.cat(f"ckpts/sharded/{p.name}") == p.read_bytes(), p.name
 
 
 def test_jobs_write_and_index_the_same_shards_as_one_process(tmp_path, capsys):

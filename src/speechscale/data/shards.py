@@ -108,7 +108,8 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: str | None = None,
                  jobs: int = 1) -> dict[str, Any]:
-    """Write `manifest`'s valid utterances as tar shards of `shard_size` utterances and index.jsonl in `out`.
+    """Write `manifest`'s valid utterances as tar shards of `shard_size` utterances and index.jsonl in `out` (a
+    folder, or a URL: s3://bucket/corpus, ...).
     `codec` "flac" re-encodes the audio as 16-bit FLAC (None keeps each file's bytes and format); `jobs`
     processes write shards side by side (the same files as one). Returns the index header (shards, utterances,
     hours) plus what was skipped."""
@@ -121,8 +122,9 @@ def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: 
     first = list(itertools.islice(utts, shard_size))
     if not first:  # before any file is written: an empty index would only fail later, in training
         raise ShardError(f"{manifest}: no utterance to shard ({report.summary()})")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = str(out).rstrip("/")
+    if not is_remote(out):
+        Path(out).mkdir(parents=True, exist_ok=True)
     rest = iter(lambda: list(itertools.islice(utts, shard_size)), [])  # the manifest is read a shard at a time
     work = ((out, s, part, codec) for s, part in enumerate(itertools.chain([first], rest)))
     unreadable = 0
@@ -130,7 +132,7 @@ def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: 
         for line, bad in map_in_processes(_write_shard, work, jobs):
             index.add(line)
             unreadable += bad
-        header = index.finish(str(out / INDEX_NAME), {"source": str(manifest), "codec": codec or "as-is"})
+        header = index.finish(f"{out}/{INDEX_NAME}", {"source": str(manifest), "codec": codec or "as-is"})
     return {**header, "skipped": dict(report.reasons) | ({"unreadable audio": unreadable} if unreadable else {})}
 
 
@@ -171,12 +173,14 @@ class IndexWriter:
         return header
 
 
-def _write_shard(work: tuple[Path, int, list[Any], str | None]) -> tuple[dict[str, Any], int]:
-    """Shard number s of `write_shards`: (its index line, utterances skipped for unreadable audio)."""
+def _write_shard(work: tuple[str, int, list[Any], str | None]) -> tuple[dict[str, Any], int]:
+    """Shard number s of `write_shards` under `out` (a folder or URL; a URL's shard is uploaded as it is written):
+    (its index line, utterances skipped for unreadable audio)."""
     out, s, utts, codec = work
     name = f"shard-{s:06d}.tar"
     members, texts, seconds, unreadable = [], [], 0.0, 0
-    with tarfile.open(out / name, "w", format=tarfile.USTAR_FORMAT) as tar:
+    with fsspec.open(f"{out}/{name}", "wb") as f, \
+            tarfile.open(fileobj=f, mode="w|" if is_remote(out) else "w", format=tarfile.USTAR_FORMAT) as tar:
         for i, u in enumerate(utts):
             key = f"{s:06d}{i:06d}"
             try:
@@ -192,7 +196,8 @@ def _write_shard(work: tuple[Path, int, list[Any], str | None]) -> tuple[dict[st
             members.append([key, round(duration, 4), start, tar.offset])
             texts.append(u.raw_text)
             seconds += duration
-    line = {"shard": name, "bytes": (out / name).stat().st_size, "utterances": len(members),
+    fs, path = fsspec.core.url_to_fs(f"{out}/{name}")
+    line = {"shard": name, "bytes": fs.size(path), "utterances": len(members),
             "seconds": round(seconds, 3), "members": members, "texts": texts}
     return line, unreadable
 

@@ -142,7 +142,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     dd.set_defaults(func=data_download)
     ds = command(dsub, "shard", "a manifest -> tar shards (WebDataset layout) and OUT/index.jsonl, for streaming")
     ds.add_argument("manifest", help="the manifest to shard (its valid lines)")
-    ds.add_argument("--out", required=True, type=out_folder, help="output folder (shard-NNNNNN.tar, index.jsonl)")
+    ds.add_argument("--out", required=True, type=out_folder, help="output folder or URL (shard-NNNNNN.tar, index.jsonl)")
     ds.add_argument("--shard-size", type=positive(int), default=1000, help="utterances per shard")
     ds.add_argument("--codec", choices=["flac"], default=None,
                     help="re-encode the audio as 16-bit FLAC (default: keep each file's bytes)")

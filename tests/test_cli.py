@@ -203,13 +203,30 @@ def test_an_output_that_cannot_be_written_is_one_line_before_any_work(capsys, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
+# the outputs that may be URLs (the rest would become a local folder named "s3:")
+_URL_OUTPUTS = {("average", "--out"), ("data", "--out")}
+
+
+@pytest.mark.parametrize("before,flag,after", _UNWRITABLE, ids=lambda v: "-".join(v) if isinstance(v, list) else v)
+def test_an_output_url_is_refused_in_one_line_where_a_command_writes_local_files(capsys, tmp_path, monkeypatch,
+                                                                               before, flag, after):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = main_cli(capsys, *before, flag, "s3://bucket/out", *after)
+    if (before[0], flag) in _URL_OUTPUTS and before[:2] != ["data", "import"]:
+        assert "writes a local" not in err
+    else:
+        assert code == 2 and err.count("\n") == 1 and f"argument {flag}: s3://bucket/out: this command writes a " \
+            f"local" in err, err
+    assert list(tmp_path.iterdir()) == []  # no folder "s3:"
+
+
 def test_outputs_are_checked_without_leaving_folders_and_a_file_is_not_a_folder(capsys, tmp_path):
-    from speechscale.commands.args import out_file, out_folder
+    from speechscale.commands.args import out_file, out_file_or_url, out_folder
 
     deep = tmp_path / "x" / "y" / "z"
     assert out_folder(str(deep)) == deep and not (tmp_path / "x").exists()  # checked, then removed again
     assert out_file(str(deep / "m.onnx")) == deep / "m.onnx" and not (tmp_path / "x").exists()
-    assert out_file("s3://bucket/model.pt") == "s3://bucket/model.pt"  # a URL: its first write tells
+    assert out_file_or_url("s3://bucket/model.pt") == "s3://bucket/model.pt"  # a URL: its first write tells
     (tmp_path / "f").write_text("x")
     code, _, err = main_cli(capsys, "synth", "--out", str(tmp_path / "f"))
     assert code == 2 and "is a file, not a folder" in err and err.count("\n") == 1

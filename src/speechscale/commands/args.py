@@ -75,13 +75,33 @@ def port(text: str) -> int:
     return _whole(text, 0, 65535, "a port number 0-65535")
 
 
-def out_folder(text: str) -> Path | str:
-    """An argparse type: an output folder, checked now that it can be created and written, so that no work is
-    lost to it at the end (nothing is left behind; a URL passes, its first write tells)."""
+def _local_only(text: str, what: str) -> None:
+    """ArgumentTypeError for a URL where a command writes local files only (a Path would make it a folder "s3:")."""
     from .. import storage
 
     if storage.is_remote(text):
-        return text
+        raise argparse.ArgumentTypeError(f"{text}: this command writes a local {what}; write it here, then copy it "
+                                         f"where it belongs")
+
+
+def out_folder(text: str) -> Path:
+    """An argparse type: a local output folder, checked now that it can be created and written, so that no work
+    is lost to it at the end (nothing is left behind); a URL is refused (out_folder_or_url takes one)."""
+    _local_only(text, "folder")
+    return _writable_folder(text)
+
+
+def out_folder_or_url(text: str) -> Path | str:
+    """`out_folder` for a command that also writes to a URL (s3://, gs://, ...): a URL passes, its first write
+    tells."""
+    from .. import storage
+
+    return text if storage.is_remote(text) else _writable_folder(text)
+
+
+def _writable_folder(text: str) -> Path:
+    from .. import storage
+
     if Path(text).exists() and not Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
     try:
@@ -91,13 +111,21 @@ def out_folder(text: str) -> Path | str:
     return Path(text)
 
 
-def out_file(text: str) -> Path | str:
-    """An argparse type: a file to write, checked now (its folder can be created and written, and the file, if
-    it exists, is a file that may be replaced); a URL passes."""
+def out_file(text: str) -> Path:
+    """An argparse type: a local file to write, checked now (its folder can be created and written, and the file,
+    if it exists, is a file that may be replaced); a URL is refused (out_file_or_url takes one)."""
+    _local_only(text, "file")
+    return _writable_file(text)
+
+
+def out_file_or_url(text: str) -> Path | str:
+    """`out_file` for a command that also writes to a URL: a URL passes, its first write tells."""
     from .. import storage
 
-    if storage.is_remote(text):
-        return text
+    return text if storage.is_remote(text) else _writable_file(text)
+
+
+def _writable_file(text: str) -> Path:
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder; name the file to write")
@@ -110,7 +138,7 @@ def out_file(text: str) -> Path | str:
             raise argparse.ArgumentTypeError(f"{text} is a training checkpoint (a run resumes from it); write to "
                                              f"another file")
     try:
-        out_folder(str(path.parent))
+        _writable_folder(str(path.parent))
     except argparse.ArgumentTypeError as e:
         raise argparse.ArgumentTypeError(f"cannot write to {text}: {e}") from None
     return path

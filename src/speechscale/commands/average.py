@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from .args import check_not_an_input, out_file
+from .args import check_not_an_input, out_file_or_url
 
 
 def average(args: argparse.Namespace) -> int:
@@ -40,5 +40,5 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     a.add_argument("--last", type=positive(int), default=0, help="average the newest N step-N.pt of --dir")
     a.add_argument("--dir", default=None, help="a run's checkpoints folder (with --last)")
     a.add_argument("--ema", default=None, help="a checkpoint of a run trained with trainer.ema_decay: its EMA weights")
-    a.add_argument("--out", required=True, type=out_file, help="the checkpoint to write (local path or URL)")
+    a.add_argument("--out", required=True, type=out_file_or_url, help="the checkpoint to write (local path or URL)")
     a.set_defaults(func=average)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .args import Parser, non_negative, out_file, out_folder, positive, sample_rate
+from .args import Parser, non_negative, out_file_or_url, out_folder, out_folder_or_url, positive, sample_rate
 
 
 def synth(args: argparse.Namespace) -> int:
@@ -142,7 +142,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     dd.set_defaults(func=data_download)
     ds = command(dsub, "shard", "a manifest -> tar shards (WebDataset layout) and OUT/index.jsonl, for streaming")
     ds.add_argument("manifest", help="the manifest to shard (its valid lines)")
-    ds.add_argument("--out", required=True, type=out_folder, help="output folder or URL (shard-NNNNNN.tar, index.jsonl)")
+    ds.add_argument("--out", required=True, type=out_folder_or_url, help="output folder or URL (shard-NNNNNN.tar, index.jsonl)")
     ds.add_argument("--shard-size", type=positive(int), default=1000, help="utterances per shard")
     ds.add_argument("--codec", choices=["flac"], default=None,
                     help="re-encode the audio as 16-bit FLAC (default: keep each file's bytes)")
@@ -152,8 +152,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                                 "streaming")
     dx.add_argument("folder", help="the folder of the tar shards, local or a URL (s3://bucket/corpus, ...)")
     dx.add_argument("--pattern", default="*.tar", help="the shards' file names under FOLDER (a glob; ** for subfolders)")
-    dx.add_argument("--out", type=out_file, default=None, help="the index to write (default FOLDER/index.jsonl); its folder "
-                                                          "holds the shards")
+    dx.add_argument("--out", type=out_file_or_url, default=None,
+                    help="the index to write (default FOLDER/index.jsonl); its folder holds the shards")
     dx.add_argument("--text-field", default=None,
                     help="the JSON members' transcript field (default: text, transcript or sentence, as the first "
                          "JSON member has; a KEY.txt member serves when there is none)")

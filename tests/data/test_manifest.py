@@ -87,3 +87,13 @@ def test_a_noise_list_that_is_not_utf8_text_is_one_line(tmp_path):
     (tmp_path / "noise.jsonl").write_bytes(bytes(range(1, 256)) * 4)
     with pytest.raises(ConfigError, match="not UTF-8 text"):
         read_recordings(str(tmp_path / "noise.jsonl"), "noise_manifest")
+
+
+def test_a_manifest_url_is_one_line_pointing_to_shards_and_a_file_url_is_read(tmp_path):
+    from tests.conftest import shared
+
+    with pytest.raises(ManifestError, match=r"^s3://bucket/m.jsonl: a JSONL manifest is read from a local file; "
+                                            r".*data shard MANIFEST --out URL"):
+        read_manifest("s3://bucket/m.jsonl")
+    manifest = shared("ldc93s1", "manifest.jsonl")
+    assert len(read_manifest(f"file://{manifest}")[0]) == len(read_manifest(manifest)[0]) > 0

@@ -104,7 +104,10 @@ def iter_manifest(path: str | Path, report: SkipReport, **select: Any) -> Iterat
     """`read_manifest`'s utterances one at a time, as the file is read (a corpus of any size in constant memory);
     `select`: read_manifest's keyword arguments; `report` counts what was kept and skipped as they go.
     ManifestError before the first when the file is missing."""
-    path = Path(path)
+    if "://" in str(path) and not str(path).startswith("file://"):
+        raise ManifestError(f"{path}: a JSONL manifest is read from a local file; a corpus on object storage is read "
+                            f"from tar shards there (speechscale data shard MANIFEST --out URL, or data index URL)")
+    path = Path(str(path).removeprefix("file://"))
     if not path.is_file():
         raise ManifestError(f"manifest not found: {path}")
     return _utterances(path, report, **select)

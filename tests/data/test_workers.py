@@ -243,6 +243,9 @@ def test_a_loader_that_keeps_dying_stops_the_run_with_a_checkpoint_that_resumes_
     assert (s.epoch, s.step, s.consumed, s.samples_seen) == (2, 4, 0, 6)  # the held batch given back
     assert s.counters["loader_restarts"] == LOADER_RESTARTS
     assert "checkpoint written; continue with trainer.resume=auto" in caplog.text
+    from speechscale.reporting.runs import load_run
+
+    assert load_run(tmp_path / "failing").status == "stopped by error: LoaderFailed"  # not "finished"
     resumed = trainer(tmp_path / "failing", "trainer.resume=auto")
     assert (resumed.state.epoch, resumed.state.step, resumed.state.consumed) == (2, 4, 0)
     assert resumed.fit()["step"] == 8

@@ -459,6 +459,9 @@ class Trainer:
                         self.stopped_by = "target_wer"
                         break
             self.strategy.finish(self.model, self.optimizer)
+        except BaseException as e:  # the run log's stop row says the run did not end as planned
+            self.stopped_by = self.stopped_by or f"error: {type(e).__name__}"
+            raise
         finally:
             progress.close()
             if runlog is not None:

@@ -279,7 +279,7 @@ def test_a_kaldi_data_folder_with_paths_commands_channels_and_bad_entries(tmp_pa
         "u6 curl -s http://example.com/x.wav |\n"
         "u7 sox b.flac -t wav - trim 0 1 |\n"
         "u9 sph2pipe -f wav -p -c 1 mono.sph |\n")
-    (data / "text").write_text("u1 ZERO\nu2 one\nu3-A zero\nu3-B one\nu4 one\nu5 x\nu6 y\nu7 z\nu8 not in wav.scp\nu9 zero\n")
+    (data / "text").write_text("u1 ZERO [noise] <unk>\nu2 one\nu3-A zero\nu3-B one\nu4 one\nu5 x\nu6 y\nu7 z\nu8 not in wav.scp\nu9 zero\n")
     (data / "utt2spk").write_text("u1 jackson\nu3-A caller\nu3-B callee\n")
     report = import_corpus("kaldi", recipe / "data", tmp_path / "out", split="train")
     assert report.kept == 6 and report.reasons == {
@@ -287,7 +287,7 @@ def test_a_kaldi_data_folder_with_paths_commands_channels_and_bad_entries(tmp_pa
         "sox trim: an effect that changes the audio's timing": 1, "recording not in wav.scp": 1}
     utts, _ = read_manifest(tmp_path / "out" / "manifest.jsonl")
     by_id = {u.extra["id"]: u for u in utts}
-    assert [u.raw_text for u in utts] == ["zero", "one", "zero", "one", "one", "zero"]
+    assert [u.raw_text for u in utts] == ["zero", "one", "zero", "one", "one", "zero"]  # u1's [noise] <unk>: no words
     assert os.path.samefile(by_id["u9"].audio_path, recipe / "mono.sph")  # channel 1 of a mono file: the file
     assert by_id["u1"].extra["speaker"] == "jackson" and "speaker" not in by_id["u2"].extra
     assert os.path.samefile(by_id["u1"].audio_path, recipe / "a.wav")  # found from the recipe's folder

@@ -160,6 +160,7 @@ def kaldi(src: Path, out: Path, split: str) -> Iterator[Row]:
     speakers = dict(_kaldi_table(root / "utt2spk")) if (root / "utt2spk").is_file() else {}
     cut = out / "audio"
     for utt, text in _kaldi_table(root / "text"):
+        text = " ".join(w for w in text.split() if w[0] + w[-1] not in _MARKUP)  # [noise], <unk>: not words
         extra = {"id": utt, **({"speaker": speakers[utt]} if utt in speakers else {})}
         rec, start, end = utt, None, None
         if segments is not None:
@@ -207,6 +208,7 @@ def _kaldi_table(path: Path) -> Iterator[tuple[str, str]]:
             yield parts[0], parts[1] if len(parts) > 1 else ""
 
 
+_MARKUP = {"[]", "<>", "{}"}  # a transcript token in these brackets is a Kaldi corpus's event or unknown-word tag
 _DECODERS = {"sph2pipe", "flac", "sox", "ffmpeg", "cat"}  # wav.scp commands that only decode one file
 
 

@@ -279,7 +279,8 @@ def test_a_kaldi_data_folder_with_paths_commands_channels_and_bad_entries(tmp_pa
         "u6 curl -s http://example.com/x.wav |\n"
         "u7 sox b.flac -t wav - trim 0 1 |\n"
         "u9 sph2pipe -f wav -p -c 1 mono.sph |\n")
-    (data / "text").write_text("u1 ZERO [noise] <unk>\nu2 one\nu3-A zero\nu3-B one\nu4 one\nu5 x\nu6 y\nu7 z\nu8 not in wav.scp\nu9 zero\n")
+    (data / "text").write_text("u1 ZERO [noise] <unk>\nu2 one\nu3-A zero\nu3-B one\nu4 one\nu5 x\nu6 y\nu7 z\n"
+                               "u8 not in wav.scp\nu9 zero\n")
     (data / "utt2spk").write_text("u1 jackson\nu3-A caller\nu3-B callee\n")
     report = import_corpus("kaldi", recipe / "data", tmp_path / "out", split="train")
     assert report.kept == 6 and report.reasons == {

@@ -41,6 +41,8 @@ def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callabl
     if order > KENLM_MAX_ORDER:
         raise ConfigError(f"--order must be at most {KENLM_MAX_ORDER}, not {order}: KenLM (kenlm-ex) reads models up to "
                           f"that order")
+    if "://" in str(text):
+        raise ConfigError(f"{text}: the text to count is read from a local file; copy it here first")
     text = Path(text)
     if not text.is_file():
         raise ConfigError(f"{text}: no such text file")

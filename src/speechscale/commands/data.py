@@ -73,6 +73,31 @@ def data_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def data_stats(args: argparse.Namespace) -> int:
+    from ..data.stats import corpus_stats
+
+    stats = corpus_stats(args.sources, args.top)
+    if args.json:
+        print(json.dumps(stats, ensure_ascii=False))
+        return 0
+    print(f"{'utterances':<22}{stats['utterances']}\n{'hours':<22}{stats['hours']}")
+    if stats["utterances"]:
+        d = stats["duration_s"]
+        print(f"{'duration (s)':<22}min {d['min']}  median {d['p50']}  p90 {d['p90']}  p99 {d['p99']}  max {d['max']}")
+        for bound, part in stats["longer_than_s"].items():
+            print(f"{'longer than ' + bound + ' s':<22}{part['utterances']} utterances, {part['hours']} h")
+        r = stats["letters_per_s"]
+        print(f"{'letters per second':<22}p1 {r['p1']}  median {r['p50']}  p99 {r['p99']}")
+        for name in ("fastest", "slowest"):
+            for row in stats[name]:
+                print(f"{name + ' spoken':<22}{row['letters_per_s']:>6} letters/s  {row['where']}")
+        for field, n in stats["fields"].items():
+            print(f"{'field ' + field:<22}{n} distinct values")
+    for reason, n in stats["skipped"].items():
+        print(f"{'skipped':<22}{n} {reason}")
+    return 0
+
+
 def data_alphabet(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..data.manifest import SkipReport
@@ -115,7 +140,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     s.set_defaults(func=synth)
 
     d = command(sub, "data", "corpora: download a public corpus, import a downloaded one into a manifest; shard; index "
-                           "others' shards; a language's alphabet")
+                           "others' shards; statistics; a language's alphabet")
     dsub = d.add_subparsers(dest="data", required=True, metavar="ACTION", parser_class=Parser)
     di = command(dsub, "import", "an already-downloaded corpus in its official layout -> OUT/manifest.jsonl")
     di.add_argument("corpus", choices=list(IMPORTERS), help="the corpus layout")
@@ -159,6 +184,12 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                          "JSON member has; a KEY.txt member serves when there is none)")
     dx.add_argument("--jobs", type=positive(int), default=1, help="processes that read tars side by side")
     dx.set_defaults(func=data_index)
+    dt = command(dsub, "stats", "what manifests or shard indexes hold: hours, durations, speaking rates (transcripts "
+                                "that may not fit their audio), fields")
+    dt.add_argument("sources", nargs="+", help="JSONL manifests or shard indexes, counted together")
+    dt.add_argument("--top", type=positive(int), default=5, help="the fastest and slowest spoken utterances to name")
+    dt.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+    dt.set_defaults(func=data_stats)
     da = command(dsub, "alphabet", "the characters of manifests' transcripts: a text.alphabet for their language")
     da.add_argument("manifests", nargs="+", help="JSONL manifests (their text fields) or shard indexes")
     da.add_argument("--digits", choices=["spell", "drop", "keep"], default="spell",

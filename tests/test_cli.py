@@ -175,6 +175,7 @@ _UNWRITABLE = [  # (argv before the output path, its flag, argv after): every co
     (["data", "import", "fsdd", "src"], "--out", []),
     (["data", "shard", "m.jsonl"], "--out", []),
     (["data", "index", "shards"], "--out", []),
+    (["data", "split", "m.jsonl"], "--out", []),
     (["lm", "build", "t.txt"], "--out", []),
     (["export", "--checkpoint", "c.pt", "--format", "onnx"], "--out", []),
     (["average", "c.pt", "c.pt"], "--out", []),
@@ -204,7 +205,7 @@ def test_an_output_that_cannot_be_written_is_one_line_before_any_work(capsys, tm
 
 
 # the outputs that may be URLs (the rest would become a local folder named "s3:")
-_URL_OUTPUTS = {("average", "--out"), ("data", "--out")}
+_URL_OUTPUTS = {("average", "c.pt"), ("data", "shard"), ("data", "index")}
 
 
 @pytest.mark.parametrize("before,flag,after", _UNWRITABLE, ids=lambda v: "-".join(v) if isinstance(v, list) else v)
@@ -212,7 +213,7 @@ def test_an_output_url_is_refused_in_one_line_where_a_command_writes_local_files
                                                                                before, flag, after):
     monkeypatch.chdir(tmp_path)
     code, out, err = main_cli(capsys, *before, flag, "s3://bucket/out", *after)
-    if (before[0], flag) in _URL_OUTPUTS and before[:2] != ["data", "import"]:
+    if tuple(before[:2]) in _URL_OUTPUTS:
         assert "writes a local" not in err
     else:
         assert code == 2 and err.count("\n") == 1 and f"argument {flag}: s3://bucket/out: this command writes a " \

@@ -98,6 +98,14 @@ def data_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def data_split(args: argparse.Namespace) -> int:
+    from ..data.split import split_manifest
+
+    print(json.dumps(split_manifest(args.manifest, args.out, args.by, args.dev, args.test, args.seed),
+                     ensure_ascii=False))
+    return 0
+
+
 def data_alphabet(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..data.manifest import SkipReport
@@ -140,7 +148,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     s.set_defaults(func=synth)
 
     d = command(sub, "data", "corpora: download a public corpus, import a downloaded one into a manifest; shard; index "
-                           "others' shards; statistics; a language's alphabet")
+                           "others' shards; statistics; train/dev/test splits; a language's alphabet")
     dsub = d.add_subparsers(dest="data", required=True, metavar="ACTION", parser_class=Parser)
     di = command(dsub, "import", "an already-downloaded corpus in its official layout -> OUT/manifest.jsonl")
     di.add_argument("corpus", choices=list(IMPORTERS), help="the corpus layout")
@@ -190,6 +198,16 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     dt.add_argument("--top", type=positive(int), default=5, help="the fastest and slowest spoken utterances to name")
     dt.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
     dt.set_defaults(func=data_stats)
+    dp = command(dsub, "split", "a manifest -> OUT/train.jsonl, dev.jsonl, test.jsonl (--by speaker: each speaker "
+                                "in one split only)")
+    dp.add_argument("manifest", help="the manifest to split (its valid lines)")
+    dp.add_argument("--out", required=True, type=out_folder, help="output folder (train.jsonl, dev.jsonl, test.jsonl)")
+    dp.add_argument("--by", default=None, help="a manifest field whose values are held out whole (speaker, say); "
+                                               "default: each utterance drawn on its own")
+    dp.add_argument("--dev", type=non_negative(float), default=0.05, help="share of the hours for dev")
+    dp.add_argument("--test", type=non_negative(float), default=0.05, help="share of the hours for test")
+    dp.add_argument("--seed", type=int, default=0, help="the same seed gives the same split")
+    dp.set_defaults(func=data_split)
     da = command(dsub, "alphabet", "the characters of manifests' transcripts: a text.alphabet for their language")
     da.add_argument("manifests", nargs="+", help="JSONL manifests (their text fields) or shard indexes")
     da.add_argument("--digits", choices=["spell", "drop", "keep"], default="spell",

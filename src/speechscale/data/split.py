@@ -1,0 +1,89 @@
+"""Split a manifest into train, dev and test manifests, by utterance or with whole groups (speakers) held out: a
+model validated on voices it trained on looks far better than it is on new ones.
+
+Two passes over the manifest, in flat memory: the first sums each group's hours, the second writes each line to
+its split. Groups are shuffled with the seed; each goes to test, else dev, when it brings that split closer to
+its share of the hours, else to train. Lines without the field train (an unknown speaker might be a held-out one).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError
+from .manifest import SkipReport, iter_manifest
+
+SPLITS = ("train", "dev", "test")
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def split_manifest(source: str | Path, out: str | Path, by: str | None = None, dev: float = 0.05,
+                   test: float = 0.05, seed: int = 0) -> dict[str, Any]:
+    """Write OUT/train.jsonl, dev.jsonl and test.jsonl from `source`'s valid lines: with `by`, each value of that
+    field in one split only (about `dev` and `test` of the hours held out); without, each utterance drawn on its
+    own. Audio paths are rewritten relative to OUT. Returns per split its utterances, hours and groups."""
+    if not (0 <= dev < 1 and 0 <= test < 1 and dev + test < 1):
+        raise ConfigError(f"--dev {dev} and --test {test} must be shares in [0, 1) that leave some for training")
+    source, out = Path(source), Path(out)
+    for name in SPLITS:
+        if (out / f"{name}.jsonl").exists() and source.exists() and (out / f"{name}.jsonl").samefile(source):
+            raise ConfigError(f"--out {out} would write {name}.jsonl over the manifest being split; choose another "
+                              f"folder")
+    hours: dict[str, float] = {}
+    total = 0.0
+    first = SkipReport(str(source))
+    for u in iter_manifest(source, first, check_files=False):
+        total += u.duration
+        if by is not None and by in u.extra:
+            key = _key(u.extra[by])
+            hours[key] = hours.get(key, 0.0) + u.duration
+    if not first.kept:
+        raise ConfigError(f"{source}: no utterance to split ({first.summary()})")
+    if by is not None and not hours:
+        raise ConfigError(f"{source}: no line has the field {by!r} to split by")
+    assign: dict[str, str] = {}
+    if by is not None:
+        groups = sorted(hours)
+        random.Random(seed).shuffle(groups)
+        held, target = {"test": 0.0, "dev": 0.0}, {"test": test * total, "dev": dev * total}
+        for key in groups:  # a group goes to the first held-out split it brings closer to its share
+            name = next((s for s in ("test", "dev")
+                         if abs(held[s] + hours[key] - target[s]) < abs(held[s] - target[s])), "train")
+            assign[key] = name
+            if name != "train":
+                held[name] += hours[key]
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {s: {"utterances": 0, "hours": 0.0, "groups": set()} for s in SPLITS}
+    files = {s: open(out / f"{s}.jsonl", "w", encoding="utf-8") for s in SPLITS}
+    try:
+        for u in iter_manifest(source, SkipReport(str(source)), check_files=False):
+            if by is None:
+                name = _draw(seed, u.line, dev, test)
+            else:
+                name = assign.get(_key(u.extra[by]), "train") if by in u.extra else "train"
+                summary[name]["groups"].add(_key(u.extra[by]) if by in u.extra else None)
+            record = {"audio_filepath": os.path.relpath(u.audio_path, out), "duration": u.duration,
+                      "text": u.raw_text, **u.extra}
+            files[name].write(json.dumps(record, ensure_ascii=False) + "\n")
+            summary[name]["utterances"] += 1
+            summary[name]["hours"] += u.duration / 3600
+    finally:
+        for f in files.values():
+            f.close()
+    return {"source": str(source), "by": by, "seed": seed, "skipped": dict(first.reasons),
+            **{s: {"utterances": v["utterances"], "hours": round(v["hours"], 4),
+                   **({"groups": len(v["groups"] - {None})} if by is not None else {})} for s, v in summary.items()}}
+
+
+def _draw(seed: int, line: int, dev: float, test: float) -> str:
+    """The split of manifest line `line` when utterances are drawn one by one: a hash of (seed, line), so the
+    same seed gives the same split however the file is read."""
+    x = int.from_bytes(hashlib.blake2b(f"{seed}:{line}".encode(), digest_size=8).digest(), "big") / 2 ** 64
+    return "test" if x < test else "dev" if x < test + dev else "train"

@@ -58,6 +58,11 @@ def test_utterances_drawn_one_by_one_and_bad_requests_are_one_line(tmp_path, cap
         split_manifest(path, tmp_path / "x", by="room")
     with pytest.raises(ConfigError, match="must be shares in"):
         split_manifest(path, tmp_path / "x", dev=0.6, test=0.5)
+    from speechscale.data.shards import write_shards
+
+    write_shards(str(path), tmp_path / "sh", shard_size=1000)
+    with pytest.raises(ConfigError, match="data split takes a JSONL manifest"):
+        split_manifest(tmp_path / "sh", tmp_path / "x")
     (tmp_path / "train.jsonl").write_text(path.read_text())
     with pytest.raises(ConfigError, match="would write train.jsonl over the manifest being split"):
         split_manifest(tmp_path / "train.jsonl", tmp_path)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config import ConfigError
 from .manifest import SkipReport, iter_manifest
+from .shards import is_shard_index
 
 SPLITS = ("train", "dev", "test")
 
@@ -31,6 +32,9 @@ def split_manifest(source: str | Path, out: str | Path, by: str | None = None, d
     own. Audio paths are rewritten relative to OUT. Returns per split its utterances, hours and groups."""
     if not (0 <= dev < 1 and 0 <= test < 1 and dev + test < 1):
         raise ConfigError(f"--dev {dev} and --test {test} must be shares in [0, 1) that leave some for training")
+    if is_shard_index(str(source)):
+        raise ConfigError(f"{source}: data split takes a JSONL manifest; split the manifest the shards came from, then "
+                          f"shard each split")
     source, out = Path(source), Path(out)
     for name in SPLITS:
         if (out / f"{name}.jsonl").exists() and source.exists() and (out / f"{name}.jsonl").samefile(source):

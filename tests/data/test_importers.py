@@ -316,3 +316,29 @@ def test_kaldi_segments_are_cut_from_their_recordings(tmp_path):
         np.testing.assert_allclose(got, whole[int(start * rate):int(end * rate)], atol=1 / 32768)
     with pytest.raises(CorpusLayoutError, match="no wav.scp .*--split a subfolder"):
         import_corpus("kaldi", tmp_path, tmp_path / "o2")
+
+
+def test_an_import_writes_its_manifest_as_it_goes_in_flat_memory_and_never_half(tmp_path):
+    """Four times the rows, the same peak (tracemalloc): the records are not held. A failure midway leaves the
+    manifest that was there, not a part of the new one."""
+    import tracemalloc
+
+    sf.write(tmp_path / "a.wav", np.zeros(80, dtype=np.int16), 8000)
+    peaks = []
+    for n in (1000, 4000):
+        rows = "".join(f"a.wav,utterance number {i} of the corpus\n" for i in range(n))
+        (tmp_path / f"c{n}.csv").write_text("path,text\n" + rows)
+        tracemalloc.start()
+        try:
+            report = import_corpus("csv", tmp_path / f"c{n}.csv", tmp_path / f"out{n}")
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        assert report.kept == n and len(read_manifest(tmp_path / f"out{n}" / "manifest.jsonl")[0]) == n
+    assert peaks[1] < peaks[0] + 300_000, peaks  # 3,000 more records held would be ~1 MB
+    before = (tmp_path / "out1000" / "manifest.jsonl").read_text()
+    (tmp_path / "bad.csv").write_text("path,text\nnowhere.wav,x\n")
+    with pytest.raises(ManifestError, match="no utterance imported"):
+        import_corpus("csv", tmp_path / "bad.csv", tmp_path / "out1000")
+    assert (tmp_path / "out1000" / "manifest.jsonl").read_text() == before
+    assert sorted(p.name for p in (tmp_path / "out1000").iterdir()) == ["manifest.jsonl"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import re
 import shlex
@@ -36,7 +37,7 @@ import soundfile as sf
 
 from ..storage.files import text_lines
 from .audio import AudioError, audio_info, first_line, read_audio
-from .manifest import ManifestError, SkipReport, write_manifest
+from .manifest import ManifestError, SkipReport
 from .text import DIGIT_WORDS, TextNormalizer
 
 SKIP = "skip"  # a reader yields (path, None, {SKIP: reason}) for a file it cannot take
@@ -377,31 +378,44 @@ def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", 
     # every letter and digit kept as written: a model's alphabet and digit policy apply when it trains and scores
     normalize = normalize or TextNormalizer(alphabet=None, digits="keep")
     out.mkdir(parents=True, exist_ok=True)
-    report, records = SkipReport(str(src)), []
-    for n, (audio, raw, extra) in enumerate(IMPORTERS[kind](src, out, split), 1):
-        if raw is None:  # the reader's own reason to skip it
-            report.skip(n, extra[SKIP], extra.get(DETAIL, str(audio)))
-            continue
-        if not audio.is_file():
-            report.skip(n, "audio file missing", str(audio))
-            continue
-        try:
-            duration = audio_info(audio)[0]
-        except Exception as e:  # soundfile raises several types for unknown or corrupt headers
-            report.skip(n, "unreadable audio", f"{audio} ({e})")
-            continue
-        text = normalize(raw)
-        if not text:
-            report.skip(n, "empty transcript", str(audio))
-        elif duration < min_duration or (max_duration and duration > max_duration):
-            report.skip(n, "duration out of bounds", f"{duration:.2f} s")
-        else:
-            records.append({"audio_filepath": os.path.relpath(audio, out), "duration": round(duration, 3),
-                            "text": text, **extra})
-    report.kept = len(records)
-    if not records:  # an empty manifest would only fail later, in training
-        if not report.skipped:
-            raise CorpusLayoutError(f"{src}: nothing in {kind}'s layout here ({LAYOUTS[kind]})")
-        raise ManifestError(f"{src}: no utterance imported ({report.summary()})")
-    write_manifest(out / "manifest.jsonl", records)
+    report = SkipReport(str(src))
+    partial = out / "manifest.jsonl.partial"  # lines are written as they come: a corpus of any size in flat memory
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            for n, (audio, raw, extra) in enumerate(IMPORTERS[kind](src, out, split), 1):
+                record = _record(n, audio, raw, extra, out, normalize, min_duration, max_duration, report)
+                if record is not None:
+                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    report.kept += 1
+        if not report.kept:  # an empty manifest would only fail later, in training
+            if not report.skipped:
+                raise CorpusLayoutError(f"{src}: nothing in {kind}'s layout here ({LAYOUTS[kind]})")
+            raise ManifestError(f"{src}: no utterance imported ({report.summary()})")
+        os.replace(partial, out / "manifest.jsonl")
+    finally:
+        partial.unlink(missing_ok=True)
     return report
+
+
+def _record(n: int, audio: Path, raw: str | None, extra: dict[str, Any], out: Path, normalize: Callable[[str], str],
+            min_duration: float, max_duration: float, report: SkipReport) -> dict[str, Any] | None:
+    """Row `n` of an importer as a manifest record, or None when it is skipped (counted in `report`)."""
+    if raw is None:  # the reader's own reason to skip it
+        report.skip(n, extra[SKIP], extra.get(DETAIL, str(audio)))
+        return None
+    if not audio.is_file():
+        report.skip(n, "audio file missing", str(audio))
+        return None
+    try:
+        duration = audio_info(audio)[0]
+    except Exception as e:  # soundfile raises several types for unknown or corrupt headers
+        report.skip(n, "unreadable audio", f"{audio} ({e})")
+        return None
+    text = normalize(raw)
+    if not text:
+        report.skip(n, "empty transcript", str(audio))
+    elif duration < min_duration or (max_duration and duration > max_duration):
+        report.skip(n, "duration out of bounds", f"{duration:.2f} s")
+    else:
+        return {"audio_filepath": os.path.relpath(audio, out), "duration": round(duration, 3), "text": text, **extra}
+    return None

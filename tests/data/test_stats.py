@@ -38,6 +38,14 @@ def test_counts_quantiles_rates_and_fields_match_a_recomputation(tmp_path):
     assert [s["letters_per_s"] for s in stats["slowest"]] == sorted(s["letters_per_s"] for s in stats["slowest"])
     assert stats["fields"]["speaker"] == len({r["speaker"] for r in rows})
     assert stats["longer_than_s"]["20"] == {"utterances": 0, "hours": 0.0}
+    by = corpus_stats([str(path)], top=2, by="speaker")["by"]
+    hours = {}
+    for r in rows:
+        hours[r["speaker"]] = hours.get(r["speaker"], 0.0) + r["duration"] / 3600
+    ranked = sorted(hours.items(), key=lambda kv: -kv[1])
+    assert [(g["value"], g["hours"]) for g in by["largest"]] == [(k, round(v, 4)) for k, v in ranked[:2]]
+    assert by["values"] == len(hours) and by["others"]["values"] == len(hours) - 2
+    assert by["others"]["hours"] == pytest.approx(sum(v for _, v in ranked[2:]), abs=1e-4)
 
 
 def test_a_shard_index_says_what_its_manifest_says_and_the_cli_prints_both_ways(tmp_path, capsys):

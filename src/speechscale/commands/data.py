@@ -76,7 +76,7 @@ def data_index(args: argparse.Namespace) -> int:
 def data_stats(args: argparse.Namespace) -> int:
     from ..data.stats import corpus_stats
 
-    stats = corpus_stats(args.sources, args.top)
+    stats = corpus_stats(args.sources, args.top, args.by)
     if args.json:
         print(json.dumps(stats, ensure_ascii=False))
         return 0
@@ -93,6 +93,13 @@ def data_stats(args: argparse.Namespace) -> int:
                 print(f"{name + ' spoken':<22}{row['letters_per_s']:>6} letters/s  {row['where']}")
         for field, n in stats["fields"].items():
             print(f"{'field ' + field:<22}{n} distinct values")
+        if "by" in stats:
+            b = stats["by"]
+            for row in b["largest"]:
+                print(f"{b['field'] + ' ' + row['value']:<22}{row['utterances']} utterances, {row['hours']} h")
+            if b["others"]["values"]:
+                o = b["others"]
+                print(f"{b['field'] + ' (' + str(o['values']) + ' more)':<22}{o['utterances']} utterances, {o['hours']} h")
     for reason, n in stats["skipped"].items():
         print(f"{'skipped':<22}{n} {reason}")
     return 0
@@ -196,6 +203,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                                 "that may not fit their audio), fields")
     dt.add_argument("sources", nargs="+", help="JSONL manifests or shard indexes, counted together")
     dt.add_argument("--top", type=positive(int), default=5, help="the fastest and slowest spoken utterances to name")
+    dt.add_argument("--by", default=None, help="a manifest field (speaker, say): its values with the most hours")
     dt.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
     dt.set_defaults(func=data_stats)
     dp = command(dsub, "split", "a manifest -> OUT/train.jsonl, dev.jsonl, test.jsonl (--by speaker: each speaker "

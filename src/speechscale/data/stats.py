@@ -36,9 +36,9 @@ def _rows(source: str, report: SkipReport) -> Iterator[tuple[float, str, str, di
         yield u.duration, u.raw_text, f"{source} line {u.line}", u.extra
 
 
-def corpus_stats(sources: list[str], top: int = 5) -> dict[str, Any]:
+def corpus_stats(sources: list[str], top: int = 5, by: str | None = None) -> dict[str, Any]:
     """The statistics of the utterances in `sources` (manifests or shard indexes) together; `top`: how many of the
-    fastest and slowest spoken transcripts to name."""
+    fastest and slowest spoken transcripts (and, with `by`, of that field's values with the most hours) to name."""
     bins = np.zeros(int(MAX_S / BIN_S) + 1, dtype=np.int64)
     rates = np.zeros(4001, dtype=np.int64)  # letters per second in 0.01 steps up to 40
     count, seconds, shortest, longest = 0, 0.0, float("inf"), 0.0
@@ -47,6 +47,7 @@ def corpus_stats(sources: list[str], top: int = 5) -> dict[str, Any]:
     slowest: list[tuple[float, int, str]] = []
     fields: dict[str, set[str]] = {}
     skipped: dict[str, int] = {}
+    groups: dict[str, list[float]] = {}  # a `by` value -> [utterances, seconds]
     tie = itertools.count()
     for source in sources:
         report = SkipReport(source)
@@ -72,6 +73,14 @@ def corpus_stats(sources: list[str], top: int = 5) -> dict[str, Any]:
                 seen = fields.setdefault(name, set())
                 if len(seen) <= MAX_VALUES:
                     seen.add(repr(value))
+            if by is not None:
+                value = str(extra[by]) if by in extra else "(none)"
+                if value in groups or len(groups) < MAX_VALUES:
+                    group = groups.setdefault(value, [0, 0.0])
+                else:
+                    group = groups.setdefault("(the rest)", [0, 0.0])
+                group[0] += 1
+                group[1] += duration
         for reason, n in report.reasons.items():
             skipped[reason] = skipped.get(reason, 0) + n
     if not count:
@@ -88,7 +97,18 @@ def corpus_stats(sources: list[str], top: int = 5) -> dict[str, Any]:
         "fields": {name: len(seen) if len(seen) <= MAX_VALUES else f"more than {MAX_VALUES}"
                    for name, seen in sorted(fields.items())},
         "skipped": skipped,
+        **({"by": _groups(by, groups, top)} if by is not None else {}),
     }
+
+
+def _groups(by: str, groups: dict[str, list[float]], top: int) -> dict[str, Any]:
+    """`by`'s values with the most hours (the first `top`), the rest summed."""
+    ranked = sorted(groups.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    rest = ranked[top:]
+    return {"field": by, "values": len(groups),
+            "largest": [{"value": v, "utterances": int(n), "hours": round(sec / 3600, 4)} for v, (n, sec) in ranked[:top]],
+            "others": {"values": len(rest), "utterances": int(sum(n for _, (n, _) in rest)),
+                       "hours": round(sum(sec for _, (_, sec) in rest) / 3600, 4)}}
 
 
 def _quantile(counts: np.ndarray, q: float, step: float) -> float:

@@ -55,7 +55,18 @@ def test_eval_by_a_manifest_key_scores_each_group_as_jiwer_does(ldc_checkpoint, 
     table = [line.split() for line in out.split("\n\n", 1)[1].splitlines()]
     assert code == 0 and table[0] == ["speaker", "utterances", "words", "WER", "CER"], out
     assert [row[:2] for row in table[1:]] == [["a", "2"], ["b", "2"], ["(none)", "1"]]
+    lengths = [2.93, 6.0, 12.0, 40.0, 2.93]  # declared lengths: --by duration groups by them
+    manifest.write_text("".join(json.dumps({"audio_filepath": str(shared("ldc93s1", name)), "duration": d, "text": t})
+                                + "\n" for (name, t, _), d in zip(rows, lengths)))
+    code, out, err = main_cli(capsys, "eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(manifest), "--json",
+                              "--by", "duration")
+    assert code == 0, err
+    by = json.loads(out)["by"]["duration"]
+    assert {k: v["utterances"] for k, v in by.items()} == {"under 5 s": 2, "5-10 s": 1, "10-20 s": 1, "30 s and over": 1}
+    for name, members in (("under 5 s", [0, 4]), ("30 s and over", [3])):
+        refs, hyps = [details[i]["reference"] for i in members], [details[i]["hypothesis"] for i in members]
+        assert by[name]["wer"] == pytest.approx(jiwer.wer(refs, hyps))
     for bad, said in [(["--by", "accent"], "--by accent: no line of"), (["--by", "text"], "--by text: no line of")]:
         code, _, err = main_cli(capsys, "eval", "--checkpoint", str(tmp_path / "none.pt"), "--manifest", str(manifest),
                                 *bad)  # the manifest is read before the checkpoint
-        assert code == 2 and said in err and "speaker" in err and err.count("\n") == 1, err
+        assert code == 2 and said in err and "or --by duration" in err and err.count("\n") == 1, err

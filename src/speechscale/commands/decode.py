@@ -61,7 +61,8 @@ def evaluate(args: argparse.Namespace) -> int:
         from ..decoding.metrics import rates_by
 
         utts = loader.dataset.utts
-        out["by"] = {field: rates_by(res.refs, res.hyps, {i: _group(utts[i].extra, field) for i in res.hyps})
+        out["by"] = {field: rates_by(res.refs, res.hyps, {i: _duration_bucket(utts[i].duration) if field == DURATION
+                                                          else _group(utts[i].extra, field) for i in res.hyps})
                      for field in args.by}
     if args.json:
         print(json.dumps(out))
@@ -77,6 +78,20 @@ def evaluate(args: argparse.Namespace) -> int:
 
 
 _NO_VALUE = "(none)"  # eval --by: the group of utterances without the field
+
+
+DURATION = "duration"  # eval --by duration: buckets of the utterances' lengths
+_BUCKETS_S = (5, 10, 20, 30)
+
+
+def _duration_bucket(seconds: float) -> str:
+    """The eval --by duration group of an utterance `seconds` long."""
+    if seconds < _BUCKETS_S[0]:
+        return f"under {_BUCKETS_S[0]} s"
+    for low, high in zip(_BUCKETS_S, _BUCKETS_S[1:]):
+        if seconds < high:
+            return f"{low}-{high} s"
+    return f"{_BUCKETS_S[-1]} s and over"
 
 
 def _group(extra: dict[str, Any], field: str) -> str:
@@ -96,9 +111,11 @@ def _check_by(manifest: str, fields: list[str]) -> None:
     utts, _ = read_manifest(manifest, check_files=False)
     keys = sorted({k for u in utts for k in u.extra})
     for field in fields:
+        if field == DURATION:
+            continue
         if field in REQUIRED or field not in keys:
             raise ConfigError(f"--by {field}: no line of {manifest} has that key (its keys besides "
-                              f"{', '.join(REQUIRED)}: {', '.join(keys) or 'none'})")
+                              f"{', '.join(REQUIRED)}: {', '.join(keys) or 'none'}; or --by duration)")
 
 
 def _references(manifest: str | None) -> dict[str, str]:
@@ -442,7 +459,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     e.add_argument("--details", type=out_file, default=None,
                    help="write per-utterance reference, hypothesis and alignment (JSONL)")
     e.add_argument("--by", action="append", default=None, metavar="KEY",
-                   help="WER and CER of each value of this manifest key too (speaker, accent, a domain...; repeatable)")
+                   help="WER and CER of each value of this manifest key too (speaker, accent, a domain...; "
+                        "duration: by length, under 5 s to 30 s and over; repeatable)")
     device_arg(e)
     decoder_args(e)
     # decoding.scoring.EVAL_BATCH_SECONDS, written out: the parser is built before torch is imported

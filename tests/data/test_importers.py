@@ -238,6 +238,20 @@ def test_hugging_face_parquet_files_become_audio_files_and_a_manifest(tmp_path, 
     assert len(read_manifest(tmp_path / "all" / "manifest.jsonl")[0]) == 4  # both splits, test's "text" column
 
 
+def test_parquet_rows_naming_files_beside_them_use_those_files_inside_the_corpus_only(tmp_path):
+    wav = shared("fsdd", "recordings", "0_jackson_0.wav")
+    (tmp_path / "hf" / "clips").mkdir(parents=True)
+    shutil.copy(wav, tmp_path / "hf" / "clips" / "a.wav")
+    shutil.copy(wav, tmp_path / "outside.wav")
+    _hf_parquet(tmp_path / "hf" / "t.parquet", [(None, "clips/a.wav", "zero", 1), (None, "../outside.wav", "zero", 2),
+                                               (None, "clips/none.wav", "zero", 3)])
+    report = import_corpus("parquet", tmp_path / "hf", tmp_path / "out")
+    assert report.kept == 1 and report.reasons == {"no audio bytes": 2}
+    utts, _ = read_manifest(tmp_path / "out" / "manifest.jsonl")
+    assert os.path.samefile(utts[0].audio_path, tmp_path / "hf" / "clips" / "a.wav")
+    assert import_corpus("parquet", tmp_path / "hf" / "t.parquet", tmp_path / "one").kept == 1  # one file given
+
+
 def test_parquet_without_the_columns_or_not_parquet_is_one_line(tmp_path, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq

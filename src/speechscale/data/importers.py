@@ -294,13 +294,15 @@ _MANIFEST_KEYS = {"audio_filepath", "duration", "text"}
 
 def parquet(src: Path, out: Path, split: str) -> Iterator[Row]:
     """Parquet files as Hugging Face `datasets` writes them: an audio column of {bytes, path} structs, a text column
-    and other columns kept as fields (speaker ids, say); the audio is written to OUT/audio/."""
+    and other columns kept as fields (speaker ids, say); the audio is written to OUT/audio/ (a row without bytes
+    whose path names a file beside its parquet, inside SRC, is that file)."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise CorpusLayoutError("parquet files need pyarrow: pip install 'speechscale[parquet]'") from None
     files = [src] if src.is_file() else sorted(src.rglob("*.parquet"))
+    corpus = (src.parent if src.is_file() else src).resolve()  # where files a row names may be
     if split:  # a split folder (clean/test/0000.parquet) or file prefix (data/train-00000-of-00004.parquet)
         files = [f for f in files if split in f.relative_to(src).parts[:-1] or f.name.startswith((f"{split}-",
                                                                                                    f"{split}."))]
@@ -329,17 +331,25 @@ def parquet(src: Path, out: Path, split: str) -> Iterator[Row]:
             for batch in table.iter_batches(batch_size=64, columns=[audio, text, *fields]):
                 for row in batch.to_pylist():
                     where = f"{f} row {n}"
-                    data = (row[audio] or {}).get("bytes")
+                    cell = row[audio] or {}
+                    data, named = cell.get("bytes"), cell.get("path")
                     n += 1
-                    if not data:
+                    beside = f.parent / named if isinstance(named, str) and named else None
+                    if beside is not None and not beside.resolve().is_relative_to(corpus):
+                        beside = None  # a row names no file outside the corpus's folder
+                    if not data and not (beside is not None and beside.is_file()):
                         yield f, None, {SKIP: "no audio bytes", DETAIL: where}
                         continue
                     if row[text] is None:
                         yield f, None, {SKIP: "no transcript", DETAIL: where}
                         continue
-                    path = folder / f"{n - 1:06d}.{_extension(data, (row[audio] or {}).get('path'))}"
+                    fields_kept = {k: row[k] for k in fields if row[k] is not None}
+                    if not data:  # a dataset that keeps its audio as files beside the parquet: that file
+                        yield beside, row[text], fields_kept
+                        continue
+                    path = folder / f"{n - 1:06d}.{_extension(data, named)}"
                     path.write_bytes(data)
-                    yield path, row[text], {k: row[k] for k in fields if row[k] is not None}
+                    yield path, row[text], fields_kept
         except Exception as e:  # a damaged row group: the rows before it are kept
             yield f, None, {SKIP: "unreadable parquet", DETAIL: f"{f} after row {n} ({first_line(e)})"}
 

@@ -97,3 +97,18 @@ def test_a_manifest_url_is_one_line_pointing_to_shards_and_a_file_url_is_read(tm
         read_manifest("s3://bucket/m.jsonl")
     manifest = shared("ldc93s1", "manifest.jsonl")
     assert len(read_manifest(f"file://{manifest}")[0]) == len(read_manifest(manifest)[0]) > 0
+
+
+def test_a_duration_no_recording_has_is_skipped_before_it_overflows_anything(tmp_path):
+    """1e308 s passed as finite, then overflowed a histogram's bin (data stats) and would any sum; NaN, an
+    infinity, a negative or over a million seconds is out of range."""
+    from speechscale.data.stats import corpus_stats
+
+    lines = [{"audio_filepath": "a.wav", "duration": d, "text": "x"} for d in (1e308, -1, 2e6, 3.5)]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"audio_filepath": "a.wav", "duration": NaN, '
+                                                                    '"text": "x"}\n')
+    utts, report = read_manifest(path, check_files=False)
+    assert [u.duration for u in utts] == [3.5] and report.reasons == {"duration out of range": 4}
+    stats = corpus_stats([str(path)])
+    assert stats["utterances"] == 1 and stats["duration_s"]["max"] == 3.5

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 from ..config import parse_json
 
 REQUIRED = ("audio_filepath", "duration", "text")
+MAX_DURATION_S = 1e6  # about 11.6 days: a line that says more (or NaN, or an infinity) is no recording's length
 
 
 @dataclass
@@ -150,7 +151,7 @@ def _utterances(path: Path, report: SkipReport, normalize: Callable[[str], str] 
             except (TypeError, ValueError):
                 report.skip(lineno, "bad duration", repr(rec["duration"]))
                 continue
-            if not math.isfinite(duration) or duration < min_duration or duration > max_duration:
+            if not 0 <= duration <= MAX_DURATION_S or duration < min_duration or duration > max_duration:
                 report.skip(lineno, "duration out of range", f"{duration}s")
                 continue
             raw_text = rec["text"]

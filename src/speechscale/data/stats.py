@@ -55,14 +55,14 @@ def corpus_stats(sources: list[str], top: int = 5, by: str | None = None) -> dic
             count += 1
             seconds += duration
             shortest, longest = min(shortest, duration), max(longest, duration)
-            bins[min(int(duration / BIN_S), len(bins) - 1)] += 1
+            bins[int(min(duration / BIN_S, len(bins) - 1))] += 1
             for bound in LONG_S:
                 if duration > bound:
                     long_n[bound] += 1
                     long_s[bound] += duration
             if duration > 0:
                 rate = sum(c.isalnum() for c in text) / duration
-                rates[min(int(rate * 100), len(rates) - 1)] += 1
+                rates[int(min(rate * 100, len(rates) - 1))] += 1
                 heapq.heappush(fastest, (rate, next(tie), where))
                 heapq.heappush(slowest, (-rate, next(tie), where))
                 if len(fastest) > top:

@@ -26,6 +26,7 @@ from ..storage.seeds import generator
 from .audio import decode_audio
 from .dataset import SpeechDataset, TextError
 from .features import FeatureExtractor
+from .manifest import MAX_DURATION_S
 from .sampler import pack_batches
 from .shards import ShardIndex, ShardReader
 from .text import CharTokenizer
@@ -58,7 +59,7 @@ class ShardUnits:
         self.longest = sorted(top, reverse=True)  # (duration, id), longest first
 
     def _keeps(self, duration: float) -> bool:
-        return self.bounds[0] <= duration <= self.bounds[1]
+        return self.bounds[0] <= duration <= min(self.bounds[1], MAX_DURATION_S)
 
     def _windows(self, epoch: int) -> list[list[int]]:
         n = len(self.index.shards)

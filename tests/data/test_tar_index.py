@@ -232,3 +232,10 @@ def test_jobs_write_and_index_the_same_shards_as_one_process(tmp_path, capsys):
     index_tars(tmp_path / "one", "shard-*.tar", out=tmp_path / "one" / "a.jsonl")
     index_tars(tmp_path / "one", "shard-*.tar", out=tmp_path / "one" / "b.jsonl", jobs=2)
     assert (tmp_path / "one" / "a.jsonl").read_text() == (tmp_path / "one" / "b.jsonl").read_text()
+
+
+def test_a_tar_gone_since_it_was_listed_is_counted_not_a_crash(tmp_path):
+    from speechscale.data.tar_index import _read_tar
+
+    name, size, groups, damage = _read_tar((str(tmp_path), str(tmp_path / "gone.tar"), "gone.tar"))
+    assert (name, size, groups) == ("gone.tar", 0, []) and damage.startswith("FileNotFoundError")

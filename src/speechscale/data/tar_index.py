@@ -114,14 +114,14 @@ def _groups(tar: tarfile.TarFile, size: int, name: str, stream: bool) -> tuple[l
 def _read_tar(work: tuple[str, str, str]) -> tuple[str, int, list[_Group], str | None]:
     """(name, bytes, groups, damage) of the tar at `path` under `folder` (`_groups`; a URL's as one stream)."""
     folder, path, name = work
-    fs = fsspec.core.url_to_fs(folder)[0]
-    stream = is_remote(folder)
-    size = fs.size(path)
+    stream, size = is_remote(folder), 0
     try:
+        fs = fsspec.core.url_to_fs(folder)[0]
+        size = fs.size(path)
         with fs.open(path, "rb") as f, tarfile.open(fileobj=f, mode="r|" if stream else "r:") as tar:
             return (name, size, *_groups(tar, size, name, stream))
-    except (tarfile.TarError, OSError) as e:
-        return name, size, [], str(e)
+    except Exception as e:  # a tar gone or unreadable since it was listed (fsspec raises per-backend types)
+        return name, size, [], f"{type(e).__name__}: {e}"
 
 
 def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | None = None,

@@ -195,34 +195,34 @@ def _decode(source: Any, path: str, sample_rate: int, max_seconds: float | None 
         raise AudioError(f"{path}: cannot resample {sr} Hz to {sample_rate} Hz ({first_line(e)})") from e
 
 
-def audio_info(path: str | Path) -> tuple[float, int, int]:
+def audio_info(source: Any, name: str | None = None) -> tuple[float, int, int]:
     """(duration in s, sample rate, channels) from the header, without decoding; a container soundfile does not
-    read (data.media) is decoded, for its exact length."""
+    read (data.media) is decoded, for its exact length. `source`: a path, or a seekable binary file object
+    (`name` in messages). soundfile's own exception when it is no audio."""
+    source = source if hasattr(source, "read") else str(source)
     try:
-        info = sf.info(str(path))
+        info = sf.info(source)
     except Exception:  # soundfile raises several types for corrupt or unknown formats
-        fmt = container_format(_head(str(path)))
+        fmt = container_format(_head(source))
         if fmt is None:
             raise
-        data, rate = read_media(str(path), str(path), fmt, None)
+        if hasattr(source, "seek"):
+            source.seek(0)
+        data, rate = read_media(source, name or str(source), fmt, None)
         return data.shape[0] / rate, rate, data.shape[1]
     return info.frames / info.samplerate, info.samplerate, info.channels
 
 
 def stream_duration(source: Any, name: str) -> float:
-    """Seconds of audio in `source`, a seekable binary file object called `name` in messages, from its header (a
-    container soundfile does not read is decoded). AudioError when it is no audio or holds no samples."""
+    """Seconds of audio in `source`, a seekable binary file object called `name` in messages (`audio_info`).
+    AudioError when it is no audio or holds no samples."""
     try:
-        info = sf.info(source)
-        seconds = info.frames / info.samplerate if info.samplerate > 0 else 0.0
+        seconds = audio_info(source, name)[0]
+    except AudioError:
+        raise
     except Exception as e:  # soundfile raises several types for corrupt or unknown formats
-        fmt = container_format(_head(source))
-        if fmt is None:
-            said = first_line(e).replace(str(source), repr(name))  # a file object: named, not shown
-            raise AudioError(f"{name}: not audio that soundfile can decode ({said})") from None
-        source.seek(0)
-        data, rate = read_media(source, name, fmt, None)
-        seconds = data.shape[0] / rate
+        said = first_line(e).replace(str(source), repr(name))  # a file object: named, not shown
+        raise AudioError(f"{name}: not audio that soundfile can decode ({said})") from None
     if not seconds > 0:
         raise AudioError(f"{name}: no audio samples in it")
     return seconds

@@ -91,12 +91,17 @@ def is_shard_index(path: str) -> bool:
         return True
     if is_remote(path):
         return False
+    return has_index_header(fsspec.filesystem("file"), path)
+
+
+def has_index_header(fs: Any, path: str) -> bool:
+    """Whether the file at `path` on file system `fs` begins with a shard index's header line."""
     try:
-        with open(path, encoding="utf-8-sig", errors="replace") as f:
-            first = f.readline()
-        return HEADER_KEY in parse_json(first)
-    except (OSError, ValueError, TypeError):
+        with fs.open(path, "rb") as f:
+            head = parse_json(f.readline().decode("utf-8-sig", "replace"))
+    except (OSError, ValueError):
         return False
+    return isinstance(head, dict) and HEADER_KEY in head
 
 
 # ---- writing --------------------------------------------------------------------------------------------
@@ -347,16 +352,24 @@ class ShardIndex:
             f.seek(self.shards[shard].line_offset)
             return parse_json(f.readline())["members"]
 
-    def texts(self) -> Iterator[str]:
-        """Every utterance's transcript as written, in index order (shard by shard, read from its line)."""
+    def lines(self) -> Iterator[dict[str, Any]]:
+        """Each shard's line (members, transcripts) in index order, read once from the index."""
         with open(self.local, "rb") as f:
             for s in self.shards:
                 f.seek(s.line_offset)
-                line = parse_json(f.readline())
-                if not isinstance(line.get("texts"), list) or len(line["texts"]) != s.utterances:
-                    raise ShardError(f"{self.path}: the index does not hold its transcripts (an index written before "
-                                     f"they were kept): write it again with `speechscale data shard` or `data index`")
-                yield from (str(t) for t in line["texts"])
+                yield parse_json(f.readline())
+
+    def texts(self) -> Iterator[str]:
+        """Every utterance's transcript as written, in index order (shard by shard, read from its line)."""
+        for s, line in zip(self.shards, self.lines()):
+            yield from self.line_texts(line, s.utterances)
+
+    def line_texts(self, line: dict[str, Any], utterances: int) -> list[str]:
+        """The transcripts of one shard's line; ShardError when the index does not keep them."""
+        if not isinstance(line.get("texts"), list) or len(line["texts"]) != utterances:
+            raise ShardError(f"{self.path}: the index does not hold its transcripts (an index written before they "
+                             f"were kept): write it again with `speechscale data shard` or `data index`")
+        return [str(t) for t in line["texts"]]
 
     def locate(self, uid: int) -> tuple[int, int]:
         """(shard, member) of global utterance id `uid`."""

@@ -27,10 +27,9 @@ def _rows(source: str, report: SkipReport) -> Iterator[tuple[float, str, str, di
     """(duration, transcript as written, where, extra fields) of each utterance of a manifest or shard index."""
     if is_shard_index(source):
         index = ShardIndex(source)
-        texts = index.texts()
-        for s, shard in enumerate(index.shards):
-            for key, duration, _, _ in index.members(s):
-                yield float(duration), next(texts), f"{shard.url} member {key}", {}
+        for shard, line in zip(index.shards, index.lines()):
+            for (key, duration, _, _), text in zip(line["members"], index.line_texts(line, shard.utterances)):
+                yield float(duration), text, f"{shard.url} member {key}", {}
         return
     for u in iter_manifest(source, report, check_files=False):
         yield u.duration, u.raw_text, f"{source} line {u.line}", u.extra

@@ -28,12 +28,12 @@ from ..storage import is_remote
 from .audio import AudioError, stream_duration
 from .shards import (
     AUDIO_EXTENSIONS,
-    HEADER_KEY,
     INDEX_NAME,
     TEXT_EXTENSIONS,
     TEXT_FIELDS,
     IndexWriter,
     ShardError,
+    has_index_header,
     map_in_processes,
     member_key,
     transcript,
@@ -138,7 +138,7 @@ def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | Non
         if not fs.isdir(root):
             raise ShardError(f"{folder}: not a folder")
         out_fs, out_path = fsspec.core.url_to_fs(out)
-        if out_fs.exists(out_path) and not _is_index_file(out_fs, out_path):
+        if out_fs.exists(out_path) and not has_index_header(out_fs, out_path):
             raise ShardError(f"{out} exists and is not a shard index: choose another --out")
         paths = sorted(p for p in fs.glob(posixpath.join(root, pattern)) if fs.isfile(p) and p != out_path)
     except ShardError:
@@ -216,16 +216,6 @@ def _utterances(name: str, groups: list[_Group], chosen: list[str | None], skip:
             members.append([g.key, round(g.seconds, 4), g.start, g.end])
             texts.append(text)
     return members, texts
-
-
-def _is_index_file(fs: Any, path: str) -> bool:
-    """Whether the file at `path` begins with a shard index's header line (what may be replaced by a new index)."""
-    try:
-        with fs.open(path, "rb") as f:
-            head = parse_json(f.readline().decode("utf-8", "replace"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(head, dict) and HEADER_KEY in head
 
 
 def _guess_field(raw: bytes) -> str:

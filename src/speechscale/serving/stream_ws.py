@@ -30,13 +30,13 @@ batched step for every stream of a round); a beam search decodes in a thread of 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
+from ..config import parse_json
 from ..data.audio import MAX_RATE, MIN_RATE
 from ..decoding.digits import check_written_digits, write_digits
 from .events import Event, Final, Partial
@@ -131,8 +131,8 @@ async def _receive(ws: WebSocket, limits: Any, closing: asyncio.Future | None = 
 def _json(text: str | None, what: str) -> Any:
     """A text message's JSON, or Closed(1007): not JSON, or nested too deeply to parse."""
     try:
-        return json.loads(text or "")
-    except (ValueError, RecursionError):
+        return parse_json(text or "")
+    except ValueError:
         raise Closed(1007, f"{what} is not JSON (or nested too deeply)") from None
 
 

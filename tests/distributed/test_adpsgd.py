@@ -280,27 +280,30 @@ def _loader_workers(pid: int) -> list[int]:
 
 
 def test_learners_whose_loader_workers_die_read_their_claimed_batches_again(tmp_path):
-    """The kernel kills every loader worker of both learners mid-epoch: each learner starts new workers, reads
-    the batches it had claimed but not trained first, and the epochs still hold every sample once."""
+    """The kernel kills every loader worker of both learners early in an epoch of 24 batches (far from its
+    validation, whose workers are another loader's): each learner starts new workers, reads the batches it had
+    claimed but not trained first, and the epochs still hold every sample once."""
     import signal
 
     from tests.distributed.launch import kill_group, start, wait_for
 
-    m = ldc_manifest(tmp_path / "data", copies=12)
+    m = ldc_manifest(tmp_path / "data", copies=48)
     out = tmp_path / "run"
     log = tmp_path / "log"
-    proc = start(torchrun(2, train_args(m, out, "distributed.strategy=adpsgd", "trainer.max_epochs=3",
+    proc = start(torchrun(2, train_args(m, out, "distributed.strategy=adpsgd", "trainer.max_epochs=2",
                                         "data.num_workers=1")), log)
     try:
         victims: list[int] = []
 
-        def training_with_workers() -> bool:
-            if sum(1 for _ in trace(out)) < 3:
+        def early_in_the_first_epoch_with_workers() -> bool:
+            steps = sum(1 for r in trace(out) if r["epoch"] == 0)
+            assert steps <= 16, "the first epoch ran past the window before its workers were found"
+            if steps < 2:
                 return False
             victims[:] = _loader_workers(proc.pid)
             return len(victims) >= 2
 
-        wait_for(training_with_workers, timeout=300)
+        wait_for(early_in_the_first_epoch_with_workers, timeout=300)
         for v in victims:
             os.kill(v, signal.SIGKILL)
         proc.wait(timeout=300)
@@ -308,7 +311,7 @@ def test_learners_whose_loader_workers_die_read_their_claimed_batches_again(tmp_
         kill_group(proc)
     text = log.read_text()
     assert proc.returncode == 0, text[-4000:]
-    assert "the loader starts again" in text, (victims, text[-4000:])  # (validation's workers may be the ones hit)
-    for epoch in range(3):
+    assert "the loader starts again" in text, (victims, text[-4000:])
+    for epoch in range(2):
         ids = sorted(i for r in trace(out) if r["epoch"] == epoch for i in r["ids"])
-        assert ids == list(range(12)), (epoch, ids)
+        assert ids == list(range(48)), (epoch, ids)

@@ -177,6 +177,12 @@ def ldc_checkpoint(tmp_path_factory, worker_id) -> Path:
     return _trained_once(tmp_path_factory, worker_id, "ldc-checkpoint")
 
 
+@pytest.fixture(scope="session")
+def pieces_checkpoint(tmp_path_factory, worker_id) -> Path:
+    """A ds2-tiny overfit on LDC93S1 with word pieces for output units (text.pieces=40), trained once per test run."""
+    return _trained_once(tmp_path_factory, worker_id, "pieces-checkpoint", "text.pieces=40")
+
+
 NUMBERS_SENTENCE = "In 1990 it cost $5.50 on the 21st"  # a manifest's text; the model learns it as the normalizer says it
 
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from .config import Config, FeatureConfig, from_dict
 from .data.features import FeatureExtractor
-from .data.text import CharTokenizer, TextNormalizer
+from .data.text import TextNormalizer, Tokenizer, build_tokenizer
 from .models.registry import build_model
 from .models.streaming import StreamingModel, streaming_card
 from .storage.checkpoints import CheckpointError, error_line
@@ -21,7 +21,7 @@ class Components:
     """Normalizer, tokenizer, features and model of one ASR system."""
 
     normalizer: TextNormalizer
-    tokenizer: CharTokenizer
+    tokenizer: Tokenizer
     features: FeatureExtractor
     model: nn.Module
     model_name: str
@@ -53,7 +53,7 @@ def resolve_normalize(features: FeatureConfig, model: nn.Module) -> None:
 def build_components(cfg: Config) -> Components:
     """Fresh components for training from a validated config (features.normalize=auto resolved in `cfg`)."""
     normalizer = TextNormalizer(cfg.text.alphabet, cfg.text.digits, cfg.text.digits_language)
-    tokenizer = CharTokenizer(cfg.text.alphabet)
+    tokenizer = build_tokenizer(cfg.text.alphabet, cfg.text.piece_list, cfg.text.piece_scores)
     features = FeatureExtractor(cfg.features)
     model = build_model(cfg.model.name, cfg.model.overrides, features.num_features, tokenizer.vocab_size)
     resolve_normalize(cfg.features, model)
@@ -115,7 +115,7 @@ def _build(desc: dict[str, Any]) -> Components:
     else:
         meta = desc["meta"]
         normalizer = TextNormalizer(**meta["normalizer"])
-        tokenizer = CharTokenizer(**meta["tokenizer"])
+        tokenizer = build_tokenizer(**meta["tokenizer"])
         features = FeatureExtractor(from_dict(FeatureConfig, meta["features"], where="checkpoint.features"))
         model = build_model(meta["model_name"], meta["model_overrides"], features.num_features, tokenizer.vocab_size)
         resolve_normalize(features.cfg, model)

@@ -59,6 +59,11 @@ class TextConfig:
                                        # characters of the training transcripts (the checkpoints keep them)
     digits: str = "spell"              # spell (12 -> twelve) | drop | keep (then add digits to the alphabet)
     digits_language: str = "en"        # the language numbers, money and times are read out in (num2words' code: en, de, ...)
+    pieces: int = 0                    # 0: the alphabet's characters are the output units; N: up to N word pieces
+                                       # learned from the training transcripts (a unigram model) before the first step
+    piece_list: list[str] = field(default_factory=list)  # text.pieces; written by training: the pieces ("▁"
+                                       # starts a word), spelled in text.alphabet; given, they are used as they are
+    piece_scores: list[float] = field(default_factory=list)  # text.pieces; written by training: each piece's score
 
 
 @dataclass

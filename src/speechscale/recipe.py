@@ -23,7 +23,7 @@ import torch
 
 from .config import Config, ConfigError, check_choice, load_config
 from .data.features import FEATURE_DEVICES, FEATURE_KINDS, NORMALIZATIONS, FeatureExtractor
-from .data.text import DIGIT_MODES, digits_language_known
+from .data.text import AUTO_ALPHABET, DIGIT_MODES, build_tokenizer, digits_language_known
 from .distributed import STRATEGIES
 from .distributed.adpsgd import VARIANTS
 from .models.registry import build_model, check_model_name
@@ -171,7 +171,33 @@ def check_recipe(cfg: Config) -> None:
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
+    _check_pieces(cfg)
     _check_model(cfg)
+
+
+def _check_pieces(cfg: Config) -> None:
+    """text.pieces and text.piece_list: a count, and pieces the alphabet spells (given, or from a checkpoint)."""
+    t = cfg.text
+    if isinstance(t.pieces, bool) or t.pieces < 0:
+        raise ConfigError(f"text.pieces={t.pieces} must be 0 (characters) or a number of word pieces")
+    if t.piece_list and not t.pieces:
+        raise ConfigError("text.piece_list is set but text.pieces=0: set text.pieces to train on word pieces, or "
+                          "leave text.piece_list empty")
+    chars = len(set(t.alphabet) - {" "}) + 1  # every character alone, and the start of a word
+    if t.pieces and t.alphabet != AUTO_ALPHABET and t.pieces < chars:
+        raise ConfigError(f"text.pieces={t.pieces} is fewer than the alphabet's {chars - 1} characters and the word "
+                          f"start: use at least {chars}")
+    if t.piece_list and t.alphabet != AUTO_ALPHABET:
+        try:
+            build_tokenizer(t.alphabet, t.piece_list, t.piece_scores)
+        except ValueError as e:
+            raise ConfigError(f"text.piece_list: {e}") from None
+
+
+def vocab_size(text: Any) -> int:
+    """The output classes (the blank included) a `TextConfig` gives the model: its word pieces, else its alphabet's
+    characters; text.pieces before they are learned."""
+    return len(text.piece_list) + 1 if text.piece_list else (text.pieces or len(text.alphabet)) + 1
 
 
 def _check_model(cfg: Config) -> None:
@@ -180,7 +206,7 @@ def _check_model(cfg: Config) -> None:
     num_features = FeatureExtractor(cfg.features).num_features
     try:
         with torch.device("meta"):
-            build_model(cfg.model.name, cfg.model.overrides, num_features, len(cfg.text.alphabet) + 1)
+            build_model(cfg.model.name, cfg.model.overrides, num_features, vocab_size(cfg.text))
     except ConfigError:
         raise
     except Exception as e:  # a constructor's own complaint about a shape or value

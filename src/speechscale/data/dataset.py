@@ -23,7 +23,7 @@ from .audio import AudioError, AudioTooLong, load_audio
 from .augment import WaveAugment, add_silence, freq_warp, spec_augment, spec_draws, trim_silence, word_crop
 from .features import FeatureExtractor, SpeakerStats, global_stats
 from .manifest import Utterance
-from .text import CharTokenizer
+from .text import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Batch:
 class SpeechDataset(torch.utils.data.Dataset):
     """Loads audio, optionally augments, computes features and encodes text for one utterance."""
 
-    def __init__(self, utts: Sequence[Utterance], features: FeatureExtractor, tokenizer: CharTokenizer,
+    def __init__(self, utts: Sequence[Utterance], features: FeatureExtractor, tokenizer: Tokenizer,
                  augment: AugmentConfig | None = None, seed: int = 0, cache_audio: bool = False,
                  min_seconds: float = 0.0, max_seconds: float | None = None,
                  speakers: dict[str, SpeakerStats] | None = None, in_step: bool = False) -> None:

@@ -29,7 +29,7 @@ from .features import FeatureExtractor
 from .manifest import MAX_DURATION_S
 from .sampler import pack_batches
 from .shards import ShardIndex, ShardReader
-from .text import CharTokenizer
+from .text import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class ShardDataset(SpeechDataset):
     """Utterances by global id from a shard index: one ranged read per utterance (json + audio members),
     the transcript normalized and checked as it is read (`check` returns why it cannot be learned, or None)."""
 
-    def __init__(self, index: ShardIndex, features: FeatureExtractor, tokenizer: CharTokenizer,
+    def __init__(self, index: ShardIndex, features: FeatureExtractor, tokenizer: Tokenizer,
                  normalize: Callable[[str], str], check: Callable[[str, float], str | None],
                  augment: AugmentConfig | None = None, seed: int = 0, min_seconds: float = 0.0,
                  max_seconds: float | None = None) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from .numerals import NUMBER, NumberReader
+from .pieces import PieceTokenizer
 
 BLANK = 0
 
@@ -131,6 +132,16 @@ class CharTokenizer:
         """Number of output classes including the blank."""
         return len(self.alphabet) + 1
 
+    @property
+    def units(self) -> list[str]:
+        """Each output class's text after the blank, in id order."""
+        return list(self.alphabet)
+
+    @property
+    def space_id(self) -> int | None:
+        """The id of the space (the word separator), if the alphabet has one."""
+        return self._ids.get(" ")
+
     def oov(self, text: str) -> set[str]:
         """Characters of `text` that are not in the alphabet."""
         return {c for c in text if c not in self._ids}
@@ -145,3 +156,33 @@ class CharTokenizer:
 
     def to_dict(self) -> dict[str, Any]:
         return {"alphabet": self.alphabet}
+
+
+class Tokenizer(Protocol):
+    """Text to a model's output classes and back (id 0 the CTC blank): characters or word pieces."""
+
+    alphabet: str
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def units(self) -> list[str]: ...
+
+    @property
+    def space_id(self) -> int | None: ...
+
+    def oov(self, text: str) -> set[str]: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def build_tokenizer(alphabet: str, pieces: list[str] | None = None, scores: list[float] | None = None) -> Tokenizer:
+    """The word pieces' tokenizer when `pieces` are given, else the alphabet's characters'."""
+    if pieces:
+        return PieceTokenizer(alphabet, pieces, scores or [])
+    return CharTokenizer(alphabet)

@@ -7,19 +7,19 @@ from typing import Any
 
 import torch
 
-from ..data.text import BLANK, CharTokenizer
+from ..data.text import BLANK, Tokenizer
 
 
-def word_times(log_probs: torch.Tensor, frames: int, tokenizer: CharTokenizer, frame_s: float,
+def word_times(log_probs: torch.Tensor, frames: int, tokenizer: Tokenizer, frame_s: float,
                offset_s: float = 0.0) -> list[dict[str, Any]]:
     """Words of the greedy path over log_probs (T, V)[:frames], each with start and end (s, from the first
-    and last frame of its characters, plus `offset_s`) and a confidence: the mean probability of the path
+    and last frame of its characters or pieces, plus `offset_s`) and a confidence: the mean probability of the path
     over those frames."""
     best = log_probs[:frames].float().max(dim=-1)  # values (T,), indices (T,)
     return path_words(best.indices.tolist(), best.values.exp().tolist(), tokenizer, frame_s, offset_s)
 
 
-def text_word_times(log_probs: torch.Tensor, frames: int, text: str, tokenizer: CharTokenizer, frame_s: float,
+def text_word_times(log_probs: torch.Tensor, frames: int, text: str, tokenizer: Tokenizer, frame_s: float,
                     offset_s: float = 0.0) -> list[dict[str, Any]]:
     """The words of `text`, timed as word_times times the greedy path's, on the most likely CTC path of `text`
     over log_probs (T, V)[:frames]. Words without times when no path spells it in that many frames."""
@@ -71,7 +71,7 @@ def ctc_align(log_probs: torch.Tensor, labels: list[int], space: int | None = No
     return path
 
 
-def path_words(path: list[int], probs: list[float], tokenizer: CharTokenizer, frame_s: float,
+def path_words(path: list[int], probs: list[float], tokenizer: Tokenizer, frame_s: float,
                offset_s: float) -> list[dict[str, Any]]:
     """The words a CTC path spells (`path`: a token a frame; `probs`: its probability at each frame), each with start
     and end (s) from the first and last frame of its characters, and the mean probability over them."""
@@ -86,17 +86,17 @@ def path_words(path: list[int], probs: list[float], tokenizer: CharTokenizer, fr
                           "confidence": round(sum(cur["p"]) / len(cur["p"]), 3)})
 
     for t, k in enumerate(path):
-        if k != BLANK and k == prev and cur is not None:  # the same character held over frames
+        if k != BLANK and k == prev and cur is not None:  # the same character (or piece) held over frames
             cur["end"], cur["p"] = t + 1, [*cur["p"], probs[t]]
         elif k != BLANK:
-            ch = tokenizer.decode([k])
-            if ch == " ":
+            unit = tokenizer.decode([k])
+            if unit.startswith(" "):  # a space, or a word piece that starts a word
                 close()
                 cur = None
-            else:
+            if unit.strip():
                 if cur is None:
                     cur = {"start": t, "chars": [], "p": []}
-                cur["chars"].append(ch)
+                cur["chars"].append(unit.strip())
                 cur["end"], cur["p"] = t + 1, [*cur["p"], probs[t]]
         prev = k
     close()

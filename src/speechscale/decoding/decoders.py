@@ -22,7 +22,8 @@ from typing import Any, Callable, Protocol
 import torch
 
 from ..config import ConfigError, finite_number
-from ..data.text import BLANK, CharTokenizer
+from ..data.pieces import PieceTokenizer
+from ..data.text import BLANK, Tokenizer
 from ..storage.files import text_lines
 from .alignment import text_word_times, word_times
 from .greedy import greedy_decode
@@ -45,7 +46,7 @@ class Decoder(Protocol):
 class GreedyDecoder:
     """Best class per frame, repeats merged, blanks dropped; its words carry start, end and confidence."""
 
-    def __init__(self, tokenizer: CharTokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
 
     def __call__(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
@@ -71,7 +72,7 @@ class DecoderConfig:
     hotword_weight: float = 3.0  # their bonus (natural log) each time one is emitted
 
 
-def build_decoder(cfg: DecoderConfig | str, tokenizer: CharTokenizer,
+def build_decoder(cfg: DecoderConfig | str, tokenizer: Tokenizer,
                   normalize: Callable[[str], str] | None = None) -> Decoder:
     """The decoder `cfg` names (a DecoderConfig or just a name)."""
     cfg = DecoderConfig(name=cfg) if isinstance(cfg, str) else cfg
@@ -97,16 +98,30 @@ def build_decoder(cfg: DecoderConfig | str, tokenizer: CharTokenizer,
 class BeamDecoder:
     """flashlight-text's lexicon-free or lexicon beam search over CTC log-probabilities."""
 
-    def __init__(self, cfg: DecoderConfig, tokenizer: CharTokenizer,
+    def __init__(self, cfg: DecoderConfig, tokenizer: Tokenizer,
                  normalize: Callable[[str], str] | None = None) -> None:
         from ..extras import require
 
         fl = require("flashlight.lib.text.decoder", "decode", f"the {cfg.name} decoder")
 
         self.tokenizer = tokenizer
-        if " " not in tokenizer.alphabet:
+        if isinstance(tokenizer, PieceTokenizer):
+            given = [flag for flag, value in (("--lm", cfg.lm), ("--lexicon", cfg.lexicon),
+                                              ("--hotwords", cfg.hotwords)) if value]
+            if given or cfg.name == "lexicon":
+                raise ConfigError(f"{' and '.join(given) or 'the lexicon decoder'}: a word-piece model decodes with "
+                                  "--decoder greedy or beam without a word list (a character model takes them)")
+            # the search's silence: the word start alone, else the blank (no piece is a bare separator)
+            sil = BLANK if tokenizer.space_id is None else tokenizer.space_id
+            opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tokenizer.vocab_size,
+                                                beam_threshold=50.0, lm_weight=0.0, sil_score=0.0, log_add=False,
+                                                criterion_type=fl.CriterionType.CTC)
+            self.vocabulary: list[str] = []
+            self.decoder = fl.LexiconFreeDecoder(opts, fl.ZeroLM(), sil, BLANK, [])
+            return
+        if tokenizer.space_id is None:
             raise ConfigError("beam search needs the space character in the alphabet (the word separator)")
-        self.space = tokenizer.encode(" ")[0]
+        self.space = tokenizer.space_id
         # The trie ends every word with a space, but a model need not emit one after the last word (one trained on
         # single words never does): without it, a final word costs the model's least likely token and the search
         # would rather drop it. A frame where only the space may be emitted, appended to each utterance of a

@@ -10,7 +10,7 @@ from typing import Any, Callable, ContextManager
 import torch
 
 from ..data.dataset import Batch
-from ..data.text import CharTokenizer
+from ..data.text import Tokenizer
 from ..models.ctc import ctc_criterion
 from .greedy import greedy_decode
 from .metrics import ErrorRate
@@ -30,7 +30,7 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, device: torch.device | None = None,
+def evaluate(model: torch.nn.Module, loader, tokenizer: Tokenizer, device: torch.device | None = None,
              autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
              decoder: Callable[[torch.Tensor, torch.Tensor], list[str]] | None = None,
              forward: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from ..data.text import BLANK, CharTokenizer
+from ..data.text import BLANK, Tokenizer
 
 
-def greedy_decode(logits: torch.Tensor, lengths: torch.Tensor, tokenizer: CharTokenizer) -> list[str]:
+def greedy_decode(logits: torch.Tensor, lengths: torch.Tensor, tokenizer: Tokenizer) -> list[str]:
     """logits (B, T, V), lengths (B,) -> one string per utterance."""
     best = logits.argmax(dim=-1).cpu()  # (B, T)
     out = []

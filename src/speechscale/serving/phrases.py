@@ -41,9 +41,9 @@ class PhraseDecoder:
         self.beam_frames: list[torch.Tensor] = []  # the log-probabilities the search has had this phrase
         if search is not None:
             search.begin()
-        self.space = tokenizer.alphabet.index(" ") + 1 if " " in tokenizer.alphabet else -1
+        self.space = -1 if tokenizer.space_id is None else tokenizer.space_id
         self.frame, self.prev, self.quiet = 0, BLANK, 0
-        self.chars: list[tuple[str, int]] = []  # the current phrase: (character, output frame)
+        self.chars: list[tuple[str, int]] = []  # the current phrase: (character or word piece, output frame)
         self.path: list[torch.Tensor] = []  # the current phrase's greedy path: (n,) best class a frame, in pieces
         self.path_probs: list[torch.Tensor] = []  # (n,) its probability a frame
         self.phrase_start = 0  # the output frame the phrase's kept frames start at (its quiet start is not kept)
@@ -69,7 +69,7 @@ class PhraseDecoder:
     @property
     def _spoken(self) -> bool:
         """Whether the current phrase's greedy path holds a character other than a space."""
-        return any(c != " " for c, _ in self.chars)
+        return any(c.strip() for c, _ in self.chars)
 
     def feed(self, logits: torch.Tensor) -> list[Event]:
         """Decided logits (n, V), in order -> a Final for each phrase that ended, then a Partial when the current

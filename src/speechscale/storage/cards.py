@@ -52,6 +52,7 @@ def build_card(config: dict[str, Any], parameters: int, training_data: dict[str,
     return {"model": {"name": config["model"]["name"], "parameters": parameters,
                       "overrides": config["model"]["overrides"]},
             "features": config["features"], "alphabet": config["text"]["alphabet"],
+            **({"word_pieces": len(config["text"]["piece_list"])} if config["text"].get("piece_list") else {}),
             **({"streaming": streaming} if streaming else {}),
             "training_data": training_data,
             "recipe": {k: config[k] for k in ("data", "augment", "optim", "trainer")},
@@ -68,7 +69,8 @@ def render_markdown(card: dict[str, Any]) -> str:
              f"- **Features:** {f.get('kind')} at {f.get('sample_rate')} Hz"
              + (f", {f['n_mels']} mel bins" if f.get("kind") == "logmel" else "")
              + (f", normalized per {f['normalize']}" if f.get("normalize") else ""),
-             f"- **Alphabet:** `{card['alphabet']}` (CTC blank first)"]
+             f"- **Alphabet:** `{card['alphabet']}` (CTC blank first)"
+             + (f"; output units: {card['word_pieces']} word pieces spelled in it" if card.get("word_pieces") else "")]
     if card.get("streaming"):
         lines.append(f"- **Streaming:** {streaming_line(card['streaming'])}")
     trainer = (card.get("recipe") or {}).get("trainer", {})

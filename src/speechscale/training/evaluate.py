@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 import torch
 
 from .._compat import drop_loader_workers, loader_worker_died
-from ..data.text import CharTokenizer
+from ..data.text import Tokenizer
 from ..decoding.evaluate import evaluate
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def validate(model: torch.nn.Module, loader, tokenizer: CharTokenizer, strategy: "Strategy", device: torch.device,
+def validate(model: torch.nn.Module, loader, tokenizer: Tokenizer, strategy: "Strategy", device: torch.device,
              autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> dict[str, float]:
     """Corpus WER/CER of the strategy's consensus weights; each rank scores its share, counts are summed."""
     with strategy.consensus(model) as consensus:

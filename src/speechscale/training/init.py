@@ -3,19 +3,20 @@
 Only the weights come over: the optimizer, schedule, step count and data position start fresh, so the new
 run's recipe (its data, epochs, learning rate) is what trains. The checkpoint must describe the same input
 (features) and the same model; anything else is a one-line error before training starts. The alphabet may
-differ: the output layer keeps the trained row of every symbol both alphabets have (the blank among them), and
-a symbol only this run's alphabet has starts from the model's own initialization.
+differ, and so may the word pieces (or characters become pieces): the output layer keeps the trained row of every
+symbol both have (the blank among them), and a symbol only this run has starts from the model's own initialization.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
-from ..config import Config, ConfigError
+from ..config import Config, ConfigError, to_dict
+from ..data.pieces import WORD_START
 from ..models.registry import model_config
 from ..storage.checkpoints import load_checkpoint
 
@@ -71,10 +72,22 @@ def output_layer(model: nn.Module, vocab_size: int) -> str:
     return name
 
 
-def symbol_rows(saved: str, alphabet: str) -> list[int]:
-    """For each output class of `alphabet` (id 0 the blank, then its symbols), its row in a model trained on
-    the alphabet `saved`, or -1 for a symbol `saved` lacks."""
-    return [0] + [saved.index(c) + 1 if c in saved else -1 for c in alphabet]
+def symbol_rows(saved: Sequence[str], units: Sequence[str]) -> list[int]:
+    """For each output class of `units` (id 0 the blank, then its symbols: an alphabet's characters or word
+    pieces), its row in a model trained on the units `saved`, or -1 for a symbol `saved` lacks."""
+    rows = {u: i + 1 for i, u in enumerate(saved)}
+    return [0] + [rows.get(u, -1) for u in units]
+
+
+def output_units(text: dict[str, Any]) -> list[str]:
+    """A text config's output units after the blank (plain data, as a checkpoint stores it): its word pieces, else
+    its alphabet's characters, the space written as a word's start so that it maps onto that piece."""
+    return list(text.get("piece_list") or [WORD_START if c == " " else c for c in text.get("alphabet", "")])
+
+
+def _listed(units: list[str], most: int = 20) -> str:
+    return repr("".join(units)) if all(len(u) == 1 for u in units) else \
+        ", ".join(map(repr, units[:most])) + (f" and {len(units) - most} more" if len(units) > most else "")
 
 
 def freeze(model: nn.Module, prefixes: list[str]) -> int:
@@ -109,13 +122,13 @@ def init_weights(model: nn.Module, path: str, cfg: Config) -> None:
         raise ConfigError(f"trainer.init_from: {path} was trained with {'; '.join(wrong)}")
     saved = {k: v for k, v in ckpt["model"].items() if isinstance(v, torch.Tensor)}
     own = model.state_dict()
-    alphabet = cfg.text.alphabet
-    old = ckpt["config"].get("text", {}).get("alphabet") or alphabet  # a checkpoint without one: this run's
-    head = output_layer(model, len(alphabet) + 1)
-    mapped = {k for k in own if k.startswith(head + ".")} if old != alphabet else set()
+    units = output_units(to_dict(cfg.text))
+    old = output_units(ckpt["config"].get("text") or to_dict(cfg.text))  # a checkpoint without them: this run's
+    head = output_layer(model, len(units) + 1)
+    mapped = {k for k in own if k.startswith(head + ".")} if old != units else set()
     expected = {k: tuple(v.shape) for k, v in own.items()}
     found = {k: tuple(v.shape) for k, v in saved.items()}
-    for k in mapped:  # the output layer fits with as many rows as the saved alphabet has classes
+    for k in mapped:  # the output layer fits with as many rows as the saved units have classes
         if found.get(k) == (len(old) + 1, *expected[k][1:]):
             found[k] = expected[k]
     if expected != found:
@@ -123,14 +136,14 @@ def init_weights(model: nn.Module, path: str, cfg: Config) -> None:
         raise ConfigError(f"trainer.init_from: {path} does not fit model {cfg.model.name} with these overrides "
                           f"({len(odd)} tensors differ, e.g. {odd[0]})")
     if mapped:
-        rows = torch.tensor(symbol_rows(old, alphabet))
+        rows = torch.tensor(symbol_rows(old, units))
         kept = rows >= 0
         for k in mapped:  # [vocab, ...]: trained rows where the symbol was known, this model's own elsewhere
             value = own[k].clone()
             value[kept] = saved[k][rows[kept]].to(value.dtype)
             saved[k] = value
-        new = "".join(c for c in alphabet if c not in old)
-        dropped = "".join(c for c in old if c not in alphabet)
-        log.info("trainer.init_from: another alphabet; %d of %d output classes keep their trained rows, new: %r, "
-                 "not carried over: %r", int(kept.sum()), len(rows), new, dropped)
+        new = [u for u in units if u not in old]
+        dropped = [u for u in old if u not in units]
+        log.info("trainer.init_from: other output units; %d of %d output classes keep their trained rows, new: %s, "
+                 "not carried over: %s", int(kept.sum()), len(rows), _listed(new), _listed(dropped))
     model.load_state_dict(saved)

@@ -4,13 +4,13 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from .. import storage
 from ..config import Config, ConfigError
 from ..data.manifest import SkipReport
 from ..data.shards import ShardError, is_shard_index, transcripts
-from ..data.text import AUTO_ALPHABET, suggest_alphabet
+from ..data.text import AUTO_ALPHABET, TextNormalizer, suggest_alphabet
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,18 @@ def check_fresh(ckpt_dir: str, resume: str, out_dir: str) -> None:
                           f"remove {ckpt_dir})")
 
 
+def _training_texts(cfg: Config, count: list[int]) -> Iterator[str]:
+    """The training transcripts as written (data.train_manifest or data.mix, as data.filter and data.train_slice
+    select them; a shard index's own list of them); `count[0]` counts them."""
+    d = cfg.data
+    for m in d.mix or [d.train_manifest]:
+        shards = is_shard_index(m)
+        for text in transcripts(m, SkipReport(m), None if shards else d.filter,
+                                None if shards or d.mix else d.train_slice, d.allow_external_shards):
+            count[0] += 1
+            yield text
+
+
 def resolve_alphabet(cfg: Config) -> None:
     """text.alphabet=auto -> the characters of the training transcripts (data.train_manifest or data.mix, as
     data.filter and data.train_slice select them; a shard index's own list of them), normalized as text.digits and
@@ -45,20 +57,10 @@ def resolve_alphabet(cfg: Config) -> None:
     checkpoints keep it."""
     if cfg.text.alphabet != AUTO_ALPHABET:
         return
-    d = cfg.data
-    manifests = d.mix or [d.train_manifest]
+    manifests = cfg.data.mix or [cfg.data.train_manifest]
     count = [0]
-
-    def texts() -> Iterator[str]:
-        for m in manifests:
-            shards = is_shard_index(m)
-            for text in transcripts(m, SkipReport(m), None if shards else d.filter,
-                                    None if shards or d.mix else d.train_slice, d.allow_external_shards):
-                count[0] += 1
-                yield text
-
     try:
-        found = suggest_alphabet(texts(), cfg.text.digits, cfg.text.digits_language)["alphabet"]
+        found = suggest_alphabet(_training_texts(cfg, count), cfg.text.digits, cfg.text.digits_language)["alphabet"]
     except ShardError as e:
         raise ConfigError(f"text.alphabet=auto: {e}") from None
     if not found.strip():
@@ -67,3 +69,33 @@ def resolve_alphabet(cfg: Config) -> None:
     cfg.text.alphabet = found
     if int(os.environ.get("RANK", 0)) == 0:
         log.info("text.alphabet=auto: %r, the %d characters of %d training transcripts", found, len(found), count[0])
+
+
+def resolve_pieces(cfg: Config, resumed: dict[str, Any] | None = None) -> None:
+    """text.pieces=N without text.piece_list -> up to N word pieces, in place: those of the checkpoint the run
+    resumes (`resumed`: its config's text part) when it learned N too, else learned from the training transcripts
+    as the model's targets are (normalized, those the alphabet spells). Every rank learns the same pieces from the
+    same lines; the run's checkpoints keep them."""
+    t = cfg.text
+    if not t.pieces or t.piece_list:
+        return
+    if resumed and resumed.get("pieces") == t.pieces and resumed.get("piece_list"):
+        t.piece_list, t.piece_scores = list(resumed["piece_list"]), list(resumed.get("piece_scores", []))
+        return
+    from ..data.pieces import learn_pieces
+
+    chars = len(set(t.alphabet) - {" "}) + 1
+    if t.pieces < chars:  # text.alphabet=auto: known only now
+        raise ConfigError(f"text.pieces={t.pieces} is fewer than the alphabet's {chars - 1} characters and the word "
+                          f"start: use at least {chars}")
+    normalize = TextNormalizer(t.alphabet, t.digits, t.digits_language)
+    alphabet, count = set(t.alphabet), [0]
+    texts = (x for x in map(normalize, _training_texts(cfg, count)) if x and set(x) <= alphabet)
+    try:
+        t.piece_list, t.piece_scores = learn_pieces(texts, t.pieces, t.alphabet)
+    except ShardError as e:
+        raise ConfigError(f"text.pieces: {e}") from None
+    if int(os.environ.get("RANK", 0)) == 0:
+        fewer = f" (the transcripts hold no more than {len(t.piece_list)})" if len(t.piece_list) < t.pieces else ""
+        log.info("text.pieces=%d: %d word pieces learned from %d training transcripts%s", t.pieces,
+                 len(t.piece_list), count[0], fewer)

@@ -45,7 +45,7 @@ from .graphs import step_shapes
 from .init import freeze, init_weights, resume_differences
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
-from .preflight import check_fresh, check_writable, resolve_alphabet
+from .preflight import check_fresh, check_writable, resolve_alphabet, resolve_pieces
 from .prescan import prescan
 from .progress import RunProgress, planned_steps
 from .runlog import RunLog, trace_samples, train_row, write_run_config
@@ -93,7 +93,9 @@ class Trainer:
             raise ConfigError(f"features.device={cfg.features.device} computes features in the training step, on "
                               f"its device; this run trains on {self.device.type}: use features.device="
                               f"{self.device.type} or loader")
+        resuming = self._checkpoint_to_resume(t.resume) if t.resume else None  # read once; its word pieces hold
         resolve_alphabet(cfg)
+        resolve_pieces(cfg, resuming[1].get("config", {}).get("text") if resuming else None)
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(self.device)
         if t.init_from:  # fine-tuning: weights only; a checkpoint found by trainer.resume replaces them
@@ -158,18 +160,18 @@ class Trainer:
         self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)
         self.ema = WeightAverage(self.model, t.ema_decay) if t.ema_decay > 0 else None
         seed_everything(derive_seed(t.seed, "process", self.rank))  # dropout and other streams differ per rank
-        if t.resume:
-            self._resume(t.resume)
+        if resuming:
+            self._resume(*resuming)
+        elif t.resume and self.rank == 0:
+            log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
         self._resumed_step = self.state.step
 
     # ---- checkpoints -------------------------------------------------------------------------------
-    def _resume(self, where: str) -> None:
-        found = newest_checkpoint(self.ckpt_dir) if where == "auto" else (where, load_checkpoint(where))
-        if found is None:
-            if self.rank == 0:
-                log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
-            return
-        path, ckpt = found
+    def _checkpoint_to_resume(self, where: str) -> tuple[str, dict[str, Any]] | None:
+        """trainer.resume's checkpoint, loaded: the newest in the run's folder for `auto` (None when there is none)."""
+        return newest_checkpoint(self.ckpt_dir) if where == "auto" else (where, load_checkpoint(where))
+
+    def _resume(self, path: str, ckpt: dict[str, Any]) -> None:
         wrong = resume_differences(ckpt.get("config", {}), self.cfg)
         if wrong:
             raise ConfigError(f"{path} was trained with {'; '.join(wrong)}: resume it with its own settings, or start "
@@ -179,6 +181,11 @@ class Trainer:
             raise ConfigError(f"{path} spells {saved!r}, this run's text.alphabet is {self.cfg.text.alphabet!r}: "
                               f"resume with the checkpoint's alphabet (text.alphabet=auto reads the training "
                               "transcripts as they are now)")
+        pieces = ckpt.get("config", {}).get("text", {}).get("piece_list", [])
+        if pieces != self.cfg.text.piece_list:
+            raise ConfigError(f"{path} spells {len(pieces) or 'no'} word pieces, this run "
+                              f"{len(self.cfg.text.piece_list) or 'none'} (others): resume with the checkpoint's "
+                              "text.pieces and leave text.piece_list empty, it is read from the checkpoint")
         self.state, saved_by, self.data_part = restore(ckpt, str(path), self.model, self.optimizer, self.precision,
                                                        self.strategy, self.cfg.trainer.seed)
         if self.ema is not None:

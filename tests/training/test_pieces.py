@@ -1,0 +1,120 @@
+"""Word pieces as output units (text.pieces): learned before the first step, kept by the checkpoints, read by every
+decoder and by an exported model; a resume keeps the checkpoint's pieces, init_from maps the output rows."""
+import json
+
+import jiwer
+import pytest
+import torch
+
+from speechscale.config import ConfigError
+from speechscale.data.pieces import WORD_START, PieceTokenizer
+from speechscale.recipe import load_recipe
+from speechscale.storage.checkpoints import load_checkpoint
+from speechscale.training.init import output_layer
+from speechscale.training.trainer import Trainer
+from tests.conftest import shared
+from tests.training.tiny import ldc_config
+
+LDC = "she had your dark suit in greasy wash water all year"
+
+
+def test_a_word_piece_model_overfits_ldc93s1_and_every_decoder_reads_it(pieces_checkpoint, tmp_path, cli):
+    ckpt = load_checkpoint(pieces_checkpoint)
+    text = ckpt["config"]["text"]
+    assert text["pieces"] == 40 and WORD_START in text["piece_list"] and len(text["piece_scores"]) == len(
+        text["piece_list"])
+    tok = PieceTokenizer(text["alphabet"], text["piece_list"], text["piece_scores"])
+    assert len(tok.encode(LDC)) < len(LDC) and any(len(p) > 2 for p in tok.pieces)  # longer units than characters
+    assert ckpt["model"]["fc.0.weight"].shape[0] == tok.vocab_size
+    assert "word pieces" in (pieces_checkpoint.parent / "MODEL.md").read_text()
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    greedy = json.loads(cli("transcribe", "--checkpoint", str(pieces_checkpoint), "--json", wav).stdout)
+    assert greedy["text"] == LDC
+    assert [w["word"] for w in greedy["words"]] == LDC.split()
+    starts = [w["start"] for w in greedy["words"]]
+    assert starts == sorted(starts) and all(w["end"] > w["start"] for w in greedy["words"])
+    beam = json.loads(cli("transcribe", "--checkpoint", str(pieces_checkpoint), "--decoder", "beam", "--json",
+                          wav).stdout)
+    assert beam["text"] == LDC and [w["word"] for w in beam["words"]] == LDC.split()
+    m = shared("ldc93s1", "manifest.jsonl")  # the same sentence at three rates; trained on the first file only
+    scores = json.loads(cli("eval", "--checkpoint", str(pieces_checkpoint), "--manifest", str(m), "--json").stdout)
+    files = [str(m.parent / json.loads(x)["audio_filepath"]) for x in m.read_text().splitlines()]
+    heard = [json.loads(x)["text"] for x in cli("transcribe", "--checkpoint", str(pieces_checkpoint), "--json",
+                                                 *files).stdout.splitlines()]
+    assert scores["utterances"] == 3 and scores["wer"] == pytest.approx(jiwer.wer([LDC] * 3, heard))
+    assert scores["cer"] == pytest.approx(jiwer.cer([LDC] * 3, heard))
+    out = tmp_path / "pieces.onnx"
+    cli("export", "--checkpoint", str(pieces_checkpoint), "--format", "onnx", "--out", str(out))
+    exported = json.loads(cli("transcribe", "--checkpoint", str(out), "--json", wav).stdout)
+    assert exported["text"] == LDC
+    (tmp_path / "words.txt").write_text("she\nhad\n")
+    refused = cli("transcribe", "--checkpoint", str(pieces_checkpoint), "--decoder", "lexicon", "--lexicon",
+                  str(tmp_path / "words.txt"), wav, check=False)
+    assert refused.returncode != 0 and "word-piece model decodes with --decoder greedy or beam" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_a_resume_keeps_the_checkpoints_pieces_whatever_the_transcripts_say_now(tmp_path):
+    fsdd = shared("fsdd", "manifest.jsonl")
+    Trainer(ldc_config(tmp_path / "run", "text.pieces=40", "trainer.max_steps=1")).fit()
+    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["text"]
+    # the same run continued on other transcripts: it keeps its pieces (learning now would give others)
+    again = Trainer(ldc_config(tmp_path / "run", "text.pieces=40", "trainer.max_steps=2", "trainer.resume=auto",
+                               f"data.train_manifest={fsdd}", "data.filter={speaker: george, split: test}"))
+    assert again.state.step == 1
+    assert again.cfg.text.piece_list == saved["piece_list"]
+    fresh = Trainer(ldc_config(tmp_path / "other", "text.pieces=40", "trainer.max_steps=1",
+                               f"data.train_manifest={fsdd}", "data.filter={speaker: george, split: test}"))
+    assert fresh.cfg.text.piece_list != saved["piece_list"]
+    with pytest.raises(ConfigError, match="word pieces") as err:  # another count: learned anew, and they differ
+        Trainer(ldc_config(tmp_path / "run", "text.pieces=35", "trainer.max_steps=2", "trainer.resume=auto",
+                           f"data.train_manifest={fsdd}", "data.filter={speaker: george, split: test}"))
+    assert "\n" not in str(err.value)
+
+
+def test_init_from_a_character_model_keeps_each_shared_units_trained_output(tmp_path):
+    """Characters to pieces: a piece that is one character keeps that character's row, the word start takes the
+    space's, the blank its own; a longer piece starts as a fresh model's."""
+    Trainer(ldc_config(tmp_path / "chars", "trainer.max_steps=2")).fit()
+    source = tmp_path / "chars" / "checkpoints" / "last.pt"
+    saved = load_checkpoint(source)
+    alphabet = saved["config"]["text"]["alphabet"]
+    tuned = Trainer(ldc_config(tmp_path / "tuned", "text.pieces=40", "trainer.max_steps=1",
+                               f"trainer.init_from={source}"))
+    fresh = Trainer(ldc_config(tmp_path / "fresh", "text.pieces=40", "trainer.max_steps=1"))
+    pieces = tuned.cfg.text.piece_list
+    assert pieces == fresh.cfg.text.piece_list
+    head = output_layer(tuned.model, len(pieces) + 1)
+    longer = 0
+    for name in (f"{head}.weight", f"{head}.bias"):
+        value, old, own = tuned.model.state_dict()[name], saved["model"][name], fresh.model.state_dict()[name]
+        assert torch.equal(value[0], old[0])
+        for i, p in enumerate(pieces, start=1):
+            char = " " if p == WORD_START else p
+            if len(char) == 1:
+                assert torch.equal(value[i], old[alphabet.index(char) + 1]), p
+            else:
+                longer += 1
+                assert torch.equal(value[i], own[i]), p
+    assert longer > 0
+
+
+def test_word_pieces_with_an_alphabet_read_from_the_transcripts(tmp_path):
+    trainer = Trainer(ldc_config(tmp_path / "run", "text.alphabet=auto", "text.pieces=40", "trainer.max_steps=1"))
+    assert set(trainer.cfg.text.alphabet) == set(LDC)
+    assert {c for p in trainer.cfg.text.piece_list for c in p} <= set(LDC) - {" "} | {WORD_START}
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["text.pieces=-3"], "text.pieces=-3 must be 0 (characters) or a number of word pieces"),
+    (["text.pieces=10"], "text.pieces=10 is fewer than the alphabet's 27 characters and the word start: use at "
+                         "least 28"),
+    (["text.piece_list=[a, b]"], "text.piece_list is set but text.pieces=0"),
+    (["text.pieces=40", "text.alphabet='ab '", "text.piece_list=[a, b, c]", "text.piece_scores=[0, 0, 0]"],
+     "text.piece_list: word pieces spell characters outside the alphabet: 'c'"),
+])
+def test_bad_piece_settings_are_one_line_errors(tmp_path, extra, message):
+    m = shared("ldc93s1", "manifest.jsonl")
+    with pytest.raises(ConfigError) as err:
+        load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", *extra])
+    assert message in str(err.value) and "\n" not in str(err.value)

@@ -47,6 +47,8 @@ def test_a_word_piece_model_overfits_ldc93s1_and_every_decoder_reads_it(pieces_c
     cli("export", "--checkpoint", str(pieces_checkpoint), "--format", "onnx", "--out", str(out))
     exported = json.loads(cli("transcribe", "--checkpoint", str(out), "--json", wav).stdout)
     assert exported["text"] == LDC
+    aligned = json.loads(cli("align", "--checkpoint", str(pieces_checkpoint), wav, "--text", LDC).stdout)
+    assert [(w["word"], w["start"]) for w in aligned["words"]] == [(w["word"], w["start"]) for w in greedy["words"]]
     (tmp_path / "words.txt").write_text("she\nhad\n")
     refused = cli("transcribe", "--checkpoint", str(pieces_checkpoint), "--decoder", "lexicon", "--lexicon",
                   str(tmp_path / "words.txt"), wav, check=False)

@@ -337,3 +337,19 @@ def test_documents_nested_too_deeply_to_parse_are_one_line_not_a_recursion_error
         assert code == 2 and said in err and len(err.strip().splitlines()) == 1, (argv[:2], err[-500:])
     utts, report = read_manifest(tmp_path / "m.jsonl")
     assert len(utts) == 1 and report.reasons == {"malformed JSON": 1}
+
+
+def test_a_reader_that_leaves_the_pipe_ends_the_command_quietly(ldc_checkpoint):
+    """`speechscale transcribe ... | head -c 0`: the reader has gone before the first line; the writer stops without a
+    traceback (status 141, as a shell reports a writer its pipe ended)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    command = (f"set -o pipefail; {sys.executable} -m speechscale.cli transcribe --checkpoint {ldc_checkpoint} --json "
+               f"{wav} {wav} | head -c 0")
+    proc = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141 and proc.stdout == ""

@@ -122,6 +122,9 @@ def _run(argv: list[str] | None) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C during training, or one outside the training loop
         print(f"speechscale {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of our output left (`| head`): stop quietly, as a pipeline expects
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush goes nowhere
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer the pipe ended
     except Exception as e:
         return report(f"speechscale {args.command}", e)
 

@@ -7,7 +7,7 @@ import torch
 from speechscale.data.pieces import PieceTokenizer, learn_pieces
 from speechscale.data.synth import sentence
 from speechscale.decoding.alignment import word_times
-from speechscale.decoding.decoders import build_decoder
+from speechscale.decoding.decoders import DecoderConfig, build_decoder
 from speechscale.decoding.greedy import greedy_decode
 from speechscale.serving.events import Final
 from speechscale.serving.phrases import PhraseDecoder
@@ -36,11 +36,17 @@ def logits_of(tok: PieceTokenizer, phrases: list[str], pause: int, seed: int = 0
     return logits
 
 
-@pytest.mark.parametrize("search", [False, True])
-def test_phrases_of_pieces_end_at_pauses_and_say_what_the_offline_decoder_says(tok, search):
+@pytest.mark.parametrize("search", ["greedy", "beam", "lexicon"])
+def test_phrases_of_pieces_end_at_pauses_and_say_what_the_offline_decoder_says(tok, search, tmp_path):
     phrases = ["the quick fox was lazy", "please put the red cup on the table", "zebras jump"]
     logits = logits_of(tok, phrases, pause=40)
-    beam = build_decoder("beam", tok) if search else None
+    (tmp_path / "words.txt").write_text("\n".join(sorted(set(" ".join(phrases).split()))) + "\n")
+    beam = None
+    if search != "greedy":
+        beam = build_decoder(DecoderConfig(search, lexicon=str(tmp_path / "words.txt") if search == "lexicon" else "",
+                                           beta=0.0), tok)
+        whole = beam(logits.log_softmax(-1)[None], torch.tensor([logits.shape[0]]))[0]
+        assert whole == " ".join(phrases)
     dec = PhraseDecoder(tok, 0.04, endpoint_frames=30, search=beam)
     events = []
     for lo in range(0, logits.shape[0], 7):  # fed in pieces, as a stream's steps come
@@ -55,3 +61,29 @@ def test_phrases_of_pieces_end_at_pauses_and_say_what_the_offline_decoder_says(t
     assert [w.word for w in streamed] == [w["word"] for w in timed] == " ".join(phrases).split()
     for got, want in zip(streamed, timed):
         assert (got.start, got.end) == pytest.approx((want["start"], want["end"]), abs=1e-3)
+
+
+def test_a_word_list_and_an_lm_choose_among_what_the_pieces_could_spell(tok, tmp_path):
+    """Frames that spell "the red cup" with "u" and "a" nearly as likely at one frame: greedy says "cup"; a word list
+    of "cap" only makes it "cap"; an LM that has seen "the red cap" does too, and one that has seen "cup" keeps it."""
+    from speechscale.decoding.lm import build_arpa
+
+    ids = tok.encode("the red cup")
+    u, a = tok.encode("cup")[-2], tok.encode("cap")[-2]
+    assert tok.units[u - 1] == "u" and tok.units[a - 1] == "a"  # the vowel is its own piece in both
+    logits = logits_of(tok, ["the red cup"], pause=0)
+    frames = (logits.argmax(-1) == u).nonzero()[:, 0]
+    logits[frames, a] = logits[frames, u] - 0.5  # "a" a little less likely wherever "u" is the best
+    lp = logits.log_softmax(-1)[None]
+    n = torch.tensor([logits.shape[0]])
+    assert ids and greedy_decode(lp, n, tok) == ["the red cup"]
+    (tmp_path / "cap.txt").write_text("the\nred\ncap\n")
+    assert build_decoder(DecoderConfig("lexicon", lexicon=str(tmp_path / "cap.txt"), beta=0.0), tok)(lp, n) == [
+        "the red cap"]
+    for seen in ("cap", "cup"):
+        (tmp_path / f"{seen}-lm.txt").write_text(f"the red {seen}\nthe red {seen} is here\n" * 20 + "the red hat\n")
+        build_arpa(tmp_path / f"{seen}-lm.txt", 3, tmp_path / f"{seen}.arpa")
+        (tmp_path / "both.txt").write_text("the\nred\ncap\ncup\nhat\n")
+        search = build_decoder(DecoderConfig("lexicon", lexicon=str(tmp_path / "both.txt"),
+                                             lm=str(tmp_path / f"{seen}.arpa"), alpha=2.0, beta=0.0), tok)
+        assert search(lp, n) == [f"the red {seen}"]

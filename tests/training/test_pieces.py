@@ -49,11 +49,23 @@ def test_a_word_piece_model_overfits_ldc93s1_and_every_decoder_reads_it(pieces_c
     assert exported["text"] == LDC
     aligned = json.loads(cli("align", "--checkpoint", str(pieces_checkpoint), wav, "--text", LDC).stdout)
     assert [(w["word"], w["start"]) for w in aligned["words"]] == [(w["word"], w["start"]) for w in greedy["words"]]
-    (tmp_path / "words.txt").write_text("she\nhad\n")
-    refused = cli("transcribe", "--checkpoint", str(pieces_checkpoint), "--decoder", "lexicon", "--lexicon",
-                  str(tmp_path / "words.txt"), wav, check=False)
-    assert refused.returncode != 0 and "word-piece model decodes with --decoder greedy or beam" in refused.stderr
-    assert "Traceback" not in refused.stderr
+    words = LDC.split()
+    (tmp_path / "all.txt").write_text("\n".join(words) + "\n")
+    (tmp_path / "no-greasy.txt").write_text("\n".join([w for w in words if w != "greasy"] + ["cheesy"]) + "\n")
+    lexicon = json.loads(cli("transcribe", "--checkpoint", str(pieces_checkpoint), "--decoder", "lexicon", "--lexicon",
+                             str(tmp_path / "all.txt"), "--beta", "0", "--json", wav).stdout)
+    assert lexicon["text"] == LDC
+    closed = json.loads(cli("transcribe", "--checkpoint", str(pieces_checkpoint), "--decoder", "lexicon", "--lexicon",
+                            str(tmp_path / "no-greasy.txt"), "--beta", "0", "--json", wav).stdout)
+    assert "greasy" not in closed["text"] and set(closed["text"].split()) <= set(words) | {"cheesy"}
+    hot = json.loads(cli("transcribe", "--checkpoint", str(pieces_checkpoint), "--decoder", "lexicon", "--lexicon",
+                         str(tmp_path / "no-greasy.txt"), "--beta", "0", "--hotwords", "greasy", "--json", wav).stdout)
+    assert hot["text"] == LDC  # a hotword joins the list
+    (tmp_path / "lm.txt").write_text(f"{LDC}\nthe dark suit was in the water\nall year she had your suit\n")
+    cli("lm", "build", str(tmp_path / "lm.txt"), "--order", "3", "--out", str(tmp_path / "lm.arpa"))
+    with_lm = json.loads(cli("transcribe", "--checkpoint", str(pieces_checkpoint), "--decoder", "beam", "--lm",
+                             str(tmp_path / "lm.arpa"), "--json", wav).stdout)
+    assert with_lm["text"] == LDC
 
 
 def test_a_resume_keeps_the_checkpoints_pieces_whatever_the_transcripts_say_now(tmp_path):

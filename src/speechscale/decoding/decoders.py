@@ -105,29 +105,9 @@ class BeamDecoder:
         fl = require("flashlight.lib.text.decoder", "decode", f"the {cfg.name} decoder")
 
         self.tokenizer = tokenizer
-        if isinstance(tokenizer, PieceTokenizer):
-            given = [flag for flag, value in (("--lm", cfg.lm), ("--lexicon", cfg.lexicon),
-                                              ("--hotwords", cfg.hotwords)) if value]
-            if given or cfg.name == "lexicon":
-                raise ConfigError(f"{' and '.join(given) or 'the lexicon decoder'}: a word-piece model decodes with "
-                                  "--decoder greedy or beam without a word list (a character model takes them)")
-            # the search's silence: the word start alone, else the blank (no piece is a bare separator)
-            sil = BLANK if tokenizer.space_id is None else tokenizer.space_id
-            opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tokenizer.vocab_size,
-                                                beam_threshold=50.0, lm_weight=0.0, sil_score=0.0, log_add=False,
-                                                criterion_type=fl.CriterionType.CTC)
-            self.vocabulary: list[str] = []
-            self.decoder = fl.LexiconFreeDecoder(opts, fl.ZeroLM(), sil, BLANK, [])
-            return
-        if tokenizer.space_id is None:
+        pieces = isinstance(tokenizer, PieceTokenizer)
+        if not pieces and tokenizer.space_id is None:
             raise ConfigError("beam search needs the space character in the alphabet (the word separator)")
-        self.space = tokenizer.space_id
-        # The trie ends every word with a space, but a model need not emit one after the last word (one trained on
-        # single words never does): without it, a final word costs the model's least likely token and the search
-        # would rather drop it. A frame where only the space may be emitted, appended to each utterance of a
-        # search with a vocabulary, makes the utterance's end a word boundary for free.
-        self.end_frame = torch.full((1, tokenizer.vocab_size), _NEVER)  # (1, V)
-        self.end_frame[0, self.space] = 0.0
         words = _read_words(cfg.lexicon, normalize) if cfg.lexicon else []
         scorer = None
         if cfg.lm:
@@ -142,12 +122,23 @@ class BeamDecoder:
             raise ConfigError("--hotwords need a word list to favour them in: give --lm or --lexicon")
         words = words + sorted(hot - set(words))
         self.vocabulary = words
+        self.end_frame: torch.Tensor | None = None
+        if pieces:
+            self._pieces_search(fl, cfg, words, scorer, hot)
+            return
+        self.space = tokenizer.space_id
+        # The trie ends every word with a space, but a model need not emit one after the last word (one trained on
+        # single words never does): without it, a final word costs the model's least likely token and the search
+        # would rather drop it. A frame where only the space may be emitted, appended to each utterance of a
+        # search with a vocabulary, makes the utterance's end a word boundary for free.
         if not words:  # lexicon-free, no LM: a plain beam over characters
             opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tokenizer.vocab_size,
                                                 beam_threshold=50.0, lm_weight=0.0, sil_score=0.0, log_add=False,
                                                 criterion_type=fl.CriterionType.CTC)
             self.decoder = fl.LexiconFreeDecoder(opts, fl.ZeroLM(), self.space, BLANK, [])
             return
+        self.end_frame = torch.full((1, tokenizer.vocab_size), _NEVER)  # (1, V)
+        self.end_frame[0, self.space] = 0.0
         if scorer is not None and cfg.alpha <= 0:
             scorer = None  # alpha 0: the LM has no say
         lm_weight = cfg.alpha if scorer is not None else 1.0
@@ -169,12 +160,30 @@ class BeamDecoder:
                                         log_add=False, criterion_type=fl.CriterionType.CTC)
         self.decoder = fl.LexiconDecoder(opts, trie, self.lm, self.space, BLANK, len(words), [], False)
 
+    def _pieces_search(self, fl: Any, cfg: DecoderConfig, words: list[str], scorer: Any, hot: set[str]) -> None:
+        """A word-piece model's search: over pieces freely; with a word list, over pieces that spell its words only,
+        each word scored by the LM (and its bonuses) once its last piece is followed by a word's start or the end."""
+        tok = self.tokenizer
+        sil = BLANK if tok.space_id is None else tok.space_id  # the word start alone; no piece is a bare separator
+        lm: Any = fl.ZeroLM()
+        lm_weight = 0.0
+        if words:
+            if scorer is not None and cfg.alpha <= 0:
+                scorer = None  # alpha 0: the LM has no say
+            lm_weight = cfg.alpha if scorer is not None else 1.0
+            bonus = {w: (cfg.beta + (cfg.hotword_weight if w in hot else 0.0)) / lm_weight for w in words}
+            lm = _piece_lm_class()(scorer, tok.units, [w for w in words if not tok.oov(w)], bonus)
+        opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tok.vocab_size,
+                                            beam_threshold=50.0, lm_weight=lm_weight, sil_score=0.0, log_add=False,
+                                            criterion_type=fl.CriterionType.CTC)
+        self.lm, self.decoder = lm, fl.LexiconFreeDecoder(opts, lm, sil, BLANK, [])
+
     def __call__(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         out = []
         emissions = log_probs.float().cpu().contiguous()  # (B, T, V)
         for b, n in enumerate(lengths.cpu().tolist()):
             em = emissions[b, :n]  # (T, V)
-            if self.vocabulary:
+            if self.end_frame is not None:
                 em = torch.cat([em, self.end_frame])  # (T + 1, V)
             em = em.contiguous()
             out.append(self._text(self.decoder.decode(em.data_ptr(), em.shape[0], em.shape[1])[0]))
@@ -187,7 +196,7 @@ class BeamDecoder:
         return text_word_times(log_probs, frames, text, self.tokenizer, frame_s, offset_s)
 
     def _text(self, best: Any) -> str:
-        if self.vocabulary:
+        if self.end_frame is not None:  # a character model's search over words: its words, by index
             return " ".join(self.vocabulary[i] for i in best.words if 0 <= i < len(self.vocabulary))
         ids = [t for t in torch.tensor(best.tokens, dtype=torch.long).unique_consecutive().tolist() if t != BLANK]
         return " ".join(self.tokenizer.decode(ids).split())
@@ -210,7 +219,7 @@ class BeamDecoder:
 
     def end(self) -> str:
         """The search's final text (the utterance's end frame as in `__call__`, then decode_end)."""
-        if self.vocabulary:
+        if self.end_frame is not None:
             self.step(self.end_frame)
         self.decoder.decode_end()
         hyps = self.decoder.get_all_final_hypothesis()
@@ -271,3 +280,66 @@ def _flashlight_lm_class() -> type:
             return out, ln
 
     return FlashlightLM
+
+
+@functools.cache
+def _piece_lm_class() -> type:
+    """The word LM of a word-piece model's search, as flashlight's token LM (imported on first use)."""
+    from flashlight.lib.text.decoder import LM
+
+    class PieceWordLM(LM):
+        """flashlight's LM over word pieces: a state is the KenLM state before the current word and that word's
+        letters so far. A piece that starts a word (or the search's end) ends the word before it, which scores its
+        LM probability (natural log) plus its bonus, or -inf when the word list lacks it; letters that begin no
+        word of the list score -inf at once, so the search only spells the list's words."""
+
+        def __init__(self, scorer: Any, units: list[str], words: list[str], bonus: dict[str, float]) -> None:
+            LM.__init__(self)
+            self.scorer, self.units, self.words, self.bonus = scorer, units, set(words), bonus
+            self.prefixes = {w[:i] for w in words for i in range(len(w) + 1)}
+            self.states: dict[Any, tuple[Any, str]] = {}
+            self.scores: dict[Any, float] = {}
+
+        def _word(self, before: Any, word: str) -> tuple[Any, float]:
+            """The LM state after `word` and its score (natural log, its bonus added); -inf off the list."""
+            if word not in self.words:
+                return before, float("-inf")
+            if self.scorer is None:
+                return None, self.bonus.get(word, 0.0)
+            after, log10 = self.scorer.score(before, word)
+            return after, log10 * 2.302585092994046 + self.bonus.get(word, 0.0)
+
+        def start(self, start_with_nothing: bool) -> Any:
+            from flashlight.lib.text.decoder import LMState
+
+            state = LMState()
+            self.states[state] = (self.scorer.begin() if self.scorer else None, "")
+            return state
+
+        def score(self, state: Any, token: int) -> tuple[Any, float]:
+            out = state.child(token)
+            if out not in self.scores:
+                before, letters = self.states[state]
+                unit, score = self.units[token - 1], 0.0
+                if unit.startswith(" ") and letters:  # a word's start ends the word before it
+                    before, score = self._word(before, letters)
+                    letters = ""
+                letters += unit.strip()
+                if letters not in self.prefixes:
+                    score = float("-inf")
+                self.states[out], self.scores[out] = (before, letters), score
+            return out, self.scores[out]
+
+        def finish(self, state: Any) -> tuple[Any, float]:
+            out = state.child(-1)
+            before, letters = self.states[state]
+            score = 0.0
+            if letters:
+                before, score = self._word(before, letters)
+            if self.scorer is not None and score > float("-inf"):
+                before, log10 = self.scorer.score(before, "</s>")
+                score += log10 * 2.302585092994046
+            self.states.setdefault(out, (before, ""))
+            return out, score
+
+    return PieceWordLM

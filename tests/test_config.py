@@ -15,16 +15,17 @@ def test_every_shipped_config_loads():
 
 def test_the_librispeech_conformer_recipe_is_nemos_medium_conformer_over_three_subsets():
     """Never trained here: its data reads each imported subset under data.root, and its model is Conformer-CTC
-    Medium's size (NeMo publishes 30.7 M parameters with a 128-piece output; 29 characters here)."""
-    from speechscale.components import build_components
+    Medium's size with its output (NeMo publishes 30.7 M parameters with 128 word pieces)."""
+    from speechscale.data.features import FeatureExtractor
     from speechscale.models.registry import build_model
+    from speechscale.recipe import vocab_size
 
     cfg = load_recipe("librispeech_conformer", ["data.root=/data/ls"])
     assert cfg.data.mix == [f"/data/ls/train-{s}/manifest.jsonl" for s in ("clean-100", "clean-360", "other-500")]
     assert cfg.data.val_manifest == "/data/ls/dev-clean/manifest.jsonl" and cfg.features.n_mels == 80
-    comps = build_components(cfg)
-    model = build_model(cfg.model.name, cfg.model.overrides, comps.features.num_features, comps.tokenizer.vocab_size)
-    assert 29.5e6 < sum(p.numel() for p in model.parameters()) < 31e6
+    assert cfg.text.pieces == 128 and vocab_size(cfg.text) == 129  # learned when the run starts
+    model = build_model(cfg.model.name, cfg.model.overrides, FeatureExtractor(cfg.features).num_features, 129)
+    assert 30.2e6 < sum(p.numel() for p in model.parameters()) < 31e6
 
 
 def test_overrides_are_typed_and_round_trip_as_plain_data():

@@ -114,3 +114,16 @@ def test_greedy_and_word_times_read_pieces(learned):
         start, end = spans[w["word"]]
         assert w["start"] == round(1.0 + start * 0.02, 3) and w["end"] == round(1.0 + end * 0.02, 3)
         assert w["confidence"] == 0.5
+
+
+def test_a_corpus_over_the_cap_is_sampled_the_same_way_every_time(monkeypatch):
+    """More transcripts than pieces.MAX_SENTENCES: learned from a seeded sample (other pieces than from all of them),
+    the same on every call, as every rank of a run must learn the same."""
+    import speechscale.data.pieces as pieces
+
+    texts = corpus(800, 0) + [t.replace("the ", "thy ") for t in corpus(800, 9)]
+    everything = learn_pieces(texts, 80, ALPHABET)
+    monkeypatch.setattr(pieces, "MAX_SENTENCES", 200)
+    sampled = learn_pieces(texts, 80, ALPHABET)
+    assert sampled == learn_pieces(list(texts), 80, ALPHABET)
+    assert sampled != everything

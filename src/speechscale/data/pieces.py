@@ -16,6 +16,7 @@ import math
 from typing import Any, Iterable
 
 WORD_START = "\u2581"  # sentencepiece's marker for a space, at the start of a word's first piece
+MAX_SENTENCES = 2_000_000  # pieces are learned from at most this many transcripts, a seeded sample of a larger corpus
 
 
 class PieceTokenizer:
@@ -98,18 +99,20 @@ def learn_pieces(texts: Iterable[str], count: int, alphabet: str) -> tuple[list[
 
 def learn_model(texts: Iterable[str], count: int, alphabet: str) -> bytes:
     """sentencepiece's unigram model (serialized) of up to `count` pieces learned from `texts`, each character of
-    `alphabet` among them. The same texts give the same model (one thread, every sentence read, none sampled)."""
+    `alphabet` among them. A corpus of more than MAX_SENTENCES transcripts is sampled to that many as it is read
+    (memory stays bounded). The same texts give the same model: one thread, the sample's generator seeded."""
     from ..extras import require
 
     spm = require("sentencepiece", "pieces", "text.pieces")
+    spm.set_random_generator_seed(0)  # the sample of a corpus over MAX_SENTENCES
     model = io.BytesIO()
     chars = "".join(c for c in alphabet if c != " ")  # each a piece, in the transcripts or not
     spm.SentencePieceTrainer.train(
         sentence_iterator=(t for t in texts if t.strip()), model_writer=model, vocab_size=count + 1,
         model_type="unigram", character_coverage=1.0, normalization_rule_name="identity", add_dummy_prefix=True,
         remove_extra_whitespaces=True, split_digits=False, byte_fallback=False, bos_id=-1, eos_id=-1, unk_id=0,
-        hard_vocab_limit=False, required_chars=chars, num_threads=1, input_sentence_size=0,
-        shuffle_input_sentence=False, max_sentence_length=1 << 16, minloglevel=2)
+        hard_vocab_limit=False, required_chars=chars, num_threads=1, input_sentence_size=MAX_SENTENCES,
+        shuffle_input_sentence=True, max_sentence_length=1 << 16, minloglevel=2)
     return model.getvalue()
 
 

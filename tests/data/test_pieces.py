@@ -70,6 +70,10 @@ def test_a_tokenizer_checks_its_pieces():
         PieceTokenizer("ab ", [WORD_START, "a", "b", "a"], [0.0] * 4)
     with pytest.raises(ValueError, match="one score each"):
         PieceTokenizer("ab ", [WORD_START, "a", "b"], [0.0] * 2)
+    with pytest.raises(ValueError, match="at most 64 characters long, each with a finite score"):
+        PieceTokenizer("ab ", [WORD_START, "a", "b", "a" * 65], [0.0] * 4)
+    with pytest.raises(ValueError, match="at most 64 characters long, each with a finite score"):
+        PieceTokenizer("ab ", [WORD_START, "a", "b"], [0.0, float("nan"), 0.0])
     tok = PieceTokenizer("ab ", [WORD_START, "a", "b", WORD_START + "ab"], [-1.0, -2.0, -2.0, -1.5])
     assert tok.oov("abc a") == {"c"}
     with pytest.raises(KeyError):

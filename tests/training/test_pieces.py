@@ -132,3 +132,24 @@ def test_bad_piece_settings_are_one_line_errors(tmp_path, extra, message):
     with pytest.raises(ConfigError) as err:
         load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", *extra])
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_transcript_too_long_in_characters_for_its_frames_still_trains_in_pieces(pieces_checkpoint, tmp_path):
+    """CTC needs a frame per output unit: at a length where the characters cannot fit the model's frames but the
+    pieces can, a word-piece model keeps the utterance that a character model skips."""
+    from speechscale.components import build_components
+    from speechscale.config import Config, from_dict
+    from speechscale.data.loading import LabelCheck
+
+    pieces = build_components(from_dict(Config, load_checkpoint(pieces_checkpoint)["config"]))
+    chars = build_components(load_recipe(None, ["features.sample_rate=8000"]))
+    need_pieces, need_chars = pieces.ctc_min_frames(LDC), chars.ctc_min_frames(LDC)
+    ids = pieces.tokenizer.encode(LDC)
+    assert need_pieces == len(ids) + sum(a == b for a, b in zip(ids, ids[1:])) < need_chars == len(LDC) + 1  # "ll"
+    seconds = next(s / 100 for s in range(50, 500) if pieces.output_frames([s / 100])[0] >= need_pieces)
+    frames = pieces.output_frames([seconds])[0]
+    assert frames < need_chars
+    assert LabelCheck(pieces)(LDC, seconds) is None
+    assert LabelCheck(chars)(LDC, seconds) == f"label longer than the model's output frames ({need_chars} > {frames})"
+    for n in range(0, 3 * need_chars):  # the shortcut never says yes where the pieces do not fit
+        assert pieces.fits(LDC, n) == (need_pieces <= n)

@@ -38,9 +38,8 @@ def load_utterances(path: str, comps: "Components", data: DataConfig, filt: dict
                                  min_duration=data.min_duration, max_duration=data.max_duration, lines=lines)
     kept = []
     for u, frames in zip(utts, comps.output_frames([u.duration for u in utts])):
-        need = comps.ctc_min_frames(u.text)
-        if need > frames:
-            report.skip(u.line, "label longer than the model's output frames", f"{need} > {frames}")
+        if not comps.fits(u.text, frames):
+            report.skip(u.line, "label longer than the model's output frames", f"{comps.ctc_min_frames(u.text)} > {frames}")
         else:
             kept.append(u)
     report.kept = len(kept)
@@ -77,8 +76,10 @@ class LabelCheck:
         bad = self.comps.tokenizer.oov(text)
         if bad:
             return f"characters outside the vocabulary: {''.join(sorted(bad))!r} (text.alphabet spells none of them)"
-        need, frames = self.comps.ctc_min_frames(text), self.comps.output_frames([duration])[0]
-        return f"label longer than the model's output frames ({need} > {frames})" if need > frames else None
+        frames = self.comps.output_frames([duration])[0]
+        if self.comps.fits(text, frames):
+            return None
+        return f"label longer than the model's output frames ({self.comps.ctc_min_frames(text)} > {frames})"
 
 
 class EpochTagged:

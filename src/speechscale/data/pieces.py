@@ -16,6 +16,7 @@ import math
 from typing import Any, Iterable
 
 WORD_START = "\u2581"  # sentencepiece's marker for a space, at the start of a word's first piece
+MAX_PIECE_LENGTH = 64  # a longer piece is refused (sentencepiece learns up to 16 characters)
 MAX_SENTENCES = 2_000_000  # pieces are learned from at most this many transcripts, a seeded sample of a larger corpus
 
 
@@ -26,6 +27,9 @@ class PieceTokenizer:
     def __init__(self, alphabet: str, pieces: list[str], scores: list[float]) -> None:
         if len(pieces) != len(scores) or len(set(pieces)) != len(pieces) or "" in pieces:
             raise ValueError("word pieces must be distinct non-empty strings, one score each")
+        if max(map(len, pieces), default=0) > MAX_PIECE_LENGTH or not all(map(math.isfinite, scores)):
+            raise ValueError(f"word pieces must be at most {MAX_PIECE_LENGTH} characters long, each with a finite "
+                             "score")
         allowed = set(alphabet) - {" "} | {WORD_START}
         odd = sorted({c for p in pieces for c in p} - allowed)
         if odd:

@@ -228,6 +228,14 @@ def streaming_checkpoint(tmp_path_factory, worker_id) -> Path:
 
 
 @pytest.fixture(scope="session")
+def streaming_pieces_checkpoint(tmp_path_factory, worker_id) -> Path:
+    """streaming_checkpoint's model with word pieces for output units (text.pieces=40), trained once per test run."""
+    return _trained_once(tmp_path_factory, worker_id, "streaming-pieces-checkpoint", "model.name=ds2-streaming-tiny",
+                         "model.overrides={rnn_hidden: 128, rnn_layers: 2}", "features.normalize=none",
+                         "trainer.max_epochs=120", "text.pieces=40")
+
+
+@pytest.fixture(scope="session")
 def conformer_streaming_checkpoint(tmp_path_factory, worker_id) -> Path:
     """A narrow conformer-streaming-tiny (2 blocks of 96, 16 frames of left context, trained on chunks of 1-8 and
     the full context, convolutions that read to their chunk's end as the recipe's; 40 log-mel bins, normalized by

@@ -87,3 +87,40 @@ def test_a_word_list_and_an_lm_choose_among_what_the_pieces_could_spell(tok, tmp
         search = build_decoder(DecoderConfig("lexicon", lexicon=str(tmp_path / "both.txt"),
                                              lm=str(tmp_path / f"{seen}.arpa"), alpha=2.0, beta=0.0), tok)
         assert search(lp, n) == [f"the red {seen}"]
+
+
+def test_a_word_piece_model_streams_the_offline_words_with_their_times(streaming_pieces_checkpoint):
+    """A streaming model trained on word pieces, fed LDC93S1 in odd pieces, alone and twice with a pause between: a
+    final per phrase, each the offline greedy path's words over its frames with their times; together the offline
+    text (LDC93S1's own transcript, for the file alone)."""
+    import numpy as np
+
+    from speechscale.components import load_components
+    from speechscale.data.audio import load_audio
+    from speechscale.serving.streaming import StreamingSession
+    from tests.conftest import shared
+
+    comps = load_components(streaming_pieces_checkpoint)
+    assert isinstance(comps.tokenizer, PieceTokenizer)
+    wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    twice = np.concatenate([np.zeros(8000, np.float32), wav, np.zeros(24000, np.float32), wav])
+    for audio, piece in ((wav, 777), (twice, 1600)):
+        session = StreamingSession(comps, endpoint_frames=20)
+        events = []
+        for i in range(0, len(audio), piece):
+            events += session.accept(audio[i:i + piece])
+        events += session.finish()
+        with torch.no_grad():
+            feats = comps.features(torch.from_numpy(audio))[None]  # (1, F, T)
+            logits, lens = comps.model(feats, torch.tensor([feats.shape[-1]]))
+        log_probs = logits[0, :int(lens[0])].log_softmax(-1)
+        finals = [e for e in events if isinstance(e, Final)]
+        offline = greedy_decode(log_probs[None], torch.tensor([log_probs.shape[0]]), comps.tokenizer)[0]
+        assert " ".join(f.text for f in finals) == session.text == offline
+        if audio is wav:
+            assert offline == "she had your dark suit in greasy wash water all year"
+        for final, lo, hi in zip(finals, [0, *session.boundaries], session.boundaries):
+            words = word_times(log_probs[lo:hi], hi - lo, comps.tokenizer, session.frame_s, lo * session.frame_s)
+            assert [w.word for w in final.words] == [w["word"] for w in words] == final.text.split()
+            for s, o in zip(final.words, words):
+                assert (s.start, s.end) == pytest.approx((o["start"], o["end"]), abs=1e-6)

@@ -400,6 +400,21 @@ def _transfer(res: dict[str, Any]) -> str:
             "seeds.\n\n" + _md(["start", "WER: median (range)", "CER", "seeds", "training, a run"], rows))
 
 
+def _pieces(res: dict[str, Any]) -> str:
+    """benchmarks/pieces.py: one recipe trained with characters and with word pieces, on one seed."""
+    rows = []
+    for r in res["runs"]:
+        units = "characters" if not r["pieces"] else f"`text.pieces={r['pieces']}`"
+        rows.append([units, r["units"], f"{r['target_units']:.1f} ({r['target_units'] / r['target_chars']:.2f}x)",
+                     f"{100 * r['wer']:.1f} %", f"{100 * r['cer']:.1f} %"])
+    first = res["runs"][0]
+    extra = f" with {', '.join(f'`{o}`' for o in res['overrides'])}" if res.get("overrides") else ""
+    return (f"The `{res['recipe']}` recipe ({first['model']}{extra}), {first['epochs']} epochs, seed {first['seed']}, "
+            f"once per output unit; a transcript averages {first['target_chars']:.1f} characters. WER and CER on the "
+            "recipe's validation manifest.\n\n"
+            + _md(["output units", "classes (no blank)", "units a training transcript", "WER", "CER"], rows))
+
+
 def _serving(name: str) -> Callable[[Any], str]:
     def render(res: Any) -> str:
         from .serving_tables import RENDERERS
@@ -419,7 +434,8 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "gpu-graphs": _gpu_graphs, "gpu-graphs-b128": _gpu_graphs,
                                            "gpu-recipes": _recipes, "gpu-step": _gpu_step, "gpu-infer": _gpu_infer,
                                            "soak": _serving("soak"), "stream-stacks": _serving("stream-stacks"),
-                                           "align": _align, "align-long": _align, "transfer-de": _transfer}
+                                           "align": _align, "align-long": _align, "transfer-de": _transfer,
+                                           "pieces-demo": _pieces, "pieces-conformer": _pieces}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

@@ -43,6 +43,33 @@ def test_the_built_lm_has_unk_and_every_distribution_sums_to_one(lm):
         assert total == pytest.approx(1.0, abs=1e-5), history
 
 
+def test_lm_build_reads_a_manifests_and_a_shard_indexs_transcripts_as_it_reads_their_text(tmp_path, cli):
+    """`lm build train.jsonl`: the model of the manifest's transcripts, byte for byte what their text file gives; a
+    shard index of the same utterances too (FSDD's george, one digit word a clip)."""
+    import json
+
+    from speechscale.data.manifest import SkipReport
+    from speechscale.data.shards import transcripts
+    from tests.conftest import shared
+
+    m = shared("fsdd", "manifest.jsonl")
+    rows = [json.loads(x) for x in m.read_text().splitlines() if '"george"' in x][:60]
+    manifest = tmp_path / "george.jsonl"
+    manifest.write_text("".join(json.dumps({**r, "audio_filepath": str(m.parent / r["audio_filepath"])}) + "\n"
+                                for r in rows))
+    (tmp_path / "george.txt").write_text("".join(r["text"] + "\n" for r in rows))
+    cli("data", "shard", str(manifest), "--out", str(tmp_path / "shards"), "--shard-size", "20")
+    index = tmp_path / "shards" / "index.jsonl"
+    assert sorted(transcripts(str(index), SkipReport("x"))) == sorted(r["text"] for r in rows)
+    for source, name in ((tmp_path / "george.txt", "text"), (manifest, "manifest"), (index, "index")):
+        cli("lm", "build", str(source), "--order", "2", "--out", str(tmp_path / f"{name}.arpa"))
+    text = (tmp_path / "text.arpa").read_text()
+    assert (tmp_path / "manifest.arpa").read_text() == text and "\\2-grams:" in text
+    index_lm = KenLMScorer(tmp_path / "index.arpa")  # the same sentences in another order: the same model
+    assert sorted(index_lm.vocabulary()) == sorted(KenLMScorer(tmp_path / "text.arpa").vocabulary())
+    assert (tmp_path / "index.arpa").read_text().splitlines()[:4] == text.splitlines()[:4]  # the n-gram counts
+
+
 def test_an_lm_of_another_script_keeps_its_words_and_orders_start_at_two(tmp_path):
     from speechscale.data.text import TextNormalizer
 

@@ -540,8 +540,10 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
 
     lm = command(sub, "lm", "language models: build a Kneser-Ney ARPA model from text")
     lsub = lm.add_subparsers(dest="lm_action", required=True, metavar="ACTION", parser_class=Parser)
-    lb = command(lsub, "build", "text (one sentence a line) -> a Kneser-Ney ARPA model with <unk>")
-    lb.add_argument("text", help="a text file, one sentence a line (normalized as training targets are)")
+    lb = command(lsub, "build", "text (one sentence a line, or a manifest's transcripts) -> a Kneser-Ney ARPA model "
+                                "with <unk>")
+    lb.add_argument("text", help="a text file, one sentence a line, or a JSONL manifest or shard index (its "
+                                 "transcripts); normalized as training targets are")
     lb.add_argument("--order", type=positive(int), default=3, help="n-gram order (2 to 6)")
     lb.add_argument("--checkpoint", default=None, type=model_file,
                     help="normalize the text as this model's training targets were (its text.alphabet and digits; "

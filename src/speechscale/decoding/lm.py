@@ -17,7 +17,7 @@ import contextlib
 import io
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..config import ConfigError
 from ..storage.files import text_lines
@@ -48,7 +48,7 @@ def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callabl
         raise ConfigError(f"{text}: no such text file")
     lines = 0
     with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as corpus:
-        for raw in text_lines(text, strict=False):
+        for raw in _sentences(text):
             line = " ".join(normalize(raw).split())
             if line:
                 corpus.write(line + "\n")
@@ -73,6 +73,20 @@ def build_arpa(text: str | Path, order: int, out: str | Path, normalize: Callabl
     Path(out).write_text(buf.getvalue().encode("latin-1").decode("utf-8"), encoding="utf-8")
     ngrams = {n + 1: sum(len(c.word_to_f) for c in counts.counts[n].values()) for n in range(order)}
     return {"out": str(out), "order": order, "lines": lines, "ngrams": ngrams}
+
+
+def _sentences(path: Path) -> Iterator[str]:
+    """The lines of a text file, or the transcripts of a JSONL manifest (`.jsonl`) or a shard index."""
+    from ..data.manifest import SkipReport
+    from ..data.shards import ShardError, is_shard_index, transcripts
+
+    if path.suffix != ".jsonl" and not is_shard_index(str(path)):
+        yield from text_lines(path, strict=False)
+        return
+    try:
+        yield from transcripts(str(path), SkipReport(str(path)))
+    except ShardError as e:
+        raise ConfigError(str(e)) from None
 
 
 class KenLMScorer:

@@ -5,8 +5,10 @@
 
 Each arm trains the recipe (the demo's by default: ds2-tiny on the synthesized corpus, scored on its test voice) with
 `text.pieces=N` (0: the alphabet's characters) and the same seed, then reports its WER and CER on the validation
-manifest, its training minutes, and how long its targets are: the mean number of output units a training transcript
-becomes, against its characters. Outside the package: how this repository makes its own figure.
+manifest (greedy; then a beam search with a 3-gram LM of the training transcripts, at a word bonus of 0 and of 1), its
+training minutes, and how long its targets are: the mean number of output units a training transcript becomes,
+against its characters. An arm whose run in --work finished is scored again, not retrained (its row says so).
+Outside the package: how this repository makes its own figure.
 """
 from __future__ import annotations
 
@@ -22,24 +24,55 @@ from benchmarks.checkout import pin_commit
 
 
 def run_arm(recipe: str, pieces: int, seed: int, out: Path, overrides: list[str]) -> dict[str, Any]:
-    """Train one arm; its summary's figures and its targets' length."""
+    """Train one arm (unless its run in `out` finished); its validation figures and its targets' length."""
     from speechscale.data.manifest import SkipReport, iter_manifest
     from speechscale.recipe import load_recipe
     from speechscale.training.trainer import Trainer
 
-    shutil.rmtree(out, ignore_errors=True)  # each arm trains from its start: a rerun replaces the last one's
-    cfg = load_recipe(recipe, [f"text.pieces={pieces}", f"trainer.seed={seed}", f"trainer.out_dir={out}",
-                               "trainer.progress=false", "trainer.checkpoint_every_steps=0", *overrides])
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()] \
+        if (out / "metrics.jsonl").is_file() else []
+    reused = bool(rows) and rows[-1]["kind"] == "stop" and (out / "checkpoints" / "last.pt").is_file()
+    args = [f"text.pieces={pieces}", f"trainer.seed={seed}", f"trainer.out_dir={out}", "trainer.progress=false",
+            "trainer.checkpoint_every_steps=0", *overrides]
+    if reused:
+        args.append("trainer.resume=auto")  # the finished run's own pieces, read from its checkpoint
+    else:
+        shutil.rmtree(out, ignore_errors=True)  # each arm trains from its start: a rerun replaces the last one's
+    cfg = load_recipe(recipe, args)
     trainer = Trainer(cfg)
     tok, normalize = trainer.comps.tokenizer, trainer.comps.normalizer
     texts = [normalize(u.raw_text) for u in iter_manifest(cfg.data.train_manifest, SkipReport("train"),
                                                            check_files=False)]
     units = sum(len(tok.encode(t)) for t in texts)
-    s = trainer.fit()
+    if reused:
+        val, stop = [r for r in rows if r["kind"] == "val"][-1], rows[-1]
+        train = [r for r in rows if r["kind"] == "train"]
+        s = {"wer": val["wer"], "cer": val["cer"], "epoch": stop["epoch"], "minutes": stop["minutes"],
+             "audio_s_per_s": round(sum(r["audio_s_per_s"] for r in train) / len(train), 2) if train else None,
+             "stopped_by": stop["stopped_by"]}
+    else:
+        s = trainer.fit()
     return {"pieces": pieces, "units": tok.vocab_size - 1, "seed": seed, "wer": s["wer"], "cer": s["cer"],
             "epochs": s["epoch"], "minutes": round(s["minutes"], 2), "audio_s_per_s": s.get("audio_s_per_s"),
             "target_units": round(units / len(texts), 2), "target_chars": round(sum(map(len, texts)) / len(texts), 2),
-            "model": cfg.model.name, "stopped_by": s.get("stopped_by")}
+            "model": cfg.model.name, "stopped_by": s.get("stopped_by"), "reused": reused,
+            "val_manifest": cfg.data.val_manifest, "train_manifest": cfg.data.train_manifest}
+
+
+def with_lm(row: dict[str, Any], out: Path, lm: Path) -> dict[str, Any]:
+    """The arm's last.pt on its validation manifest through a beam search with `lm` (alpha 0.5) at word bonuses 0
+    and 1: WER, CER and the seconds each search took."""
+    from speechscale.bench.harness import run_cli
+
+    scores = {}
+    for beta in (0.0, 1.0):
+        started = time.monotonic()
+        res = json.loads(run_cli(["eval", "--checkpoint", str(out / "checkpoints" / "last.pt"), "--manifest",
+                                  row["val_manifest"], "--decoder", "beam", "--lm", str(lm), "--alpha", "0.5", "--beta",
+                                  str(beta), "--json"], timeout=None))
+        scores[f"beta_{beta:g}"] = {"wer": res["wer"], "cer": res["cer"],
+                                    "seconds": round(time.monotonic() - started, 1)}
+    return scores
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,8 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     pin_commit()
     started = time.monotonic()
     rows = []
+    lm = Path(args.work) / "lm.arpa"
     for n in [int(a) for a in args.arms.split(",")]:
-        rows.append(run_arm(args.recipe, n, args.seed, Path(args.work) / f"pieces{n}", args.overrides))
+        out = Path(args.work) / f"pieces{n}"
+        rows.append(run_arm(args.recipe, n, args.seed, out, args.overrides))
+        if not lm.is_file():
+            from speechscale.decoding.lm import build_arpa
+
+            build_arpa(rows[-1]["train_manifest"], 3, lm)
+        rows[-1]["lm"] = with_lm(rows[-1], out, lm)
         print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

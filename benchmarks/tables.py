@@ -405,14 +405,19 @@ def _pieces(res: dict[str, Any]) -> str:
     rows = []
     for r in res["runs"]:
         units = "characters" if not r["pieces"] else f"`text.pieces={r['pieces']}`"
+        lm = r.get("lm") or {}
+        beam = [f"{100 * lm[k]['wer']:.1f} %" if k in lm else "-" for k in ("beta_0", "beta_1")]
         rows.append([units, r["units"], f"{r['target_units']:.1f} ({r['target_units'] / r['target_chars']:.2f}x)",
-                     f"{100 * r['wer']:.1f} %", f"{100 * r['cer']:.1f} %"])
+                     f"{100 * r['wer']:.1f} %", f"{100 * r['cer']:.1f} %", *beam,
+                     f"{lm['beta_0']['seconds']:.0f} s" if "beta_0" in lm else "-"])
     first = res["runs"][0]
     extra = f" with {', '.join(f'`{o}`' for o in res['overrides'])}" if res.get("overrides") else ""
     return (f"The `{res['recipe']}` recipe ({first['model']}{extra}), {first['epochs']} epochs, seed {first['seed']}, "
-            f"once per output unit; a transcript averages {first['target_chars']:.1f} characters. WER and CER on the "
-            "recipe's validation manifest.\n\n"
-            + _md(["output units", "classes (no blank)", "units a training transcript", "WER", "CER"], rows))
+            f"once per output unit; a training transcript averages {first['target_chars']:.1f} characters. WER and "
+            "CER on the recipe's validation manifest: greedy, and a beam search with a 3-gram LM of the training "
+            "transcripts (`lm build`, alpha 0.5) at a word bonus of 0 and of 1.\n\n"
+            + _md(["output units", "classes (no blank)", "units a training transcript", "WER", "CER",
+                   "WER, beam + LM, bonus 0", "bonus 1", "LM search, all utterances"], rows))
 
 
 def _serving(name: str) -> Callable[[Any], str]:

@@ -30,6 +30,7 @@ from .greedy import greedy_decode
 
 DECODERS = ("greedy", "beam", "lexicon")
 _NEVER = -1e10  # log-probability of a token that may not be emitted (finite: the search adds scores)
+PIECE_TOKENS = 16  # a word-piece search tries this many of a frame's most likely pieces (CTC's outputs are peaked)
 
 
 class Decoder(Protocol):
@@ -173,7 +174,7 @@ class BeamDecoder:
             lm_weight = cfg.alpha if scorer is not None else 1.0
             bonus = {w: (cfg.beta + (cfg.hotword_weight if w in hot else 0.0)) / lm_weight for w in words}
             lm = _piece_lm_class()(scorer, tok.units, [w for w in words if not tok.oov(w)], bonus)
-        opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tok.vocab_size,
+        opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=min(tok.vocab_size, PIECE_TOKENS),
                                             beam_threshold=50.0, lm_weight=lm_weight, sil_score=0.0, log_add=False,
                                             criterion_type=fl.CriterionType.CTC)
         self.lm, self.decoder = lm, fl.LexiconFreeDecoder(opts, lm, sil, BLANK, [])

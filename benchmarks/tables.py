@@ -440,7 +440,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "gpu-recipes": _recipes, "gpu-step": _gpu_step, "gpu-infer": _gpu_infer,
                                            "soak": _serving("soak"), "stream-stacks": _serving("stream-stacks"),
                                            "align": _align, "align-long": _align, "transfer-de": _transfer,
-                                           "pieces-demo": _pieces, "pieces-conformer": _pieces}
+                                           "pieces-demo": _pieces, "pieces-demo-long": _pieces}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

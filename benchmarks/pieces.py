@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -44,7 +45,8 @@ def run_arm(recipe: str, pieces: int, seed: int, out: Path, overrides: list[str]
     texts = [normalize(u.raw_text) for u in iter_manifest(cfg.data.train_manifest, SkipReport("train"),
                                                            check_files=False)]
     units = sum(len(tok.encode(t)) for t in texts)
-    if reused:
+    if reused:  # trained-at: the commit that trained it (written below; by hand for a run made before this was)
+        trained_at = (out / "trained-at").read_text().strip() if (out / "trained-at").is_file() else "unknown"
         val, stop = [r for r in rows if r["kind"] == "val"][-1], rows[-1]
         train = [r for r in rows if r["kind"] == "train"]
         s = {"wer": val["wer"], "cer": val["cer"], "epoch": stop["epoch"], "minutes": stop["minutes"],
@@ -52,10 +54,12 @@ def run_arm(recipe: str, pieces: int, seed: int, out: Path, overrides: list[str]
              "stopped_by": stop["stopped_by"]}
     else:
         s = trainer.fit()
+        trained_at = os.environ.get("SPEECHSCALE_COMMIT", "unknown")
+        (out / "trained-at").write_text(trained_at + "\n")
     return {"pieces": pieces, "units": tok.vocab_size - 1, "seed": seed, "wer": s["wer"], "cer": s["cer"],
             "epochs": s["epoch"], "minutes": round(s["minutes"], 2), "audio_s_per_s": s.get("audio_s_per_s"),
             "target_units": round(units / len(texts), 2), "target_chars": round(sum(map(len, texts)) / len(texts), 2),
-            "model": cfg.model.name, "stopped_by": s.get("stopped_by"), "reused": reused,
+            "model": cfg.model.name, "stopped_by": s.get("stopped_by"), "reused": reused, "trained_at": trained_at,
             "val_manifest": cfg.data.val_manifest, "train_manifest": cfg.data.train_manifest}
 
 

@@ -417,7 +417,7 @@ def _pieces(res: dict[str, Any]) -> str:
             "CER on the recipe's validation manifest: greedy, and a beam search with a 3-gram LM of the training "
             "transcripts (`lm build`, alpha 0.5) at a word bonus of 0 and of 1.\n\n"
             + _md(["output units", "classes (no blank)", "units a training transcript", "WER", "CER",
-                   "WER, beam + LM, bonus 0", "bonus 1", "LM search, all utterances"], rows)
+                   "WER, beam + LM, bonus 0", "bonus 1", "eval with the LM, wall"], rows)
             + "".join(f"\nThe runs were trained at commit `{c}` and scored again at this block's.\n"
                       for c in sorted({r["trained_at"] for r in res["runs"] if r.get("reused")})))
 

@@ -124,3 +124,29 @@ def test_a_word_piece_model_streams_the_offline_words_with_their_times(streaming
             assert [w.word for w in final.words] == [w["word"] for w in words] == final.text.split()
             for s, o in zip(final.words, words):
                 assert (s.start, s.end) == pytest.approx((o["start"], o["end"]), abs=1e-6)
+
+
+@pytest.mark.parametrize("units", ["pieces", "characters"])
+def test_a_search_with_an_lm_keeps_one_utterances_states_not_every_utterances(tok, units, tmp_path):
+    """A long-running service decodes utterance after utterance with one search: its LM's state tables hold the
+    current utterance's states only, so decoding the same frames four times leaves them about as large as once did
+    (the search's own hash order may expand a few states more or less), not four times as large."""
+    from speechscale.data.text import CharTokenizer
+    from speechscale.decoding.lm import build_arpa
+
+    model = tok if units == "pieces" else CharTokenizer(ALPHABET)
+    text = "please put the red cup on the table"
+    (tmp_path / "lm.txt").write_text(f"{text}\nthe quick fox was lazy\n")
+    build_arpa(tmp_path / "lm.txt", 2, tmp_path / "lm.arpa")
+    path = [0] * 3
+    for k in model.encode(text):
+        path += [k, k, 0]
+    logits = torch.full((len(path), model.vocab_size), -4.0)
+    logits[torch.arange(len(path)), torch.tensor(path)] = 4.0
+    lp, n = logits.log_softmax(-1)[None], torch.tensor([len(path)])
+    search = build_decoder(DecoderConfig("beam", lm=str(tmp_path / "lm.arpa")), model)
+    assert search(lp, n) == [text]
+    once = len(search.lm.states)
+    for _ in range(3):
+        assert search(lp, n) == [text]
+    assert once > 1 and len(search.lm.states) < 1.5 * once

@@ -259,7 +259,7 @@ def _flashlight_lm_class() -> type:
             from flashlight.lib.text.decoder import LMState
 
             state = LMState()
-            self.states[state] = self.scorer.begin() if self.scorer else None
+            self.states = {state: self.scorer.begin() if self.scorer else None}  # a search's states, not all searches'
             return state
 
         def _next(self, state: Any, word: str) -> tuple[Any, float]:
@@ -314,7 +314,8 @@ def _piece_lm_class() -> type:
             from flashlight.lib.text.decoder import LMState
 
             state = LMState()
-            self.states[state] = (self.scorer.begin() if self.scorer else None, "")
+            self.states = {state: (self.scorer.begin() if self.scorer else None, "")}  # a search's, not all searches'
+            self.scores = {}
             return state
 
         def score(self, state: Any, token: int) -> tuple[Any, float]:

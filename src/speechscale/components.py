@@ -10,7 +10,6 @@ from torch import nn
 
 from .config import Config, FeatureConfig, from_dict
 from .data.features import FeatureExtractor
-from .data.pieces import PieceTokenizer
 from .data.text import TextNormalizer, Tokenizer, build_tokenizer
 from .models.registry import build_model
 from .models.streaming import StreamingModel, streaming_card
@@ -29,18 +28,16 @@ class Components:
     model_overrides: dict[str, Any]
 
     def ctc_min_frames(self, text: str) -> int:
-        """Output frames CTC needs for `text`: one per output unit (character or word piece) plus a blank between
-        repeats."""
-        units: Any = self.tokenizer.encode(text) if isinstance(self.tokenizer, PieceTokenizer) else text
-        return len(units) + sum(1 for a, b in zip(units, units[1:]) if a == b)
+        """Output frames CTC needs for `text` (spelled in the vocabulary): one per output unit (character or word
+        piece) plus a blank between repeats."""
+        ids = self.tokenizer.encode(text)
+        return len(ids) + sum(1 for a, b in zip(ids, ids[1:]) if a == b)
 
     def fits(self, text: str, frames: int) -> bool:
-        """Whether CTC can spell `text` in `frames` output frames. A word-piece model's text is cut into pieces only
-        when its length does not settle it: it needs at most a unit per character and one for the first word's
-        start, each perhaps with a blank after it."""
-        if isinstance(self.tokenizer, PieceTokenizer) and 2 * (len(text) + 1) <= frames:
-            return True
-        return self.ctc_min_frames(text) <= frames
+        """Whether CTC can spell `text` in `frames` output frames. The text is spelled only when its length does not
+        settle it: it needs at most a unit per character and one for the first word's start, each perhaps with a
+        blank after it."""
+        return 2 * (len(text) + 1) <= frames or self.ctc_min_frames(text) <= frames
 
     def streaming_card(self) -> dict[str, Any]:
         """What the model card states about streaming (models.streaming.streaming_card)."""

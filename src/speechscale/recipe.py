@@ -23,6 +23,7 @@ import torch
 
 from .config import Config, ConfigError, check_choice, load_config
 from .data.features import FEATURE_DEVICES, FEATURE_KINDS, NORMALIZATIONS, FeatureExtractor
+from .data.pieces import too_few_pieces
 from .data.text import AUTO_ALPHABET, DIGIT_MODES, build_tokenizer, digits_language_known
 from .distributed import STRATEGIES
 from .distributed.adpsgd import VARIANTS
@@ -183,10 +184,9 @@ def _check_pieces(cfg: Config) -> None:
     if t.piece_list and not t.pieces:
         raise ConfigError("text.piece_list is set but text.pieces=0: set text.pieces to train on word pieces, or "
                           "leave text.piece_list empty")
-    chars = len(set(t.alphabet) - {" "}) + 1  # every character alone, and the start of a word
-    if t.pieces and t.alphabet != AUTO_ALPHABET and t.pieces < chars:
-        raise ConfigError(f"text.pieces={t.pieces} is fewer than the alphabet's {chars - 1} characters and the word "
-                          f"start: use at least {chars}")
+    few = too_few_pieces(t.pieces, t.alphabet) if t.pieces and t.alphabet != AUTO_ALPHABET else None
+    if few:
+        raise ConfigError(few)
     if t.piece_list and t.alphabet != AUTO_ALPHABET:
         try:
             build_tokenizer(t.alphabet, t.piece_list, t.piece_scores)

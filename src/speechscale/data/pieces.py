@@ -95,6 +95,14 @@ class PieceTokenizer:
         return {"alphabet": self.alphabet, "pieces": self.pieces, "scores": self.scores}
 
 
+def too_few_pieces(count: int, alphabet: str) -> str | None:
+    """Why `count` word pieces cannot spell `alphabet` (each character alone and the start of a word), or None."""
+    least = len(set(alphabet) - {" "}) + 1
+    if count >= least:
+        return None
+    return f"text.pieces={count} is fewer than the alphabet's {least - 1} characters and the word start: use at least {least}"
+
+
 def learn_pieces(texts: Iterable[str], count: int, alphabet: str) -> tuple[list[str], list[float]]:
     """Up to `count` word pieces (and their scores) of a unigram model learned from `texts` (normalized transcripts
     spelled in `alphabet`); every character of the alphabet is a piece. Fewer when the texts hold fewer."""

@@ -30,6 +30,7 @@ from .greedy import greedy_decode
 
 DECODERS = ("greedy", "beam", "lexicon")
 _NEVER = -1e10  # log-probability of a token that may not be emitted (finite: the search adds scores)
+LN10 = 2.302585092994046  # KenLM scores in log10; the search adds natural logs
 PIECE_TOKENS = 16  # a word-piece search tries this many of a frame's most likely pieces (CTC's outputs are peaked)
 
 
@@ -124,25 +125,25 @@ class BeamDecoder:
         words = words + sorted(hot - set(words))
         self.vocabulary = words
         self.end_frame: torch.Tensor | None = None
+        if scorer is not None and cfg.alpha <= 0:
+            scorer = None  # alpha 0: the LM has no say
+        lm_weight = cfg.alpha if scorer is not None else 1.0  # with words; a bonus inside the LM is divided by it
         if pieces:
-            self._pieces_search(fl, cfg, words, scorer, hot)
+            self._pieces_search(fl, cfg, words, scorer, hot, lm_weight)
             return
         self.space = tokenizer.space_id
-        # The trie ends every word with a space, but a model need not emit one after the last word (one trained on
-        # single words never does): without it, a final word costs the model's least likely token and the search
-        # would rather drop it. A frame where only the space may be emitted, appended to each utterance of a
-        # search with a vocabulary, makes the utterance's end a word boundary for free.
         if not words:  # lexicon-free, no LM: a plain beam over characters
             opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=tokenizer.vocab_size,
                                                 beam_threshold=50.0, lm_weight=0.0, sil_score=0.0, log_add=False,
                                                 criterion_type=fl.CriterionType.CTC)
             self.decoder = fl.LexiconFreeDecoder(opts, fl.ZeroLM(), self.space, BLANK, [])
             return
+        # The trie ends every word with a space, but a model need not emit one after the last word (one trained on
+        # single words never does): without it, a final word costs the model's least likely token and the search
+        # would rather drop it. A frame where only the space may be emitted, appended to each utterance of a
+        # search with a vocabulary, makes the utterance's end a word boundary for free.
         self.end_frame = torch.full((1, tokenizer.vocab_size), _NEVER)  # (1, V)
         self.end_frame[0, self.space] = 0.0
-        if scorer is not None and cfg.alpha <= 0:
-            scorer = None  # alpha 0: the LM has no say
-        lm_weight = cfg.alpha if scorer is not None else 1.0
         # hotwords: a bonus inside the LM's word score, divided by the LM weight the decoder multiplies it by
         bonus = {i: cfg.hotword_weight / lm_weight for i, w in enumerate(words) if w in hot}
         self.lm = _flashlight_lm_class()(scorer, words, bonus) if scorer is not None or bonus else fl.ZeroLM()
@@ -161,17 +162,16 @@ class BeamDecoder:
                                         log_add=False, criterion_type=fl.CriterionType.CTC)
         self.decoder = fl.LexiconDecoder(opts, trie, self.lm, self.space, BLANK, len(words), [], False)
 
-    def _pieces_search(self, fl: Any, cfg: DecoderConfig, words: list[str], scorer: Any, hot: set[str]) -> None:
+    def _pieces_search(self, fl: Any, cfg: DecoderConfig, words: list[str], scorer: Any, hot: set[str],
+                       lm_weight: float) -> None:
         """A word-piece model's search: over pieces freely; with a word list, over pieces that spell its words only,
         each word scored by the LM (and its bonuses) once its last piece is followed by a word's start or the end."""
         tok = self.tokenizer
         sil = BLANK if tok.space_id is None else tok.space_id  # the word start alone; no piece is a bare separator
         lm: Any = fl.ZeroLM()
-        lm_weight = 0.0
-        if words:
-            if scorer is not None and cfg.alpha <= 0:
-                scorer = None  # alpha 0: the LM has no say
-            lm_weight = cfg.alpha if scorer is not None else 1.0
+        if not words:
+            lm_weight = 0.0
+        else:
             bonus = {w: (cfg.beta + (cfg.hotword_weight if w in hot else 0.0)) / lm_weight for w in words}
             lm = _piece_lm_class()(scorer, tok.units, [w for w in words if not tok.oov(w)], bonus)
         opts = fl.LexiconFreeDecoderOptions(beam_size=cfg.beam_width, beam_size_token=min(tok.vocab_size, PIECE_TOKENS),
@@ -266,7 +266,7 @@ def _flashlight_lm_class() -> type:
             if self.scorer is None:
                 return None, 0.0
             nxt, log10 = self.scorer.score(self.states[state], word)
-            return nxt, log10 * 2.302585092994046
+            return nxt, log10 * LN10
 
         def score(self, state: Any, word: int) -> tuple[Any, float]:
             out = state.child(word)
@@ -296,7 +296,8 @@ def _piece_lm_class() -> type:
 
         def __init__(self, scorer: Any, units: list[str], words: list[str], bonus: dict[str, float]) -> None:
             LM.__init__(self)
-            self.scorer, self.units, self.words, self.bonus = scorer, units, set(words), bonus
+            self.scorer, self.words, self.bonus = scorer, set(words), bonus
+            self.units = [(u.startswith(" "), u.strip()) for u in units]  # each piece: starts a word?, its letters
             self.prefixes = {w[:i] for w in words for i in range(len(w) + 1)}
             self.states: dict[Any, tuple[Any, str]] = {}
             self.scores: dict[Any, float] = {}
@@ -308,7 +309,7 @@ def _piece_lm_class() -> type:
             if self.scorer is None:
                 return None, self.bonus.get(word, 0.0)
             after, log10 = self.scorer.score(before, word)
-            return after, log10 * 2.302585092994046 + self.bonus.get(word, 0.0)
+            return after, log10 * LN10 + self.bonus.get(word, 0.0)
 
         def start(self, start_with_nothing: bool) -> Any:
             from flashlight.lib.text.decoder import LMState
@@ -322,11 +323,11 @@ def _piece_lm_class() -> type:
             out = state.child(token)
             if out not in self.scores:
                 before, letters = self.states[state]
-                unit, score = self.units[token - 1], 0.0
-                if unit.startswith(" ") and letters:  # a word's start ends the word before it
+                (starts, more), score = self.units[token - 1], 0.0
+                if starts and letters:  # a word's start ends the word before it
                     before, score = self._word(before, letters)
                     letters = ""
-                letters += unit.strip()
+                letters += more
                 if letters not in self.prefixes:
                     score = float("-inf")
                 self.states[out], self.scores[out] = (before, letters), score
@@ -340,7 +341,7 @@ def _piece_lm_class() -> type:
                 before, score = self._word(before, letters)
             if self.scorer is not None and score > float("-inf"):
                 before, log10 = self.scorer.score(before, "</s>")
-                score += log10 * 2.302585092994046
+                score += log10 * LN10
             self.states.setdefault(out, (before, ""))
             return out, score
 

@@ -82,12 +82,11 @@ def resolve_pieces(cfg: Config, resumed: dict[str, Any] | None = None) -> None:
     if resumed and resumed.get("pieces") == t.pieces and resumed.get("piece_list"):
         t.piece_list, t.piece_scores = list(resumed["piece_list"]), list(resumed.get("piece_scores", []))
         return
-    from ..data.pieces import learn_pieces
+    from ..data.pieces import learn_pieces, too_few_pieces
 
-    chars = len(set(t.alphabet) - {" "}) + 1
-    if t.pieces < chars:  # text.alphabet=auto: known only now
-        raise ConfigError(f"text.pieces={t.pieces} is fewer than the alphabet's {chars - 1} characters and the word "
-                          f"start: use at least {chars}")
+    few = too_few_pieces(t.pieces, t.alphabet)  # text.alphabet=auto: known only now
+    if few:
+        raise ConfigError(few)
     normalize = TextNormalizer(t.alphabet, t.digits, t.digits_language)
     alphabet, count = set(t.alphabet), [0]
     texts = (x for x in map(normalize, _training_texts(cfg, count)) if x and set(x) <= alphabet)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from speechscale.data.text import BLANK, CharTokenizer
-from speechscale.decoding.alignment import ctc_align, text_word_times, word_times
+from speechscale.decoding.alignment import SPACE_LEAD_S, ctc_align, lead_frames, path_words, text_word_times, word_times
 from speechscale.decoding.decoders import DecoderConfig, build_decoder
 from tests.decoding.test_decoders import LDC, _log_probs, lm  # noqa: F401 - lm: the fixture
 
@@ -70,6 +70,28 @@ def test_the_greedy_paths_labels_align_to_the_greedy_path_and_its_words_to_the_g
         greedy = word_times(lp, frames, TOKENIZER, 0.02, 1.5)
         text = " ".join(w["word"] for w in greedy)
         assert text_word_times(lp, frames, text, TOKENIZER, 0.02, 1.5) == greedy, trial
+
+
+def _onehot(path):
+    return torch.nn.functional.one_hot(torch.tensor(path), 4).float().clamp_min(1e-6).log()  # (T, V)
+
+
+def test_a_word_starts_at_the_space_said_before_it_when_that_space_is_close():
+    """Frames of 0.1 s (a lead of 3 frames): "ab" said at 2-3, a space at 5-6 (held), "b" at 8; then a space at 9 and
+    "a" 4 frames (past the lead) later. The second word starts where its space began, the third at its letter (its
+    space is a pause's), the first at its letter (no space before it); ends stay at the last letter's frame."""
+    assert SPACE_LEAD_S == 0.3 and lead_frames(0.1) == 3 and lead_frames(0.04) == 7
+    path = [0, 0, 1, 2, 0, 3, 3, 0, 2, 3, 0, 0, 0, 1, 0]
+    words = word_times(_onehot(path), len(path), TOKENIZER, 0.1, 1.0)
+    assert [(w["word"], w["start"], w["end"]) for w in words] == [("ab", 1.2, 1.4), ("b", 1.5, 1.9), ("a", 2.3, 2.4)]
+    assert text_word_times(_onehot(path), len(path), "ab b a", TOKENIZER, 0.1, 1.0) == words
+    # a space said again after a blank: the word starts at the later one; a closer bound keeps the letter's frame
+    path = [1, 0, 3, 0, 3, 0, 2, 0]
+    assert [w["start"] for w in word_times(_onehot(path), len(path), TOKENIZER, 0.1)] == [0.0, 0.4]
+    assert [w["start"] for w in path_words(path, [1.0] * len(path), TOKENIZER, 0.1, 0.0, 1)] == [0.0, 0.6]
+    # a space held through a pause up to the letter: the word starts no more than the lead before its letter
+    path = [1, 0, 3, 3, 3, 3, 3, 3, 2]
+    assert [w["start"] for w in word_times(_onehot(path), len(path), TOKENIZER, 0.1)] == [0.0, 0.5]
 
 
 def test_a_beam_searchs_words_carry_times_on_a_real_model(ldc_checkpoint, lm):  # noqa: F811 - the fixture

@@ -9,12 +9,13 @@ import torch
 
 from ..data.text import BLANK, Tokenizer
 
+SPACE_LEAD_S = 0.3  # how far before a word's first letter a space said may start the word
+
 
 def word_times(log_probs: torch.Tensor, frames: int, tokenizer: Tokenizer, frame_s: float,
                offset_s: float = 0.0) -> list[dict[str, Any]]:
-    """Words of the greedy path over log_probs (T, V)[:frames], each with start and end (s, from the first
-    and last frame of its characters or pieces, plus `offset_s`) and a confidence: the mean probability of the path
-    over those frames."""
+    """Words of the greedy path over log_probs (T, V)[:frames], each with start and end (s, plus `offset_s`: see
+    path_words) and a confidence: the mean probability of the path over its characters' or pieces' frames."""
     best = log_probs[:frames].float().max(dim=-1)  # values (T,), indices (T,)
     return path_words(best.indices.tolist(), best.values.exp().tolist(), tokenizer, frame_s, offset_s)
 
@@ -71,13 +72,25 @@ def ctc_align(log_probs: torch.Tensor, labels: list[int], space: int | None = No
     return path
 
 
+def lead_frames(frame_s: float) -> int:
+    """Output frames of `frame_s` seconds in SPACE_LEAD_S: how far before a word's first letter its space may be."""
+    return int(SPACE_LEAD_S / frame_s + 1e-9)
+
+
 def path_words(path: list[int], probs: list[float], tokenizer: Tokenizer, frame_s: float,
-               offset_s: float) -> list[dict[str, Any]]:
+               offset_s: float, lead: int | None = None) -> list[dict[str, Any]]:
     """The words a CTC path spells (`path`: a token a frame; `probs`: its probability at each frame), each with start
-    and end (s) from the first and last frame of its characters, and the mean probability over them."""
+    and end (s) and the mean probability over its characters' (or pieces') frames.
+
+    A word ends with the last frame of its characters. It starts with its first character's frame, or earlier when
+    the path says a space in the `lead` frames before it (default: lead_frames(frame_s)): where the latest space run
+    before it began, but no more than `lead` frames early. A CTC model says a word's first letter after the word has
+    begun, and the space between two words close to where the second begins (BENCHMARKS.md, "Word times against
+    known ones")."""
+    lead = lead_frames(frame_s) if lead is None else lead
     words: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None
-    prev = BLANK
+    prev, space_at, space_end = BLANK, -1, -1  # the latest space run since a word's characters: its first, last frame (-1: none)
 
     def close() -> None:
         if cur is not None:
@@ -93,9 +106,12 @@ def path_words(path: list[int], probs: list[float], tokenizer: Tokenizer, frame_
             if unit.startswith(" "):  # a space, or a word piece that starts a word
                 close()
                 cur = None
+                space_at, space_end = (t if k != prev else space_at), t
             if unit.strip():
                 if cur is None:
-                    cur = {"start": t, "chars": [], "p": []}
+                    spaced = space_at >= 0 and space_end >= t - lead
+                    cur = {"start": max(space_at, t - lead) if spaced else t, "chars": [], "p": []}
+                space_at = space_end = -1
                 cur["chars"].append(unit.strip())
                 cur["end"], cur["p"] = t + 1, [*cur["p"], probs[t]]
         prev = k

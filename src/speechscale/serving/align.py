@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..decoding.alignment import ctc_align, path_words
+from ..decoding.alignment import ctc_align, lead_frames, path_words
 from .transcribe import Transcriber
 
 MAX_ALIGN_SECONDS = 3 * 3600.0
@@ -86,7 +86,7 @@ def align_waveform(asr: Transcriber, wav: np.ndarray, text: str, segment_seconds
             raise AlignError(f"the text{where} ({len(labels)} characters) is longer than the audio lets the model "
                              f"spell ({f1 - f0} output frames, {duration:.1f} s)")
         probs = log_probs[f0:f1].gather(1, torch.tensor(path)[:, None])[:, 0].exp().tolist()  # (n,) the path's
-        for w in path_words(path, probs, tokenizer, 1.0, float(f0)):  # start and end in frames
+        for w in path_words(path, probs, tokenizer, 1.0, float(f0), lead_frames(lengths[f0])):  # in frames
             first, last = int(w["start"]), int(w["end"]) - 1
             w["start"] = round(starts[first], 3)
             w["end"] = round(min(duration, starts[last] + lengths[last]), 3)
@@ -101,7 +101,7 @@ def segment_cuts(log_probs: torch.Tensor, words: list[str], tokenizer: Any, fram
     between two heard words that are two words in a row of the text, inside a run of ANCHOR_WORDS matched words.
     Where none is found the window doubles, so a segment runs past `frames` to the next such point."""
     n = log_probs.shape[0]
-    heard = path_words(log_probs.argmax(-1).tolist(), [1.0] * n, tokenizer, 1.0, 0.0)  # start and end in frames
+    heard = path_words(log_probs.argmax(-1).tolist(), [1.0] * n, tokenizer, 1.0, 0.0, 0)  # in frames, from letters
     first = [int(h["start"]) for h in heard]
     cuts, span = [(0, 0)], frames
     while n - cuts[-1][0] > span:

@@ -4,10 +4,11 @@ Endpointing: a phrase ends (a Final whose words carry times from the stream's st
 transcript's words do) after `endpoint_frames` output frames of blank or space following some text; the next phrase
 starts. The finals' texts joined with spaces are the transcript (except where the model emitted no space across
 such a pause; `text` is always it). Greedy CTC, or a beam search of its own (decoding.decoders: beam, LM, lexicon)
-searched incrementally, each phrase as its own utterance (phrases end where the greedy path is quiet). Nothing is
-kept of a quiet stretch before a phrase's text: a search that has found nothing after `endpoint_frames` quiet frames
-starts again, so a silent stream holds a bounded search; and speech without a pause ends a phrase at a space once it
-is `max_phrase_s` long.
+searched incrementally, each phrase as its own utterance (phrases end where the greedy path is quiet). Of a quiet
+stretch before a phrase's text only its last frames are kept, those in which a space said starts the phrase's first
+word (decoding.alignment.path_words), so its words are timed as the offline transcript's are; a search that has found
+nothing after `endpoint_frames` quiet frames starts again, so a silent stream holds a bounded search; and speech
+without a pause ends a phrase at a space once it is `max_phrase_s` long.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..decoding.alignment import path_words, text_word_times
+from ..decoding.alignment import lead_frames, path_words, text_word_times
 from ..decoding.greedy import BLANK
 from .events import Event, Final, Partial, Word
 
@@ -37,6 +38,7 @@ class PhraseDecoder:
                  max_phrase_s: float = MAX_PHRASE_SECONDS) -> None:
         self.tokenizer, self.frame_s, self.endpoint_frames = tokenizer, frame_s, endpoint_frames
         self.max_phrase_frames = max(1, round(max_phrase_s / frame_s))
+        self.lead = lead_frames(frame_s)  # the quiet frames kept before a phrase's text
         self.beam, self.beam_text = search, ""  # the search and its current best text
         self.beam_frames: list[torch.Tensor] = []  # the log-probabilities the search has had this phrase
         if search is not None:
@@ -46,7 +48,7 @@ class PhraseDecoder:
         self.chars: list[tuple[str, int]] = []  # the current phrase: (character or word piece, output frame)
         self.path: list[torch.Tensor] = []  # the current phrase's greedy path: (n,) best class a frame, in pieces
         self.path_probs: list[torch.Tensor] = []  # (n,) its probability a frame
-        self.phrase_start = 0  # the output frame the phrase's kept frames start at (its quiet start is not kept)
+        self.phrase_start = 0  # the output frame the phrase's kept frames start at (the end of its quiet start)
         self.finals: list[Final] = []
         self.pieces: list[str] = []  # the text of every greedy phrase, raw
         self.boundaries: list[int] = []  # output frames where phrases ended
@@ -98,7 +100,9 @@ class PhraseDecoder:
             elif self.beam is not None and self.quiet >= self.endpoint_frames and not self.beam_text and \
                     not self._spoken:  # quiet, no text: search again from here on
                 self.beam.begin()
-                self.beam_frames, self.chars, self.quiet, self.phrase_start, fed = [], [], 0, self.frame, i + 1
+                self.beam_frames = _tail([*self.beam_frames, log_probs[fed:i + 1]], self.lead)
+                self.chars, self.quiet, fed = [], 0, i + 1
+                self.phrase_start = self.frame - _frames(self.beam_frames)
                 self.restarts.append(self.frame)
         if self.beam is not None:
             self._search(log_probs[fed:])
@@ -123,8 +127,10 @@ class PhraseDecoder:
     def _greedy(self, top: Any, lo: int, hi: int) -> None:
         """Keep frames lo:hi of a fed piece's greedy path (`top`: its best log-probabilities and classes), ending at
         output frame `self.frame`; while the phrase holds no text yet, its quiet frames are dropped instead."""
-        if not self._spoken:
-            self.path, self.path_probs, self.phrase_start = [], [], self.frame
+        if not self._spoken:  # only the last `lead` frames of a quiet stretch are kept
+            self.path = _tail([*self.path, top.indices[lo:hi]], self.lead)
+            self.path_probs = _tail([*self.path_probs, top.values[lo:hi].exp()], self.lead)
+            self.phrase_start = self.frame - _frames(self.path)
         elif hi > lo:
             self.path.append(top.indices[lo:hi])
             self.path_probs.append(top.values[lo:hi].exp())
@@ -137,15 +143,16 @@ class PhraseDecoder:
     def _final(self, beam_text: str | None = None) -> Final:
         """The current phrase as a Final, its words with start and end seconds from the stream's start and a confidence
         (greedy: its path's; a beam's: the most likely path of its text over the phrase's frames); a beam starts the
-        next phrase."""
-        start, self.phrase_start = self.phrase_start, self.frame  # the phrase's first kept output frame; the next's
+        next phrase. The next phrase keeps the quiet frames this one ends with, up to `lead`."""
+        start, keep = self.phrase_start, min(self.lead, self.quiet)  # the phrase's first kept output frame
+        self.phrase_start = self.frame - keep
         self.boundaries.append(self.frame)
         if self.beam is not None:
             text, frames = beam_text or "", torch.cat(self.beam_frames) if self.beam_frames else None
             timed = [{"word": w} for w in text.split()] if frames is None else \
                 text_word_times(frames, frames.shape[0], text, self.tokenizer, self.frame_s, start * self.frame_s)
             event = Final(text, [Word(**w) for w in timed])
-            self.chars, self.beam_text, self.beam_frames = [], "", []
+            self.chars, self.beam_text, self.beam_frames = [], "", _tail(self.beam_frames, keep)
             self.beam.begin()
             self.finals.append(event)
             return event
@@ -154,7 +161,16 @@ class PhraseDecoder:
         probs = torch.cat(self.path_probs).tolist() if self.path_probs else []
         timed = path_words(path, probs, self.tokenizer, self.frame_s, start * self.frame_s)
         self.pieces.append(raw)
-        self.chars, self.path, self.path_probs = [], [], []
+        self.chars, self.path, self.path_probs = [], _tail(self.path, keep), _tail(self.path_probs, keep)
         event = Final(" ".join(raw.split()), [Word(**w) for w in timed])
         self.finals.append(event)
         return event
+
+
+def _tail(pieces: list[torch.Tensor], n: int) -> list[torch.Tensor]:
+    """The last `n` rows of the pieces' concatenation, as one piece ([] when n is 0 or there are none)."""
+    return [torch.cat(pieces)[-n:]] if n > 0 and pieces else []
+
+
+def _frames(pieces: list[torch.Tensor]) -> int:
+    return sum(p.shape[0] for p in pieces)

@@ -10,7 +10,8 @@ the features' copy to the device, the forward pass and the log-softmax, until th
   eager   - the model in eval mode under inference_mode (autocast in --precision on a GPU), lengths on the host
             (cuDNN's packed RNN path), as `eval` and `transcribe` run it;
   graphed - the same forward captured once as a CUDA graph and replayed (serving/graphed.py), lengths on the device;
-  onnx    - `speechscale export`'s file on onnxruntime: its CUDA provider on a GPU (onnxruntime-gpu), else the CPU.
+  onnx    - `speechscale export`'s file on onnxruntime: its CUDA provider on a GPU (onnxruntime-gpu), else the CPU;
+  onnx-int8 - `speechscale export --int8`'s file (matrix products and LSTMs with int8 weights), the same way.
 Each row also gives its largest difference from eager's log-probabilities on the valid frames.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .export import initial_checkpoint
 from .harness import interleave, keeps_torch_threads
 from .throughput import _clips, _sync
 
-MODES = ("eager", "graphed", "onnx")
+MODES = ("eager", "graphed", "onnx", "onnx-int8")
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -51,8 +52,8 @@ def _runner(mode: str, comps: Any, ckpt: Path, tmp: Path, device: torch.device, 
     from ..export.exporter import export_model
     from ..export.runtime import ExportedModel
 
-    export_model(ckpt, "onnx", tmp / "m.onnx")
-    onnx = ExportedModel(tmp / "m.onnx", "onnx", device)
+    export_model(ckpt, "onnx", tmp / f"{mode}.onnx", int8=mode == "onnx-int8")
+    onnx = ExportedModel(tmp / f"{mode}.onnx", "onnx", device)
     return lambda feats, lengths: onnx(feats, lengths)[0].to(device)
 
 
@@ -71,7 +72,8 @@ def bench_infer(models: list[str], batch_size: int = 8, seconds: float = 5.0, st
         with tempfile.TemporaryDirectory() as tmp:
             rows += _bench_model(name, Path(tmp), dev, dtype, batch_size, seconds, steps, warmup, modes, manifest)
     for r in rows:
-        r["precision"] = precision if dev.type == "cuda" and r["mode"] != "onnx" else "fp32"
+        r["precision"] = "int8" if r["mode"] == "onnx-int8" else \
+            precision if dev.type == "cuda" and r["mode"] != "onnx" else "fp32"
     return rows
 
 

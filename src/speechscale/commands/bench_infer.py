@@ -47,7 +47,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bi.add_argument("--steps", type=positive(int), default=5, help="timed batches per mode")
     bi.add_argument("--warmup", type=non_negative(int), default=2, help="untimed batches per mode first")
     bi.add_argument("--modes", type=choice_list(_modes), default=["eager", "onnx"],
-                    help="eager, graphed (CUDA) and onnx, comma-separated")
+                    help="eager, graphed (CUDA), onnx and onnx-int8 (export --int8), comma-separated")
     bi.add_argument("--device", default="auto", help="auto | cpu | cuda")
     bi.add_argument("--precision", default="fp32", type=choice(_precisions),
                     help="autocast precision of eager and graphed on a GPU (the CPU and onnx run fp32)")

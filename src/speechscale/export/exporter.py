@@ -10,6 +10,10 @@ config), stored as ONNX metadata (`speechscale`) or a TorchScript extra file (`s
 
 ONNX uses the TorchScript-based exporter (`dynamo=False`): torch 2.13's default dynamo exporter fixes a
 GRU's time axis to the example's length while the file claims a dynamic one.
+
+`--int8` stores the weights of the matrix products and LSTMs as 8-bit integers, one scale per output channel
+(onnxruntime's dynamic quantization: activations are quantized as each product runs). Convolutions and GRUs stay
+float: onnxruntime has no integer GRU, and its integer convolution runs slower on the CPU than the float one.
 """
 from __future__ import annotations
 
@@ -29,6 +33,9 @@ from ..storage.cards import card_of_checkpoint, write_card
 FORMATS = ("onnx", "torchscript")
 META_KEY = "speechscale"  # ONNX metadata key / TorchScript extra file stem holding the model description
 EXAMPLE_FRAMES = 237      # the example input's length: tests check parity at other lengths
+INT8_OPS = ("MatMul", "LSTM")  # the ONNX operators whose weights --int8 quantizes
+INT8_WEIGHTS = "int8 (matrix products and LSTMs; onnxruntime dynamic quantization); the validation figures are the " \
+               "float checkpoint's"
 
 
 class LogProbs(nn.Module):
@@ -53,19 +60,26 @@ def with_streaming(card: dict[str, Any], comps: Any, step: int = 0) -> dict[str,
     return {**card, "streaming": streaming}
 
 
-def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str, Any]:
-    """Write the checkpoint's model to `out` in format `fmt` (onnx | torchscript); returns a summary."""
+def export_model(checkpoint: str | Path, fmt: str, out: str | Path, int8: bool = False) -> dict[str, Any]:
+    """Write the checkpoint's model to `out` in format `fmt` (onnx | torchscript), with `int8` weights (ONNX only:
+    see the module doc); returns a summary."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if int8 and fmt != "onnx":
+        raise ConfigError("--int8 goes with --format onnx (onnxruntime quantizes the file)")
     from ..extras import require
     from ..storage.checkpoints import load_checkpoint
 
     if fmt == "onnx":
         require("onnx", "export", "export --format onnx")  # before any work
+    if int8:
+        require("onnxruntime", "export", "export --int8")
     state = load_checkpoint(checkpoint)
     comps = components_from_checkpoint(state)
     parameters = sum(p.numel() for p in comps.model.parameters())
+    share = check_int8(comps.model, comps.model_name) if int8 else 0.0
     card = with_streaming(card_of_checkpoint(state, lambda: parameters), comps)
+    card = {**card, "weights": INT8_WEIGHTS} if int8 else card
     desc = json.dumps({**describe(state), "card": card})
     wrapper = LogProbs(comps.model).eval()
     example = (torch.randn(1, comps.features.num_features, EXAMPLE_FRAMES), torch.tensor([EXAMPLE_FRAMES]))
@@ -74,27 +88,29 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path) -> dict[str,
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about Python values in shape arithmetic
         if fmt == "onnx":
-            _onnx(wrapper, example, out, desc)
+            _onnx(wrapper, example, out, desc, int8)
         else:
             traced = torch.jit.trace(wrapper, example, check_trace=False)
             torch.jit.save(traced, str(out), _extra_files={f"{META_KEY}.json": desc})
-    write_card(out.parent, {**card, "file": f"{out.name} ({fmt}, exported)"}, prefix=f"{out.name}.")
+    write_card(out.parent, {**card, "file": f"{out.name} ({fmt}{', int8 weights' if int8 else ''}, exported)"},
+               prefix=f"{out.name}.")
     return {"format": fmt, "out": str(out), "bytes": out.stat().st_size, "model": comps.model_name,
-            "parameters": parameters}
+            "parameters": parameters, **({"int8_share": round(share, 4)} if int8 else {})}
 
 
-def _onnx(wrapper: nn.Module, example: tuple[torch.Tensor, torch.Tensor], out: Path, desc: str) -> None:
+def _onnx(wrapper: nn.Module, example: tuple[torch.Tensor, torch.Tensor], out: Path, desc: str, int8: bool) -> None:
     """Export in memory and write the file once, the description added to it (a full-size model is 0.4 GB)."""
     buffer = io.BytesIO()
     torch.onnx.export(wrapper, example, buffer, dynamo=False, opset_version=17,
                       input_names=["features", "lengths"], output_names=["log_probs", "out_lengths"],
                       dynamic_axes={"features": {0: "batch", 2: "frames"}, "lengths": {0: "batch"},
                                     "log_probs": {0: "batch", 1: "out_frames"}, "out_lengths": {0: "batch"}})
-    write_onnx(buffer, desc, out, "export --format onnx")
+    write_onnx(buffer, desc, out, "export --format onnx", int8)
 
 
-def write_onnx(exported: io.BytesIO, desc: str, out: Path, usage: str) -> None:
-    """Write the model torch.onnx.export put in `exported` to `out`, with `desc` as its metadata (META_KEY).
+def write_onnx(exported: io.BytesIO, desc: str, out: Path, usage: str, int8: bool = False) -> None:
+    """Write the model torch.onnx.export put in `exported` to `out` (its weights quantized with `int8`), with `desc`
+    as its metadata (META_KEY).
 
     The metadata is a second serialized ModelProto after the first: protobuf reads concatenated messages as
     one, merged (repeated fields appended), so the graph is neither parsed nor serialized again."""
@@ -102,6 +118,40 @@ def write_onnx(exported: io.BytesIO, desc: str, out: Path, usage: str) -> None:
 
     onnx = require("onnx", "export", usage)
     meta = onnx.ModelProto(metadata_props=[onnx.StringStringEntryProto(key=META_KEY, value=desc)])
-    with open(out, "wb") as f:
-        f.write(exported.getbuffer())
+    if int8:
+        quantize_int8(onnx.load_from_string(exported.getvalue()), out)
+    else:
+        with open(out, "wb") as f:
+            f.write(exported.getbuffer())
+    with open(out, "ab") as f:
         f.write(meta.SerializeToString())
+
+
+def int8_weights(model: nn.Module) -> int:
+    """How many of the model's parameters --int8 stores as integers: the weights of its linear layers (ONNX
+    MatMul) and LSTMs."""
+    return sum(p.numel() for m in model.modules() if isinstance(m, (nn.Linear, nn.LSTM))
+               for name, p in m.named_parameters(recurse=False) if name.startswith("weight"))
+
+
+def check_int8(model: nn.Module, name: str) -> float:
+    """The share of the model's parameters --int8 stores as integers; ConfigError when there are none."""
+    share = int8_weights(model) / max(1, sum(p.numel() for p in model.parameters()))
+    if share == 0:
+        raise ConfigError(f"--int8: {name} has no matrix products or LSTMs to quantize (its convolutions and GRUs "
+                          "stay float); export it without --int8")
+    return share
+
+
+def quantize_int8(model: Any, out: Path) -> None:
+    """Write the ONNX `model` (a ModelProto) to `out` with its INT8_OPS' weights int8, per output channel."""
+    import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # its advice to run its pre-processing, on the root logger, every call
+    try:
+        quantize_dynamic(model, out, op_types_to_quantize=list(INT8_OPS), per_channel=True, weight_type=QuantType.QInt8)
+    finally:
+        logging.disable(disabled)

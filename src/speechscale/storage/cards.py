@@ -86,6 +86,8 @@ def render_markdown(card: dict[str, Any]) -> str:
                      f"WER {100 * v['wer']:.2f} %, CER {100 * v['cer']:.2f} %")
     if card.get("versions"):
         lines.append("- **Versions:** " + ", ".join(f"{k} {x}" for k, x in card["versions"].items()))
+    if card.get("weights"):
+        lines.append(f"- **Weights:** {card['weights']}")
     if card.get("file"):
         lines.append(f"- **File:** {card['file']}")
     return "\n".join(lines) + "\n"

@@ -79,8 +79,10 @@ LONG_BENCHES = tuple(LONG_SETTINGS)
 
 # Figures made outside the package (benchmarks/*.py, which write their JSON into the same folder); only rendered here.
 # align, align-long: `speechscale bench align` on trained checkpoints (align-long with --long-minutes)
-# pieces-demo, pieces-demo-long: benchmarks/pieces.py (the long one with trainer.max_epochs=42 --arms 64)
-EXTERNAL_BENCHES = ("demo-conformer-streaming", "align", "align-long", "transfer-de", "pieces-demo", "pieces-demo-long")
+# pieces-demo, pieces-demo-long: benchmarks/pieces.py (the long one with trainer.max_epochs=42 --arms 0,64)
+# int8: benchmarks/int8.py (full-size speed, and trained demo models' accuracy)
+EXTERNAL_BENCHES = ("demo-conformer-streaming", "align", "align-long", "transfer-de", "pieces-demo", "pieces-demo-long",
+                    "int8")
 
 # `bench all --gpu`: what only a GPU shows, run on a lent one (not by `bench all` on the CPU machine).
 # Full-size presets on 10 s windows of real speech, every precision interleaved step by step; "fp32" is

@@ -422,6 +422,36 @@ def _pieces(res: dict[str, Any]) -> str:
                       for c in sorted({r["trained_at"] for r in res["runs"] if r.get("reused")})))
 
 
+def _int8(res: dict[str, Any]) -> str:
+    """benchmarks/int8.py: float and int8 ONNX files, full-size speed (bench infer) and trained models' accuracy."""
+    speed = [[r["model"], r["mode"], r.get("ms_per_batch", "-"), f"{r['rtfx']:,.0f}" if "rtfx" in r else "-",
+              f"{r['vs_eager']:.2f}x" if "vs_eager" in r else "-",
+              f"{r['max_abs_diff_vs_eager']:.1e}" if "max_abs_diff_vs_eager" in r else r.get("unavailable", "-")]
+             for r in res["speed"]]
+    onnx = {r["model"]: r for r in res["speed"] if r["mode"] == "onnx"}
+    ratio = {r["model"]: onnx[r["model"]]["ms_per_batch"] / r["ms_per_batch"] for r in res["speed"]
+             if r["mode"] == "onnx-int8" and "ms_per_batch" in r and "ms_per_batch" in onnx.get(r["model"], {})}
+    acc = []
+    for r in res["accuracy"]:
+        f, q = r["float"], r["int8"]
+        acc.append([r["model"], f"{100 * r['int8_share']:.1f} %", f"{100 * f['wer']:.2f} / {100 * q['wer']:.2f} %",
+                    f"{100 * f['cer']:.2f} / {100 * q['cer']:.2f} %", f"{r['differing_transcripts']} of {r['utterances']}",
+                    f"{f['bytes'] / 1e6:.1f} / {q['bytes'] / 1e6:.1f} MB",
+                    f"{f['seconds']:.2f} / {q['seconds']:.2f} s ({f['seconds'] / q['seconds']:.2f}x)"])
+    first, a0 = res["speed"][0], res["accuracy"][0]
+    return (f"Full-size presets (initial weights), {first['device']}, {first['threads']} threads, batches of "
+            f"{first['batch_size']} x {first['utterance_seconds']:g} s cut from LDC93S1, {first['steps']} timed batches "
+            "per mode, interleaved: RTFx of the forward and log-softmax (features prepared outside the clock).\n\n"
+            + _md(["model", "mode", "ms/batch", "RTFx", "vs eager", "max diff vs eager"], speed)
+            + "\nint8 against float ONNX, the same run: "
+            + ", ".join(f"{m} {x:.2f}x" for m, x in ratio.items())
+            + f".\n\nTrained demo models, each exported as float ONNX and with `--int8`, transcribing the "
+            f"{a0['utterances']} utterances ({a0['audio_seconds']:g} s) of the demo's test voice (greedy, `transcribe`'s "
+            "path: features, model, decoding), float and int8 alternated twice, the faster pass of each kept.\n\n"
+            + _md(["model", "weights int8", "WER float / int8", "CER float / int8", "transcripts that differ",
+                   "file float / int8", "wall float / int8"], acc))
+
+
 def _serving(name: str) -> Callable[[Any], str]:
     def render(res: Any) -> str:
         from .serving_tables import RENDERERS
@@ -442,7 +472,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "gpu-recipes": _recipes, "gpu-step": _gpu_step, "gpu-infer": _gpu_infer,
                                            "soak": _serving("soak"), "stream-stacks": _serving("stream-stacks"),
                                            "align": _align, "align-long": _align, "transfer-de": _transfer,
-                                           "pieces-demo": _pieces, "pieces-demo-long": _pieces}
+                                           "pieces-demo": _pieces, "pieces-demo-long": _pieces, "int8": _int8}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

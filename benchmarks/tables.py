@@ -360,7 +360,8 @@ def _align(res: list[dict[str, Any]]) -> str:
     for r in res:
         rows.append([r["model"], f"{r['frame_ms']:g} ms", "`align` (the known text)", *cells(r["align"])])
         for key, what in (("align_first", "each sentence's first word (after a pause)"),
-                          ("align_later", "the words inside sentences")):
+                          ("align_later", "the words inside sentences"),
+                          ("align_letters", "every word started at its first letter, not at the space before it")):
             if key in r:
                 rows.append([r["model"], "", f"`align`: {what}", *cells(r[key])])
         rows.append([r["model"], "", f"greedy word times ({r['greedy']['sentences']} of {r['sentences']} "

@@ -37,6 +37,8 @@ def test_the_bench_scores_the_same_sentences_for_each_checkpoint(ldc_checkpoint,
     assert a["frame_ms"] == 20.0 and a["model"] == "ds2-tiny"
     assert a["align"]["within_50_ms"] <= a["align"]["within_100_ms"]  # shares of the same words, nested
     assert a["align_first"]["words"] <= 2 and a["align_first"]["words"] + a["align_later"]["words"] == a["align"]["words"]
+    # the same words from their first letters: never earlier than from the space said before them
+    assert a["align_letters"]["words"] == a["align"]["words"] and a["align_letters"]["mean_ms"] >= a["align"]["mean_ms"]
     # the sentences again and again as one recording of 12 s or more: every word espeak-ng timed, scored
     assert a["long"]["minutes"] >= 0.2 and a["long"]["words"] > a["align"]["words"] and a["long"] == b["long"] | {
         "seconds": a["long"]["seconds"]}

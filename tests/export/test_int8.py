@@ -86,3 +86,22 @@ def test_bench_infer_runs_the_int8_file_beside_the_float_one():
     assert [(r["mode"], r["precision"]) for r in rows] == [("eager", "fp32"), ("onnx", "fp32"), ("onnx-int8", "int8")]
     assert rows[1]["max_abs_diff_vs_eager"] < 1e-4 < rows[2]["max_abs_diff_vs_eager"] < 0.1
     assert np.isfinite([r["rtfx"] for r in rows]).all()
+
+
+@pytest.mark.slow  # the CLI end to end, in this process
+def test_an_int8_streaming_step_streams_what_the_float_step_streams(conformer_streaming_checkpoint, tmp_path, capsys):
+    said, summaries = {}, {}
+    for name, flags in (("float", []), ("int8", ["--int8"])):
+        out = tmp_path / f"step.{name}.onnx"
+        code, printed, err = main_cli(capsys, "export", "--checkpoint", str(conformer_streaming_checkpoint), "--format",
+                                      "onnx", "--streaming", *flags, "--out", str(out))
+        assert code == 0, err
+        summaries[name] = json.loads(printed)
+        code, printed, err = main_cli(capsys, "transcribe", "--stream", "--no-realtime", "--json", "--checkpoint",
+                                      str(out), str(shared("ldc93s1", "LDC93S1.wav")))
+        assert code == 0, err
+        said[name] = " ".join(json.loads(x)["text"] for x in printed.splitlines() if json.loads(x)["type"] == "final")
+    assert said["int8"] == said["float"] and len(said["int8"].split()) == 11, said  # LDC93S1's eleven words
+    assert summaries["int8"]["streaming"] is True and summaries["int8"]["int8_share"] > 0.5  # attention and FFNs
+    assert summaries["int8"]["bytes"] < summaries["float"]["bytes"] / 2
+    assert "(onnx, the streaming step, int8 weights, exported)" in (tmp_path / "step.int8.onnx.MODEL.md").read_text()

@@ -8,7 +8,8 @@ each word's start is compared with espeak-ng's (words it speaks with the one bef
 of their own and are not scored). Greedy's words are scored only where its transcript is the
 sentence (elsewhere a word has no counterpart). Reported: the absolute start error's median and 90th percentile,
 the mean signed error (negative: early), and the share within 50 and 100 ms, with the model's output frame; `align`'s
-also apart for each sentence's first word (after a pause) and for the words inside sentences.
+also apart for each sentence's first word (after a pause) and for the words inside sentences, and for the same path
+with each word started at its first letter instead of the space said before it (decoding.alignment.path_words).
 `--long-minutes` also times the same sentences as one long recording (repeated to that length): `align` in
 segments, scored the same way.
 """
@@ -94,11 +95,13 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
     rows = []
     for checkpoint, asr in zip(checkpoints, asrs):
         greedy_err, exact, started = [], 0, time.perf_counter()
-        first_err, later_err = [], []  # `align`'s on each sentence's first word (after its lead of noise); the rest
-        for text, audio, known in speech:
+        first_err, later_err, letter_err = [], [], []  # `align`'s on each sentence's first word (after its lead of
+        for text, audio, known in speech:                # noise), on the rest; every word from its first letter
             audio = audio if asr.sample_rate == rate else resample(audio, rate, asr.sample_rate)
             words = align_waveform(asr, audio, text)["words"]
             errors = {k: 1000 * (words[k]["start"] - t) for k, t in known.items()}
+            letters = _letter_starts(asr, audio, text)
+            letter_err += [1000 * (letters[k] - t) for k, t in known.items()]
             first_err += [e for k, e in errors.items() if k == 0]
             later_err += [e for k, e in errors.items() if k > 0]
             greedy = asr.transcribe_batch([audio])[0]
@@ -108,7 +111,8 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
         row = {"checkpoint": str(checkpoint), "model": asr.comps.model_name, "sentences": sentences,
                "voice": voice or TEST_VOICE, "frame_ms": round(10_000 / asr.comps.output_frames([10.0])[0], 1),
                "align": _errors_summary(first_err + later_err), "align_first": _errors_summary(first_err),
-               "align_later": _errors_summary(later_err), "greedy": {**_errors_summary(greedy_err), "sentences": exact},
+               "align_later": _errors_summary(later_err), "align_letters": _errors_summary(letter_err),
+               "greedy": {**_errors_summary(greedy_err), "sentences": exact},
                "seconds": round(time.perf_counter() - started, 1)}
         if long_minutes > 0:
             text, audio, known = long_recording(speech, rate, long_minutes)
@@ -120,3 +124,21 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
                            "minutes": round(audio.shape[0] / asr.sample_rate / 60, 2), "seconds": round(took, 1)}
         rows.append(row)
     return rows
+
+
+def _letter_starts(asr: Any, audio: np.ndarray, text: str) -> list[float]:
+    """Each word's start on `align`'s path of `text` (one segment) taken at its first letter: path_words with no lead
+    for the space said before it."""
+    import torch
+
+    from ..decoding.alignment import ctc_align, path_words
+    from ..serving.align import frame_log_probs
+
+    log_probs, starts, _ = frame_log_probs(asr, audio)
+    tok = asr.comps.tokenizer
+    space = tok.encode(" ")
+    path = ctc_align(log_probs, tok.encode(asr.comps.normalizer(text)), space[0] if space else None)
+    if path is None:  # align_waveform timed this text on this audio before: a path exists
+        raise ValueError("no CTC path spells the text")
+    probs = log_probs.gather(1, torch.tensor(path)[:, None])[:, 0].exp().tolist()
+    return [starts[int(w["start"])] for w in path_words(path, probs, tok, 1.0, 0.0, 0)]

@@ -126,8 +126,8 @@ class PhraseDecoder:
 
     def _greedy(self, top: Any, lo: int, hi: int) -> None:
         """Keep frames lo:hi of a fed piece's greedy path (`top`: its best log-probabilities and classes), ending at
-        output frame `self.frame`; while the phrase holds no text yet, its quiet frames are dropped instead."""
-        if not self._spoken:  # only the last `lead` frames of a quiet stretch are kept
+        output frame `self.frame`; while the phrase holds no text yet, only the last `lead` of its quiet frames."""
+        if not self._spoken:
             self.path = _tail([*self.path, top.indices[lo:hi]], self.lead)
             self.path_probs = _tail([*self.path_probs, top.values[lo:hi].exp()], self.lead)
             self.phrase_start = self.frame - _frames(self.path)
@@ -152,7 +152,7 @@ class PhraseDecoder:
             timed = [{"word": w} for w in text.split()] if frames is None else \
                 text_word_times(frames, frames.shape[0], text, self.tokenizer, self.frame_s, start * self.frame_s)
             event = Final(text, [Word(**w) for w in timed])
-            self.chars, self.beam_text, self.beam_frames = [], "", _tail(self.beam_frames, keep)
+            self.chars, self.beam_text, self.beam_frames = [], "", [] if frames is None else _tail([frames], keep)
             self.beam.begin()
             self.finals.append(event)
             return event

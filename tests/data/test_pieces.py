@@ -93,7 +93,8 @@ def test_build_tokenizer_picks_pieces_when_given_and_both_describe_their_units()
 
 def test_greedy_and_word_times_read_pieces(learned):
     """A CTC path of pieces (each held over frames, blanks between) decodes to its text, and its words are timed
-    from their first piece's first frame to their last piece's last frame."""
+    from their first piece's first frame (a word start said alone, as a character model's space, included) to their
+    last piece's last frame."""
     from speechscale.decoding.alignment import path_words
     from speechscale.decoding.greedy import greedy_decode
 
@@ -109,8 +110,7 @@ def test_greedy_and_word_times_read_pieces(learned):
     assert [w["word"] for w in words] == text.split()
     for w in text.split():  # independently: the frames of the pieces that spell each word's letters
         ids = tok.encode(w)
-        bare = ids[0] == tok.space_id  # a word start alone, as a character model's space: not the word's
-        spans[w] = (frame + 3 * bare, frame + 3 * len(ids) - 1)
+        spans[w] = (frame, frame + 3 * len(ids) - 1)
         frame += 3 * len(ids)
     assert any(tok.encode(w)[0] == tok.space_id for w in text.split())  # both kinds of word start are met
     assert any(tok.encode(w)[0] != tok.space_id for w in text.split())

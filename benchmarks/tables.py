@@ -358,16 +358,17 @@ def _align(res: list[dict[str, Any]]) -> str:
 
     rows = []
     for r in res:
-        rows.append([r["model"], f"{r['frame_ms']:g} ms", "`align` (the known text)", *cells(r["align"])])
+        model = r["model"] + (f", {r['word_pieces']} word pieces" if r.get("word_pieces") else "")
+        rows.append([model, f"{r['frame_ms']:g} ms", "`align` (the known text)", *cells(r["align"])])
         for key, what in (("align_first", "each sentence's first word (after a pause)"),
                           ("align_later", "the words inside sentences"),
                           ("align_letters", "every word started at its first letter, not at the space before it")):
             if key in r:
-                rows.append([r["model"], "", f"`align`: {what}", *cells(r[key])])
-        rows.append([r["model"], "", f"greedy word times ({r['greedy']['sentences']} of {r['sentences']} "
+                rows.append([model, "", f"`align`: {what}", *cells(r[key])])
+        rows.append([model, "", f"greedy word times ({r['greedy']['sentences']} of {r['sentences']} "
                      "sentences transcribed exactly)", *cells(r["greedy"])])
         if "long" in r:
-            rows.append([r["model"], "", f"`align` over one recording of the sentences repeated, {r['long']['minutes']:g} "
+            rows.append([model, "", f"`align` over one recording of the sentences repeated, {r['long']['minutes']:g} "
                          f"min (in segments; {r['long']['seconds']:g} s)", *cells(r["long"])])
     first = res[0]
     return (f"{first['sentences']} sentences of the demo's grammar spoken by espeak-ng's {first['voice']} (the demo's "

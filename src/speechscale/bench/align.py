@@ -108,7 +108,8 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
             if greedy["text"] == text:
                 exact += 1
                 greedy_err += [1000 * (greedy["words"][k]["start"] - t) for k, t in known.items()]
-        row = {"checkpoint": str(checkpoint), "model": asr.comps.model_name, "sentences": sentences,
+        pieces = len(getattr(asr.comps.tokenizer, "pieces", []))  # a word-piece model's units; 0: characters
+        row = {"checkpoint": str(checkpoint), "model": asr.comps.model_name, "word_pieces": pieces, "sentences": sentences,
                "voice": voice or TEST_VOICE, "frame_ms": round(10_000 / asr.comps.output_frames([10.0])[0], 1),
                "align": _errors_summary(first_err + later_err), "align_first": _errors_summary(first_err),
                "align_later": _errors_summary(later_err), "align_letters": _errors_summary(letter_err),

@@ -377,11 +377,26 @@ def _inference(figures: Path) -> list[dict[str, Any]]:
                              f"{m['growth_mb']:+.1f} MB", "< 50 MB", _status(m["growth_mb"] < 50), p, src))
     align = _load(bench / "align.json")
     for r in (align or {}).get("results", []):
-        a = r["align"]
-        rows.append(_row("inference", f"word starts by `align`, {r['model']}, against espeak-ng's ({r['sentences']} "
+        a, letters = r["align"], r.get("align_letters")
+        model = r["model"] + (f" ({r['word_pieces']} word pieces)" if r.get("word_pieces") else "")
+        rows.append(_row("inference", f"word starts by `align`, {model}, against espeak-ng's ({r['sentences']} "
                          "sentences, an unseen voice)", f"median abs. error {a['median_abs_ms']:g} ms (mean "
-                         f"{a['mean_ms']:+g}), {100 * a['within_100_ms']:.0f} % within 100 ms", "-", "measured",
+                         f"{a['mean_ms']:+g}), {100 * a['within_50_ms']:.0f} % within 50 ms"
+                         + (f"; {letters['median_abs_ms']:g} ms from first letters" if letters else ""), "-", "measured",
                          align["provenance"], "bench-all/align.json"))
+    int8 = _load(bench / "int8.json")
+    speed = {(r["model"], r["mode"]): r for r in (int8 or {}).get("results", {}).get("speed", []) if "ms_per_batch" in r}
+    for (model, mode), r in speed.items():
+        f = speed.get((model, "onnx"))
+        if mode == "onnx-int8" and f:
+            rows.append(_row("inference", f"int8 weights (`export --int8`) against float ONNX, {model}, batch "
+                             f"{r['batch_size']} x {r['utterance_seconds']:g} s", f"{f['ms_per_batch'] / r['ms_per_batch']:.2f}x "
+                             f"({r['ms_per_batch']:g} against {f['ms_per_batch']:g} ms)", "-", "measured",
+                             int8["provenance"], "bench-all/int8.json"))
+    for r in (int8 or {}).get("results", {}).get("accuracy", []):
+        rows.append(_row("inference", f"int8 weights against float, trained {r['model']}, WER on the demo's test voice",
+                         f"{100 * r['int8']['wer']:.2f} against {100 * r['float']['wer']:.2f} %", "-", "measured",
+                         int8["provenance"], "bench-all/int8.json"))
     long = _load(bench / "align-long.json")
     for r in (long or {}).get("results", []):
         a, b = r["long"], r["align"]

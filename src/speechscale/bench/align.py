@@ -100,8 +100,8 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
             audio = audio if asr.sample_rate == rate else resample(audio, rate, asr.sample_rate)
             words = align_waveform(asr, audio, text)["words"]
             errors = {k: 1000 * (words[k]["start"] - t) for k, t in known.items()}
-            letters = _letter_starts(asr, audio, text)
-            letter_err += [1000 * (letters[k] - t) for k, t in known.items()]
+            letters = align_waveform(asr, audio, text, space_lead_s=0.0)["words"]
+            letter_err += [1000 * (letters[k]["start"] - t) for k, t in known.items()]
             first_err += [e for k, e in errors.items() if k == 0]
             later_err += [e for k, e in errors.items() if k > 0]
             greedy = asr.transcribe_batch([audio])[0]
@@ -126,20 +126,3 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
         rows.append(row)
     return rows
 
-
-def _letter_starts(asr: Any, audio: np.ndarray, text: str) -> list[float]:
-    """Each word's start on `align`'s path of `text` (one segment) taken at its first letter: path_words with no lead
-    for the space said before it."""
-    import torch
-
-    from ..decoding.alignment import ctc_align, path_words
-    from ..serving.align import frame_log_probs
-
-    log_probs, starts, _ = frame_log_probs(asr, audio)
-    tok = asr.comps.tokenizer
-    space = tok.encode(" ")
-    path = ctc_align(log_probs, tok.encode(asr.comps.normalizer(text)), space[0] if space else None)
-    if path is None:  # align_waveform timed this text on this audio before: a path exists
-        raise ValueError("no CTC path spells the text")
-    probs = log_probs.gather(1, torch.tensor(path)[:, None])[:, 0].exp().tolist()
-    return [starts[int(w["start"])] for w in path_words(path, probs, tok, 1.0, 0.0, 0)]

@@ -72,9 +72,9 @@ def ctc_align(log_probs: torch.Tensor, labels: list[int], space: int | None = No
     return path
 
 
-def lead_frames(frame_s: float) -> int:
-    """Output frames of `frame_s` seconds in SPACE_LEAD_S: how far before a word's first letter its space may be."""
-    return int(SPACE_LEAD_S / frame_s + 1e-9)
+def lead_frames(frame_s: float, lead_s: float = SPACE_LEAD_S) -> int:
+    """Output frames of `frame_s` seconds in `lead_s`: how far before a word's first letter its space may be."""
+    return int(lead_s / frame_s + 1e-9)
 
 
 def path_words(path: list[int], probs: list[float], tokenizer: Tokenizer, frame_s: float,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..decoding.alignment import ctc_align, lead_frames, path_words
+from ..decoding.alignment import SPACE_LEAD_S, ctc_align, lead_frames, path_words
 from .transcribe import Transcriber
 
 MAX_ALIGN_SECONDS = 3 * 3600.0
@@ -46,10 +46,13 @@ def frame_log_probs(asr: Transcriber, wav: np.ndarray) -> tuple[torch.Tensor, li
     return (torch.cat(rows) if rows else torch.zeros(0, log_probs.shape[-1])), starts, lengths
 
 
-def align_waveform(asr: Transcriber, wav: np.ndarray, text: str, segment_seconds: float = 120.0) -> dict[str, Any]:
+def align_waveform(asr: Transcriber, wav: np.ndarray, text: str, segment_seconds: float = 120.0,
+                   space_lead_s: float = SPACE_LEAD_S) -> dict[str, Any]:
     """`text` (any case and punctuation: normalized as the model's training targets were) timed on `wav` (T,) at the
     model's rate -> {"text": the normalized text, "duration", "words": [{word, start, end, confidence}]}. Audio
-    longer than `segment_seconds` is aligned in segments (see the module doc). AlignError when the audio is too
+    longer than `segment_seconds` is aligned in segments (see the module doc). A word starts where the space said
+    before it begins, up to `space_lead_s` before its first letter (decoding.alignment.path_words; 0: at its first
+    letter). AlignError when the audio is too
     long, the text has nothing the model spells or a character it does not, no path spells it, or long audio has no
     point to cut at."""
     if not isinstance(text, str):
@@ -86,7 +89,7 @@ def align_waveform(asr: Transcriber, wav: np.ndarray, text: str, segment_seconds
             raise AlignError(f"the text{where} ({len(labels)} characters) is longer than the audio lets the model "
                              f"spell ({f1 - f0} output frames, {duration:.1f} s)")
         probs = log_probs[f0:f1].gather(1, torch.tensor(path)[:, None])[:, 0].exp().tolist()  # (n,) the path's
-        for w in path_words(path, probs, tokenizer, 1.0, float(f0), lead_frames(lengths[f0])):  # in frames
+        for w in path_words(path, probs, tokenizer, 1.0, float(f0), lead_frames(lengths[f0], space_lead_s)):
             first, last = int(w["start"]), int(w["end"]) - 1
             w["start"] = round(starts[first], 3)
             w["end"] = round(min(duration, starts[last] + lengths[last]), 3)

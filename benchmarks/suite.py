@@ -79,7 +79,7 @@ LONG_BENCHES = tuple(LONG_SETTINGS)
 
 # Figures made outside the package (benchmarks/*.py, which write their JSON into the same folder); only rendered here.
 # align, align-long: `speechscale bench align` on trained checkpoints (align-long with --long-minutes)
-# pieces-demo, pieces-demo-long: benchmarks/pieces.py (the long one with trainer.max_epochs=42 --arms 64)
+# pieces-demo, pieces-demo-long: benchmarks/pieces.py (the long one with trainer.max_epochs=42 --arms 0,64)
 # int8: benchmarks/int8.py (full-size speed, and trained demo models' accuracy)
 EXTERNAL_BENCHES = ("demo-conformer-streaming", "align", "align-long", "transfer-de", "pieces-demo", "pieces-demo-long",
                     "int8")

@@ -420,8 +420,17 @@ def _pieces(res: dict[str, Any]) -> str:
             "transcripts (`lm build`, alpha 0.5) at a word bonus of 0 and of 1.\n\n"
             + _md(["output units", "classes (no blank)", "units a training transcript", "WER", "CER",
                    "WER, beam + LM, bonus 0", "bonus 1", "eval with the LM, wall"], rows)
-            + "".join(f"\nThe runs were trained at commit `{c}` and scored again at this block's.\n"
-                      for c in sorted({r["trained_at"] for r in res["runs"] if r.get("reused")})))
+            + _trained_at([r for r in res["runs"] if r.get("reused")]))
+
+
+def _trained_at(reused: list[dict[str, Any]]) -> str:
+    """The commits reused arms were trained at: one sentence for the block."""
+    commits = sorted({r["trained_at"] for r in reused})
+    if len(commits) <= 1:
+        return "".join(f"\nThe runs were trained at commit `{c}` and scored again at this block's.\n" for c in commits)
+    arms = [("characters" if not r["pieces"] else f"{r['pieces']} pieces", r["trained_at"]) for r in reused]
+    listed = ", ".join(f"{label} at `{c}`" for label, c in arms)
+    return f"\nThe runs were trained at their own commits ({listed}) and scored again at this block's.\n"
 
 
 def _int8(res: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .recipes import RECIPES
-from .tables import _goal, changes_note
+from .tables import _goal, changes_note, int8_pairs
 
 # recipes run over seeds by `benchmarks convergence` (one process): convergence/NAME.jsonl, the recipe, its goal WER
 SEED_RECIPES = (("fsdd", "fsdd", RECIPES["fsdd"]["goal_wer"]), ("fsdd-conformer", "fsdd_conformer", RECIPES["fsdd"]["goal_wer"]),
@@ -385,14 +385,11 @@ def _inference(figures: Path) -> list[dict[str, Any]]:
                          + (f"; {letters['median_abs_ms']:g} ms from first letters" if letters else ""), "-", "measured",
                          align["provenance"], "bench-all/align.json"))
     int8 = _load(bench / "int8.json")
-    speed = {(r["model"], r["mode"]): r for r in (int8 or {}).get("results", {}).get("speed", []) if "ms_per_batch" in r}
-    for (model, mode), r in speed.items():
-        f = speed.get((model, "onnx"))
-        if mode == "onnx-int8" and f:
-            rows.append(_row("inference", f"int8 weights (`export --int8`) against float ONNX, {model}, batch "
-                             f"{r['batch_size']} x {r['utterance_seconds']:g} s", f"{f['ms_per_batch'] / r['ms_per_batch']:.2f}x "
-                             f"({r['ms_per_batch']:g} against {f['ms_per_batch']:g} ms)", "-", "measured",
-                             int8["provenance"], "bench-all/int8.json"))
+    for r, f in int8_pairs((int8 or {}).get("results", {}).get("speed", [])):
+        rows.append(_row("inference", f"int8 weights (`export --int8`) against float ONNX, {r['model']}, batch "
+                         f"{r['batch_size']} x {r['utterance_seconds']:g} s", f"{f['ms_per_batch'] / r['ms_per_batch']:.2f}x "
+                         f"({r['ms_per_batch']:g} against {f['ms_per_batch']:g} ms)", "-", "measured",
+                         int8["provenance"], "bench-all/int8.json"))
     for r in (int8 or {}).get("results", {}).get("accuracy", []):
         rows.append(_row("inference", f"int8 weights against float, trained {r['model']}, WER on the demo's test voice",
                          f"{100 * r['int8']['wer']:.2f} against {100 * r['float']['wer']:.2f} %", "-", "measured",

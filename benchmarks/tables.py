@@ -433,15 +433,19 @@ def _trained_at(reused: list[dict[str, Any]]) -> str:
     return f"\nThe runs were trained at their own commits ({listed}) and scored again at this block's.\n"
 
 
+def int8_pairs(speed: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """bench infer's rows paired per model: (its onnx-int8 row, its float onnx row), both timed."""
+    onnx = {r["model"]: r for r in speed if r["mode"] == "onnx" and "ms_per_batch" in r}
+    return [(r, onnx[r["model"]]) for r in speed if r["mode"] == "onnx-int8" and "ms_per_batch" in r and r["model"] in onnx]
+
+
 def _int8(res: dict[str, Any]) -> str:
     """benchmarks/int8.py: float and int8 ONNX files, full-size speed (bench infer) and trained models' accuracy."""
     speed = [[r["model"], r["mode"], r.get("ms_per_batch", "-"), f"{r['rtfx']:,.0f}" if "rtfx" in r else "-",
               f"{r['vs_eager']:.2f}x" if "vs_eager" in r else "-",
               f"{r['max_abs_diff_vs_eager']:.1e}" if "max_abs_diff_vs_eager" in r else r.get("unavailable", "-")]
              for r in res["speed"]]
-    onnx = {r["model"]: r for r in res["speed"] if r["mode"] == "onnx"}
-    ratio = {r["model"]: onnx[r["model"]]["ms_per_batch"] / r["ms_per_batch"] for r in res["speed"]
-             if r["mode"] == "onnx-int8" and "ms_per_batch" in r and "ms_per_batch" in onnx.get(r["model"], {})}
+    ratio = {q["model"]: f["ms_per_batch"] / q["ms_per_batch"] for q, f in int8_pairs(res["speed"])}
     acc = []
     for r in res["accuracy"]:
         f, q = r["float"], r["int8"]

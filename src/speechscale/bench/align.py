@@ -125,4 +125,3 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
                            "minutes": round(audio.shape[0] / asr.sample_rate / 60, 2), "seconds": round(took, 1)}
         rows.append(row)
     return rows
-

@@ -72,14 +72,11 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path, int8: bool =
 
     if fmt == "onnx":
         require("onnx", "export", "export --format onnx")  # before any work
-    if int8:
-        require("onnxruntime", "export", "export --int8")
     state = load_checkpoint(checkpoint)
     comps = components_from_checkpoint(state)
     parameters = sum(p.numel() for p in comps.model.parameters())
-    share = check_int8(comps.model, comps.model_name) if int8 else 0.0
     card = with_streaming(card_of_checkpoint(state, lambda: parameters), comps)
-    card = {**card, "weights": INT8_WEIGHTS} if int8 else card
+    card, int8_summary = with_int8(card, comps.model, comps.model_name) if int8 else (card, {})
     desc = json.dumps({**describe(state), "card": card})
     wrapper = LogProbs(comps.model).eval()
     example = (torch.randn(1, comps.features.num_features, EXAMPLE_FRAMES), torch.tensor([EXAMPLE_FRAMES]))
@@ -95,7 +92,7 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path, int8: bool =
     write_card(out.parent, {**card, "file": f"{out.name} ({fmt}{', int8 weights' if int8 else ''}, exported)"},
                prefix=f"{out.name}.")
     return {"format": fmt, "out": str(out), "bytes": out.stat().st_size, "model": comps.model_name,
-            "parameters": parameters, **({"int8_share": round(share, 4)} if int8 else {})}
+            "parameters": parameters, **int8_summary}
 
 
 def _onnx(wrapper: nn.Module, example: tuple[torch.Tensor, torch.Tensor], out: Path, desc: str, int8: bool) -> None:
@@ -134,13 +131,17 @@ def int8_weights(model: nn.Module) -> int:
                for name, p in m.named_parameters(recurse=False) if name.startswith("weight"))
 
 
-def check_int8(model: nn.Module, name: str) -> float:
-    """The share of the model's parameters --int8 stores as integers; ConfigError when there are none."""
+def with_int8(card: dict[str, Any], model: nn.Module, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Before an --int8 export's work: `card` stating int8 weights, and the export summary's `int8_share` (the share
+    of the model's parameters stored as integers). ConfigError without onnxruntime or anything to quantize."""
+    from ..extras import require
+
+    require("onnxruntime", "export", "export --int8")
     share = int8_weights(model) / max(1, sum(p.numel() for p in model.parameters()))
     if share == 0:
         raise ConfigError(f"--int8: {name} has no matrix products or LSTMs to quantize (its convolutions and GRUs "
                           "stay float); export it without --int8")
-    return share
+    return {**card, "weights": INT8_WEIGHTS}, {"int8_share": round(share, 4)}
 
 
 def quantize_int8(model: Any, out: Path) -> None:

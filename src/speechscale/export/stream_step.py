@@ -42,20 +42,19 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = STE
     from ..models.streaming import streaming_problem
     from ..storage.cards import card_of_checkpoint, write_card
     from ..storage.checkpoints import load_checkpoint
-    from .exporter import INT8_WEIGHTS, check_int8, with_streaming, write_onnx
+    from .exporter import with_int8, with_streaming, write_onnx
     from .stream_runtime import TorchStep
 
     usage = "export --format onnx --streaming"
     require("onnx", "export", usage)  # before any work
-    if int8:
-        require("onnxruntime", "export", "export --streaming --int8")
     state = load_checkpoint(checkpoint)
     comps = components_from_checkpoint(state)
     model = comps.model.eval()
     problem = streaming_problem(model, comps.features.cfg, comps.model_name)  # the rule the recognizer applies
     if problem:
         raise ConfigError(f"--streaming: this model cannot stream: {problem}")
-    share = check_int8(model, comps.model_name) if int8 else 0.0
+    card = with_streaming(card_of_checkpoint(state, lambda: sum(p.numel() for p in model.parameters())), comps, chunk)
+    card, int8_summary = with_int8(card, model, comps.model_name) if int8 else (card, {})
     try:
         TorchStep(model, chunk)  # the step's own check of the chunk
     except ValueError as e:
@@ -74,10 +73,8 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = STE
             "state": {n: [1, *t.shape[1:]] for n, t in zip(names, init)}}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    card = with_streaming(card_of_checkpoint(state, lambda: sum(p.numel() for p in model.parameters())), comps, chunk)
-    card = {**card, "weights": INT8_WEIGHTS} if int8 else card
     write_onnx(buffer, json.dumps({**describe(state), "stream_step": spec, "card": card}), out, usage, int8)
     write_card(out.parent, {**card, "file": f"{out.name} (onnx, the streaming step{', int8 weights' if int8 else ''}, "
                                             "exported)"}, prefix=f"{out.name}.")
     return {"format": "onnx", "streaming": True, "out": str(out), "bytes": out.stat().st_size,
-            "model": comps.model_name, "chunk": chunk, **({"int8_share": round(share, 4)} if int8 else {})}
+            "model": comps.model_name, "chunk": chunk, **int8_summary}

@@ -52,9 +52,8 @@ def align_waveform(asr: Transcriber, wav: np.ndarray, text: str, segment_seconds
     model's rate -> {"text": the normalized text, "duration", "words": [{word, start, end, confidence}]}. Audio
     longer than `segment_seconds` is aligned in segments (see the module doc). A word starts where the space said
     before it begins, up to `space_lead_s` before its first letter (decoding.alignment.path_words; 0: at its first
-    letter). AlignError when the audio is too
-    long, the text has nothing the model spells or a character it does not, no path spells it, or long audio has no
-    point to cut at."""
+    letter). AlignError when the audio is too long, the text has nothing the model spells or a character it does
+    not, no path spells it, or long audio has no point to cut at."""
     if not isinstance(text, str):
         raise AlignError(f"the text to align must be a string, got {type(text).__name__}")
     if not segment_seconds >= MIN_SEGMENT_SECONDS:  # also NaN

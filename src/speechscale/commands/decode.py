@@ -131,22 +131,11 @@ def _references(manifest: str | None) -> dict[str, str]:
     return {str(Path(u.audio_path).resolve()): u.raw_text for u in utts}
 
 
-def _transcribed(asr: Any, files: list[str], batch_size: int) -> Any:
-    """(file, result) in the order given: files read and run `batch_size` at a time (one padded batch: what a GPU
-    wants); an unreadable file is {"file", "error"} and the others of its batch still run."""
-    from ..data.audio import AudioError, load_audio
+def _read(f: str, rate: int) -> Any:
+    """transcribe's reader: a file, or (-) the one on standard input."""
+    from ..data.audio import load_audio
 
-    for start in range(0, len(files), batch_size):
-        group, wavs, results = files[start:start + batch_size], [], {}
-        for f in group:
-            try:
-                wavs.append((f, _standard_input(asr.sample_rate) if f == "-" else load_audio(f, asr.sample_rate)))
-            except AudioError as e:
-                results[f] = {"file": str(f), "error": str(e)}
-        for (f, _), res in zip(wavs, asr.transcribe_batch([w for _, w in wavs]) if wavs else []):
-            results[f] = {"file": str(f), **res}
-        for f in group:
-            yield f, results[f]
+    return _standard_input(rate) if f == "-" else load_audio(f, rate)
 
 
 def _standard_input(rate: int) -> Any:
@@ -262,7 +251,7 @@ def _pcm_chunks(stream: Any, rate: int) -> Any:
 def transcribe(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..decoding.metrics import ErrorRate
-    from ..serving.transcribe import Transcriber, check_chunk_seconds
+    from ..serving.transcribe import Transcriber, check_chunk_seconds, transcribe_files
 
     fmt = "json" if args.json else args.format
     if args.stream:
@@ -289,7 +278,7 @@ def transcribe(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise ConfigError(f"--digits: {e}") from None
     failed = 0
-    for f, res in _transcribed(asr, args.files, args.batch_size):
+    for f, res in transcribe_files(asr, args.files, args.batch_size, _read):
         if "error" in res:
             failed += 1
         ref = refs.get(str(Path(f).resolve()))

@@ -6,13 +6,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
 from ..components import load_components, resolve_device
-from ..data.audio import load_audio
+from ..data.audio import AudioError, load_audio
 from ..data.dataset import pad_features
 
 
@@ -151,3 +151,21 @@ class Transcriber:
         """Read any audio file and transcribe it; returns {"file", "text", "duration", "words"}."""
         wav = load_audio(path, self.sample_rate)
         return {"file": str(path), **self.transcribe_batch([wav])[0]}
+
+
+def transcribe_files(asr: Transcriber, files: list[str], batch_size: int,
+                     read: Callable[[str, int], np.ndarray] = load_audio) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(file, result) in the order given: files read (`read(file, rate)`) and run `batch_size` at a time as one
+    padded batch (what a GPU wants). An unreadable file's result is {"file", "error"}; the others of its batch
+    still run."""
+    for start in range(0, len(files), batch_size):
+        group, wavs, results = files[start:start + batch_size], [], {}
+        for f in group:
+            try:
+                wavs.append((f, read(f, asr.sample_rate)))
+            except AudioError as e:
+                results[f] = {"file": str(f), "error": str(e)}
+        for (f, _), res in zip(wavs, asr.transcribe_batch([w for _, w in wavs]) if wavs else []):
+            results[f] = {"file": str(f), **res}
+        for f in group:
+            yield f, results[f]

@@ -1,0 +1,83 @@
+"""`speechscale label`: untranscribed audio -> a training manifest of a model's transcripts (pseudo-labels)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from .args import check_not_an_input, decoder_args, decoder_config, device_arg, non_negative, out_file, positive
+
+
+def _part(text: str) -> tuple[int, int]:
+    from ..serving.labelling import parse_part
+
+    try:
+        return parse_part(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def label(args: argparse.Namespace) -> int:
+    from ..config import ConfigError
+    from ..serving.labelling import gather, label, part_of, rejected_path, summary
+    from ..serving.transcribe import Transcriber, check_chunk_seconds
+
+    if args.out.suffix != ".jsonl":
+        raise ConfigError(f"--out {args.out}: the manifest written is JSONL; name it NAME.jsonl")
+    if not 0 <= args.min_confidence <= 1:
+        raise ConfigError(f"--min-confidence {args.min_confidence}: a confidence is between 0 and 1")
+    check_chunk_seconds(args.chunk_seconds)
+    check_not_an_input(args.out, [*args.sources, args.checkpoint], "--out")
+    check_not_an_input(rejected_path(args.out), args.sources, "--out's rejected file")
+    sources = gather(args.sources)
+    if sources.bad_lines:
+        print(f"{sources.bad_lines} source lines skipped (e.g. {sources.examples[0]})", file=sys.stderr)
+    rows = part_of(sources.rows, args.part) if args.part else sources.rows
+    if not rows:
+        raise ConfigError(f"no recording to label in {', '.join(args.sources)}"
+                          + (f" (part {args.part[0]}/{args.part[1]})" if args.part else ""))
+    asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
+                      decoder=decoder_config(args), device=args.device, graphs=args.graphs)
+    from tqdm import tqdm
+
+    with tqdm(total=len(rows), desc="label", unit="file", disable=args.quiet or not sys.stderr.isatty()) as bar:
+        counts = label(asr, rows, args.out, args.min_confidence, args.max_seconds, args.batch_size, args.resume,
+                       bar.update)
+    print(json.dumps({**summary(args.out, asr.comps.normalizer), "this_run": vars(counts),
+                      **({"part": f"{args.part[0]}/{args.part[1]}"} if args.part else {})}))
+    return 0
+
+
+def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `label` to the subcommand table."""
+    from .decode import graphs_arg, model_args
+
+    p = command(sub, "label", "untranscribed audio -> a training manifest of a model's transcripts (pseudo-labels), "
+                              "each with its confidence; resumable, in parts")
+    p.add_argument("sources", nargs="+", metavar="SOURCE",
+                   help="a JSONL manifest (text and duration optional: a line's text is kept as `reference`, to "
+                        "measure the labels), a folder (its audio files, recursively) or an audio file")
+    p.add_argument("--out", required=True, type=out_file,
+                   help="the manifest to write (NAME.jsonl); lines under --min-confidence, unreadable or too long go "
+                        "to NAME.rejected.jsonl beside it")
+    model_args(p)
+    device_arg(p)
+    decoder_args(p)
+    graphs_arg(p)
+    p.add_argument("--min-confidence", type=float, default=0.0,
+                   help="keep a transcript whose confidence (the mean of its words': the CTC path's mean probability "
+                        "over each word's frames) is at least this")
+    p.add_argument("--max-seconds", type=positive(float), default=30.0,
+                   help="longer recordings are rejected without being decoded past this (training's "
+                        "data.max_duration)")
+    p.add_argument("--part", type=_part, default=None, metavar="K/N",
+                   help="label every N-th recording from the K-th (K from 1): N processes with the same sources "
+                        "label each recording once between them")
+    p.add_argument("--resume", action="store_true",
+                   help="go on from the lines --out and its rejected file hold (a run stopped at any point loses "
+                        "at most a batch)")
+    p.add_argument("--batch-size", type=positive(int), default=8, help="recordings run through the model together")
+    p.add_argument("--chunk-seconds", type=non_negative(float), default=20.0,
+                   help="audio longer than this runs through the model in chunks cut at quiet points (>= 1)")
+    p.set_defaults(func=label)

@@ -139,11 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    settings = {"steps": args.steps, "seed": args.seed, "lr": LR, "warmup": WARMUP, "pool_minutes": args.pool_minutes,
+                "pool_seed": args.pool_seed, "min_confidence": args.min_confidence}
     write_json(out, {"teacher": args.teacher, "pool_utterances": len(_rows(pool)), "pool_left_out": overlap,
-                     "labels": labels, "arms": rows, "trained_at": os.environ.get("SPEECHSCALE_COMMIT", "unknown")},
-               ["python", "-m", "benchmarks.selftrain", *sys.argv[1:]], round(time.monotonic() - started, 1),
-               {"steps": args.steps, "seed": args.seed, "lr": LR, "warmup": WARMUP, "pool_minutes": args.pool_minutes,
-                "pool_seed": args.pool_seed, "min_confidence": args.min_confidence})
+                     "labels": labels, "arms": rows, "settings": settings,
+                     "trained_at": os.environ.get("SPEECHSCALE_COMMIT", "unknown")},
+               ["python", "-m", "benchmarks.selftrain", *sys.argv[1:]], round(time.monotonic() - started, 1), settings)
     return 0
 
 

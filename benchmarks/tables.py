@@ -467,6 +467,31 @@ def _int8(res: dict[str, Any]) -> str:
                    "file float / int8", "wall float / int8"], acc))
 
 
+def _selftrain(res: dict[str, Any]) -> str:
+    """benchmarks/selftrain.py: the teacher's labels of an unseen voice's speech, and fine-tuning on them."""
+    settings = res.get("settings") or {}
+    bound = settings.get("min_confidence")
+    labels = []
+    for name, lab in res["labels"].items():
+        at = next((b for b in lab.get("by_confidence", []) if b["min_confidence"] == bound), None)
+        labels.append(["greedy" if name == "greedy" else "beam + 3-gram LM", f"{100 * lab['wer_kept']:.1f} %",
+                       f"{100 * at['share']:.0f} %, WER {100 * at['wer']:.1f} %" if at else "-", f"{lab['seconds']:.0f} s"])
+    names = {"teacher": "the teacher (no fine-tuning)", "control": "training data only (the control)",
+             "greedy": "+ greedy labels", "lm": "+ the LM's labels", "lm-confident": f"+ the LM's labels ≥ {bound}"}
+    arms = [[names.get(r["arm"], r["arm"]), f"{r['utterances']} ({60 * r['pseudo_hours']:.1f} min)" if "utterances" in r else "-",
+             r.get("steps", "-"), f"{100 * r['greedy']['wer']:.1f} %", f"{100 * r['greedy']['cer']:.1f} %",
+             f"{100 * r['lm']['wer']:.1f} %", f"{r['minutes']:.1f} min" if "minutes" in r else "-"] for r in res["arms"]]
+    return (f"The teacher `{res['teacher']}` labels {res['pool_utterances']} new sentences spoken in the demo's test "
+            f"voice ({res['pool_left_out']} synthesized sentences left out as the test set's own); the labels' WER is "
+            f"read from their references after labelling. Then each arm fine-tunes the teacher for "
+            f"{settings.get('steps')} steps (seed {settings.get('seed')}, peak lr {settings.get('lr')}) on the demo's "
+            "training data plus its labels, and its `last.pt` is scored on the demo's test set.\n\n"
+            + _md(["labels by", "WER of the labels", f"kept at --min-confidence {bound}", "labelling wall"], labels)
+            + "\n" + _md(["fine-tuned on", "labelled utterances", "steps", "WER greedy", "CER greedy",
+                          "WER, beam + LM", "training"], arms)
+            + f"\nThe arms were trained at commit `{res['trained_at']}`.\n")
+
+
 def _serving(name: str) -> Callable[[Any], str]:
     def render(res: Any) -> str:
         from .serving_tables import RENDERERS
@@ -487,7 +512,8 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "gpu-recipes": _recipes, "gpu-step": _gpu_step, "gpu-infer": _gpu_infer,
                                            "soak": _serving("soak"), "stream-stacks": _serving("stream-stacks"),
                                            "align": _align, "align-long": _align, "transfer-de": _transfer,
-                                           "pieces-demo": _pieces, "pieces-demo-long": _pieces, "int8": _int8}
+                                           "pieces-demo": _pieces, "pieces-demo-long": _pieces, "int8": _int8,
+                                           "selftrain-demo": _selftrain}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

@@ -82,9 +82,10 @@ def score(checkpoint: Path, test: Path, lm: Path) -> dict[str, Any]:
     return out
 
 
-def run_arm(name: str, teacher: str, train: Path, extra: list[dict[str, Any]], work: Path, steps: int, seed: int,
-            test: Path, lm: Path) -> dict[str, Any]:
-    """Fine-tune the teacher on `train` plus `extra` rows for `steps` steps; its last.pt's scores."""
+def run_arm(name: str, teacher: str, model: dict[str, Any], train: Path, extra: list[dict[str, Any]], work: Path,
+            steps: int, seed: int, test: Path, lm: Path) -> dict[str, Any]:
+    """Fine-tune the teacher (its `model` section: name and overrides) on `train` plus `extra` rows for `steps` steps
+    with the demo recipe; its last.pt's scores."""
     from speechscale.recipe import load_recipe
     from speechscale.training.trainer import Trainer
 
@@ -92,7 +93,9 @@ def run_arm(name: str, teacher: str, train: Path, extra: list[dict[str, Any]], w
     shutil.rmtree(out, ignore_errors=True)
     manifest = _write(work / f"train-{name}.jsonl", _absolute(_rows(train), train.parent) + extra)
     cfg = load_recipe("demo", [f"data.root={train.parent}", f"data.train_manifest={manifest}",
-                               f"data.val_manifest={test}", f"trainer.init_from={teacher}", "trainer.max_epochs=0",
+                               f"data.val_manifest={test}", f"model.name={model['name']}",
+                               f"model.overrides={json.dumps(model.get('overrides') or {})}",
+                               f"trainer.init_from={teacher}", "trainer.max_epochs=0",
                                f"trainer.max_steps={steps}", f"trainer.seed={seed}", f"trainer.out_dir={out}",
                                f"optim.lr={LR}", f"optim.warmup_steps={WARMUP}", "trainer.max_minutes=0",
                                "trainer.progress=false", "trainer.checkpoint_every_steps=0"])
@@ -105,6 +108,7 @@ def run_arm(name: str, teacher: str, train: Path, extra: list[dict[str, Any]], w
 def main(argv: list[str] | None = None) -> int:
     from speechscale.bench.harness import write_json
     from speechscale.decoding.lm import build_arpa
+    from speechscale.storage.checkpoints import load_checkpoint
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--teacher", required=True, help="a checkpoint trained on --data's train.jsonl (the demo's)")
@@ -129,13 +133,14 @@ def main(argv: list[str] | None = None) -> int:
               "lm": run_label(args.teacher, pool, work / "labels-lm.jsonl", ["--decoder", "beam", "--lm", str(lm),
                                                                              "--alpha", "0.5", "--beta", "1"])}
     print(json.dumps(labels), flush=True)
+    model = load_checkpoint(args.teacher)["config"]["model"]
     lm_rows = _rows(work / "labels-lm.jsonl")
     arms = {"control": [], "greedy": _rows(work / "labels-greedy.jsonl"), "lm": lm_rows,
             "lm-confident": [r for r in lm_rows if r["confidence"] >= args.min_confidence]}
     rows = [{"arm": "teacher", **score(Path(args.teacher), test, lm)}]
     print(json.dumps(rows[-1]), flush=True)
     for name, extra in arms.items():
-        rows.append(run_arm(name, args.teacher, train, extra, work, args.steps, args.seed, test, lm))
+        rows.append(run_arm(name, args.teacher, model, train, extra, work, args.steps, args.seed, test, lm))
         print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -474,8 +474,11 @@ def _selftrain(res: dict[str, Any]) -> str:
     labels = []
     for name, lab in res["labels"].items():
         at = next((b for b in lab.get("by_confidence", []) if b["min_confidence"] == bound), None)
-        labels.append(["greedy" if name == "greedy" else "beam + 3-gram LM", f"{100 * lab['wer_kept']:.1f} %",
-                       f"{100 * at['share']:.0f} %, WER {100 * at['wer']:.1f} %" if at else "-", f"{lab['seconds']:.0f} s"])
+        kept = f"{100 * at['share']:.0f} %" + (f", WER {100 * at['wer']:.1f} %" if at["wer"] is not None else "") \
+            if at else "-"
+        labels.append(["greedy" if name == "greedy" else "beam + 3-gram LM",
+                       f"{100 * lab['wer_kept']:.1f} %" if lab.get("wer_kept") is not None else "-", kept,
+                       f"{lab['seconds']:.0f} s"])
     names = {"teacher": "the teacher (no fine-tuning)", "control": "training data only (the control)",
              "greedy": "+ greedy labels", "lm": "+ the LM's labels", "lm-confident": f"+ the LM's labels ≥ {bound}"}
     arms = [[names.get(r["arm"], r["arm"]), f"{r['utterances']} ({60 * r['pseudo_hours']:.1f} min)" if "utterances" in r else "-",

@@ -148,6 +148,12 @@ def test_label_refuses_what_it_cannot_read_in_one_line(ldc_checkpoint, tmp_path,
         bad = cli("label", source, "--checkpoint", str(ldc_checkpoint), "--out", str(tmp_path / "o.jsonl"),
                   check=False)
         assert bad.returncode == 2 and said in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    from speechscale.data.shards import write_shards
+
+    write_shards(str(shared("ldc93s1", "manifest.jsonl")), tmp_path / "shards", shard_size=2)
+    bad = cli("label", str(tmp_path / "shards"), "--checkpoint", str(ldc_checkpoint), "--out",
+              str(tmp_path / "o.jsonl"), check=False)
+    assert bad.returncode == 2 and "a shard index" in bad.stderr
     bad = cli("label", str(shared("ldc93s1", "manifest.jsonl")), "--checkpoint", str(ldc_checkpoint), "--out",
               str(tmp_path / "o.txt"), check=False)
     assert bad.returncode == 2 and "NAME.jsonl" in bad.stderr

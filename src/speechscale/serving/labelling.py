@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 from ..config import ConfigError, parse_json
 from ..data.audio import AudioTooLong, load_audio
-from ..data.shards import AUDIO_EXTENSIONS
+from ..data.shards import AUDIO_EXTENSIONS, is_shard_index
 from .transcribe import Transcriber, transcribe_files
 
 REJECTED_SUFFIX = ".rejected.jsonl"
@@ -48,7 +48,7 @@ class Sources:
 def gather(paths: list[str]) -> Sources:
     """Rows from each path: a JSONL manifest (`.jsonl`; `audio_filepath` relative to its folder, `duration` and `text`
     optional), a folder (every audio file under it, by name), or an audio file. A recording named twice is labelled
-    once. ConfigError (one line) for a path that is none of these, or a URL."""
+    once. ConfigError (one line) for a path that is none of these, a URL, or a shard index."""
     found = Sources()
     seen: set[str] = set()
 
@@ -62,6 +62,9 @@ def gather(paths: list[str]) -> Sources:
             raise ConfigError(f"{text}: label reads local files (a manifest, a folder, audio files), as training "
                               f"reads the manifest it writes")
         path = Path(text)
+        if is_shard_index(text):
+            raise ConfigError(f"{text}: a shard index; the manifest label writes names each recording's file, so give "
+                              f"the manifest or folder the shards were made from")
         if path.is_dir():
             for f in sorted(p for p in path.rglob("*") if p.suffix[1:].lower() in AUDIO_EXTENSIONS and p.is_file()):
                 add({"audio_filepath": str(f.resolve())})

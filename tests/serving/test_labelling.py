@@ -161,3 +161,16 @@ def test_label_refuses_what_it_cannot_read_in_one_line(ldc_checkpoint, tmp_path,
     manifest.write_text('{"audio_filepath": "' + str(shared("ldc93s1", "LDC93S1.wav")) + '"}\nnot json\n{"text": "x"}\n')
     res = cli("label", str(manifest), "--checkpoint", str(ldc_checkpoint), "--out", str(tmp_path / "ok.jsonl"))
     assert json.loads(res.stdout)["kept"] == 1 and "2 source lines skipped" in res.stderr
+
+
+def test_labels_labelled_again_keep_their_first_reference(ldc_checkpoint, tmp_path, cli):
+    first, second = tmp_path / "round1.jsonl", tmp_path / "round2.jsonl"
+    cli("label", str(shared("ldc93s1", "manifest.jsonl")), "--checkpoint", str(ldc_checkpoint), "--out", str(first))
+    rows = _lines(first)
+    rows[0]["text"] = "a label that was wrong"  # what a weaker first model might have said
+    first.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cli("label", str(first), "--checkpoint", str(ldc_checkpoint), "--out", str(second))
+    again = {r["audio_filepath"]: r for r in _lines(second)}
+    for r in rows:  # the reference is still the source manifest's text, not the earlier label
+        assert again[r["audio_filepath"]]["reference"].startswith("She had your dark suit")
+        assert "rejected" not in again[r["audio_filepath"]]

@@ -92,13 +92,18 @@ def _manifest_rows(path: Path, found: Sources, add: Callable[[dict[str, Any]], N
                 if len(found.examples) < 3:
                     found.examples.append(f"{path}:{lineno}: not a JSON object with audio_filepath")
                 continue
-            row = {k: v for k, v in rec.items() if k not in ("text", "duration", "confidence", REFERENCE)}
+            row = {k: v for k, v in rec.items() if k not in _OWN_KEYS}
             row["audio_filepath"] = str((path.parent / audio).resolve())
-            if isinstance(rec.get("text"), str) and rec["text"].strip():
-                row[REFERENCE] = rec["text"]
+            # a line label wrote (it has a confidence) keeps its reference; another line's text is its reference
+            ref = rec.get(REFERENCE) if "confidence" in rec else rec.get("text")
+            if isinstance(ref, str) and ref.strip():
+                row[REFERENCE] = ref
             if isinstance(rec.get("duration"), (int, float)):
                 row["duration"] = float(rec["duration"])
             add(row)
+
+
+_OWN_KEYS = ("text", "duration", "confidence", "rejected", "error", REFERENCE)  # what a label line says anew
 
 
 def part_of(rows: list[dict[str, Any]], part: tuple[int, int]) -> list[dict[str, Any]]:
@@ -122,22 +127,28 @@ def parse_part(text: str) -> tuple[int, int]:
 def written_audio(path: Path) -> set[str]:
     """The recordings a file of labels already holds. A last line cut short (the run was killed while writing it) is
     cut off the file, so that appending goes on from the last whole line."""
+    done: set[str] = set()
     if not path.is_file():
-        return set()
-    data = path.read_bytes()
-    whole = data.rfind(b"\n") + 1
-    if whole < len(data):
-        with path.open("r+b") as f:
-            f.truncate(whole)
-    done = set()
-    for raw in data[:whole].decode("utf-8", errors="replace").splitlines():
-        try:
-            rec = parse_json(raw)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("audio_filepath"), str):
-            done.add(rec["audio_filepath"])
+        return done
+    whole = 0  # bytes up to the end of the last whole line
+    with path.open("r+b") as f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                f.truncate(whole)
+                break
+            whole += len(raw)
+            rec = _record(raw.decode("utf-8", errors="replace"))
+            if rec is not None and isinstance(rec.get("audio_filepath"), str):
+                done.add(rec["audio_filepath"])
     return done
+
+
+def _record(raw: str) -> dict[str, Any] | None:
+    try:
+        rec = parse_json(raw)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) else None
 
 
 @dataclass
@@ -215,45 +226,50 @@ def _line(row: dict[str, Any], res: dict[str, Any], min_confidence: float, too_l
 
 
 def read_labels(path: Path) -> Iterator[dict[str, Any]]:
-    """The lines of a labels file (whole JSON objects only)."""
+    """The lines of a labels file (whole JSON objects only), one at a time."""
     if not path.is_file():
         return
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            rec = parse_json(raw)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            yield rec
+    with path.open("r", encoding="utf-8", errors="replace") as f:
+        for raw in f:
+            rec = _record(raw)
+            if rec is not None:
+                yield rec
 
 
 def summary(out: Path, normalize: Callable[[str], str]) -> dict[str, Any]:
-    """The whole of `out` and its rejected file (earlier runs' lines too): lines kept and rejected by reason, hours
-    kept; where the sources carried references, the labels' WER kept and rejected and, for each bound in
-    CALIBRATION, the share of transcribed lines it keeps and their WER (how to choose --min-confidence)."""
+    """The whole of `out` and its rejected file (earlier runs' lines too), read a line at a time: lines kept and
+    rejected by reason, hours kept; where the sources carried references, the labels' WER kept and rejected and, for
+    each bound in CALIBRATION, the share of transcribed lines it keeps and their WER (how to choose
+    --min-confidence)."""
     from ..decoding.metrics import ErrorRate
 
-    kept = list(read_labels(out))
-    rejected = list(read_labels(rejected_path(out)))
-    reasons: dict[str, int] = {}
-    for r in rejected:
-        reasons[r.get("rejected", "?")] = reasons.get(r.get("rejected", "?"), 0) + 1
-    res: dict[str, Any] = {"out": str(out), "rejected_out": str(rejected_path(out)), "kept": len(kept),
-                           "rejected": reasons, "kept_hours": round(sum(r["duration"] for r in kept) / 3600, 4)}
-    scored = [r for r in kept + rejected if REFERENCE in r and "text" in r]
+    kept, seconds, reasons, scored = 0, 0.0, {}, 0
+    rates = {"kept": ErrorRate(), "rejected": ErrorRate()}
+    bounds = {b: [0, ErrorRate()] for b in CALIBRATION}  # lines at or over the bound, their error counts
+    for name, path in (("kept", out), ("rejected", rejected_path(out))):
+        for r in read_labels(path):
+            if name == "kept":
+                kept, seconds = kept + 1, seconds + float(r.get("duration", 0.0))
+            else:
+                reasons[r.get("rejected", "?")] = reasons.get(r.get("rejected", "?"), 0) + 1
+            if REFERENCE not in r or "text" not in r:
+                continue
+            scored += 1
+            pair = ([normalize(r[REFERENCE])], [r["text"]])
+            rates[name].update(*pair)
+            for b, at in bounds.items():
+                if r["confidence"] >= b:
+                    at[0] += 1
+                    at[1].update(*pair)
+    res: dict[str, Any] = {"out": str(out), "rejected_out": str(rejected_path(out)), "kept": kept, "rejected": reasons,
+                           "kept_hours": round(seconds / 3600, 4)}
     if not scored:
         return res
 
-    def wer(lines: list[dict[str, Any]]) -> float | None:
-        if not lines:
-            return None
-        m = ErrorRate()
-        m.update([normalize(r[REFERENCE]) for r in lines], [r["text"] for r in lines])
-        return round(m.wer, 4)
+    def wer(m: ErrorRate) -> float | None:
+        return round(m.wer, 4) if m.words else None
 
-    res["wer_kept"] = wer([r for r in kept if REFERENCE in r])
-    res["wer_rejected"] = wer([r for r in rejected if REFERENCE in r and "text" in r])
-    res["by_confidence"] = [{"min_confidence": b, "share": round(len(sel) / len(scored), 4), "wer": wer(sel)}
-                            for b in CALIBRATION for sel in [[r for r in scored if r["confidence"] >= b]]]
+    res["wer_kept"], res["wer_rejected"] = wer(rates["kept"]), wer(rates["rejected"])
+    res["by_confidence"] = [{"min_confidence": b, "share": round(n / scored, 4), "wer": wer(m)}
+                            for b, (n, m) in bounds.items()]
     return res
-

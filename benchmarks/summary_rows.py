@@ -94,7 +94,20 @@ def _accuracy(figures: Path) -> list[dict[str, Any]]:
                              "them", ", ".join(f"{label} CER {_pct(c['cer'])}" for label, c in r["copies"].items()) +
                              f" (as recorded {_pct(r['cer'])})", "-", "measured", streaming["provenance"],
                              "bench-all/demo-streaming.json"))
-    return rows + _loso(figures / "loso") + _rnn_bias(figures / "rnn-bias" / "fsdd.jsonl")
+    return rows + _selftrain(bench) + _loso(figures / "loso") + _rnn_bias(figures / "rnn-bias" / "fsdd.jsonl")
+
+
+def _selftrain(bench: Path) -> list[dict[str, Any]]:
+    """benchmarks/selftrain.py: the student fine-tuned on the LM's labels against the control, greedy WER."""
+    doc = _load(bench / "selftrain-demo.json")
+    arms = {r["arm"]: r for r in (doc or {}).get("results", {}).get("arms", [])}
+    if not {"lm", "control", "teacher"} <= set(arms):
+        return []
+    lm, control, teacher = arms["lm"], arms["control"], arms["teacher"]
+    return [_row("accuracy", "self-training on the demo's unseen voice: fine-tuned on its own LM-decoded labels of "
+                 f"{lm['utterances']} untranscribed sentences, against the same fine-tuning without them (1 seed)",
+                 f"WER greedy {_pct(lm['greedy']['wer'])} against {_pct(control['greedy']['wer'])} (teacher "
+                 f"{_pct(teacher['greedy']['wer'])})", "-", "measured", doc["provenance"], "bench-all/selftrain-demo.json")]
 
 
 def _rnn_bias(path: Path) -> list[dict[str, Any]]:

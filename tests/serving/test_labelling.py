@@ -174,3 +174,23 @@ def test_labels_labelled_again_keep_their_first_reference(ldc_checkpoint, tmp_pa
     for r in rows:  # the reference is still the source manifest's text, not the earlier label
         assert again[r["audio_filepath"]]["reference"].startswith("She had your dark suit")
         assert "rejected" not in again[r["audio_filepath"]]
+
+
+@pytest.mark.slow
+def test_self_training_fine_tunes_on_the_labels_beside_the_transcribed_data(ldc_checkpoint, sources, tmp_path):
+    """docs/training.md's self-training: label, then train from the labelling model on its labels mixed with the
+    transcribed manifest."""
+    from tests.conftest import data_root, run_cli
+
+    labels = tmp_path / "labels.jsonl"
+    run_cli("-q", "label", *sources, "--checkpoint", str(ldc_checkpoint), "--out", str(labels))
+    out = tmp_path / "self"
+    run_cli("-q", "train", "--config", "configs/ldc93s1.yaml", data_root("ldc93s1"), "data.train_manifest=",
+            "data.train_slice=[]", f"data.mix=[manifest.jsonl, {labels}]", f"trainer.init_from={ldc_checkpoint}",
+            "trainer.max_epochs=0", "trainer.max_steps=3", "trainer.target_wer=-1", f"trainer.out_dir={out}")
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    start = next(r for r in rows if r["kind"] == "start")
+    val = [r for r in rows if r["kind"] == "val"][-1]
+    assert val["samples_labels"] >= 1 and val["samples_manifest"] >= 1  # both domains drawn, by their file's name
+    assert val["bad_audio"] == val["bad_text"] == 0
+    assert start["step"] == 0 and rows[-1]["kind"] == "stop" and rows[-1]["step"] == 3

@@ -483,7 +483,7 @@ def _selftrain(res: dict[str, Any]) -> str:
              "greedy": "+ greedy labels", "lm": "+ the LM's labels", "lm-confident": f"+ the LM's labels ≥ {bound}"}
     arms = [[names.get(r["arm"], r["arm"]), f"{r['utterances']} ({60 * r['pseudo_hours']:.1f} min)" if "utterances" in r else "-",
              r.get("steps", "-"), f"{100 * r['greedy']['wer']:.1f} %", f"{100 * r['greedy']['cer']:.1f} %",
-             f"{100 * r['lm']['wer']:.1f} %", f"{r['minutes']:.1f} min" if "minutes" in r else "-"] for r in res["arms"]]
+             f"{100 * r['lm']['wer']:.1f} %"] for r in res["arms"]]
     return (f"The teacher `{res['teacher']}` labels {res['pool_utterances']} new sentences spoken in the demo's test "
             f"voice ({res['pool_left_out']} synthesized sentences left out as the test set's own); the labels' WER is "
             f"read from their references after labelling. Then each arm fine-tunes the teacher for "
@@ -491,7 +491,7 @@ def _selftrain(res: dict[str, Any]) -> str:
             "training data plus its labels, and its `last.pt` is scored on the demo's test set.\n\n"
             + _md(["labels by", "WER of the labels", f"kept at --min-confidence {bound}", "labelling wall"], labels)
             + "\n" + _md(["fine-tuned on", "labelled utterances", "steps", "WER greedy", "CER greedy",
-                          "WER, beam + LM", "training"], arms)
+                          "WER, beam + LM"], arms)
             + f"\nThe arms were trained at commit `{res['trained_at']}`.\n")
 
 

@@ -3,19 +3,21 @@ and is fine-tuned on its own labels beside its training data, against the same f
 alone.
 
     python -m benchmarks.selftrain --teacher runs/demo/checkpoints/last.pt [--pool-minutes 10] [--steps 170]
-        [--min-confidence 0.85] [--seed 1] [--work runs/selftrain] [--out docs/figures/bench-all/selftrain-demo.json]
+        [--min-confidence 0.85] [--seeds 1,2,3] [--work runs/selftrain] [--out docs/figures/bench-all/selftrain-demo.json]
 
 The pool: `--pool-minutes` of new sentences in the demo's test voice (synthesized with another seed), none of them a
 sentence the test set holds, so that no scored recording or sentence is ever heard in training. The teacher labels
 the pool twice: greedy, and by a beam search with a 3-gram LM of the training transcripts. Each arm fine-tunes the
-teacher (`trainer.init_from`) for the same number of steps and seed on the training manifest plus: nothing (the
-control), the greedy labels, the LM's labels, or the LM's labels of at least `--min-confidence`. Each arm's `last.pt`
-is scored on the test set greedy and with the LM. The labels' own WER (their references are read only for that) and
+teacher (`trainer.init_from`) for the same number of steps on each seed, on the training manifest plus: nothing (the
+control), the greedy labels, the LM's labels, or the LM's labels of at least `--min-confidence`. Each run's `last.pt`
+is scored on the test set greedy and with the LM; a run in --work that finished on the same manifest is scored
+again, not retrained. The labels' own WER (their references are read only for that) and
 their calibration table come from `label`'s summary. Outside the package: how this repository makes its own figure.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -82,26 +84,53 @@ def score(checkpoint: Path, test: Path, lm: Path) -> dict[str, Any]:
     return out
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _finished(out: Path, digest: str) -> dict[str, Any] | None:
+    """The stop row of the run in `out` when it ran its planned steps on the manifest of `digest`; else None."""
+    metrics, said = out / "metrics.jsonl", out / "manifest-sha256"
+    if not (metrics.is_file() and said.is_file() and (out / "checkpoints" / "last.pt").is_file()):
+        return None
+    last = _rows(metrics)[-1]
+    ok = last["kind"] == "stop" and last.get("stopped_by") is None and said.read_text().strip() == digest
+    return last if ok else None
+
+
 def run_arm(name: str, teacher: str, model: dict[str, Any], train: Path, extra: list[dict[str, Any]], work: Path,
             steps: int, seed: int, test: Path, lm: Path) -> dict[str, Any]:
     """Fine-tune the teacher (its `model` section: name and overrides) on `train` plus `extra` rows for `steps` steps
-    with the demo recipe; its last.pt's scores."""
+    with the demo recipe, unless its run in WORK/NAME-seedSEED finished on the same manifest (then it is scored again,
+    and its row says which commit trained it); its last.pt's scores."""
     from speechscale.recipe import load_recipe
     from speechscale.training.trainer import Trainer
 
-    out = work / name
-    shutil.rmtree(out, ignore_errors=True)
+    out = work / f"{name}-seed{seed}"
     manifest = _write(work / f"train-{name}.jsonl", _absolute(_rows(train), train.parent) + extra)
-    cfg = load_recipe("demo", [f"data.root={train.parent}", f"data.train_manifest={manifest}",
-                               f"data.val_manifest={test}", f"model.name={model['name']}",
-                               f"model.overrides={json.dumps(model.get('overrides') or {})}",
-                               f"trainer.init_from={teacher}", "trainer.max_epochs=0",
-                               f"trainer.max_steps={steps}", f"trainer.seed={seed}", f"trainer.out_dir={out}",
-                               f"optim.lr={LR}", f"optim.warmup_steps={WARMUP}", "trainer.max_minutes=0",
-                               "trainer.progress=false", "trainer.checkpoint_every_steps=0"])
-    s = Trainer(cfg).fit()
-    return {"arm": name, "utterances": len(extra), "pseudo_hours": round(sum(r["duration"] for r in extra) / 3600, 4),
-            "steps": s["step"], "minutes": round(s["minutes"], 2), "stopped_by": s.get("stopped_by"),
+    digest = _digest(manifest)
+    stop = _finished(out, digest)
+    if stop is None:
+        shutil.rmtree(out, ignore_errors=True)
+        cfg = load_recipe("demo", [f"data.root={train.parent}", f"data.train_manifest={manifest}",
+                                   f"data.val_manifest={test}", f"model.name={model['name']}",
+                                   f"model.overrides={json.dumps(model.get('overrides') or {})}",
+                                   f"trainer.init_from={teacher}", "trainer.max_epochs=0",
+                                   f"trainer.max_steps={steps}", f"trainer.seed={seed}", f"trainer.out_dir={out}",
+                                   f"optim.lr={LR}", f"optim.warmup_steps={WARMUP}", "trainer.max_minutes=0",
+                                   "trainer.progress=false", "trainer.checkpoint_every_steps=0"])
+        Trainer(cfg).fit()
+        (out / "trained-at").write_text(os.environ.get("SPEECHSCALE_COMMIT", "unknown") + "\n")
+        (out / "manifest-sha256").write_text(digest + "\n")
+        stop = _finished(out, digest)
+        reused = False
+    else:
+        reused = True
+    if stop is None:
+        raise RuntimeError(f"{out}: the run did not end by its steps")
+    return {"arm": name, "seed": seed, "utterances": len(extra),
+            "pseudo_hours": round(sum(r["duration"] for r in extra) / 3600, 4), "steps": stop["step"],
+            "reused": reused, "trained_at": (out / "trained-at").read_text().strip(),
             **score(out / "checkpoints" / "last.pt", test, lm)}
 
 
@@ -117,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pool-seed", type=int, default=1, help="the pool's synthesis seed (the demo corpus's is 0)")
     p.add_argument("--steps", type=int, default=170, help="fine-tuning steps of every arm")
     p.add_argument("--min-confidence", type=float, default=0.85, help="the filtered arm's bound")
-    p.add_argument("--seed", type=int, default=1, help="the training seed of every arm")
+    p.add_argument("--seeds", default="1", help="comma-separated training seeds: every arm runs once on each")
     p.add_argument("--work", default="runs/selftrain", help="the pool, labels and runs go here")
     p.add_argument("--out", default="docs/figures/bench-all/selftrain-demo.json")
     args = p.parse_args(argv)
@@ -139,16 +168,16 @@ def main(argv: list[str] | None = None) -> int:
             "lm-confident": [r for r in lm_rows if r["confidence"] >= args.min_confidence]}
     rows = [{"arm": "teacher", **score(Path(args.teacher), test, lm)}]
     print(json.dumps(rows[-1]), flush=True)
-    for name, extra in arms.items():
-        rows.append(run_arm(name, args.teacher, model, train, extra, work, args.steps, args.seed, test, lm))
-        print(json.dumps(rows[-1]), flush=True)
+    for seed in [int(x) for x in args.seeds.split(",")]:
+        for name, extra in arms.items():
+            rows.append(run_arm(name, args.teacher, model, train, extra, work, args.steps, seed, test, lm))
+            print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    settings = {"steps": args.steps, "seed": args.seed, "lr": LR, "warmup": WARMUP, "pool_minutes": args.pool_minutes,
+    settings = {"steps": args.steps, "seeds": args.seeds, "lr": LR, "warmup": WARMUP, "pool_minutes": args.pool_minutes,
                 "pool_seed": args.pool_seed, "min_confidence": args.min_confidence}
     write_json(out, {"teacher": args.teacher, "pool_utterances": len(_rows(pool)), "pool_left_out": overlap,
-                     "labels": labels, "arms": rows, "settings": settings,
-                     "trained_at": os.environ.get("SPEECHSCALE_COMMIT", "unknown")},
+                     "labels": labels, "arms": rows, "settings": settings},
                ["python", "-m", "benchmarks.selftrain", *sys.argv[1:]], round(time.monotonic() - started, 1), settings)
     return 0
 

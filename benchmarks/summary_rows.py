@@ -98,16 +98,19 @@ def _accuracy(figures: Path) -> list[dict[str, Any]]:
 
 
 def _selftrain(bench: Path) -> list[dict[str, Any]]:
-    """benchmarks/selftrain.py: the student fine-tuned on the LM's labels against the control, greedy WER."""
+    """benchmarks/selftrain.py: the student fine-tuned on the LM's labels against the control, greedy WER (medians
+    over seeds)."""
     doc = _load(bench / "selftrain-demo.json")
-    arms = {r["arm"]: r for r in (doc or {}).get("results", {}).get("arms", [])}
-    if not {"lm", "control", "teacher"} <= set(arms):
+    runs = (doc or {}).get("results", {}).get("arms", [])
+    wer = {a: [100 * r["greedy"]["wer"] for r in runs if r["arm"] == a] for a in ("lm", "control", "teacher")}
+    if not all(wer.values()):
         return []
-    lm, control, teacher = arms["lm"], arms["control"], arms["teacher"]
+    n = len(wer["lm"])
+    utts = next(r["utterances"] for r in runs if r["arm"] == "lm")
     return [_row("accuracy", "self-training on the demo's unseen voice: fine-tuned on its own LM-decoded labels of "
-                 f"{lm['utterances']} untranscribed sentences, against the same fine-tuning without them (1 seed)",
-                 f"WER greedy {_pct(lm['greedy']['wer'])} against {_pct(control['greedy']['wer'])} (teacher "
-                 f"{_pct(teacher['greedy']['wer'])})", "-", "measured", doc["provenance"], "bench-all/selftrain-demo.json")]
+                 f"{utts} untranscribed sentences, against the same fine-tuning without them ({n} seed{'s' * (n > 1)})",
+                 f"WER greedy {_spread(wer['lm'], '{:.1f}', ' %')} against {_spread(wer['control'], '{:.1f}', ' %')} "
+                 f"(teacher {wer['teacher'][0]:.1f} %)", "-", "measured", doc["provenance"], "bench-all/selftrain-demo.json")]
 
 
 def _rnn_bias(path: Path) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 from typing import Any, Callable
 
@@ -468,7 +469,7 @@ def _int8(res: dict[str, Any]) -> str:
 
 
 def _selftrain(res: dict[str, Any]) -> str:
-    """benchmarks/selftrain.py: the teacher's labels of an unseen voice's speech, and fine-tuning on them."""
+    """benchmarks/selftrain.py: the teacher's labels of an unseen voice's speech, and fine-tuning on them, by seed."""
     settings = res.get("settings") or {}
     bound = settings.get("min_confidence")
     labels = []
@@ -481,18 +482,29 @@ def _selftrain(res: dict[str, Any]) -> str:
                        f"{lab['seconds']:.0f} s"])
     names = {"teacher": "the teacher (no fine-tuning)", "control": "training data only (the control)",
              "greedy": "+ greedy labels", "lm": "+ the LM's labels", "lm-confident": f"+ the LM's labels ≥ {bound}"}
-    arms = [[names.get(r["arm"], r["arm"]), f"{r['utterances']} ({60 * r['pseudo_hours']:.1f} min)" if "utterances" in r else "-",
-             r.get("steps", "-"), f"{100 * r['greedy']['wer']:.1f} %", f"{100 * r['greedy']['cer']:.1f} %",
-             f"{100 * r['lm']['wer']:.1f} %"] for r in res["arms"]]
+    by_arm: dict[str, list[dict[str, Any]]] = {}
+    for r in res["arms"]:
+        by_arm.setdefault(r["arm"], []).append(r)
+    seeds = sorted({r["seed"] for r in res["arms"] if "seed" in r})
+    arms = []
+    for arm, runs in by_arm.items():
+        greedy = [100 * r["greedy"]["wer"] for r in runs]
+        lm = [100 * r["lm"]["wer"] for r in runs]
+        arms.append([names.get(arm, arm), runs[0].get("utterances", "-"),
+                     " / ".join(f"{x:.1f}" for x in greedy) + " %", f"{statistics.median(greedy):.1f} %",
+                     f"{statistics.median(lm):.1f} %" + (f" ({min(lm):.1f}-{max(lm):.1f})" if len(lm) > 1 else "")])
+    trained = sorted({(r["trained_at"], r["seed"]) for r in res["arms"] if "trained_at" in r})
+    commits = sorted({c for c, _ in trained})
+    where = ", ".join(f"`{c}` (seed {', '.join(str(sd) for cc, sd in trained if cc == c)})" for c in commits)
     return (f"The teacher `{res['teacher']}` labels {res['pool_utterances']} new sentences spoken in the demo's test "
             f"voice ({res['pool_left_out']} synthesized sentences left out as the test set's own); the labels' WER is "
             f"read from their references after labelling. Then each arm fine-tunes the teacher for "
-            f"{settings.get('steps')} steps (seed {settings.get('seed')}, peak lr {settings.get('lr')}) on the demo's "
-            "training data plus its labels, and its `last.pt` is scored on the demo's test set.\n\n"
+            f"{settings.get('steps')} steps (peak lr {settings.get('lr')}) on seed {', '.join(map(str, seeds))}, on "
+            "the demo's training data plus its labels, and each run's `last.pt` is scored on the demo's test set.\n\n"
             + _md(["labels by", "WER of the labels", f"kept at --min-confidence {bound}", "labelling wall"], labels)
-            + "\n" + _md(["fine-tuned on", "labelled utterances", "steps", "WER greedy", "CER greedy",
-                          "WER, beam + LM"], arms)
-            + f"\nThe arms were trained at commit `{res['trained_at']}`.\n")
+            + "\n" + _md(["fine-tuned on", "labelled utterances", "WER greedy, by seed", "median",
+                          "WER, beam + LM: median (range)"], arms)
+            + f"\nThe runs were trained at commit {where} and scored at this block's.\n")
 
 
 def _serving(name: str) -> Callable[[Any], str]:

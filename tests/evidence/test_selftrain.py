@@ -34,11 +34,12 @@ def test_each_arm_fine_tunes_the_teacher_on_the_training_data_and_its_labels(tmp
     teacher_run = tmp_path / "teacher"
     Trainer(ldc_config(teacher_run, "features.sample_rate=16000", "trainer.max_steps=2")).fit()  # the demo's features
     out, work = tmp_path / "selftrain.json", tmp_path / "work"
-    assert selftrain.main(["--teacher", str(teacher_run / "checkpoints" / "last.pt"), "--data", str(data), "--work",
-                           str(work), "--pool-minutes", "0.2", "--steps", "2", "--min-confidence", "0.5",
-                           "--out", str(out)]) == 0
+    argv = ["--teacher", str(teacher_run / "checkpoints" / "last.pt"), "--data", str(data), "--work", str(work),
+            "--pool-minutes", "0.2", "--steps", "2", "--min-confidence", "0.5", "--seeds", "1", "--out", str(out)]
+    assert selftrain.main(argv) == 0
     res = json.loads(out.read_text())["results"]
-    assert [r["arm"] for r in res["arms"]] == ["teacher", "control", "greedy", "lm", "lm-confident"]
+    assert [(r["arm"], r.get("seed"), r.get("reused")) for r in res["arms"]] == \
+        [("teacher", None, None)] + [(a, 1, False) for a in ("control", "greedy", "lm", "lm-confident")]
     train = _rows(data / "train.jsonl")
     for name, labels in (("control", []), ("greedy", _rows(work / "labels-greedy.jsonl")),
                          ("lm", _rows(work / "labels-lm.jsonl")),
@@ -50,3 +51,13 @@ def test_each_arm_fine_tunes_the_teacher_on_the_training_data_and_its_labels(tmp
     assert res["pool_utterances"] == len(_rows(work / "pool.jsonl"))
     block = tables.render("selftrain-demo", json.loads(out.read_text()))
     assert "the control" in block and "+ the LM's labels ≥ 0.5" in block
+    # a second seed trains; the first seed's finished runs are scored again, not retrained
+    stamp = (work / "control-seed1" / "checkpoints" / "last.pt").stat().st_mtime_ns
+    assert selftrain.main([*argv[:-4], "--seeds", "1,2", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())["results"]
+    assert [(r.get("seed"), r.get("reused")) for r in res["arms"][1:]] == [(1, True)] * 4 + [(2, False)] * 4
+    assert (work / "control-seed1" / "checkpoints" / "last.pt").stat().st_mtime_ns == stamp
+    block = tables.render("selftrain-demo", json.loads(out.read_text()))
+    control = next(line for line in block.splitlines() if line.startswith("| training data only"))
+    by_seed = [100 * r["greedy"]["wer"] for r in res["arms"] if r["arm"] == "control"]
+    assert "on seed 1, 2," in block and " / ".join(f"{x:.1f}" for x in by_seed) + " %" in control

@@ -499,8 +499,9 @@ def _selftrain(res: dict[str, Any]) -> str:
     return (f"The teacher `{res['teacher']}` labels {res['pool_utterances']} new sentences spoken in the demo's test "
             f"voice ({res['pool_left_out']} synthesized sentences left out as the test set's own); the labels' WER is "
             f"read from their references after labelling. Then each arm fine-tunes the teacher for "
-            f"{settings.get('steps')} steps (peak lr {settings.get('lr')}) on seed {', '.join(map(str, seeds))}, on "
-            "the demo's training data plus its labels, and each run's `last.pt` is scored on the demo's test set.\n\n"
+            f"{settings.get('steps')} steps (peak lr {settings.get('lr')}) on the demo's training data plus its labels, "
+            f"once on each seed ({', '.join(map(str, seeds))}), and each run's `last.pt` is scored on the demo's test "
+            "set.\n\n"
             + _md(["labels by", "WER of the labels", f"kept at --min-confidence {bound}", "labelling wall"], labels)
             + "\n" + _md(["fine-tuned on", "labelled utterances", "WER greedy, by seed", "median",
                           "WER, beam + LM: median (range)"], arms)

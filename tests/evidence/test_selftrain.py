@@ -60,4 +60,4 @@ def test_each_arm_fine_tunes_the_teacher_on_the_training_data_and_its_labels(tmp
     block = tables.render("selftrain-demo", json.loads(out.read_text()))
     control = next(line for line in block.splitlines() if line.startswith("| training data only"))
     by_seed = [100 * r["greedy"]["wer"] for r in res["arms"] if r["arm"] == "control"]
-    assert "on seed 1, 2," in block and " / ".join(f"{x:.1f}" for x in by_seed) + " %" in control
+    assert "once on each seed (1, 2)" in block and " / ".join(f"{x:.1f}" for x in by_seed) + " %" in control

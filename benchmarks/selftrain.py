@@ -11,8 +11,8 @@ the pool twice: greedy, and by a beam search with a 3-gram LM of the training tr
 teacher (`trainer.init_from`) for the same number of steps on each seed, on the training manifest plus: nothing (the
 control), the greedy labels, the LM's labels, or the LM's labels of at least `--min-confidence`. Each run's `last.pt`
 is scored on the test set greedy and with the LM; a run in --work that finished on the same manifest is scored
-again, not retrained. The labels' own WER (their references are read only for that) and
-their calibration table come from `label`'s summary. Outside the package: how this repository makes its own figure.
+again, not retrained. The labels' own WER (their references are read only for that) and their calibration table come
+from `label`'s summary. Outside the package: how this repository makes its own figure.
 """
 from __future__ import annotations
 

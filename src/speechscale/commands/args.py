@@ -61,6 +61,7 @@ def non_negative(kind: type) -> Callable[[str], Any]:
 
 
 fraction = _bounded(float, lambda v: 0 < v <= 1, "must be a share in (0, 1]")  # an argparse type: a share
+probability = _bounded(float, lambda v: 0 <= v <= 1, "must be between 0 and 1")  # an argparse type: a probability
 
 
 def _whole(text: str, low: int, high: int, expected: str) -> int:

@@ -6,7 +6,16 @@ import json
 import sys
 from typing import Any, Callable
 
-from .args import check_not_an_input, decoder_args, decoder_config, device_arg, non_negative, out_file, positive
+from .args import (
+    check_not_an_input,
+    decoder_args,
+    decoder_config,
+    device_arg,
+    non_negative,
+    out_file,
+    positive,
+    probability,
+)
 
 
 def _part(text: str) -> tuple[int, int]:
@@ -25,8 +34,6 @@ def label(args: argparse.Namespace) -> int:
 
     if args.out.suffix != ".jsonl":
         raise ConfigError(f"--out {args.out}: the manifest written is JSONL; name it NAME.jsonl")
-    if not 0 <= args.min_confidence <= 1:
-        raise ConfigError(f"--min-confidence {args.min_confidence}: a confidence is between 0 and 1")
     check_chunk_seconds(args.chunk_seconds)
     check_not_an_input(args.out, [*args.sources, args.checkpoint], "--out")
     check_not_an_input(rejected_path(args.out), args.sources, "--out's rejected file")
@@ -65,7 +72,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     device_arg(p)
     decoder_args(p)
     graphs_arg(p)
-    p.add_argument("--min-confidence", type=float, default=0.0,
+    p.add_argument("--min-confidence", type=probability, default=0.0,
                    help="keep a transcript whose confidence (the mean of its words': the CTC path's mean probability "
                         "over each word's frames) is at least this")
     p.add_argument("--max-seconds", type=positive(float), default=30.0,

@@ -33,6 +33,7 @@ class AudioTooLong(AudioError):
 
 MIN_RATE, MAX_RATE, MAX_CHANNELS = 4_000, 384_000, 8  # what a header may claim before anything is decoded
 MAX_REMOTE_BYTES = 2 << 30  # an audio file read from a URL
+SPAN_SLACK_S = 0.1  # a segment may end this far past its recording's end (durations written rounded)
 
 
 def check_rate(rate: Any) -> int:
@@ -94,15 +95,18 @@ def resample(wav: np.ndarray, orig_sr: int, sample_rate: int) -> np.ndarray:
     return soxr.resample(wav, orig_sr, sample_rate, quality="HQ").astype(np.float32, copy=False)
 
 
-def load_audio(path: str | Path, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
+def load_audio(path: str | Path, sample_rate: int, max_seconds: float | None = None, offset: float | None = None,
+               duration: float | None = None) -> np.ndarray:
     """Read `path` (a local file, or a URL: http(s), s3://, gs://, any fsspec protocol), down-mix to mono,
-    resample to `sample_rate`; (T,) float32. Raises AudioError, and AudioTooLong past `max_seconds` (then no more
-    than that is ever decoded)."""
+    resample to `sample_rate`; (T,) float32. With `offset` (s), only the segment of `duration` s (to the end without
+    one) that starts there, as a manifest line's `offset` names it. Raises AudioError (also for a segment that lies
+    past the recording's end), and AudioTooLong past `max_seconds` (then no more than that is ever decoded)."""
+    span = None if offset is None else (offset, duration)
     if is_remote(path):
-        return decode_audio(_remote_bytes(str(path)), str(path), sample_rate, max_seconds)
+        return decode_audio(_remote_bytes(str(path)), str(path), sample_rate, max_seconds, span)
     path = str(path).removeprefix("file://")  # file:///a.wav is the local /a.wav
     check_file(path, AudioError)
-    return _decode(str(path), str(path), sample_rate, max_seconds)
+    return _decode(str(path), str(path), sample_rate, max_seconds, span)
 
 
 def _remote_bytes(url: str) -> bytes:
@@ -127,21 +131,42 @@ def _remote_bytes(url: str) -> bytes:
         raise AudioError(said if said.startswith(url) else f"{url}: {said}") from None
 
 
-def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
-    """A local file's samples as stored: (T, C) float32 and its rate (soundfile, or data.media). AudioError."""
+def read_audio(path: str | Path, offset: float | None = None, duration: float | None = None) -> tuple[np.ndarray, int]:
+    """A local file's samples as stored: (T, C) float32 and its rate (soundfile, or data.media); with `offset`, the
+    segment load_audio reads. AudioError."""
     check_file(path, AudioError)
-    return _read(str(path), str(path), None)
+    return _read(str(path), str(path), None, None if offset is None else (offset, duration))
 
 
-def decode_audio(data: bytes, name: str, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
-    """`load_audio` for bytes held in memory (a shard member or an upload called `name` in messages)."""
+def decode_audio(data: bytes, name: str, sample_rate: int, max_seconds: float | None = None,
+                 span: tuple[float, float | None] | None = None) -> np.ndarray:
+    """`load_audio` for bytes held in memory (a shard member or an upload called `name` in messages); `span`:
+    (offset, duration) of a segment."""
     if not data:
         raise AudioError(f"{name}: no bytes (empty)")
-    return _decode(io.BytesIO(data), name, sample_rate, max_seconds)
+    return _decode(io.BytesIO(data), name, sample_rate, max_seconds, span)
 
 
-def _read(source: Any, path: str, max_seconds: float | None) -> tuple[np.ndarray, int]:
-    """(T, C) float32 and the rate; the header is checked first and at most `max_seconds` + 1 frame is read."""
+def segment_frames(span: tuple[float, float | None], rate: int, frames: int, path: str) -> tuple[int, int]:
+    """(first frame, frame count) of the segment `span` = (offset s, duration s or None: to the end) of a recording of
+    `frames` frames at `rate`. AudioError when it starts at or past the end, or ends more than SPAN_SLACK_S past it."""
+    offset, duration = span
+    first = round(offset * rate)
+    if not 0 <= first < frames:
+        raise AudioError(f"{path}: a segment at {offset:g} s, outside the recording (0-{frames / rate:.3f} s)")
+    if duration is None:
+        return first, frames - first
+    count = round(duration * rate)
+    if first + count > frames + SPAN_SLACK_S * rate:
+        raise AudioError(f"{path}: the segment {offset:g}-{offset + duration:g} s ends past the recording's end "
+                         f"({frames / rate:.3f} s)")
+    return first, min(count, frames - first)
+
+
+def _read(source: Any, path: str, max_seconds: float | None,
+          span: tuple[float, float | None] | None = None) -> tuple[np.ndarray, int]:
+    """(T, C) float32 and the rate, of the whole recording or of the segment `span` (offset s, duration s or None);
+    the header is checked first and at most `max_seconds` + 1 frame is read."""
     try:
         with sf.SoundFile(source) as f:
             sr, channels, frames = f.samplerate, f.channels, f.frames
@@ -149,10 +174,15 @@ def _read(source: Any, path: str, max_seconds: float | None) -> tuple[np.ndarray
                 raise AudioError(f"{path}: a sample rate of {sr} Hz (audio is {MIN_RATE}-{MAX_RATE} Hz)")
             if channels > MAX_CHANNELS:
                 raise AudioError(f"{path}: {channels} channels (at most {MAX_CHANNELS})")
+            first, count = (0, frames) if span is None else segment_frames(span, sr, frames, path)
             limit = None if max_seconds is None else int(max_seconds * sr)
-            if limit is not None and frames > limit:
-                raise AudioTooLong(path, frames / sr, max_seconds)
-            data = f.read(frames=-1 if limit is None else limit + 1, dtype="float32", always_2d=True)  # (T, C)
+            if limit is not None and count > limit:
+                raise AudioTooLong(path, count / sr, max_seconds)
+            if span is not None:
+                f.seek(first)
+                data = f.read(frames=count, dtype="float32", always_2d=True)  # (T, C)
+            else:
+                data = f.read(frames=-1 if limit is None else limit + 1, dtype="float32", always_2d=True)  # (T, C)
     except AudioError:
         raise
     except Exception as e:  # soundfile raises several types for corrupt or unknown formats
@@ -160,10 +190,21 @@ def _read(source: Any, path: str, max_seconds: float | None) -> tuple[np.ndarray
         if fmt is None:
             said = first_line(e).replace(repr(source), repr(path))  # bytes in memory: name them, not their object
             raise AudioError(f"{path}: not audio that soundfile can decode ({said})") from e
-        return read_media(source, path, fmt, max_seconds)
+        return read_media(source, path, fmt, max_seconds) if span is None else \
+            _media_segment(source, path, fmt, max_seconds, span)
     if limit is not None and data.shape[0] > limit:  # the header understated the length
         raise AudioTooLong(path, data.shape[0] / sr, max_seconds)
     return data, sr
+
+
+def _media_segment(source: Any, path: str, fmt: str, max_seconds: float | None,
+                   span: tuple[float, float | None]) -> tuple[np.ndarray, int]:
+    """`_read` of a segment of audio in a container soundfile does not read: decoded from its start, then cut."""
+    data, sr = read_media(source, path, fmt, None)  # (T, C)
+    first, count = segment_frames(span, sr, data.shape[0], path)
+    if max_seconds is not None and count > max_seconds * sr:
+        raise AudioTooLong(path, count / sr, max_seconds)
+    return data[first:first + count], sr
 
 
 def _head(source: Any) -> bytes:
@@ -181,8 +222,9 @@ def first_line(e: Exception) -> str:
     return text[0] if text else type(e).__name__
 
 
-def _decode(source: Any, path: str, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
-    data, sr = _read(source, path, max_seconds)
+def _decode(source: Any, path: str, sample_rate: int, max_seconds: float | None = None,
+            span: tuple[float, float | None] | None = None) -> np.ndarray:
+    data, sr = _read(source, path, max_seconds, span)
     if data.shape[0] == 0:
         raise AudioError(f"{path}: no audio samples in it")
     wav = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]  # (T, C) -> (T,)

@@ -19,7 +19,7 @@ import torch
 
 from ..config import AugmentConfig
 from ..storage.seeds import generator
-from .audio import AudioError, AudioTooLong, load_audio
+from .audio import AudioError, AudioTooLong
 from .augment import WaveAugment, add_silence, freq_warp, spec_augment, spec_draws, trim_silence, word_crop
 from .features import FeatureExtractor, SpeakerStats, global_stats
 from .manifest import Utterance
@@ -158,7 +158,7 @@ class SpeechDataset(torch.utils.data.Dataset):
     def _wave(self, i: int) -> np.ndarray:
         if self.cache is not None and i in self.cache:
             return self.cache[i]
-        wav = load_audio(self.utts[i].audio_path, self.features.cfg.sample_rate, self.max_seconds)
+        wav = self.utts[i].load(self.features.cfg.sample_rate, self.max_seconds)
         if self.cache is not None:
             self.cache[i] = wav
         return wav

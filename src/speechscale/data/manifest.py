@@ -1,4 +1,5 @@
-"""JSONL manifests: one utterance a line with `audio_filepath`, `duration` (s) and `text`; extra keys kept.
+"""JSONL manifests: one utterance a line with `audio_filepath`, `duration` (s) and `text`; extra keys kept. A line
+with `offset` (s) is the segment of `duration` s that starts there in a longer recording (NeMo's convention).
 
 Relative audio paths resolve against the manifest's folder. Reading validates every line; bad lines are
 skipped and counted with file and line number, never raised mid-run.
@@ -19,6 +20,7 @@ from typing import Any, Callable, Iterator
 from ..config import parse_json
 
 REQUIRED = ("audio_filepath", "duration", "text")
+OFFSET = "offset"
 MAX_DURATION_S = 1e6  # about 11.6 days: a line that says more (or NaN, or an infinity) is no recording's length
 
 
@@ -32,6 +34,21 @@ class Utterance:
     raw_text: str
     line: int
     extra: dict[str, Any] = field(default_factory=dict)
+    offset: float | None = None  # s: the utterance is the segment [offset, offset + duration] of its recording
+
+    def load(self, sample_rate: int, max_seconds: float | None = None) -> Any:
+        """Its audio, (T,) float32 at `sample_rate` (data.audio.load_audio; only its segment when it has an offset)."""
+        from .audio import load_audio
+
+        if self.offset is None:
+            return load_audio(self.audio_path, sample_rate, max_seconds)
+        return load_audio(self.audio_path, sample_rate, max_seconds, self.offset, self.duration)
+
+    def record(self, audio_filepath: str) -> dict[str, Any]:
+        """Its manifest line as written (text as written, the offset when it has one) with `audio_filepath`."""
+        segment = {} if self.offset is None else {OFFSET: self.offset}
+        return {"audio_filepath": audio_filepath, "duration": self.duration, **segment, "text": self.raw_text,
+                **self.extra}
 
 
 @dataclass
@@ -154,6 +171,15 @@ def _utterances(path: Path, report: SkipReport, normalize: Callable[[str], str] 
             if not 0 <= duration <= MAX_DURATION_S or duration < min_duration or duration > max_duration:
                 report.skip(lineno, "duration out of range", f"{duration}s")
                 continue
+            offset = None
+            if OFFSET in rec:
+                try:
+                    offset = float(rec[OFFSET]) if not isinstance(rec[OFFSET], bool) else math.nan
+                except (TypeError, ValueError):
+                    offset = math.nan
+                if not 0 <= offset <= MAX_DURATION_S:
+                    report.skip(lineno, "bad offset", repr(rec[OFFSET]))
+                    continue
             raw_text = rec["text"]
             if not isinstance(raw_text, str) or not raw_text.strip():
                 report.skip(lineno, "empty text")
@@ -171,9 +197,9 @@ def _utterances(path: Path, report: SkipReport, normalize: Callable[[str], str] 
             if check_files and not audio.is_file():
                 report.skip(lineno, "missing audio", str(audio))
                 continue
-            extra = {k: v for k, v in rec.items() if k not in REQUIRED}
+            extra = {k: v for k, v in rec.items() if k not in REQUIRED and k != OFFSET}
             report.kept += 1
-            yield Utterance(str(audio), duration, text, raw_text, lineno, extra)
+            yield Utterance(str(audio), duration, text, raw_text, lineno, extra, offset)
 
 
 def write_manifest(path: str | Path, records: list[dict[str, Any]]) -> None:

@@ -31,7 +31,7 @@ import soundfile as sf
 from ..config import parse_json
 from ..storage import is_remote
 from .audio import AudioError, read_audio
-from .manifest import ManifestError, SkipReport, iter_manifest
+from .manifest import ManifestError, SkipReport, Utterance, iter_manifest
 
 INDEX_NAME = "index.jsonl"
 HEADER_KEY = "speechscale_shards"  # the first line of an index: {"speechscale_shards": 1, ...}
@@ -189,13 +189,14 @@ def _write_shard(work: tuple[str, int, list[Any], str | None]) -> tuple[dict[str
         for i, u in enumerate(utts):
             key = f"{s:06d}{i:06d}"
             try:
-                audio, ext, duration = _audio_bytes(u.audio_path, codec, u.duration)
+                audio, ext, duration = _audio_bytes(u, codec)
             except AudioError as e:
                 unreadable += 1
                 print(f"skipping {u.audio_path}: {e}", flush=True)
                 continue
             start = tar.offset
-            meta = {"text": u.raw_text, "duration": duration, "source": os.path.basename(u.audio_path), **u.extra}
+            meta = {"text": u.raw_text, "duration": duration, "source": os.path.basename(u.audio_path),
+                    **({} if u.offset is None else {"source_offset": u.offset}), **u.extra}
             _add(tar, f"{key}.json", json.dumps(meta, ensure_ascii=False).encode())
             _add(tar, f"{key}.{ext}", audio)
             members.append([key, round(duration, 4), start, tar.offset])
@@ -226,16 +227,22 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int) 
             yield done
 
 
-def _audio_bytes(path: str, codec: str | None, duration: float) -> tuple[bytes, str, float]:
-    """(bytes, extension, duration) of one utterance's audio for a shard."""
+def _audio_bytes(u: Utterance, codec: str | None) -> tuple[bytes, str, float]:
+    """(bytes, extension, duration) of one utterance's audio for a shard: the file's own bytes (`codec` None), else
+    FLAC; a segment of a longer recording (a line with an offset) is always cut out into FLAC."""
+    path = u.audio_path
     try:
-        if codec is None:
-            return Path(path).read_bytes(), Path(path).suffix.lstrip(".").lower() or "audio", duration
-        try:
-            data, rate = sf.read(path, dtype="int16", always_2d=False)
-        except sf.LibsndfileError:  # a container soundfile does not read (data.media): its mono audio, at its rate
-            stored, rate = read_audio(path)  # (T, C)
-            data = np.round(np.clip(stored.mean(axis=1), -1.0, 1.0) * 32767).astype(np.int16)
+        if u.offset is not None:  # its channels as stored, at its rate
+            stored, rate = read_audio(path, u.offset, u.duration)  # (T, C)
+            data = _pcm16(stored if stored.shape[1] > 1 else stored[:, 0])
+        elif codec is None:
+            return Path(path).read_bytes(), Path(path).suffix.lstrip(".").lower() or "audio", u.duration
+        else:
+            try:
+                data, rate = sf.read(path, dtype="int16", always_2d=False)
+            except sf.LibsndfileError:  # a container soundfile does not read (data.media): its mono audio, at its rate
+                stored, rate = read_audio(path)  # (T, C)
+                data = _pcm16(stored.mean(axis=1))
         buf = io.BytesIO()
         sf.write(buf, data, rate, format="FLAC", subtype="PCM_16")
         return buf.getvalue(), "flac", round(len(data) / rate, 4)
@@ -243,6 +250,11 @@ def _audio_bytes(path: str, codec: str | None, duration: float) -> tuple[bytes, 
         raise
     except (OSError, RuntimeError, sf.LibsndfileError) as e:
         raise AudioError(f"{path}: {e}") from e
+
+
+def _pcm16(samples: np.ndarray) -> np.ndarray:
+    """Float samples in [-1, 1] as 16-bit PCM (clipped)."""
+    return np.round(np.clip(samples, -1.0, 1.0) * 32767).astype(np.int16)
 
 
 def transcripts(source: str, report: SkipReport, filt: dict[str, Any] | None = None, lines: list[int] | None = None,

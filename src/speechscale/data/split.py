@@ -73,8 +73,7 @@ def split_manifest(source: str | Path, out: str | Path, by: str | None = None, d
             else:
                 name = assign.get(_key(u.extra[by]), "train") if by in u.extra else "train"
                 summary[name]["groups"].add(_key(u.extra[by]) if by in u.extra else None)
-            record = {"audio_filepath": os.path.relpath(u.audio_path, out), "duration": u.duration,
-                      "text": u.raw_text, **u.extra}
+            record = u.record(os.path.relpath(u.audio_path, out))
             files[name].write(json.dumps(record, ensure_ascii=False) + "\n")
             summary[name]["utterances"] += 1
             summary[name]["hours"] += u.duration / 3600

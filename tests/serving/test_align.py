@@ -187,3 +187,41 @@ def test_align_says_in_one_line_what_it_needs(ldc_checkpoint, capsys, tmp_path):
                            ([wav, "--text", RAW, "--chunk-seconds", "0.5"], "at least 1 s")]:
         code, _, err = main_cli(capsys, "align", "--checkpoint", str(ldc_checkpoint), *args)
         assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+def test_out_manifest_cuts_an_aligned_recording_into_training_lines_at_its_pauses(ldc_checkpoint, tmp_path, capsys):
+    wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    gap = np.zeros(int(1.2 * 16000), np.float32)
+    path = tmp_path / "four.wav"
+    sf.write(path, np.concatenate([wav, gap, wav, gap, wav, gap, wav]), 16000)
+    step, length = (len(wav) + len(gap)) / 16000, len(wav) / 16000
+    out = tmp_path / "book.jsonl"
+    code, results, _ = _align(capsys, ldc_checkpoint, str(path), "--text", " ".join([RAW] * 3 + ["yes no maybe so"]),
+                              "--out-manifest", str(out), "--max-seconds", "6", "--min-confidence", "0.5")
+    kept = [json.loads(x) for x in out.read_text().splitlines()]
+    dropped = [json.loads(x) for x in (tmp_path / "book.rejected.jsonl").read_text().splitlines()]
+    (per_file, summary) = results
+    assert code == 0 and per_file["segments"] == 4 and per_file["kept"] == 3
+    assert summary["kept"] == 3 and summary["rejected"] == {"low confidence": 1}
+    lines = sorted(kept + dropped, key=lambda x: x["offset"])
+    assert " ".join(x["text"] for x in lines) == " ".join([LDC] * 3 + ["yes no maybe so"])  # every word once
+    assert [x["segment"] for x in lines] == ["1/4", "2/4", "3/4", "4/4"] and dropped == [lines[3]]
+    assert lines[3]["text"] == "yes no maybe so" and lines[3]["confidence"] < 0.5 <= min(x["confidence"] for x in kept)
+    for k, x in enumerate(lines):  # each holds its copy whole, within the silence around it
+        a, b = k * step, k * step + length
+        assert max(0, a - 1.2) <= x["offset"] <= a and b - 1e-3 <= x["offset"] + x["duration"] <= b + 1.2
+    code, _, err = main_cli(capsys, "align", "--checkpoint", str(ldc_checkpoint), str(path), "--text", RAW,
+                            "--out-manifest", str(out))
+    assert code == 2 and "holds lines already" in err and len(err.strip().splitlines()) == 1
+    segments = tmp_path / "segments.jsonl"  # a manifest of segments: each aligned alone, timed in the recording
+    segments.write_text("".join(json.dumps({"audio_filepath": str(path), "offset": round(k * step - 0.3, 3),
+                                            "duration": round(length + 0.6, 3), "text": RAW}) + "\n" for k in (1, 2)))
+    code, results, _ = _align(capsys, ldc_checkpoint, "--manifest", str(segments))
+    assert code == 0 and [r["offset"] for r in results] == [round(k * step - 0.3, 3) for k in (1, 2)]
+    for k, r in zip((1, 2), results):
+        assert [w["word"] for w in r["words"]] == LDC.split()
+        assert r["offset"] <= r["words"][0]["start"] and r["words"][-1]["end"] <= r["offset"] + length + 0.6 + 1e-3
+        assert abs(r["words"][3]["start"] - results[0]["words"][3]["start"] - (k - 1) * step) < 0.05  # same place
+    code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), str(path), "--manifest",
+                            str(segments))
+    assert code == 2 and "segments of recordings" in err

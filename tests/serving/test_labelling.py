@@ -3,12 +3,13 @@ import json
 import shutil
 import sys
 
+import numpy as np
 import pytest
 import soundfile as sf
 
 from speechscale.data.manifest import read_manifest
 from speechscale.decoding.metrics import ErrorRate
-from speechscale.serving.labelling import gather, part_of, written_audio
+from speechscale.serving.labelling import gather, part_of, written
 from speechscale.serving.transcribe import Transcriber
 from tests.conftest import shared
 from tests.distributed.launch import kill_group, start, wait_for
@@ -78,7 +79,7 @@ def test_min_confidence_rejects_the_less_sure_and_max_seconds_the_long(ldc_check
     assert all(r["text"] and r["confidence"] < bound for r in low)  # the rejected transcript is kept to read
     short = tmp_path / "short.jsonl"
     res = json.loads(cli("label", *sources, "--checkpoint", str(ldc_checkpoint), "--out", str(short),
-                         "--max-seconds", "5").stdout)  # LDC93S1 is 2.9 s, JFK 11 s
+                         "--max-seconds", "5", "--no-segment").stdout)  # LDC93S1 is 2.9 s, JFK 11 s
     assert res["this_run"]["too_long"] == 1 and res["kept"] == 3
     assert [r["audio_filepath"].endswith("jfk.flac") for r in _lines(tmp_path / "short.rejected.jsonl")
             if r["rejected"] == "too long"] == [True]
@@ -105,7 +106,7 @@ def test_parts_split_the_recordings_between_processes_once_each(ldc_checkpoint, 
 def test_a_torn_last_line_is_cut_and_resume_goes_on_from_the_whole_ones(tmp_path):
     out = tmp_path / "labels.jsonl"
     out.write_text('{"audio_filepath": "/a.wav", "text": "x"}\n{"audio_filepath": "/b.w')
-    assert written_audio(out) == {"/a.wav"}
+    assert written(out).done == {("/a.wav", None)}
     assert out.read_text() == '{"audio_filepath": "/a.wav", "text": "x"}\n'
 
 
@@ -194,3 +195,60 @@ def test_self_training_fine_tunes_on_the_labels_beside_the_transcribed_data(ldc_
     assert val["samples_labels"] >= 1 and val["samples_manifest"] >= 1  # both domains drawn, by their file's name
     assert val["bad_audio"] == val["bad_text"] == 0
     assert start["step"] == 0 and rows[-1]["kind"] == "stop" and rows[-1]["step"] == 3
+
+
+@pytest.fixture
+def four_copies(tmp_path):
+    """LDC93S1 (16 kHz) four times with 1.2 s of silence between: (path, [(start, end) s of each copy])."""
+    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="float32")
+    gap = np.zeros(int(1.2 * rate), np.float32)
+    path = tmp_path / "four.wav"
+    sf.write(path, np.concatenate([wav, gap, wav, gap, wav, gap, wav]), rate)
+    step = (len(wav) + len(gap)) / rate
+    return path, [(k * step, k * step + len(wav) / rate) for k in range(4)]
+
+
+def _in_pauses(lines, copies):
+    """Each line's segment holds one copy whole and reaches no further than the silence around it."""
+    for line, (a, b), before, after in zip(lines, copies, [(0, 0), *copies], [*copies[1:], (1e9, 1e9)]):
+        assert before[1] - 1e-3 <= line["offset"] <= a and b - 1e-3 <= line["offset"] + line["duration"] <= after[0]
+
+
+def test_a_long_recording_is_cut_at_its_pauses_into_segments_training_reads(ldc_checkpoint, four_copies, tmp_path,
+                                                                           cli):
+    path, copies = four_copies
+    out = tmp_path / "labels.jsonl"
+    res = json.loads(cli("label", str(path), "--checkpoint", str(ldc_checkpoint), "--out", str(out), "--max-seconds",
+                         "6").stdout)  # two copies with their pause: 7 s
+    lines = _lines(out)
+    assert res["kept"] == 4 and res["this_run"]["segmented"] == 1 and not _lines(tmp_path / "labels.rejected.jsonl")
+    assert [x["segment"] for x in lines] == ["1/4", "2/4", "3/4", "4/4"]
+    _in_pauses(lines, copies)
+    asr = Transcriber(ldc_checkpoint)
+    whole = asr.transcribe_file(path)
+    assert " ".join(x["text"] for x in lines) == whole["text"]  # every word once, in order
+    for x in lines:
+        said = [w for w in whole["words"] if x["offset"] <= w["start"] < x["offset"] + x["duration"]]
+        assert x["text"] == " ".join(w["word"] for w in said) and x["duration"] <= 6
+        assert x["confidence"] == pytest.approx(sum(w["confidence"] for w in said) / len(said), abs=1e-4)
+    utts, report = read_manifest(out, normalize=asr.comps.normalizer, oov=asr.comps.tokenizer.oov)
+    assert report.kept == 4 and [u.offset for u in utts] == [x["offset"] for x in lines]
+    assert all(u.load(16000).shape[0] == pytest.approx(u.duration * 16000, abs=1) for u in utts)
+
+
+def test_resume_writes_only_the_segments_a_killed_run_left_unwritten(ldc_checkpoint, four_copies, tmp_path, cli):
+    path, _ = four_copies
+    out = tmp_path / "labels.jsonl"
+    args = ("label", str(path), str(shared("ldc93s1", "LDC93S1.wav")), "--checkpoint", str(ldc_checkpoint), "--out",
+            str(out), "--max-seconds", "6")
+    cli(*args)
+    full = _lines(out)
+    assert len(full) == 5
+    kept = [full[0], full[2], full[4]]  # as if killed after segments 1 and 3 (and the short file) were written
+    out.write_text("".join(json.dumps(x) + "\n" for x in kept))
+    res = json.loads(cli(*args, "--resume").stdout)
+    after = _lines(out)
+    assert after[:3] == kept and sorted(map(json.dumps, after)) == sorted(map(json.dumps, full))
+    assert res["this_run"]["kept"] == 2 and res["kept"] == 5
+    again = json.loads(cli(*args, "--resume").stdout)  # everything there: nothing new
+    assert again["this_run"]["kept"] == 0 and len(_lines(out)) == 5

@@ -18,6 +18,7 @@ from .args import (
     out_file,
     out_folder,
     positive,
+    probability,
     sample_rate,
 )
 
@@ -128,6 +129,9 @@ def _references(manifest: str | None) -> dict[str, str]:
     utts, report = read_manifest(manifest, check_files=False)
     if not utts:
         raise ConfigError(f"--manifest {manifest}: no reference read ({report.summary()})")
+    if any(u.offset is not None for u in utts):
+        raise ConfigError(f"--manifest {manifest}: its lines are segments of recordings (an offset); transcribe "
+                          f"gives a whole file's text: score segments with eval --manifest")
     return {str(Path(u.audio_path).resolve()): u.raw_text for u in utts}
 
 
@@ -363,31 +367,96 @@ def align(args: argparse.Namespace) -> int:
     if not args.segment_seconds >= MIN_SEGMENT_SECONDS:
         raise ConfigError(f"--segment-seconds={args.segment_seconds}: segments must be at least "
                           f"{MIN_SEGMENT_SECONDS:g} s long")
-    if args.manifest:
-        from ..data.manifest import read_manifest
-
-        utts, _ = read_manifest(args.manifest, check_files=False)
-        jobs = [(u.audio_path, u.raw_text) for u in utts]
-    else:
-        jobs = [(args.files[0], args.text)]
-    subtitles = _subtitle_paths([f for f, _ in jobs], args.format, args.out_dir, None)
+    if args.out_manifest is not None:
+        _check_out_manifest(args)
     from ..data.audio import AudioError, load_audio
+    from ..data.manifest import Utterance, read_manifest
+
+    if args.manifest:
+        utts, _ = read_manifest(args.manifest, check_files=False)
+    else:
+        utts = [Utterance(args.files[0], 0.0, args.text, args.text, 0)]
+    subtitles = _subtitle_paths([u.audio_path for u in utts], args.format, args.out_dir, None)
     from ..serving.align import AlignError, align_waveform
     from ..serving.transcribe import Transcriber
 
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend, device=args.device)
-    failed = 0
-    for f, text in jobs:
+    failed, cut = 0, _SegmentWriter(args) if args.out_manifest is not None else None
+    for u in utts:
+        f = u.audio_path
         try:
-            res = {"file": str(f), **align_waveform(asr, load_audio(f, asr.sample_rate), text, args.segment_seconds)}
+            wav = load_audio(f, asr.sample_rate) if u.offset is None else u.load(asr.sample_rate)
+            res = {"file": str(f), **align_waveform(asr, wav, u.raw_text, args.segment_seconds)}
         except (AudioError, AlignError) as e:
             failed += 1
             res = {"file": str(f), "error": str(e)}
-        if args.format == "json" or "error" in res:
+        if u.offset is not None and "error" not in res:  # times in the recording, not in its segment
+            res = {**res, "offset": u.offset, "words": [{**w, "start": round(w["start"] + u.offset, 3),
+                                                         "end": round(w["end"] + u.offset, 3)} for w in res["words"]]}
+        if cut is not None and "error" not in res:
+            print(json.dumps(cut.write(u, res, wav, asr.sample_rate)), flush=True)
+        elif args.format == "json" or "error" in res:
             print(json.dumps(res), flush=True)
         else:
             _write_subtitles(f, res, args.format, subtitles.get(f))
+    if cut is not None:
+        print(json.dumps(cut.close(asr.comps.normalizer)), flush=True)
     return 1 if failed else 0
+
+
+def _check_out_manifest(args: argparse.Namespace) -> None:
+    """align --out-manifest: a new JSONL file, not an input, with JSON output; one line before any work."""
+    from ..config import ConfigError
+    from ..serving.labelling import rejected_path
+
+    out = args.out_manifest
+    if out.suffix != ".jsonl":
+        raise ConfigError(f"--out-manifest {out}: the manifest written is JSONL; name it NAME.jsonl")
+    if args.format != "json":
+        raise ConfigError(f"--out-manifest writes training lines; --format {args.format} writes subtitles: give one")
+    check_not_an_input(out, [*args.files, args.manifest, args.checkpoint], "--out-manifest")
+    for f in (out, rejected_path(out)):
+        if f.is_file() and f.stat().st_size:
+            raise ConfigError(f"{f} holds lines already: write elsewhere")
+
+
+class _SegmentWriter:
+    """align --out-manifest: each aligned recording cut at its pauses into training lines (serving.labelling)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from ..serving.labelling import Counts, rejected_path
+
+        self.out, self.max_seconds, self.min_confidence = args.out_manifest, args.max_seconds, args.min_confidence
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.keep = self.out.open("w", encoding="utf-8")
+        self.drop = rejected_path(self.out).open("w", encoding="utf-8")
+        self.counts = Counts()
+
+    def write(self, u: Any, res: dict[str, Any], wav: Any, rate: int) -> dict[str, Any]:
+        """Write the lines of one aligned recording (or manifest segment: `u`), its audio `wav` at `rate`; what it
+        gave."""
+        from ..serving.labelling import segment_lines
+        from ..serving.segments import audio_pauses
+
+        start = u.offset or 0.0
+        before = self.counts.kept
+        row = {"audio_filepath": str(Path(u.audio_path).resolve()), **u.extra}
+        words = [{**w, "start": w["start"] - start, "end": w["end"] - start} for w in res["words"]]
+        lines = segment_lines(row, words, res["duration"], self.max_seconds, self.min_confidence, self.counts,
+                              pauses=audio_pauses(words, wav, rate))
+        for line, keep in lines:
+            line["offset"] = round(line["offset"] + start, 3)
+            (self.keep if keep else self.drop).write(json.dumps(line, ensure_ascii=False) + "\n")
+        return {"file": res["file"], "duration": res["duration"], "segments": len(lines),
+                "kept": self.counts.kept - before}
+
+    def close(self, normalize: Any) -> dict[str, Any]:
+        """Close the files; labelling's summary of them."""
+        from ..serving.labelling import summary
+
+        self.keep.close()
+        self.drop.close()
+        return {**summary(self.out, normalize), "this_run": vars(self.counts)}
 
 
 def tune_lm(args: argparse.Namespace) -> int:
@@ -515,6 +584,15 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     a.add_argument("--segment-seconds", type=float, default=120.0,
                    help="longer audio is aligned a segment of about this long at a time (memory: a byte per output "
                         "frame and character of a segment)")
+    a.add_argument("--out-manifest", type=out_file, default=None, metavar="NAME.jsonl",
+                   help="write training lines instead: each recording cut at the pauses between its aligned words "
+                        "into segments of at most --max-seconds (offset, duration, text, confidence, segment K/N); "
+                        "those under --min-confidence go to NAME.rejected.jsonl")
+    a.add_argument("--max-seconds", type=positive(float), default=30.0,
+                   help="--out-manifest: the longest segment (training's data.max_duration)")
+    a.add_argument("--min-confidence", type=probability, default=0.0,
+                   help="--out-manifest: keep a segment whose words' mean alignment confidence is at least this (a "
+                        "transcript that does not match its audio aligns with low confidence)")
     a.set_defaults(func=align)
 
     tl = command(sub, "tune-lm", "search the LM weight and word bonus on a dev set (the model runs once)")

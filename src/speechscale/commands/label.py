@@ -50,7 +50,7 @@ def label(args: argparse.Namespace) -> int:
 
     with tqdm(total=len(rows), desc="label", unit="file", disable=args.quiet or not sys.stderr.isatty()) as bar:
         counts = label(asr, rows, args.out, args.min_confidence, args.max_seconds, args.batch_size, args.resume,
-                       bar.update)
+                       bar.update, segment=not args.no_segment)
     print(json.dumps({**summary(args.out, asr.comps.normalizer), "this_run": vars(counts),
                       **({"part": f"{args.part[0]}/{args.part[1]}"} if args.part else {})}))
     return 0
@@ -76,8 +76,10 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="keep a transcript whose confidence (the mean of its words': the CTC path's mean probability "
                         "over each word's frames) is at least this")
     p.add_argument("--max-seconds", type=positive(float), default=30.0,
-                   help="longer recordings are rejected without being decoded past this (training's "
-                        "data.max_duration)")
+                   help="a longer recording is cut at its pauses into segments of at most this, a line each with an "
+                        "offset into it and `segment` K/N (training's data.max_duration; recordings up to 3 hours)")
+    p.add_argument("--no-segment", action="store_true",
+                   help="reject recordings longer than --max-seconds instead, without decoding them past it")
     p.add_argument("--part", type=_part, default=None, metavar="K/N",
                    help="label every N-th recording from the K-th (K from 1): N processes with the same sources "
                         "label each recording once between them")

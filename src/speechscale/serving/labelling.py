@@ -1,6 +1,8 @@
 """Pseudo-labels: untranscribed audio written out as a training manifest of a model's own transcripts, each line with
-the transcript's confidence. Lines under a confidence bound go to a second file instead. A run appends a line as each
-batch is done, so an interrupted run resumes where it stopped, and `part` splits a corpus among processes.
+the transcript's confidence. Lines under a confidence bound go to a second file instead. A recording longer than a
+training example may be is cut at its pauses into segments (serving.segments), a line each with an `offset` into it
+and `segment` K/N. A run appends lines as each batch is done, so an interrupted run resumes where it stopped, and
+`part` splits a corpus among processes.
 
     >>> asr = Transcriber("runs/demo/checkpoints/best.pt")   # doctest: +SKIP
     >>> label(asr, gather(["untranscribed/"]), Path("pseudo.jsonl"), min_confidence=0.85)   # doctest: +SKIP
@@ -11,28 +13,26 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from ..config import ConfigError, parse_json
 from ..data.audio import AudioTooLong, load_audio
+from ..data.manifest import MAX_DURATION_S, OFFSET
 from ..data.shards import AUDIO_EXTENSIONS, is_shard_index
+from .segments import Segment, audio_pauses, confidence, cut_at_pauses
 from .transcribe import Transcriber, transcribe_files
 
 REJECTED_SUFFIX = ".rejected.jsonl"
 REFERENCE = "reference"  # a source line's own `text`, kept under this key: how good the labels are, when it is known
 CALIBRATION = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)  # the bounds the summary's table of kept share and WER shows
+SEGMENT = "segment"  # "K/N": the line is segment K of the N its recording was cut into
+MAX_RECORDING_S = 3 * 3600.0  # a recording cut into segments is decoded whole: at most this long
+BATCH_SECONDS = 1800.0  # recordings run together hold at most about this much audio
 
 
 def rejected_path(out: Path) -> Path:
     """Where the lines `out` does not take go: OUT.rejected.jsonl beside it."""
     return out.with_name(out.name.removesuffix(".jsonl") + REJECTED_SUFFIX)
-
-
-def confidence(words: list[dict[str, Any]]) -> float:
-    """A transcript's confidence: the mean of its words' (each the mean probability of the CTC path over the word's
-    frames); 0 without words."""
-    scores = [w["confidence"] for w in words if "confidence" in w]
-    return round(sum(scores) / len(scores), 4) if scores else 0.0
 
 
 @dataclass
@@ -47,14 +47,15 @@ class Sources:
 
 def gather(paths: list[str]) -> Sources:
     """Rows from each path: a JSONL manifest (`.jsonl`; `audio_filepath` relative to its folder, `duration` and `text`
-    optional), a folder (every audio file under it, by name), or an audio file. A recording named twice is labelled
-    once. ConfigError (one line) for a path that is none of these, a URL, or a shard index."""
+    optional; a line with an `offset` is that segment of its recording), a folder (every audio file under it, by
+    name), or an audio file. A recording (or segment) named twice is labelled once. ConfigError (one line) for a path
+    that is none of these, a URL, or a shard index."""
     found = Sources()
-    seen: set[str] = set()
+    seen: set[tuple[str, float | None]] = set()
 
     def add(row: dict[str, Any]) -> None:
-        if row["audio_filepath"] not in seen:
-            seen.add(row["audio_filepath"])
+        if source_key(row) not in seen:
+            seen.add(source_key(row))
             found.rows.append(row)
 
     for text in paths:
@@ -87,10 +88,12 @@ def _manifest_rows(path: Path, found: Sources, add: Callable[[dict[str, Any]], N
             except ValueError:
                 rec = None
             audio = rec.get("audio_filepath") if isinstance(rec, dict) else None
-            if not isinstance(audio, str) or not audio:
+            bad = "not a JSON object with audio_filepath" if not isinstance(audio, str) or not audio else \
+                _bad_segment(rec)
+            if bad:
                 found.bad_lines += 1
                 if len(found.examples) < 3:
-                    found.examples.append(f"{path}:{lineno}: not a JSON object with audio_filepath")
+                    found.examples.append(f"{path}:{lineno}: {bad}")
                 continue
             row = {k: v for k, v in rec.items() if k not in _OWN_KEYS}
             row["audio_filepath"] = str((path.parent / audio).resolve())
@@ -103,7 +106,26 @@ def _manifest_rows(path: Path, found: Sources, add: Callable[[dict[str, Any]], N
             add(row)
 
 
-_OWN_KEYS = ("text", "duration", "confidence", "rejected", "error", REFERENCE)  # what a label line says anew
+def _bad_segment(rec: dict[str, Any]) -> str | None:
+    """Why a manifest line's `offset` (and `duration` with it) names no segment, or None."""
+    if OFFSET not in rec:
+        return None
+    if SEGMENT in rec:
+        return "a segment label cut from a longer recording: label the recording itself again"
+    for key in (OFFSET, "duration"):
+        value = rec.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_DURATION_S:
+            return f"{key} {value!r} is no number of seconds"
+    return None
+
+
+def source_key(line: dict[str, Any]) -> tuple[str, float | None]:
+    """What a row or a written line was labelled from: its recording, and the offset of the segment a source
+    manifest named (None for a whole recording, also for the segments label cut it into)."""
+    return line["audio_filepath"], None if SEGMENT in line or OFFSET not in line else float(line[OFFSET])
+
+
+_OWN_KEYS = ("text", "duration", "confidence", "rejected", "error", SEGMENT, REFERENCE)  # a label line says anew
 
 
 def part_of(rows: list[dict[str, Any]], part: tuple[int, int]) -> list[dict[str, Any]]:
@@ -124,12 +146,43 @@ def parse_part(text: str) -> tuple[int, int]:
     return k, n
 
 
-def written_audio(path: Path) -> set[str]:
-    """The recordings a file of labels already holds. A last line cut short (the run was killed while writing it) is
-    cut off the file, so that appending goes on from the last whole line."""
-    done: set[str] = set()
+@dataclass
+class Written:
+    """What files of labels already hold: sources done, and the segment offsets written of recordings cut into
+    segments that are not all written yet."""
+
+    done: set[tuple[str, float | None]] = field(default_factory=set)
+    partial: dict[tuple[str, float | None], set[float]] = field(default_factory=dict)
+
+
+def written(*paths: Path) -> Written:
+    """What the files of labels `paths` hold (a recording cut into N segments is done when N lines of it are there,
+    in either file). A last line cut short (the run was killed while writing it) is cut off its file, so that
+    appending goes on from the last whole line."""
+    found = Written()
+    segments: dict[tuple[str, float | None], tuple[int, set[float]]] = {}
+    for path in paths:
+        for rec in _whole_lines(path):
+            if not isinstance(rec.get("audio_filepath"), str):
+                continue
+            key = source_key(rec)
+            if SEGMENT not in rec:
+                found.done.add(key)
+                continue
+            n, offsets = segments.setdefault(key, (int(str(rec[SEGMENT]).split("/")[-1]), set()))
+            offsets.add(float(rec[OFFSET]))
+    for key, (n, offsets) in segments.items():
+        if len(offsets) >= n:
+            found.done.add(key)
+        else:
+            found.partial[key] = offsets
+    return found
+
+
+def _whole_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of `path`'s whole lines; a last line without its newline is cut off the file."""
     if not path.is_file():
-        return done
+        return
     whole = 0  # bytes up to the end of the last whole line
     with path.open("r+b") as f:
         for raw in f:
@@ -138,9 +191,8 @@ def written_audio(path: Path) -> set[str]:
                 break
             whole += len(raw)
             rec = _record(raw.decode("utf-8", errors="replace"))
-            if rec is not None and isinstance(rec.get("audio_filepath"), str):
-                done.add(rec["audio_filepath"])
-    return done
+            if rec is not None:
+                yield rec
 
 
 def _record(raw: str) -> dict[str, Any] | None:
@@ -161,47 +213,102 @@ class Counts:
     too_long: int = 0
     unreadable: int = 0
     kept_seconds: float = 0.0
+    segmented: int = 0  # recordings cut into segments
 
 
 def label(asr: Transcriber, rows: list[dict[str, Any]], out: Path, min_confidence: float = 0.0,
           max_seconds: float = 30.0, batch_size: int = 8, resume: bool = False,
-          progress: Callable[[int], None] | None = None) -> Counts:
+          progress: Callable[[int], None] | None = None, segment: bool = True) -> Counts:
     """Transcribe `rows` (gather's) with `asr` and append each to `out` (text, duration, confidence, the row's own
     keys) when its confidence is at least `min_confidence`, else to rejected_path(out) with the reason. A recording
-    longer than `max_seconds`, unreadable, or with no text said goes there too. With `resume`, rows either file
-    already holds are skipped; without it, either file holding lines is a ConfigError. Files of similar length (by
-    a manifest's `duration`) run together; `progress(1)` after each recording."""
+    longer than `max_seconds` is cut at its pauses into segments of at most that, each its own line (with `segment`;
+    up to MAX_RECORDING_S, past which it is rejected), or rejected without being decoded past it. A segment a source
+    manifest names (an `offset`) longer than `max_seconds`, an unreadable recording, or one with no text said goes to
+    the rejected file too. With `resume`, what either file already holds is skipped; without it, either file holding
+    lines is a ConfigError. Files of similar length (by a manifest's `duration`) run together; `progress(1)` after
+    each row."""
     rejected = rejected_path(out)
     if not resume:
         for f in (out, rejected):
             if f.is_file() and f.stat().st_size:
                 raise ConfigError(f"{f} holds labels already: --resume goes on from them, or write elsewhere")
-    done = written_audio(out) | written_audio(rejected)
-    todo = sorted((r for r in rows if r["audio_filepath"] not in done), key=lambda r: r.get("duration", 0.0))
-    by_audio = {r["audio_filepath"]: r for r in todo}
+    have = written(out, rejected)
+    todo = sorted((r for r in rows if source_key(r) not in have.done), key=lambda r: r.get("duration", 0.0))
+    by_key = {str(i): r for i, r in enumerate(todo)}
     counts = Counts()
     too_long: set[str] = set()
+    long_audio: dict[str, Any] = {}  # the waveforms of recordings to cut into segments, until they are
 
-    def read(f: str, rate: int) -> Any:
+    def read(key: str, rate: int) -> Any:
+        row = by_key[key]
         try:
-            return load_audio(f, rate, max_seconds)
+            if OFFSET in row:
+                return load_audio(row["audio_filepath"], rate, max_seconds, row[OFFSET], row.get("duration"))
+            wav = load_audio(row["audio_filepath"], rate, MAX_RECORDING_S if segment else max_seconds)
         except AudioTooLong:
-            too_long.add(f)
+            too_long.add(key)
             raise
+        if wav.shape[0] > max_seconds * rate:
+            long_audio[key] = wav
+        return wav
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a", encoding="utf-8") as keep, rejected.open("a", encoding="utf-8") as drop:
-        for n, (f, res) in enumerate(transcribe_files(asr, list(by_audio), batch_size, read), start=1):
-            row = {k: v for k, v in by_audio[f].items() if k != "duration"}
-            line, kept = _line(row, res, min_confidence, f in too_long, counts)
-            (keep if kept else drop).write(json.dumps(line, ensure_ascii=False) + "\n")
-            if n % batch_size == 0 or n == len(by_audio):  # a batch's lines on disk before the next batch runs
+        results = transcribe_files(asr, list(by_key), batch_size, read, batch_seconds=BATCH_SECONDS)
+        for n, (key, res) in enumerate(results, start=1):
+            row = {k: v for k, v in by_key[key].items() if k != "duration"}
+            wav = long_audio.pop(key, None)
+            if wav is not None and "error" not in res and res["words"]:
+                lines = segment_lines(row, res["words"], res["duration"], max_seconds, min_confidence, counts,
+                                      have.partial.get(source_key(row), set()),
+                                      audio_pauses(res["words"], wav, asr.sample_rate))
+            else:
+                lines = [_line(row, res, min_confidence, key in too_long, counts)]
+            for line, kept in lines:
+                (keep if kept else drop).write(json.dumps(line, ensure_ascii=False) + "\n")
+            if n % batch_size == 0 or n == len(by_key):  # a batch's lines on disk before the next batch runs
                 for handle in (keep, drop):
                     handle.flush()
                     os.fsync(handle.fileno())
             if progress:
                 progress(1)
+    counts.kept_seconds = round(counts.kept_seconds, 3)
     return counts
+
+
+def segment_lines(row: dict[str, Any], words: list[dict[str, Any]], duration: float, max_seconds: float,
+                  min_confidence: float, counts: Counts, written: Iterable[float] = (),
+                  pauses: list[tuple[float, float]] | None = None) -> list[tuple[dict[str, Any], bool]]:
+    """The manifest lines of a recording (`row`: its `audio_filepath` and keys to carry) of `duration` s cut at the
+    pauses between its timed `words` (`pauses`: segments.audio_pauses') into segments of at most `max_seconds`, each
+    with whether it is kept (at least `min_confidence`, not longer than asked); segments whose offset `written` holds
+    are left out. `counts` updated."""
+    segments = cut_at_pauses(words, duration, max_seconds, pauses)
+    written = set(written)
+    counts.segmented += 1
+    own = {k: v for k, v in row.items() if k not in ("audio_filepath", REFERENCE)}  # a reference is the whole's
+    lines = []
+    for k, seg in enumerate(segments, start=1):
+        if seg.start in written:
+            continue
+        line = {"audio_filepath": row["audio_filepath"], OFFSET: seg.start, "duration": seg.duration,
+                "text": seg.text, "confidence": seg.confidence, SEGMENT: f"{k}/{len(segments)}", **own}
+        lines.append(_judge(line, seg, max_seconds, min_confidence, counts))
+    return lines
+
+
+def _judge(line: dict[str, Any], seg: Segment, max_seconds: float, min_confidence: float,
+           counts: Counts) -> tuple[dict[str, Any], bool]:
+    """A segment's line, kept unless it is longer than `max_seconds` (one word that long) or under the bound."""
+    if seg.duration > max_seconds + 1e-3:  # bounds are written in ms
+        counts.too_long += 1
+        return {**line, "rejected": "too long"}, False
+    if seg.confidence < min_confidence:
+        counts.low_confidence += 1
+        return {**line, "rejected": "low confidence"}, False
+    counts.kept += 1
+    counts.kept_seconds += seg.duration
+    return line, True
 
 
 def _line(row: dict[str, Any], res: dict[str, Any], min_confidence: float, too_long: bool,

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -154,18 +155,25 @@ class Transcriber:
 
 
 def transcribe_files(asr: Transcriber, files: list[str], batch_size: int,
-                     read: Callable[[str, int], np.ndarray] = load_audio) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(file, result) in the order given: files read (`read(file, rate)`) and run `batch_size` at a time as one
-    padded batch (what a GPU wants). An unreadable file's result is {"file", "error"}; the others of its batch
-    still run."""
-    for start in range(0, len(files), batch_size):
-        group, wavs, results = files[start:start + batch_size], [], {}
-        for f in group:
-            try:
-                wavs.append((f, read(f, asr.sample_rate)))
-            except AudioError as e:
-                results[f] = {"file": str(f), "error": str(e)}
-        for (f, _), res in zip(wavs, asr.transcribe_batch([w for _, w in wavs]) if wavs else []):
-            results[f] = {"file": str(f), **res}
-        for f in group:
-            yield f, results[f]
+                     read: Callable[[str, int], np.ndarray] = load_audio,
+                     batch_seconds: float = math.inf) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(file, result) in the order given: files read (`read(file, rate)`) and run `batch_size` at a time (fewer once
+    they hold `batch_seconds` of audio) as one padded batch (what a GPU wants). An unreadable file's result is
+    {"file", "error"}; the others of its batch still run."""
+    group: list[str] = []
+    wavs: list[tuple[str, np.ndarray]] = []
+    results: dict[str, dict[str, Any]] = {}
+    for i, f in enumerate(files):
+        group.append(f)
+        try:
+            wavs.append((f, read(f, asr.sample_rate)))
+        except AudioError as e:
+            results[f] = {"file": str(f), "error": str(e)}
+        held = sum(w.shape[0] for _, w in wavs) / asr.sample_rate
+        if len(group) < batch_size and held < batch_seconds and i + 1 < len(files):
+            continue
+        for (g, _), res in zip(wavs, asr.transcribe_batch([w for _, w in wavs]) if wavs else []):
+            results[g] = {"file": str(g), **res}
+        for g in group:
+            yield g, results[g]
+        group, wavs, results = [], [], {}

@@ -1,0 +1,131 @@
+"""Long recordings cut into training segments at the pauses between their timed words (a model's transcript, or a
+known transcript's forced alignment). A stretch longer than `max_seconds` is cut at its longest pause, and each side
+again until every segment fits, so sentences stay whole where the speaker paused between them. Each segment becomes a
+manifest line with an `offset` into its recording (data.manifest).
+
+    >>> words = [{"word": "yes", "start": 0.5, "end": 0.9}, {"word": "no", "start": 2.0, "end": 2.3}]
+    >>> [(s.start, s.end, s.text) for s in cut_at_pauses(words, duration=3.0, max_seconds=2.0)]
+    [(0.2, 1.2, 'yes'), (1.7, 2.6, 'no')]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+EDGE_S = 0.3  # a segment keeps at most this much of the pause before its first word and after its last
+
+
+@dataclass
+class Segment:
+    """The words (each with start and end, s) of [start, end] s of a recording."""
+
+    start: float
+    end: float
+    words: list[dict[str, Any]]
+
+    @property
+    def duration(self) -> float:
+        return round(self.end - self.start, 3)
+
+    @property
+    def text(self) -> str:
+        return " ".join(w["word"] for w in self.words)
+
+    @property
+    def confidence(self) -> float:
+        return confidence(self.words)
+
+
+def confidence(words: list[dict[str, Any]]) -> float:
+    """A transcript's confidence: the mean of its words' (each the mean probability of the CTC path over the word's
+    frames); 0 without words."""
+    scores = [w["confidence"] for w in words if "confidence" in w]
+    return round(sum(scores) / len(scores), 4) if scores else 0.0
+
+
+def cut_at_pauses(words: list[dict[str, Any]], duration: float, max_seconds: float,
+                  pauses: list[tuple[float, float]] | None = None) -> list[Segment]:
+    """`words` of a recording of `duration` s, in time order, grouped into segments of at most `max_seconds`, each cut
+    at the longest pause within a stretch that is too long (of equal pauses, the one nearest the stretch's middle).
+    `pauses`: (start, end) s of the pause before each word and after the last (audio_pauses'; default: the gaps
+    between the words' own times). A segment's bounds lie in the pauses around its words, at most EDGE_S into them
+    and at most halfway across. A single word longer than `max_seconds` stays a segment of its own, longer than
+    asked."""
+    if not words:
+        return []
+    pauses = pauses or word_gaps(words, duration)
+    out: list[Segment] = []
+    todo = [(0, len(words))]  # word index ranges [lo, hi) still to place, the last one first
+    while todo:
+        lo, hi = todo.pop()
+        start, end = _start(pauses, lo), _end(pauses, hi, len(words))
+        if end - start <= max_seconds or hi - lo == 1:
+            out.append(Segment(round(start, 3), min(round(end, 3), duration), words[lo:hi]))
+            continue
+        middle = (start + end) / 2
+        k = max(range(lo + 1, hi), key=lambda j: (round(pauses[j][1] - pauses[j][0], 2),
+                                                  -abs(pauses[j][0] - middle)))
+        todo += [(k, hi), (lo, k)]
+    return sorted(out, key=lambda s: s.start)
+
+
+def word_gaps(words: list[dict[str, Any]], duration: float) -> list[tuple[float, float]]:
+    """The pauses the words' own times leave: before the first, between each two (none where they overlap), after
+    the last."""
+    gaps = [(0.0, words[0]["start"])]
+    gaps += [(a["end"], max(a["end"], b["start"])) for a, b in zip(words, words[1:])]
+    return gaps + [(words[-1]["end"], max(words[-1]["end"], duration))]
+
+
+def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> list[tuple[float, float]]:
+    """The pauses around `words` as the audio (T,) float32 at `rate` has them: before word j, the longest quiet run
+    between the starts of words j - 1 and j (a CTC model may say a word's last letter late, after the pause that
+    ends it; a word's own quiet stretches are shorter); before the first word and after the last, the longest
+    between the recording's edge and that word's start. Quiet: a FRAME_S frame's energy under the level QUIET of
+    the way from the recording's quiet floor to its loud speech. An empty pause at the later word's start where
+    there is none."""
+    frame = max(1, int(FRAME_S * rate))
+    n = wav.shape[0] // frame
+    if n == 0:
+        return word_gaps(words, wav.shape[0] / rate)
+    frames = wav[:n * frame].reshape(n, frame)  # (n, frame): a view
+    level = 10 * np.log10(np.einsum("ij,ij->i", frames, frames) / frame + 1e-10)  # (n,) dB
+    floor, loud = np.percentile(level, 5), np.percentile(level, 95)
+    quiet = np.concatenate([[False], level < floor + QUIET * (loud - floor), [False]])
+    edges = np.flatnonzero(quiet[1:] != quiet[:-1])  # quiet runs [edges[2i], edges[2i+1]) in frames
+    runs = edges.reshape(-1, 2) * FRAME_S  # (R, 2) s
+    duration = wav.shape[0] / rate
+    bounds = [0.0, *(w["start"] for w in words), duration]
+    return [_longest(runs, a, b) for a, b in zip(bounds[:-2], bounds[1:-1])] + \
+        [_longest(runs, words[-1]["start"], duration)]
+
+
+FRAME_S = 0.01
+QUIET = 0.3
+
+
+def _longest(runs: np.ndarray, a: float, b: float) -> tuple[float, float]:
+    """The longest of the quiet `runs` (R, 2) s clipped to [a, b]; (b, b) when none falls inside."""
+    first, last = np.searchsorted(runs[:, 1], a, "right"), np.searchsorted(runs[:, 0], b, "left")  # runs are in order
+    if last <= first:
+        return b, b
+    lo, hi = np.clip(runs[first:last, 0], a, b), np.clip(runs[first:last, 1], a, b)
+    if not (hi - lo).max() > 0:
+        return b, b
+    i = int((hi - lo).argmax())
+    return float(lo[i]), float(hi[i])
+
+
+def _start(pauses: list[tuple[float, float]], i: int) -> float:
+    """Where a segment that starts with word i begins: in the pause before it, at most EDGE_S into it and no more than
+    halfway across (the segment before has the other half)."""
+    q0, q1 = pauses[i]
+    return max(q0 if i == 0 else (q0 + q1) / 2, q1 - EDGE_S)
+
+
+def _end(pauses: list[tuple[float, float]], hi: int, n: int) -> float:
+    """Where a segment that ends with word hi - 1 ends (of n words): as _start, in the pause after it."""
+    q0, q1 = pauses[hi]
+    return min(q1 if hi == n else (q0 + q1) / 2, q0 + EDGE_S)

@@ -1,0 +1,58 @@
+"""Cutting a long recording's timed words into training segments at its pauses."""
+import random
+
+import pytest
+
+from speechscale.serving.segments import EDGE_S, cut_at_pauses
+
+
+def _words(rng, n, long_pauses=()):
+    """`n` words of 0.1-0.6 s with pauses of 0-0.15 s, and the pauses at indexes `long_pauses` 1-3 s long."""
+    out, t = [], rng.uniform(0, 2)
+    for i in range(n):
+        if i and i in long_pauses:
+            t += rng.uniform(1, 3)
+        length = rng.uniform(0.1, 0.6)
+        out.append({"word": f"w{i}", "start": round(t, 3), "end": round(t + length, 3),
+                    "confidence": rng.uniform(0.3, 1.0)})
+        t += length + rng.uniform(0, 0.15)
+    return out, t + rng.uniform(0, 2)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_segments_hold_every_word_once_within_the_bound_and_cut_in_pauses(seed):
+    rng = random.Random(seed)
+    words, duration = _words(rng, rng.randint(1, 400), long_pauses=set(rng.sample(range(1, 400), 30)))
+    max_s = rng.uniform(3, 25)
+    segs = cut_at_pauses(words, duration, max_s)
+    assert [w for s in segs for w in s.words] == words  # every word once, in order
+    for s in segs:
+        first, last = s.words[0], s.words[-1]
+        assert s.duration <= max_s + 1e-3 or len(s.words) == 1  # bounds in ms
+        assert first["start"] - EDGE_S - 1e-3 <= s.start <= first["start"] + 1e-9  # in the pause before it
+        assert last["end"] - 1e-9 <= s.end <= last["end"] + EDGE_S + 1e-3
+        assert 0 <= s.start and s.end <= duration + 1e-9
+        assert s.confidence == pytest.approx(sum(w["confidence"] for w in s.words) / len(s.words), abs=1e-4)
+        assert s.text == " ".join(w["word"] for w in s.words)
+    assert all(a.end <= b.start + 1e-9 for a, b in zip(segs, segs[1:]))  # no audio in two segments
+    pauses = [(words[j]["start"] - words[j - 1]["end"], j) for j in range(1, len(words))]
+    if len(segs) > 1:  # the longest pause of all is always one of the cuts
+        longest = max(pauses)[1]
+        assert any(s.words[0] is words[longest] for s in segs)
+
+
+def test_sentences_apart_by_pauses_stay_whole():
+    rng = random.Random(7)
+    words, duration = _words(rng, 60, long_pauses={12, 25, 31, 47})  # five "sentences", each under 10 s
+    sentences = [0, 12, 25, 31, 47, 60]
+    assert all(words[b - 1]["end"] - words[a]["start"] + 2 * EDGE_S < 10 for a, b in zip(sentences, sentences[1:]))
+    segs = cut_at_pauses(words, duration, max_seconds=10.0)
+    assert len(segs) >= 3 and {words.index(s.words[0]) for s in segs} <= set(sentences)  # cut only between them
+
+
+def test_a_short_recording_is_one_segment_and_no_words_none():
+    words = [{"word": "yes", "start": 0.5, "end": 0.9}]
+    assert [(s.start, s.end, s.text, s.confidence) for s in cut_at_pauses(words, 1.0, 30.0)] == [(0.2, 1.0, "yes", 0.0)]
+    assert cut_at_pauses([], 100.0, 30.0) == []
+    one = cut_at_pauses([{"word": "long", "start": 1.0, "end": 9.0}], 10.0, 5.0)  # one word longer than asked
+    assert len(one) == 1 and one[0].duration > 5.0

@@ -436,14 +436,14 @@ class _SegmentWriter:
         """Write the lines of one aligned recording (or manifest segment: `u`), its audio `wav` at `rate`; what it
         gave."""
         from ..serving.labelling import segment_lines
-        from ..serving.segments import audio_pauses
+        from ..serving.segments import audio_pauses, cut_at_pauses
 
         start = u.offset or 0.0
         before = self.counts.kept
         row = {"audio_filepath": str(Path(u.audio_path).resolve()), **u.extra}
         words = [{**w, "start": w["start"] - start, "end": w["end"] - start} for w in res["words"]]
-        lines = segment_lines(row, words, res["duration"], self.max_seconds, self.min_confidence, self.counts,
-                              pauses=audio_pauses(words, wav, rate))
+        cut = cut_at_pauses(words, res["duration"], self.max_seconds, audio_pauses(words, wav, rate))
+        lines = segment_lines(row, cut, self.max_seconds, self.min_confidence, self.counts)
         for line, keep in lines:
             line["offset"] = round(line["offset"] + start, 3)
             (self.keep if keep else self.drop).write(json.dumps(line, ensure_ascii=False) + "\n")

@@ -259,9 +259,10 @@ def label(asr: Transcriber, rows: list[dict[str, Any]], out: Path, min_confidenc
             row = {k: v for k, v in by_key[key].items() if k != "duration"}
             wav = long_audio.pop(key, None)
             if wav is not None and "error" not in res and res["words"]:
-                lines = segment_lines(row, res["words"], res["duration"], max_seconds, min_confidence, counts,
-                                      have.partial.get(source_key(row), set()),
-                                      audio_pauses(res["words"], wav, asr.sample_rate))
+                cut = cut_at_pauses(res["words"], res["duration"], max_seconds,
+                                    audio_pauses(res["words"], wav, asr.sample_rate))
+                lines = segment_lines(row, decode_alone(asr, wav, cut), max_seconds, min_confidence, counts,
+                                      have.partial.get(source_key(row), set()))
             else:
                 lines = [_line(row, res, min_confidence, key in too_long, counts)]
             for line, kept in lines:
@@ -276,14 +277,11 @@ def label(asr: Transcriber, rows: list[dict[str, Any]], out: Path, min_confidenc
     return counts
 
 
-def segment_lines(row: dict[str, Any], words: list[dict[str, Any]], duration: float, max_seconds: float,
-                  min_confidence: float, counts: Counts, written: Iterable[float] = (),
-                  pauses: list[tuple[float, float]] | None = None) -> list[tuple[dict[str, Any], bool]]:
-    """The manifest lines of a recording (`row`: its `audio_filepath` and keys to carry) of `duration` s cut at the
-    pauses between its timed `words` (`pauses`: segments.audio_pauses') into segments of at most `max_seconds`, each
-    with whether it is kept (at least `min_confidence`, not longer than asked); segments whose offset `written` holds
-    are left out. `counts` updated."""
-    segments = cut_at_pauses(words, duration, max_seconds, pauses)
+def segment_lines(row: dict[str, Any], segments: list[Segment], max_seconds: float, min_confidence: float,
+                  counts: Counts, written: Iterable[float] = ()) -> list[tuple[dict[str, Any], bool]]:
+    """The manifest lines of a recording's `segments` (`row`: its `audio_filepath` and keys to carry), each with
+    whether it is kept (some text, at least `min_confidence`, not longer than `max_seconds`); segments whose offset
+    `written` holds are left out. `counts` updated."""
     written = set(written)
     counts.segmented += 1
     own = {k: v for k, v in row.items() if k not in ("audio_filepath", REFERENCE)}  # a reference is the whole's
@@ -297,9 +295,24 @@ def segment_lines(row: dict[str, Any], words: list[dict[str, Any]], duration: fl
     return lines
 
 
+def decode_alone(asr: Transcriber, wav: Any, segments: list[Segment]) -> list[Segment]:
+    """`segments` of the recording `wav` (T,) at the model's rate, each decoded again on its own, as training will
+    hear it: its words (times in the recording) are what the model says of the segment alone, which for a model
+    trained on short utterances is closer to the truth than its words in the long recording's chunks."""
+    rate = asr.sample_rate
+    results = asr.transcribe_batch([wav[round(s.start * rate):round(s.end * rate)] for s in segments])
+    return [Segment(s.start, s.end, [{**w, **({"start": round(w["start"] + s.start, 3),
+                                               "end": round(w["end"] + s.start, 3)} if "start" in w else {})}
+                                     for w in res["words"]]) for s, res in zip(segments, results)]
+
+
 def _judge(line: dict[str, Any], seg: Segment, max_seconds: float, min_confidence: float,
            counts: Counts) -> tuple[dict[str, Any], bool]:
-    """A segment's line, kept unless it is longer than `max_seconds` (one word that long) or under the bound."""
+    """A segment's line, kept unless it is longer than `max_seconds` (one word that long), says nothing, or is under
+    the bound."""
+    if not seg.words:
+        counts.empty += 1
+        return {**line, "rejected": "no text"}, False
     if seg.duration > max_seconds + 1e-3:  # bounds are written in ms
         counts.too_long += 1
         return {**line, "rejected": "too long"}, False

@@ -70,11 +70,12 @@ def cut_quality(lines: list[dict[str, Any]], recordings: list[dict[str, Any]]) -
     wer = ErrorRate()
     lengths = []
     for rec in recordings:
-        segs = sorted(by_file.get(rec["audio_filepath"], []), key=lambda x: x["offset"])
+        segs = sorted(by_file.get(rec["audio_filepath"], []), key=lambda x: x.get("offset", 0.0))  # none: whole
         spans = rec["spans"]
         pauses = [(a[1], b[0]) for a, b in zip(spans, spans[1:])]
         for x in segs:
-            a, b = x["offset"], x["offset"] + x["duration"]
+            a = x.get("offset", 0.0)
+            b = a + x["duration"]
             lengths.append(x["duration"])
             truth = " ".join(s[2] for s in spans if a <= (s[0] + s[1]) / 2 < b)
             wer.update([truth], [x["text"]])

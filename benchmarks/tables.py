@@ -508,6 +508,60 @@ def _selftrain(res: dict[str, Any]) -> str:
             + f"\nThe runs were trained at commit {where} and scored at this block's.\n")
 
 
+def _longform(res: dict[str, Any]) -> str:
+    """benchmarks/longform.py: long recordings cut at their pauses by align and label, against the same sentences cut
+    by hand; the cutter's ablation; fine-tuning on each, by seed."""
+    settings = res.get("settings") or {}
+
+    def quality(name: str, q: dict[str, Any], extra: list[str]) -> list[Any]:
+        share = f"{100 * q['share_in_pauses']:.1f} %" if q.get("share_in_pauses") is not None else "-"
+        return [name, q["segments"], f"{q['mean_seconds']:.1f} s (at most {q['max_seconds']:.1f})",
+                f"{q['cuts_in_pauses']} of {q['cuts']} ({share})", f"{100 * q['wer_vs_truth']:.1f} %", *extra]
+
+    cuts = [quality("`align --out-manifest` (the true text)", res["cuts"]["align"], [f"{res['cuts']['align']['seconds']:.0f} s"]),
+            quality("`label --decoder beam --lm` (no text)", res["cuts"]["label"], [f"{res['cuts']['label']['seconds']:.0f} s"])]
+    names = {"align/audio": "aligned words, pauses in the audio (align's)", "align/word_times":
+             "aligned words, gaps of their own times", "greedy/audio": "greedy's words, pauses in the audio (label's)",
+             "greedy/word_times": "greedy's words, gaps of their own times"}
+    ablation = [quality(names.get(k, k), q, []) for k, q in res["ablation"].items()]
+    arm_names = {"teacher": "the teacher (no fine-tuning)", "control": "training data only (the control)",
+                 "lm": "+ the sentences' files, the LM's labels", "sentences-true": "+ the sentences' files, true text",
+                 "long-align": "+ the long recordings' segments, `align` (true text)",
+                 "long-label": "+ the long recordings' segments, `label` (LM labels)"}
+    by_arm: dict[str, list[dict[str, Any]]] = {}
+    for r in res["arms"]:
+        by_arm.setdefault(r["arm"], []).append(r)
+    arms = []
+    for arm, runs in by_arm.items():
+        greedy = [100 * r["greedy"]["wer"] for r in runs]
+        lm = [100 * r["lm"]["wer"] for r in runs]
+        arms.append([arm_names.get(arm, arm), runs[0].get("utterances", "-"),
+                     " / ".join(f"{x:.1f}" for x in greedy) + " %", f"{statistics.median(greedy):.1f} %",
+                     f"{statistics.median(lm):.1f} %" + (f" ({min(lm):.1f}-{max(lm):.1f})" if len(lm) > 1 else "")])
+    seeds = sorted({r["seed"] for r in res["arms"] if "seed" in r})
+    trained = sorted({(r["trained_at"], r["seed"], r["arm"]) for r in res["arms"] if "trained_at" in r})
+    commits = sorted({c for c, _, _ in trained})
+    where = "; ".join(f"`{c}`: " + ", ".join(sorted({a for cc, _, a in trained if cc == c})) for c in commits)
+    return (f"{res['pool_utterances']} sentences in the demo's unseen test voice joined in order into "
+            f"{res['recordings']} recordings of about {res['recording_minutes']:.1f} minutes (a drawn pause of "
+            f"0.25-1 s between two sentences), cut into segments of at most {settings.get('max_seconds')} s by the "
+            "teacher `" + res["teacher"] + "`. A cut is in a pause when it falls between two sentences' files (each "
+            "file's own edge silence counts as the sentence's); a segment's text is scored against the sentences "
+            "whose middle it holds. The LM's labels of the same sentences as separate files have a WER of "
+            f"{100 * res['sentences_lm_wer']:.1f} %.\n\n"
+            + _md(["cut by", "segments", "length: mean", "cuts in a pause", "WER of the segments' text", "wall"], cuts)
+            + "\nThe cutter's ablation, on the same recordings (the words of each alignment or greedy transcript cut "
+            "twice):\n\n"
+            + _md(["words and pauses", "segments", "length: mean", "cuts in a pause", "WER of the segments' text"],
+                  ablation)
+            + f"\nEach arm fine-tunes the teacher for {settings.get('steps')} steps on the demo's training data plus "
+            f"what it names, once on each seed ({', '.join(map(str, seeds))}); each run's `last.pt` is scored on the "
+            "demo's test set.\n\n"
+            + _md(["fine-tuned on", "added lines", "WER greedy, by seed", "median", "WER, beam + LM: median (range)"],
+                  arms)
+            + f"\nThe runs were trained at commit {where}, and scored at this block's.\n")
+
+
 def _serving(name: str) -> Callable[[Any], str]:
     def render(res: Any) -> str:
         from .serving_tables import RENDERERS
@@ -529,7 +583,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "soak": _serving("soak"), "stream-stacks": _serving("stream-stacks"),
                                            "align": _align, "align-long": _align, "transfer-de": _transfer,
                                            "pieces-demo": _pieces, "pieces-demo-long": _pieces, "int8": _int8,
-                                           "selftrain-demo": _selftrain}
+                                           "selftrain-demo": _selftrain, "longform-demo": _longform}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

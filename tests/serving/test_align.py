@@ -222,6 +222,13 @@ def test_out_manifest_cuts_an_aligned_recording_into_training_lines_at_its_pause
         assert [w["word"] for w in r["words"]] == LDC.split()
         assert r["offset"] <= r["words"][0]["start"] and r["words"][-1]["end"] <= r["offset"] + length + 0.6 + 1e-3
         assert abs(r["words"][3]["start"] - results[0]["words"][3]["start"] - (k - 1) * step) < 0.05  # same place
+    cut = tmp_path / "cut.jsonl"  # segments of segments: offsets in the recording
+    code, _, _ = _align(capsys, ldc_checkpoint, "--manifest", str(segments), "--out-manifest", str(cut),
+                        "--max-seconds", "6")
+    lines = [json.loads(x) for x in cut.read_text().splitlines()]
+    assert code == 0 and len(lines) == 2 and [x["segment"] for x in lines] == ["1/1", "1/1"]
+    for k, x in zip((1, 2), lines):
+        assert k * step - 0.3 - 1e-3 <= x["offset"] <= k * step and x["offset"] + x["duration"] >= k * step + length
     code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), str(path), "--manifest",
                             str(segments))
     assert code == 2 and "segments of recordings" in err

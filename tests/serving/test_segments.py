@@ -56,3 +56,24 @@ def test_a_short_recording_is_one_segment_and_no_words_none():
     assert cut_at_pauses([], 100.0, 30.0) == []
     one = cut_at_pauses([{"word": "long", "start": 1.0, "end": 9.0}], 10.0, 5.0)  # one word longer than asked
     assert len(one) == 1 and one[0].duration > 5.0
+
+
+def test_pauses_come_from_the_audio_where_a_word_is_timed_late_and_none_is_invented_at_the_edges():
+    import numpy as np
+
+    from speechscale.serving.segments import audio_pauses
+
+    rate = 16000
+    rng = np.random.default_rng(0)
+    wav = np.zeros(6 * rate, np.float32)
+    for a, b in ((0.5, 1.5), (1.6, 2.0), (3.5, 4.6), (4.7, 6.0)):  # sound; 0.1 s gaps inside "words", 1.5 s between
+        wav[int(a * rate):int(b * rate)] = rng.normal(0, 0.1, int(b * rate) - int(a * rate))
+    words = [{"word": "one", "start": 0.5, "end": 2.0}, {"word": "two", "start": 3.5, "end": 3.45 + 1.2}]
+    words[0]["end"] = 3.4  # its last letter said late, in the pause
+    pauses = audio_pauses(words, wav, rate)
+    assert pauses[0] == (0.0, 0.5)  # the leading silence
+    assert pauses[1] == pytest.approx((2.0, 3.5), abs=0.011)  # the pause the audio has, not the words' gap
+    assert pauses[2] == (6.0, 6.0)  # speech up to the end: no pause invented after the last word's inner gap
+    segs = cut_at_pauses(words, 6.0, max_seconds=4.0, pauses=pauses)
+    assert [(s.start, s.end, s.text) for s in segs] == [(0.2, pytest.approx(2.3, abs=0.011), "one"),
+                                                        (pytest.approx(3.2, abs=0.011), 6.0, "two")]

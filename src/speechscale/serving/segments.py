@@ -82,24 +82,25 @@ def word_gaps(words: list[dict[str, Any]], duration: float) -> list[tuple[float,
 def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> list[tuple[float, float]]:
     """The pauses around `words` as the audio (T,) float32 at `rate` has them: before word j, the longest quiet run
     between the starts of words j - 1 and j (a CTC model may say a word's last letter late, after the pause that
-    ends it; a word's own quiet stretches are shorter); before the first word and after the last, the longest
-    between the recording's edge and that word's start. Quiet: a FRAME_S frame's energy under the level QUIET of
-    the way from the recording's quiet floor to its loud speech. An empty pause at the later word's start where
-    there is none."""
+    ends it; a word's own quiet stretches are shorter); before the first word and after the last, the quiet run
+    that reaches the recording's edge (none: an empty pause at the edge). Quiet: a FRAME_S frame's energy under the
+    level QUIET of the way from the recording's quiet floor to its loud speech. An empty pause at the later word's
+    start where there is none."""
     frame = max(1, int(FRAME_S * rate))
     n = wav.shape[0] // frame
+    duration = wav.shape[0] / rate
     if n == 0:
-        return word_gaps(words, wav.shape[0] / rate)
+        return word_gaps(words, duration)
     frames = wav[:n * frame].reshape(n, frame)  # (n, frame): a view
     level = 10 * np.log10(np.einsum("ij,ij->i", frames, frames) / frame + 1e-10)  # (n,) dB
     floor, loud = np.percentile(level, 5), np.percentile(level, 95)
     quiet = np.concatenate([[False], level < floor + QUIET * (loud - floor), [False]])
     edges = np.flatnonzero(quiet[1:] != quiet[:-1])  # quiet runs [edges[2i], edges[2i+1]) in frames
-    runs = edges.reshape(-1, 2) * FRAME_S  # (R, 2) s
-    duration = wav.shape[0] / rate
-    bounds = [0.0, *(w["start"] for w in words), duration]
-    return [_longest(runs, a, b) for a, b in zip(bounds[:-2], bounds[1:-1])] + \
-        [_longest(runs, words[-1]["start"], duration)]
+    runs = edges.reshape(-1, 2) * FRAME_S  # (R, 2) s, in order
+    lead = (0.0, min(float(runs[0, 1]), words[0]["start"])) if len(runs) and runs[0, 0] == 0 else (0.0, 0.0)
+    tail = (max(float(runs[-1, 0]), words[-1]["start"]), duration) if len(runs) and edges[-1] == n else \
+        (duration, duration)
+    return [lead, *(_longest(runs, a["start"], b["start"]) for a, b in zip(words, words[1:])), tail]
 
 
 FRAME_S = 0.01

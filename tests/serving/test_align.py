@@ -184,7 +184,11 @@ def test_align_says_in_one_line_what_it_needs(ldc_checkpoint, capsys, tmp_path):
     for args, expected in [([wav], "align one FILE to its --text"),
                            ([wav, wav, "--text", RAW], "align one FILE to its --text"),
                            (["--manifest", str(tmp_path / "m.jsonl"), wav], "give no FILE or --text"),
-                           ([wav, "--text", RAW, "--chunk-seconds", "0.5"], "at least 1 s")]:
+                           ([wav, "--text", RAW, "--chunk-seconds", "0.5"], "at least 1 s"),
+                           ([wav, "--text", RAW, "--max-seconds", "9"], "give it too"),
+                           ([wav, "--text", RAW, "--out-manifest", str(tmp_path / "x.txt")], "name it NAME.jsonl"),
+                           ([wav, "--text", RAW, "--out-manifest", str(tmp_path / "x.jsonl"), "--format", "srt"],
+                            "give one")]:
         code, _, err = main_cli(capsys, "align", "--checkpoint", str(ldc_checkpoint), *args)
         assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, (args, err)
 

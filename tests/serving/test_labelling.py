@@ -237,6 +237,11 @@ def test_a_long_recording_is_cut_at_its_pauses_into_segments_training_reads(ldc_
     utts, report = read_manifest(out, normalize=asr.comps.normalizer, oov=asr.comps.tokenizer.oov)
     assert report.kept == 4 and [u.offset for u in utts] == [x["offset"] for x in lines]
     assert all(u.load(16000).shape[0] == pytest.approx(u.duration * 16000, abs=1) for u in utts)
+    again = tmp_path / "again.jsonl"  # its segments labelled again (a second round): each as the segment it names
+    cli("label", str(out), "--checkpoint", str(ldc_checkpoint), "--out", str(again), "--max-seconds", "6")
+    relabelled = sorted(_lines(again), key=lambda x: x["offset"])
+    assert [(x["offset"], x["text"]) for x in relabelled] == [(x["offset"], x["text"]) for x in lines]
+    assert not any("segment" in x for x in relabelled)
 
 
 def test_resume_writes_only_the_segments_a_killed_run_left_unwritten(ldc_checkpoint, four_copies, tmp_path, cli):

@@ -369,6 +369,8 @@ def align(args: argparse.Namespace) -> int:
                           f"{MIN_SEGMENT_SECONDS:g} s long")
     if args.out_manifest is not None:
         _check_out_manifest(args)
+    elif (args.max_seconds, args.min_confidence) != (30.0, 0.0):
+        raise ConfigError("--max-seconds and --min-confidence shape the lines --out-manifest writes: give it too")
     from ..data.audio import AudioError, load_audio
     from ..data.manifest import Utterance, read_manifest
 

@@ -1,7 +1,7 @@
 """Pseudo-labels: untranscribed audio written out as a training manifest of a model's own transcripts, each line with
-the transcript's confidence. Lines under a confidence bound go to a second file instead. A recording longer than a
-training example may be is cut at its pauses into segments (serving.segments), a line each with an `offset` into it
-and `segment` K/N. A run appends lines as each batch is done, so an interrupted run resumes where it stopped, and
+the transcript's confidence. Lines under a confidence bound go to a second file instead. A recording longer than the
+longest training example asked for is cut at its pauses into segments (serving.segments), a line each with an
+`offset` into it and `segment` K/N. A run appends lines as each batch is done, so an interrupted run resumes where it stopped, and
 `part` splits a corpus among processes.
 
     >>> asr = Transcriber("runs/demo/checkpoints/best.pt")   # doctest: +SKIP
@@ -110,8 +110,6 @@ def _bad_segment(rec: dict[str, Any]) -> str | None:
     """Why a manifest line's `offset` (and `duration` with it) names no segment, or None."""
     if OFFSET not in rec:
         return None
-    if SEGMENT in rec:
-        return "a segment label cut from a longer recording: label the recording itself again"
     for key in (OFFSET, "duration"):
         value = rec.get(key, 0.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_DURATION_S:
@@ -169,8 +167,11 @@ def written(*paths: Path) -> Written:
             if SEGMENT not in rec:
                 found.done.add(key)
                 continue
-            n, offsets = segments.setdefault(key, (int(str(rec[SEGMENT]).split("/")[-1]), set()))
-            offsets.add(float(rec[OFFSET]))
+            try:
+                n, offsets = segments.setdefault(key, (int(str(rec[SEGMENT]).split("/")[-1]), set()))
+                offsets.add(float(rec[OFFSET]))
+            except (KeyError, TypeError, ValueError):  # not a line label wrote: its recording counts as done
+                found.done.add(key)
     for key, (n, offsets) in segments.items():
         if len(offsets) >= n:
             found.done.add(key)
@@ -259,10 +260,8 @@ def label(asr: Transcriber, rows: list[dict[str, Any]], out: Path, min_confidenc
             row = {k: v for k, v in by_key[key].items() if k != "duration"}
             wav = long_audio.pop(key, None)
             if wav is not None and "error" not in res and res["words"]:
-                cut = cut_at_pauses(res["words"], res["duration"], max_seconds,
-                                    audio_pauses(res["words"], wav, asr.sample_rate))
-                lines = segment_lines(row, decode_alone(asr, wav, cut), max_seconds, min_confidence, counts,
-                                      have.partial.get(source_key(row), set()))
+                lines = _cut(asr, row, res, wav, max_seconds, min_confidence, counts,
+                             have.partial.get(source_key(row), set()))
             else:
                 lines = [_line(row, res, min_confidence, key in too_long, counts)]
             for line, kept in lines:
@@ -275,6 +274,17 @@ def label(asr: Transcriber, rows: list[dict[str, Any]], out: Path, min_confidenc
                 progress(1)
     counts.kept_seconds = round(counts.kept_seconds, 3)
     return counts
+
+
+def _cut(asr: Transcriber, row: dict[str, Any], res: dict[str, Any], wav: Any, max_seconds: float,
+         min_confidence: float, counts: Counts, written: set[float]) -> list[tuple[dict[str, Any], bool]]:
+    """The lines of a long recording (`res`: its transcript) cut at its pauses, each segment decoded again alone; one
+    rejected line when its words carry no times to cut at (a decoder found no CTC path of its text)."""
+    if not all("start" in w for w in res["words"]):
+        counts.too_long += 1
+        return [({**row, "rejected": "too long", "error": "its words carry no times to cut it at"}, False)]
+    cut = cut_at_pauses(res["words"], res["duration"], max_seconds, audio_pauses(res["words"], wav, asr.sample_rate))
+    return segment_lines(row, decode_alone(asr, wav, cut), max_seconds, min_confidence, counts, written)
 
 
 def segment_lines(row: dict[str, Any], segments: list[Segment], max_seconds: float, min_confidence: float,

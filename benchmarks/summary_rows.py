@@ -94,7 +94,28 @@ def _accuracy(figures: Path) -> list[dict[str, Any]]:
                              "them", ", ".join(f"{label} CER {_pct(c['cer'])}" for label, c in r["copies"].items()) +
                              f" (as recorded {_pct(r['cer'])})", "-", "measured", streaming["provenance"],
                              "bench-all/demo-streaming.json"))
-    return rows + _selftrain(bench) + _loso(figures / "loso") + _rnn_bias(figures / "rnn-bias" / "fsdd.jsonl")
+    return rows + _selftrain(bench) + _longform(bench) + _loso(figures / "loso") + _rnn_bias(figures / "rnn-bias" / "fsdd.jsonl")
+
+
+def _longform(bench: Path) -> list[dict[str, Any]]:
+    """benchmarks/longform.py: long recordings cut by align and label; greedy WER after fine-tuning on label's
+    segments against the same sentences' files with the same labeller's text (medians over seeds)."""
+    doc = _load(bench / "longform-demo.json")
+    res = (doc or {}).get("results", {})
+    runs = res.get("arms", [])
+    wer = {a: [100 * r["greedy"]["wer"] for r in runs if r["arm"] == a] for a in ("long-label", "lm", "long-align",
+                                                                                  "sentences-true")}
+    if not all(wer.values()):
+        return []
+    n = len(wer["lm"])
+    cut = res["cuts"]["label"]
+    return [_row("accuracy", f"long recordings cut at their pauses into training segments ({res['recordings']} of about "
+                 f"{res['recording_minutes']:.1f} min): fine-tuned on `label`'s segments against the same sentences' "
+                 f"files labelled alike, and `align`'s against the true sentences ({n} seed{'s' * (n > 1)})",
+                 f"cuts between sentences {cut['cuts_in_pauses']} of {cut['cuts']}; WER greedy "
+                 f"{_spread(wer['long-label'], '{:.1f}', ' %')} against {_spread(wer['lm'], '{:.1f}', ' %')}, and "
+                 f"{_spread(wer['long-align'], '{:.1f}', ' %')} against {_spread(wer['sentences-true'], '{:.1f}', ' %')}",
+                 "-", "measured", doc["provenance"], "bench-all/longform-demo.json")]
 
 
 def _selftrain(bench: Path) -> list[dict[str, Any]]:

@@ -12,7 +12,8 @@ sentences, or inside one), and each segment's text against the sentences its spa
 ablation: the aligned words and greedy's, each cut at the pauses in the audio and at the gaps their own times
 leave. The arms fine-tune the teacher on the training data plus the pool: as sentence files with their true text
 (cut by hand) or with the LM's labels (selftrain's `lm` arm), or as the long recordings' segments from `align`
-(true text) or `label` (LM labels); and the control, nothing added. Outside the package: how this repository makes
+(true text; also at most `--short-seconds`, near a sentence each) or `label` (LM labels); and the control, nothing
+added. Outside the package: how this repository makes
 its own figure.
 """
 from __future__ import annotations
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pool-seed", type=int, default=1, help="the pool's synthesis seed (the demo corpus's is 0)")
     p.add_argument("--per-recording", type=int, default=26, help="sentences joined into one long recording")
     p.add_argument("--max-seconds", type=float, default=15.0, help="the longest segment")
+    p.add_argument("--short-seconds", type=float, default=4.0,
+                   help="the longest segment of the short arm (align's segments near one sentence each)")
     p.add_argument("--steps", type=int, default=170, help="fine-tuning steps of every arm (selftrain's)")
     p.add_argument("--seeds", default="1", help="comma-separated training seeds: every arm runs once on each")
     p.add_argument("--work", default="runs/selftrain", help="selftrain's folder: its pool and runs are reused")
@@ -149,13 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     sentences_lm = run_label(args.teacher, pool_path, work / "labels-lm.jsonl", [*LM_FLAGS, "--lm", str(lm)])
     cuts = {}
     timed = {}
-    for name, out, cmd in (
-            ("align", work / "long-align.jsonl", ["align", "--manifest", str(whole), "--out-manifest"]),
-            ("label", work / "long-label.jsonl", ["label", str(whole), "--out"])):
+    for name, out, cmd, longest in (
+            ("align", work / "long-align.jsonl", ["align", "--manifest", str(whole), "--out-manifest"], args.max_seconds),
+            ("label", work / "long-label.jsonl", ["label", str(whole), "--out"], args.max_seconds),
+            ("align-short", work / "long-align-short.jsonl", ["align", "--manifest", str(whole), "--out-manifest"],
+             args.short_seconds)):
         for f in (out, rejected_path(out)):
             f.unlink(missing_ok=True)
         t0 = time.monotonic()
-        flags = ["--checkpoint", args.teacher, "--max-seconds", str(args.max_seconds)]
+        flags = ["--checkpoint", args.teacher, "--max-seconds", str(longest)]
         summary = run_cli_json([*cmd, str(out), *flags, *(LM_FLAGS + ["--lm", str(lm)] if name == "label" else [])])
         timed[name] = round(time.monotonic() - t0, 1)
         cuts[name] = {**cut_quality(_rows(out), recordings), "kept": summary["kept"], "rejected": summary["rejected"],
@@ -166,14 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     model = load_checkpoint(args.teacher)["config"]["model"]
     arms = {"control": [], "lm": _rows(work / "labels-lm.jsonl"),
             "sentences-true": pool, "long-align": _rows(work / "long-align.jsonl"),
-            "long-label": _rows(work / "long-label.jsonl")}
+            "long-label": _rows(work / "long-label.jsonl"), "long-align-short": _rows(work / "long-align-short.jsonl")}
     rows = [{"arm": "teacher", **score(Path(args.teacher), test, lm)}]
     for seed in [int(x) for x in args.seeds.split(",")]:
         for name, extra in arms.items():
             rows.append(run_arm(name, args.teacher, model, train, extra, work, args.steps, seed, test, lm))
             print(json.dumps(rows[-1]), flush=True)
     settings = {"steps": args.steps, "seeds": args.seeds, "pool_minutes": args.pool_minutes, "pool_seed": args.pool_seed,
-                "per_recording": args.per_recording, "max_seconds": args.max_seconds}
+                "per_recording": args.per_recording, "max_seconds": args.max_seconds, "short_seconds": args.short_seconds}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, {"teacher": args.teacher, "recordings": len(recordings),

@@ -520,6 +520,9 @@ def _longform(res: dict[str, Any]) -> str:
 
     cuts = [quality("`align --out-manifest` (the true text)", res["cuts"]["align"], [f"{res['cuts']['align']['seconds']:.0f} s"]),
             quality("`label --decoder beam --lm` (no text)", res["cuts"]["label"], [f"{res['cuts']['label']['seconds']:.0f} s"])]
+    if "align-short" in res["cuts"]:
+        cuts.append(quality(f"`align --out-manifest --max-seconds {settings.get('short_seconds')}`",
+                            res["cuts"]["align-short"], [f"{res['cuts']['align-short']['seconds']:.0f} s"]))
     names = {"align/audio": "aligned words, pauses in the audio (align's)", "align/word_times":
              "aligned words, gaps of their own times", "greedy/audio": "greedy's words, pauses in the audio (label's)",
              "greedy/word_times": "greedy's words, gaps of their own times"}
@@ -527,7 +530,9 @@ def _longform(res: dict[str, Any]) -> str:
     arm_names = {"teacher": "the teacher (no fine-tuning)", "control": "training data only (the control)",
                  "lm": "+ the sentences' files, the LM's labels", "sentences-true": "+ the sentences' files, true text",
                  "long-align": "+ the long recordings' segments, `align` (true text)",
-                 "long-label": "+ the long recordings' segments, `label` (LM labels)"}
+                 "long-label": "+ the long recordings' segments, `label` (LM labels)",
+                 "long-align-short": f"+ the long recordings' segments of at most {settings.get('short_seconds')} s, "
+                                     "`align`"}
     by_arm: dict[str, list[dict[str, Any]]] = {}
     for r in res["arms"]:
         by_arm.setdefault(r["arm"], []).append(r)
@@ -544,7 +549,8 @@ def _longform(res: dict[str, Any]) -> str:
     where = "; ".join(f"`{c}`: " + ", ".join(sorted({a for cc, _, a in trained if cc == c})) for c in commits)
     return (f"{res['pool_utterances']} sentences in the demo's unseen test voice joined in order into "
             f"{res['recordings']} recordings of about {res['recording_minutes']:.1f} minutes (a drawn pause of "
-            f"0.25-1 s between two sentences), cut into segments of at most {settings.get('max_seconds')} s by the "
+            f"0.25-1 s between two sentences), cut into segments of at most {settings.get('max_seconds')} s (or, where named, "
+            f"{settings.get('short_seconds')} s) by the "
             "teacher `" + res["teacher"] + "`. A cut is in a pause when it falls between two sentences' files (each "
             "file's own edge silence counts as the sentence's); a segment's text is scored against the sentences "
             "whose middle it holds. The LM's labels of the same sentences as separate files have a WER of "

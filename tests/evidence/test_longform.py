@@ -64,17 +64,18 @@ def test_each_arm_fine_tunes_on_the_cut_segments_and_the_block_renders(tmp_path)
     Trainer(ldc_config(teacher_run, "features.sample_rate=16000", "trainer.max_steps=2")).fit()
     out, work = tmp_path / "longform.json", tmp_path / "work"
     argv = ["--teacher", str(teacher_run / "checkpoints" / "last.pt"), "--data", str(data), "--work", str(work),
-            "--pool-minutes", "0.3", "--per-recording", "4", "--max-seconds", "4", "--steps", "2", "--seeds", "1",
-            "--out", str(out)]
+            "--pool-minutes", "0.3", "--per-recording", "4", "--max-seconds", "4", "--short-seconds", "3", "--steps", "2",
+            "--seeds", "1", "--out", str(out)]
     assert longform.main(argv) == 0
     res = json.loads(out.read_text())["results"]
-    arms = ("control", "lm", "sentences-true", "long-align", "long-label")
+    arms = ("control", "lm", "sentences-true", "long-align", "long-label", "long-align-short")
     assert [(r["arm"], r.get("seed")) for r in res["arms"]] == [("teacher", None)] + [(a, 1) for a in arms]
     pool = _rows(work / "pool.jsonl")
     assert res["recordings"] == -(-len(pool) // 4) and res["pool_utterances"] == len(pool)
-    for name, source in (("long-align", "long-align.jsonl"), ("long-label", "long-label.jsonl")):
+    for name, source, longest in (("long-align", "long-align.jsonl", 4), ("long-label", "long-label.jsonl", 4),
+                                  ("long-align-short", "long-align-short.jsonl", 3)):
         lines = _rows(work / source)
-        assert lines and all(x["duration"] <= 4.001 for x in lines) and any("segment" in x for x in lines)
+        assert lines and all(x["duration"] <= longest + 1e-3 for x in lines) and any("segment" in x for x in lines)
         used = _rows(work / f"train-{name}.jsonl")
         assert used[-len(lines):] == lines and next(r for r in res["arms"] if r["arm"] == name)["steps"] == 2
     assert res["cuts"]["align"]["segments"] == len(_rows(work / "long-align.jsonl"))

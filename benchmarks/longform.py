@@ -10,11 +10,11 @@ The pool and runs are benchmarks/selftrain's (the same --work reuses its finishe
 it is known. The cuts: every boundary between two segments is scored against those spans (in a pause between two
 sentences, or inside one), and each segment's text against the sentences its span holds (WER). The cutter's
 ablation: the aligned words and greedy's, each cut at the pauses in the audio and at the gaps their own times
-leave. The arms fine-tune the teacher on the training data plus the pool: as sentence files with their true text
-(cut by hand) or with the LM's labels (selftrain's `lm` arm), or as the long recordings' segments from `align`
-(true text; also at most `--short-seconds`, near a sentence each) or `label` (LM labels); and the control, nothing
-added. Outside the package: how this repository makes
-its own figure.
+leave, and greedy's segments decoded again on their own (label's way) against greedy on each sentence's file. The
+arms fine-tune the teacher on the training data plus the pool: as sentence files with their true text (cut by hand)
+or with the LM's labels (selftrain's `lm` arm), or as the long recordings' segments from `align` (true text; also at
+most `--short-seconds`, near a sentence each) or `label` (LM labels); and the control, nothing added. Outside the
+package: how this repository makes its own figure.
 """
 from __future__ import annotations
 
@@ -92,9 +92,11 @@ def cut_quality(lines: list[dict[str, Any]], recordings: list[dict[str, Any]]) -
 
 def ablation(teacher: str, recordings: list[dict[str, Any]], max_seconds: float) -> dict[str, Any]:
     """The words of each recording, aligned to its text and transcribed greedy, each cut at the pauses in the audio and
-    at the gaps their own times leave: cut_quality of each."""
+    at the gaps their own times leave, and greedy's cut at the audio's pauses with each segment decoded again on its
+    own (label's way): cut_quality of each."""
     from speechscale.data.audio import load_audio
     from speechscale.serving.align import align_waveform
+    from speechscale.serving.labelling import decode_alone
     from speechscale.serving.segments import audio_pauses, cut_at_pauses
     from speechscale.serving.transcribe import Transcriber
 
@@ -105,10 +107,25 @@ def ablation(teacher: str, recordings: list[dict[str, Any]], max_seconds: float)
         for source, res in (("align", align_waveform(asr, wav, rec["text"])), ("greedy", asr.transcribe_batch([wav])[0])):
             for cut, pauses in (("audio", audio_pauses(res["words"], wav, asr.sample_rate)), ("word_times", None)):
                 segs = cut_at_pauses(res["words"], res["duration"], max_seconds, pauses)
-                lines.setdefault(f"{source}/{cut}", []).extend(
-                    {"audio_filepath": rec["audio_filepath"], "offset": s.start, "duration": s.duration, "text": s.text}
-                    for s in segs)
+                runs = [(f"{source}/{cut}", segs)] + ([("greedy/audio/again", decode_alone(asr, wav, segs))]
+                                                       if (source, cut) == ("greedy", "audio") else [])
+                for name, found in runs:
+                    lines.setdefault(name, []).extend(
+                        {"audio_filepath": rec["audio_filepath"], "offset": s.start, "duration": s.duration,
+                         "text": s.text} for s in found)
     return {name: cut_quality(x, recordings) for name, x in lines.items()}
+
+
+def sentences_wer(teacher: str, pool: list[dict[str, Any]]) -> float:
+    """Greedy's WER on the pool's sentences, each its own file."""
+    from speechscale.decoding.metrics import ErrorRate
+    from speechscale.serving.transcribe import Transcriber, transcribe_files
+
+    asr = Transcriber(teacher)
+    wer = ErrorRate()
+    for row, (_, res) in zip(pool, transcribe_files(asr, [r["audio_filepath"] for r in pool], 16)):
+        wer.update([row["text"]], [res["text"]])
+    return round(wer.wer, 4)
 
 
 def run_cli_json(args: list[str]) -> dict[str, Any]:
@@ -184,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out, {"teacher": args.teacher, "recordings": len(recordings),
                      "recording_minutes": round(sum(r["duration"] for r in recordings) / 60 / len(recordings), 2),
                      "pool_utterances": len(pool), "sentences_lm_wer": sentences_lm.get("wer_kept"),
+                     "sentences_greedy_wer": sentences_wer(args.teacher, pool),
                      "cuts": cuts, "ablation": ablate, "arms": rows, "settings": settings},
                ["python", "-m", "benchmarks.longform", *sys.argv[1:]], round(time.monotonic() - started, 1), settings)
     return 0

@@ -524,8 +524,9 @@ def _longform(res: dict[str, Any]) -> str:
         cuts.append(quality(f"`align --out-manifest --max-seconds {settings.get('short_seconds')}`",
                             res["cuts"]["align-short"], [f"{res['cuts']['align-short']['seconds']:.0f} s"]))
     names = {"align/audio": "aligned words, pauses in the audio (align's)", "align/word_times":
-             "aligned words, gaps of their own times", "greedy/audio": "greedy's words, pauses in the audio (label's)",
-             "greedy/word_times": "greedy's words, gaps of their own times"}
+             "aligned words, gaps of their own times", "greedy/audio": "greedy's words, pauses in the audio",
+             "greedy/word_times": "greedy's words, gaps of their own times",
+             "greedy/audio/again": "greedy's words, pauses in the audio, each segment decoded again alone (label's)"}
     ablation = [quality(names.get(k, k), q, []) for k, q in res["ablation"].items()]
     arm_names = {"teacher": "the teacher (no fine-tuning)", "control": "training data only (the control)",
                  "lm": "+ the sentences' files, the LM's labels", "sentences-true": "+ the sentences' files, true text",
@@ -557,7 +558,8 @@ def _longform(res: dict[str, Any]) -> str:
             f"{100 * res['sentences_lm_wer']:.1f} %.\n\n"
             + _md(["cut by", "segments", "length: mean", "cuts in a pause", "WER of the segments' text", "wall"], cuts)
             + "\nThe cutter's ablation, on the same recordings (the words of each alignment or greedy transcript cut "
-            "twice):\n\n"
+            "twice)" + (f"; greedy on each sentence's own file has a WER of {100 * res['sentences_greedy_wer']:.1f} %"
+                        if "sentences_greedy_wer" in res else "") + ":\n\n"
             + _md(["words and pauses", "segments", "length: mean", "cuts in a pause", "WER of the segments' text"],
                   ablation)
             + f"\nEach arm fine-tunes the teacher for {settings.get('steps')} steps on the demo's training data plus "

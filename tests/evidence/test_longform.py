@@ -8,6 +8,8 @@ import soundfile as sf
 
 from benchmarks import longform, tables
 from speechscale.data.synth import synthesize_corpus
+from speechscale.decoding.metrics import ErrorRate
+from speechscale.serving.transcribe import Transcriber
 from speechscale.training.trainer import Trainer
 from tests.conftest import shared
 from tests.training.tiny import ldc_config
@@ -79,6 +81,14 @@ def test_each_arm_fine_tunes_on_the_cut_segments_and_the_block_renders(tmp_path)
         used = _rows(work / f"train-{name}.jsonl")
         assert used[-len(lines):] == lines and next(r for r in res["arms"] if r["arm"] == name)["steps"] == 2
     assert res["cuts"]["align"]["segments"] == len(_rows(work / "long-align.jsonl"))
-    assert set(res["ablation"]) == {"align/audio", "align/word_times", "greedy/audio", "greedy/word_times"}
+    assert set(res["ablation"]) == {"align/audio", "align/word_times", "greedy/audio", "greedy/word_times",
+                                    "greedy/audio/again"}
+    assert res["ablation"]["greedy/audio/again"]["segments"] == res["ablation"]["greedy/audio"]["segments"]
+    asr = Transcriber(teacher_run / "checkpoints" / "last.pt")  # each file alone, not in batches
+    wer = ErrorRate()
+    for row in pool:
+        wer.update([row["text"]], [asr.transcribe_file(row["audio_filepath"])["text"]])
+    assert res["sentences_greedy_wer"] == pytest.approx(wer.wer, abs=1e-4)
+    assert "greedy on each sentence's own file" in tables.render("longform-demo", json.loads(out.read_text()))
     block = tables.render("longform-demo", json.loads(out.read_text()))
     assert "`align --out-manifest` (the true text)" in block and "+ the long recordings' segments, `label`" in block

@@ -266,7 +266,7 @@ def label(asr: Transcriber, rows: list[dict[str, Any]], out: Path, min_confidenc
                 lines = [_line(row, res, min_confidence, key in too_long, counts)]
             for line, kept in lines:
                 (keep if kept else drop).write(json.dumps(line, ensure_ascii=False) + "\n")
-            if n % batch_size == 0 or n == len(by_key):  # a batch's lines on disk before the next batch runs
+            if n % batch_size == 0 or n == len(by_key) or wav is not None:  # on disk before the next batch runs
                 for handle in (keep, drop):
                     handle.flush()
                     os.fsync(handle.fileno())

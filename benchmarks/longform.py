@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.checkout import pin_commit
-from benchmarks.selftrain import _rows, _write, make_pool, run_arm, run_label, score
+from benchmarks.selftrain import _rows, _write, make_pool, pool_args, run_arm, run_label, run_writing, score
 
 LM_FLAGS = ["--decoder", "beam", "--alpha", "0.5", "--beta", "1"]
 
@@ -90,17 +90,15 @@ def cut_quality(lines: list[dict[str, Any]], recordings: list[dict[str, Any]]) -
             "max_seconds": round(max(lengths), 2) if lengths else None}
 
 
-def ablation(teacher: str, recordings: list[dict[str, Any]], max_seconds: float) -> dict[str, Any]:
-    """The words of each recording, aligned to its text and transcribed greedy, each cut at the pauses in the audio and
-    at the gaps their own times leave, and greedy's cut at the audio's pauses with each segment decoded again on its
-    own (label's way): cut_quality of each."""
+def ablation(asr: Any, recordings: list[dict[str, Any]], max_seconds: float) -> dict[str, Any]:
+    """The words of each recording, aligned to its text and transcribed greedy by `asr` (the teacher's Transcriber),
+    each cut at the pauses in the audio and at the gaps their own times leave, and greedy's cut at the audio's pauses
+    with each segment decoded again on its own (label's way): cut_quality of each."""
     from speechscale.data.audio import load_audio
     from speechscale.serving.align import align_waveform
     from speechscale.serving.labelling import decode_alone
     from speechscale.serving.segments import audio_pauses, cut_at_pauses
-    from speechscale.serving.transcribe import Transcriber
 
-    asr = Transcriber(teacher)
     lines: dict[str, list[dict[str, Any]]] = {}
     for rec in recordings:
         wav = load_audio(rec["audio_filepath"], asr.sample_rate)
@@ -116,43 +114,29 @@ def ablation(teacher: str, recordings: list[dict[str, Any]], max_seconds: float)
     return {name: cut_quality(x, recordings) for name, x in lines.items()}
 
 
-def sentences_wer(teacher: str, pool: list[dict[str, Any]]) -> float:
-    """Greedy's WER on the pool's sentences, each its own file."""
+def sentences_wer(asr: Any, pool: list[dict[str, Any]]) -> float:
+    """Greedy's WER (`asr`: a Transcriber) on the pool's sentences, each its own file."""
     from speechscale.decoding.metrics import ErrorRate
-    from speechscale.serving.transcribe import Transcriber, transcribe_files
+    from speechscale.serving.transcribe import transcribe_files
 
-    asr = Transcriber(teacher)
     wer = ErrorRate()
     for row, (_, res) in zip(pool, transcribe_files(asr, [r["audio_filepath"] for r in pool], 16)):
         wer.update([row["text"]], [res["text"]])
     return round(wer.wer, 4)
 
 
-def run_cli_json(args: list[str]) -> dict[str, Any]:
-    """A speechscale command's last JSON line."""
-    from speechscale.bench.harness import run_cli
-
-    return json.loads(run_cli(args, timeout=None).strip().splitlines()[-1])
-
-
 def main(argv: list[str] | None = None) -> int:
     from speechscale.bench.harness import write_json
     from speechscale.decoding.lm import build_arpa
-    from speechscale.serving.labelling import rejected_path
+    from speechscale.serving.transcribe import Transcriber
     from speechscale.storage.checkpoints import load_checkpoint
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--teacher", required=True, help="a checkpoint trained on --data's train.jsonl (the demo's)")
-    p.add_argument("--data", default="runs/demo/data", help="the demo corpus: train.jsonl and test.jsonl")
-    p.add_argument("--pool-minutes", type=float, default=10.0, help="minutes of speech in the test voice (selftrain's)")
-    p.add_argument("--pool-seed", type=int, default=1, help="the pool's synthesis seed (the demo corpus's is 0)")
+    pool_args(p)
     p.add_argument("--per-recording", type=int, default=26, help="sentences joined into one long recording")
     p.add_argument("--max-seconds", type=float, default=15.0, help="the longest segment")
     p.add_argument("--short-seconds", type=float, default=4.0,
                    help="the longest segment of the short arm (align's segments near one sentence each)")
-    p.add_argument("--steps", type=int, default=170, help="fine-tuning steps of every arm (selftrain's)")
-    p.add_argument("--seeds", default="1", help="comma-separated training seeds: every arm runs once on each")
-    p.add_argument("--work", default="runs/selftrain", help="selftrain's folder: its pool and runs are reused")
     p.add_argument("--out", default="docs/figures/bench-all/longform-demo.json")
     args = p.parse_args(argv)
     pin_commit()
@@ -168,22 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     whole = _write(work / "long.jsonl", [{k: v for k, v in r.items() if k != "spans"} for r in recordings])
     sentences_lm = run_label(args.teacher, pool_path, work / "labels-lm.jsonl", [*LM_FLAGS, "--lm", str(lm)])
     cuts = {}
-    timed = {}
     for name, out, cmd, longest in (
             ("align", work / "long-align.jsonl", ["align", "--manifest", str(whole), "--out-manifest"], args.max_seconds),
             ("label", work / "long-label.jsonl", ["label", str(whole), "--out"], args.max_seconds),
             ("align-short", work / "long-align-short.jsonl", ["align", "--manifest", str(whole), "--out-manifest"],
              args.short_seconds)):
-        for f in (out, rejected_path(out)):
-            f.unlink(missing_ok=True)
-        t0 = time.monotonic()
         flags = ["--checkpoint", args.teacher, "--max-seconds", str(longest)]
-        summary = run_cli_json([*cmd, str(out), *flags, *(LM_FLAGS + ["--lm", str(lm)] if name == "label" else [])])
-        timed[name] = round(time.monotonic() - t0, 1)
-        cuts[name] = {**cut_quality(_rows(out), recordings), "kept": summary["kept"], "rejected": summary["rejected"],
-                      "kept_hours": summary["kept_hours"], "seconds": timed[name]}
+        summary = run_writing([*cmd, str(out), *flags, *(LM_FLAGS + ["--lm", str(lm)] if name == "label" else [])], out)
+        cuts[name] = {**cut_quality(_rows(out), recordings),
+                      **{k: summary[k] for k in ("kept", "rejected", "kept_hours", "seconds")}}
         print(json.dumps({name: cuts[name]}), flush=True)
-    ablate = ablation(args.teacher, recordings, args.max_seconds)
+    asr = Transcriber(args.teacher)
+    ablate = ablation(asr, recordings, args.max_seconds)
     print(json.dumps({"ablation": ablate}), flush=True)
     model = load_checkpoint(args.teacher)["config"]["model"]
     arms = {"control": [], "lm": _rows(work / "labels-lm.jsonl"),
@@ -201,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out, {"teacher": args.teacher, "recordings": len(recordings),
                      "recording_minutes": round(sum(r["duration"] for r in recordings) / 60 / len(recordings), 2),
                      "pool_utterances": len(pool), "sentences_lm_wer": sentences_lm.get("wer_kept"),
-                     "sentences_greedy_wer": sentences_wer(args.teacher, pool),
+                     "sentences_greedy_wer": sentences_wer(asr, pool),
                      "cuts": cuts, "ablation": ablate, "arms": rows, "settings": settings},
                ["python", "-m", "benchmarks.longform", *sys.argv[1:]], round(time.monotonic() - started, 1), settings)
     return 0

@@ -59,17 +59,34 @@ def make_pool(work: Path, minutes: float, seed: int, test: Path) -> tuple[Path, 
     return _write(work / "pool.jsonl", kept), len(rows) - len(kept)
 
 
-def run_label(teacher: str, pool: Path, out: Path, decoder: list[str]) -> dict[str, Any]:
-    """`speechscale label` of the pool by the teacher; its summary line (out is replaced)."""
+def run_writing(args: list[str], out: Path) -> dict[str, Any]:
+    """A speechscale command that writes `out` and its rejected file (both removed first): its last JSON line, and
+    the seconds it took."""
     from speechscale.bench.harness import run_cli
     from speechscale.serving.labelling import rejected_path
 
     for f in (out, rejected_path(out)):
         f.unlink(missing_ok=True)
     started = time.monotonic()
-    res = json.loads(run_cli(["label", str(pool), "--checkpoint", teacher, "--out", str(out), *decoder],
-                             timeout=None).strip().splitlines()[-1])
+    res = json.loads(run_cli(args, timeout=None).strip().splitlines()[-1])
     return {**res, "seconds": round(time.monotonic() - started, 1)}
+
+
+def run_label(teacher: str, pool: Path, out: Path, decoder: list[str]) -> dict[str, Any]:
+    """`speechscale label` of the pool by the teacher; its summary line (out is replaced)."""
+    return run_writing(["label", str(pool), "--checkpoint", teacher, "--out", str(out), *decoder], out)
+
+
+def pool_args(p: argparse.ArgumentParser) -> None:
+    """The arguments of a bench on the pool: the teacher, the demo corpus, the pool, the arms' steps and seeds, and
+    the folder they are kept in."""
+    p.add_argument("--teacher", required=True, help="a checkpoint trained on --data's train.jsonl (the demo's)")
+    p.add_argument("--data", default="runs/demo/data", help="the demo corpus: train.jsonl and test.jsonl")
+    p.add_argument("--pool-minutes", type=float, default=10.0, help="minutes of untranscribed speech in the test voice")
+    p.add_argument("--pool-seed", type=int, default=1, help="the pool's synthesis seed (the demo corpus's is 0)")
+    p.add_argument("--steps", type=int, default=170, help="fine-tuning steps of every arm")
+    p.add_argument("--seeds", default="1", help="comma-separated training seeds: every arm runs once on each")
+    p.add_argument("--work", default="runs/selftrain", help="the pool, labels and runs go here (reused from there)")
 
 
 def score(checkpoint: Path, test: Path, lm: Path) -> dict[str, Any]:
@@ -140,14 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     from speechscale.storage.checkpoints import load_checkpoint
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--teacher", required=True, help="a checkpoint trained on --data's train.jsonl (the demo's)")
-    p.add_argument("--data", default="runs/demo/data", help="the demo corpus: train.jsonl and test.jsonl")
-    p.add_argument("--pool-minutes", type=float, default=10.0, help="minutes of untranscribed speech in the test voice")
-    p.add_argument("--pool-seed", type=int, default=1, help="the pool's synthesis seed (the demo corpus's is 0)")
-    p.add_argument("--steps", type=int, default=170, help="fine-tuning steps of every arm")
+    pool_args(p)
     p.add_argument("--min-confidence", type=float, default=0.85, help="the filtered arm's bound")
-    p.add_argument("--seeds", default="1", help="comma-separated training seeds: every arm runs once on each")
-    p.add_argument("--work", default="runs/selftrain", help="the pool, labels and runs go here")
     p.add_argument("--out", default="docs/figures/bench-all/selftrain-demo.json")
     args = p.parse_args(argv)
     pin_commit()

@@ -468,6 +468,22 @@ def _int8(res: dict[str, Any]) -> str:
                    "file float / int8", "wall float / int8"], acc))
 
 
+def _arm_rows(runs: list[dict[str, Any]], names: dict[str, str]) -> list[list[Any]]:
+    """A row per fine-tuning arm (in first-seen order) of `runs` (each with arm, greedy and lm WER): its name, the
+    lines it added, greedy WER by seed and its median, and the LM's median (range)."""
+    by_arm: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        by_arm.setdefault(r["arm"], []).append(r)
+    rows = []
+    for arm, its in by_arm.items():
+        greedy = [100 * r["greedy"]["wer"] for r in its]
+        lm = [100 * r["lm"]["wer"] for r in its]
+        rows.append([names.get(arm, arm), its[0].get("utterances", "-"),
+                     " / ".join(f"{x:.1f}" for x in greedy) + " %", f"{statistics.median(greedy):.1f} %",
+                     f"{statistics.median(lm):.1f} %" + (f" ({min(lm):.1f}-{max(lm):.1f})" if len(lm) > 1 else "")])
+    return rows
+
+
 def _selftrain(res: dict[str, Any]) -> str:
     """benchmarks/selftrain.py: the teacher's labels of an unseen voice's speech, and fine-tuning on them, by seed."""
     settings = res.get("settings") or {}
@@ -482,17 +498,8 @@ def _selftrain(res: dict[str, Any]) -> str:
                        f"{lab['seconds']:.0f} s"])
     names = {"teacher": "the teacher (no fine-tuning)", "control": "training data only (the control)",
              "greedy": "+ greedy labels", "lm": "+ the LM's labels", "lm-confident": f"+ the LM's labels ≥ {bound}"}
-    by_arm: dict[str, list[dict[str, Any]]] = {}
-    for r in res["arms"]:
-        by_arm.setdefault(r["arm"], []).append(r)
     seeds = sorted({r["seed"] for r in res["arms"] if "seed" in r})
-    arms = []
-    for arm, runs in by_arm.items():
-        greedy = [100 * r["greedy"]["wer"] for r in runs]
-        lm = [100 * r["lm"]["wer"] for r in runs]
-        arms.append([names.get(arm, arm), runs[0].get("utterances", "-"),
-                     " / ".join(f"{x:.1f}" for x in greedy) + " %", f"{statistics.median(greedy):.1f} %",
-                     f"{statistics.median(lm):.1f} %" + (f" ({min(lm):.1f}-{max(lm):.1f})" if len(lm) > 1 else "")])
+    arms = _arm_rows(res["arms"], names)
     trained = sorted({(r["trained_at"], r["seed"]) for r in res["arms"] if "trained_at" in r})
     commits = sorted({c for c, _ in trained})
     where = ", ".join(f"`{c}` (seed {', '.join(str(sd) for cc, sd in trained if cc == c)})" for c in commits)
@@ -534,16 +541,7 @@ def _longform(res: dict[str, Any]) -> str:
                  "long-label": "+ the long recordings' segments, `label` (LM labels)",
                  "long-align-short": f"+ the long recordings' segments of at most {settings.get('short_seconds')} s, "
                                      "`align`"}
-    by_arm: dict[str, list[dict[str, Any]]] = {}
-    for r in res["arms"]:
-        by_arm.setdefault(r["arm"], []).append(r)
-    arms = []
-    for arm, runs in by_arm.items():
-        greedy = [100 * r["greedy"]["wer"] for r in runs]
-        lm = [100 * r["lm"]["wer"] for r in runs]
-        arms.append([arm_names.get(arm, arm), runs[0].get("utterances", "-"),
-                     " / ".join(f"{x:.1f}" for x in greedy) + " %", f"{statistics.median(greedy):.1f} %",
-                     f"{statistics.median(lm):.1f} %" + (f" ({min(lm):.1f}-{max(lm):.1f})" if len(lm) > 1 else "")])
+    arms = _arm_rows(res["arms"], arm_names)
     seeds = sorted({r["seed"] for r in res["arms"] if "seed" in r})
     trained = sorted({(r["trained_at"], r["seed"], r["arm"]) for r in res["arms"] if "trained_at" in r})
     commits = sorted({c for c, _, _ in trained})

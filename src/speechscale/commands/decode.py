@@ -371,7 +371,7 @@ def align(args: argparse.Namespace) -> int:
         _check_out_manifest(args)
     elif (args.max_seconds, args.min_confidence) != (30.0, 0.0):
         raise ConfigError("--max-seconds and --min-confidence shape the lines --out-manifest writes: give it too")
-    from ..data.audio import AudioError, load_audio
+    from ..data.audio import AudioError
     from ..data.manifest import Utterance, read_manifest
 
     if args.manifest:
@@ -387,17 +387,18 @@ def align(args: argparse.Namespace) -> int:
     for u in utts:
         f = u.audio_path
         try:
-            wav = load_audio(f, asr.sample_rate) if u.offset is None else u.load(asr.sample_rate)
+            wav = u.load(asr.sample_rate)
             res = {"file": str(f), **align_waveform(asr, wav, u.raw_text, args.segment_seconds)}
         except (AudioError, AlignError) as e:
             failed += 1
             res = {"file": str(f), "error": str(e)}
+        if cut is not None and "error" not in res:
+            print(json.dumps(cut.write(u, res, wav, asr.sample_rate)), flush=True)
+            continue
         if u.offset is not None and "error" not in res:  # times in the recording, not in its segment
             res = {**res, "offset": u.offset, "words": [{**w, "start": round(w["start"] + u.offset, 3),
                                                          "end": round(w["end"] + u.offset, 3)} for w in res["words"]]}
-        if cut is not None and "error" not in res:
-            print(json.dumps(cut.write(u, res, wav, asr.sample_rate)), flush=True)
-        elif args.format == "json" or "error" in res:
+        if args.format == "json" or "error" in res:
             print(json.dumps(res), flush=True)
         else:
             _write_subtitles(f, res, args.format, subtitles.get(f))
@@ -440,14 +441,13 @@ class _SegmentWriter:
         from ..serving.labelling import segment_lines
         from ..serving.segments import audio_pauses, cut_at_pauses
 
-        start = u.offset or 0.0
         before = self.counts.kept
         row = {"audio_filepath": str(Path(u.audio_path).resolve()), **u.extra}
-        words = [{**w, "start": w["start"] - start, "end": w["end"] - start} for w in res["words"]]
+        words = res["words"]  # timed in `wav`: in the segment when `u` has an offset
         cut = cut_at_pauses(words, res["duration"], self.max_seconds, audio_pauses(words, wav, rate))
         lines = segment_lines(row, cut, self.max_seconds, self.min_confidence, self.counts)
         for line, keep in lines:
-            line["offset"] = round(line["offset"] + start, 3)
+            line["offset"] = round(line["offset"] + (u.offset or 0.0), 3)
             (self.keep if keep else self.drop).write(json.dumps(line, ensure_ascii=False) + "\n")
         return {"file": res["file"], "duration": res["duration"], "segments": len(lines),
                 "kept": self.counts.kept - before}

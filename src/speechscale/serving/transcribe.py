@@ -163,17 +163,18 @@ def transcribe_files(asr: Transcriber, files: list[str], batch_size: int,
     group: list[str] = []
     wavs: list[tuple[str, np.ndarray]] = []
     results: dict[str, dict[str, Any]] = {}
+    held = 0.0  # seconds of audio in `wavs`
     for i, f in enumerate(files):
         group.append(f)
         try:
             wavs.append((f, read(f, asr.sample_rate)))
+            held += wavs[-1][1].shape[0] / asr.sample_rate
         except AudioError as e:
             results[f] = {"file": str(f), "error": str(e)}
-        held = sum(w.shape[0] for _, w in wavs) / asr.sample_rate
         if len(group) < batch_size and held < batch_seconds and i + 1 < len(files):
             continue
         for (g, _), res in zip(wavs, asr.transcribe_batch([w for _, w in wavs]) if wavs else []):
             results[g] = {"file": str(g), **res}
         for g in group:
             yield g, results[g]
-        group, wavs, results = [], [], {}
+        group, wavs, results, held = [], [], {}, 0.0

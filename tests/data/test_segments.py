@@ -1,6 +1,7 @@
 """Manifest lines with an `offset`: segments of a longer recording, read as that segment everywhere a manifest is
 read (training items, shards, splits, eval), on real recordings joined into one."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -101,6 +102,37 @@ def test_shards_hold_each_segment_cut_out(joined, tmp_path):
         wav, _, _, duration = dataset._load(i)
         assert duration == pytest.approx(len(clip) / RATE, abs=1e-3)
         assert wav.shape == clip.shape and np.abs(wav - clip * 0.75).max() <= 2 / 32768  # 16-bit, both channels
+
+
+def test_split_keeps_a_recordings_segments_in_one_split(joined, tmp_path):
+    manifest, _, lines = joined
+    import shutil
+
+    shutil.copy(tmp_path / "long.wav", tmp_path / "other.wav")
+    plain = [{"audio_filepath": "other.wav", "duration": 20.0, "text": f"line {i}"} for i in range(40)]  # no offset
+    both = lines + [{**x, "audio_filepath": "other.wav"} for x in lines]
+    (tmp_path / "m2.jsonl").write_text("".join(json.dumps(x) + "\n" for x in both + plain))
+    where_by_seed, plain_splits = [], set()
+    for seed in range(8):
+        summary = split_manifest(tmp_path / "m2.jsonl", tmp_path / f"s{seed}", dev=0.3, test=0.3, seed=seed)
+        where: dict[tuple[str, str], set[str]] = {}
+        for s in ("train", "dev", "test"):
+            for x in (tmp_path / f"s{seed}" / f"{s}.jsonl").read_text().splitlines():
+                row = json.loads(x)
+                key = (os.path.basename(row["audio_filepath"]), "segment" if "offset" in row else row["text"])
+                where.setdefault(key, set()).add(s)
+        assert sum(summary[s]["utterances"] for s in ("train", "dev", "test")) == len(both) + len(plain)
+        assert all(len(v) == 1 for v in where.values())  # each segment line once
+        segs = {rec: {s for (r, k), v in where.items() if r == rec and k == "segment" for s in v}
+                for rec in ("long.wav", "other.wav")}
+        assert all(len(v) == 1 for v in segs.values()), (seed, segs)  # a recording's segments: one split
+        where_by_seed.append(tuple(next(iter(segs[r])) for r in sorted(segs)))
+        plain_splits |= {frozenset(s for (r, k), v in where.items() if k != "segment" for s in v)}
+    assert len({s for pair in where_by_seed for s in pair}) == 3  # recordings are drawn, not all kept for training
+    assert plain_splits == {frozenset({"train", "dev", "test"})}  # plain lines still drawn one by one, each seed
+    summary = split_manifest(tmp_path / "m2.jsonl", tmp_path / "by", by="audio_filepath", dev=0.3, test=0.3, seed=0)
+    assert sum(summary[s]["groups"] for s in ("train", "dev", "test")) == 2
+    assert sum(summary[s]["utterances"] for s in ("train", "dev", "test")) == len(both) + len(plain)
 
 
 def test_split_keeps_the_offsets(joined, tmp_path):

@@ -210,8 +210,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                                 "in one split only)")
     dp.add_argument("manifest", help="the manifest to split (its valid lines)")
     dp.add_argument("--out", required=True, type=out_folder, help="output folder (train.jsonl, dev.jsonl, test.jsonl)")
-    dp.add_argument("--by", default=None, help="a manifest field whose values are held out whole (speaker, say); "
-                                               "default: each utterance drawn on its own")
+    dp.add_argument("--by", default=None, help="a manifest field whose values are held out whole (speaker, say; "
+                                               "audio_filepath: each recording); default: each utterance drawn on its "
+                                               "own, a recording's segments (lines with an offset) together")
     dp.add_argument("--dev", type=non_negative(float), default=0.05, help="share of the hours for dev")
     dp.add_argument("--test", type=non_negative(float), default=0.05, help="share of the hours for test")
     dp.add_argument("--seed", type=int, default=0, help="the same seed gives the same split")

@@ -4,6 +4,8 @@ model validated on voices it trained on looks far better than it is on new ones.
 Two passes over the manifest, in flat memory: the first sums each group's hours, the second writes each line to
 its split. Groups are shuffled with the seed; each goes to test, else dev, when it brings that split closer to
 its share of the hours, else to train. Lines without the field train (an unknown speaker might be a held-out one).
+Segments of one recording (lines with an `offset`) always land in one split: drawn by their recording, or with
+`--by audio_filepath` held out as a group.
 """
 from __future__ import annotations
 
@@ -15,21 +17,31 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
-from .manifest import SkipReport, iter_manifest
+from .manifest import SkipReport, Utterance, iter_manifest
 from .shards import is_shard_index
 
 SPLITS = ("train", "dev", "test")
+
+
+RECORDING = "audio_filepath"  # --by this: each recording (all its segments) in one split
 
 
 def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
+def _group(u: Utterance, by: str) -> str | None:
+    """The key of `u`'s group by field `by` (its recording's resolved path for audio_filepath); None without it."""
+    if by == RECORDING:
+        return _key(os.path.realpath(u.audio_path))
+    return _key(u.extra[by]) if by in u.extra else None
+
+
 def split_manifest(source: str | Path, out: str | Path, by: str | None = None, dev: float = 0.05,
                    test: float = 0.05, seed: int = 0) -> dict[str, Any]:
     """Write OUT/train.jsonl, dev.jsonl and test.jsonl from `source`'s valid lines: with `by`, each value of that
-    field in one split only (about `dev` and `test` of the hours held out); without, each utterance drawn on its
-    own. Audio paths are rewritten relative to OUT. Returns per split its utterances, hours and groups."""
+    field in one split only (about `dev` and `test` of the hours held out; `audio_filepath`: each recording); without,
+    each utterance drawn on its own, a recording's segments (lines with an offset) drawn together. Audio paths are rewritten relative to OUT. Returns per split its utterances, hours and groups."""
     if not (0 <= dev < 1 and 0 <= test < 1 and dev + test < 1):
         raise ConfigError(f"--dev {dev} and --test {test} must be shares in [0, 1) that leave some for training")
     if is_shard_index(str(source)):
@@ -45,8 +57,8 @@ def split_manifest(source: str | Path, out: str | Path, by: str | None = None, d
     first = SkipReport(str(source))
     for u in iter_manifest(source, first, check_files=False):
         total += u.duration
-        if by is not None and by in u.extra:
-            key = _key(u.extra[by])
+        key = None if by is None else _group(u, by)
+        if key is not None:
             hours[key] = hours.get(key, 0.0) + u.duration
     if not first.kept:
         raise ConfigError(f"{source}: no utterance to split ({first.summary()})")
@@ -69,10 +81,11 @@ def split_manifest(source: str | Path, out: str | Path, by: str | None = None, d
     try:
         for u in iter_manifest(source, SkipReport(str(source)), check_files=False):
             if by is None:
-                name = _draw(seed, u.line, dev, test)
+                name = _draw(seed, u.line if u.offset is None else os.path.realpath(u.audio_path), dev, test)
             else:
-                name = assign.get(_key(u.extra[by]), "train") if by in u.extra else "train"
-                summary[name]["groups"].add(_key(u.extra[by]) if by in u.extra else None)
+                key = _group(u, by)
+                name = "train" if key is None else assign.get(key, "train")
+                summary[name]["groups"].add(key)
             record = u.record(os.path.relpath(u.audio_path, out))
             files[name].write(json.dumps(record, ensure_ascii=False) + "\n")
             summary[name]["utterances"] += 1
@@ -85,8 +98,8 @@ def split_manifest(source: str | Path, out: str | Path, by: str | None = None, d
                    **({"groups": len(v["groups"] - {None})} if by is not None else {})} for s, v in summary.items()}}
 
 
-def _draw(seed: int, line: int, dev: float, test: float) -> str:
-    """The split of manifest line `line` when utterances are drawn one by one: a hash of (seed, line), so the
-    same seed gives the same split however the file is read."""
-    x = int.from_bytes(hashlib.blake2b(f"{seed}:{line}".encode(), digest_size=8).digest(), "big") / 2 ** 64
+def _draw(seed: int, item: int | str, dev: float, test: float) -> str:
+    """The split of `item` (a manifest line's number, or the recording a segment line cuts) when utterances are
+    drawn one by one: a hash of (seed, item), so the same seed gives the same split however the file is read."""
+    x = int.from_bytes(hashlib.blake2b(f"{seed}:{item}".encode(), digest_size=8).digest(), "big") / 2 ** 64
     return "test" if x < test else "dev" if x < test + dev else "train"

@@ -41,7 +41,8 @@ def split_manifest(source: str | Path, out: str | Path, by: str | None = None, d
                    test: float = 0.05, seed: int = 0) -> dict[str, Any]:
     """Write OUT/train.jsonl, dev.jsonl and test.jsonl from `source`'s valid lines: with `by`, each value of that
     field in one split only (about `dev` and `test` of the hours held out; `audio_filepath`: each recording); without,
-    each utterance drawn on its own, a recording's segments (lines with an offset) drawn together. Audio paths are rewritten relative to OUT. Returns per split its utterances, hours and groups."""
+    each utterance drawn on its own, a recording's segments (lines with an offset) drawn together. Audio paths are
+    rewritten relative to OUT. Returns per split its utterances, hours and groups."""
     if not (0 <= dev < 1 and 0 <= test < 1 and dev + test < 1):
         raise ConfigError(f"--dev {dev} and --test {test} must be shares in [0, 1) that leave some for training")
     if is_shard_index(str(source)):

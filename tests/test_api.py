@@ -35,7 +35,8 @@ def test_a_checkpoint_carries_its_card_and_info_prints_it(ldc_checkpoint, capsys
     assert card["model"]["parameters"] == sum(p.numel() for p in model.parameters())
     durations = [json.loads(x)["duration"] for x in shared("ldc93s1", "manifest.jsonl").read_text().splitlines()]
     assert card["training_data"] == {"manifests": ["manifest.jsonl"], "utterances": 1,
-                                     "hours": round(durations[0] / 3600, 3), "speakers": None}
+                                     "hours": round(durations[0] / 3600, 3), "speakers": None,
+                                     "seconds": {k: round(durations[0], 2) for k in ("median", "p90", "max")}}
     first = {**json.loads(shared("ldc93s1", "manifest.jsonl").read_text().splitlines()[0]),
              "audio_filepath": str(shared("ldc93s1", "LDC93S1.wav"))}  # the recipe's val_slice: [0, 1]
     (tmp_path / "val.jsonl").write_text(json.dumps(first) + "\n")
@@ -44,7 +45,7 @@ def test_a_checkpoint_carries_its_card_and_info_prints_it(ldc_checkpoint, capsys
     assert card["versions"]["torch"] == torch.__version__
     code, out, _ = main_cli(capsys, "info", str(ldc_checkpoint))
     assert code == 0 and out.startswith("# ds2-tiny\n") and f"{card['model']['parameters']:,}" in out
-    assert "WER 0.00 %" in out and "1 utterances" in out
+    assert "WER 0.00 %" in out and "1 utterances" in out and f"90 % under {round(durations[0], 2):g} s" in out
     # ds2-tiny's RNNs are bidirectional: the card says it cannot stream, and why, as the recognizer would refuse it
     assert card["streaming"]["streams"] is False and "bidirectional" in card["streaming"]["why"]
     assert "- **Streaming:** no: ds2-tiny has bidirectional RNNs" in out

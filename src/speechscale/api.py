@@ -88,7 +88,7 @@ class Model:
     ONNX or TorchScript file of `speechscale export`."""
 
     def __init__(self, path: str | Path, device: str = "auto", decoder: str = "greedy", beam_width: int = 50,
-                 lm: str | None = None, lexicon: str | None = None, chunk_seconds: float = 20.0,
+                 lm: str | None = None, lexicon: str | None = None, chunk_seconds: float | None = None,
                  graphs: bool = False) -> None:
         """`graphs`: on a CUDA device, batches padded to a few shapes and replayed as CUDA graphs (a checkpoint,
         not an export; `transcribe --graphs`)."""

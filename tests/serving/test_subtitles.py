@@ -82,9 +82,11 @@ def test_transcribe_writes_subtitles_from_greedy_and_beam_words(ldc_checkpoint, 
                             "--out-dir", str(tmp_path / "subs"), str(wav), str(other))
     written = sorted((tmp_path / "subs").iterdir())
     assert code == 0 and [p.name for p in written] == ["LDC93S1.vtt", "LDC93S1_pcms16le_1_8000.vtt"]
-    for path in written:
+    model = speechscale.load(ldc_checkpoint, device="cpu")
+    for path, source in zip(written, (wav, other)):  # each file's cues hold that file's own transcript
         assert path.read_text().startswith("WEBVTT\n\n") and str(path) in out
-        assert " ".join(c.text.replace("\n", " ") for c in webvtt.read(str(path))) == LDC
+        assert " ".join(c.text.replace("\n", " ") for c in webvtt.read(str(path))) == model.transcribe(source).text
+    assert " ".join(c.text.replace("\n", " ") for c in webvtt.read(str(written[0]))) == LDC
 
 
 def test_transcribe_says_in_one_line_what_subtitles_cannot_do(ldc_checkpoint, capsys, tmp_path):

@@ -200,6 +200,21 @@ def endpoint_frames(text: str) -> int:
     return _whole(text, 1, MAX_ENDPOINT_FRAMES, f"a whole number from 1 to {MAX_ENDPOINT_FRAMES}")
 
 
+def chunk_seconds(text: str) -> float | None:
+    """An argparse type: --chunk-seconds, `auto` (None: the length the model's card suggests) or seconds (>= 1)."""
+    if text == "auto":
+        return None
+    from ..serving.transcribe import MIN_CHUNK_SECONDS
+
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or a number of seconds, got {text!r}") from None
+    if not seconds >= MIN_CHUNK_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text}: chunks must be at least {MIN_CHUNK_SECONDS:g} s long")
+    return seconds
+
+
 def int_list(text: str) -> list[int]:
     """An argparse type: comma-separated integers (one line from argparse otherwise)."""
     try:

@@ -10,6 +10,7 @@ from .args import (
     DecoderDefaults,
     Parser,
     check_not_an_input,
+    chunk_seconds,
     decoder_args,
     decoder_config,
     device_arg,
@@ -551,8 +552,10 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     r.add_argument("--out-dir", type=out_folder, default=None,
                    help="--format srt|vtt: write each FILE's subtitles to DIR/NAME.srt (or .vtt) instead of "
                         "standard output (needed for several files)")
-    r.add_argument("--chunk-seconds", type=float, default=20.0,
-                   help="long audio is cut at quiet points into chunks of at most this length (>= 1)")
+    r.add_argument("--chunk-seconds", type=chunk_seconds, default=None, metavar="auto|SECONDS",
+                   help="long audio is cut at its pauses into chunks of at most this length (>= 1; default auto: "
+                        "1.5 times the 90th-percentile length of the model's training utterances, from its card, "
+                        "20 s when the card does not say)")
     r.add_argument("--manifest", default=None,
                    help="a manifest holding these files: print each one's reference text and WER beside it")
     r.add_argument("--stream", action="store_true",
@@ -581,8 +584,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="a JSON object per file (its words with start, end, confidence), or subtitles")
     a.add_argument("--out-dir", type=out_folder, default=None,
                    help="--format srt|vtt: write each file's subtitles to DIR/NAME.srt (or .vtt)")
-    a.add_argument("--chunk-seconds", type=float, default=20.0,
-                   help="long audio runs through the model in chunks cut at quiet points, at most this long")
+    a.add_argument("--chunk-seconds", type=chunk_seconds, default=None, metavar="auto|SECONDS",
+                   help="long audio runs through the model in chunks cut at its pauses, at most this long (default "
+                        "auto: as transcribe's)")
     a.add_argument("--segment-seconds", type=float, default=120.0,
                    help="longer audio is aligned a segment of about this long at a time (memory: a byte per output "
                         "frame and character of a segment)")

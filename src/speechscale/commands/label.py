@@ -8,10 +8,10 @@ from typing import Any, Callable
 
 from .args import (
     check_not_an_input,
+    chunk_seconds,
     decoder_args,
     decoder_config,
     device_arg,
-    non_negative,
     out_file,
     positive,
     probability,
@@ -87,6 +87,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="go on from the lines --out and its rejected file hold (a run stopped at any point loses "
                         "at most a batch)")
     p.add_argument("--batch-size", type=positive(int), default=8, help="recordings run through the model together")
-    p.add_argument("--chunk-seconds", type=non_negative(float), default=20.0,
-                   help="audio longer than this runs through the model in chunks cut at quiet points (>= 1)")
+    p.add_argument("--chunk-seconds", type=chunk_seconds, default=None, metavar="auto|SECONDS",
+                   help="audio longer than this runs through the model in chunks cut at its pauses (>= 1; default "
+                        "auto: as transcribe's)")
     p.set_defaults(func=label)

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any, Callable
 
-from .args import check_listen, decoder_args, decoder_config, device_arg, model_file, port, positive
+from .args import check_listen, chunk_seconds, decoder_args, decoder_config, device_arg, model_file, port, positive
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -59,7 +59,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     sv.add_argument("--max-mb", type=positive(float), default=20.0, help="largest request body (MB)")
     sv.add_argument("--max-seconds", type=positive(float), default=60.0, help="longest audio per request (s)")
     sv.add_argument("--max-batch", type=positive(int), default=16, help="requests transcribed together")
-    sv.add_argument("--chunk-seconds", type=float, default=20.0, help="long audio is cut into chunks this long")
+    sv.add_argument("--chunk-seconds", type=chunk_seconds, default=None, metavar="auto|SECONDS",
+                    help="long audio is cut at its pauses into chunks at most this long (default auto: as "
+                         "transcribe's)")
     sv.add_argument("--max-queue", type=positive(int), default=64,
                     help="requests waiting for the model; more are refused with 503 and Retry-After")
     sv.add_argument("--request-timeout", type=positive(float), default=60.0,

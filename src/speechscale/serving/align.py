@@ -36,7 +36,7 @@ class AlignError(ValueError):
 def frame_log_probs(asr: Transcriber, wav: np.ndarray) -> tuple[torch.Tensor, list[float], list[float]]:
     """(T,) float32 at the model's rate -> log-probabilities (N, V) of every output frame of its chunks in order, each
     frame's start (s) and length (s)."""
-    pieces, log_probs, out_lens, frame_s = asr.forward_pieces([wav])
+    pieces, log_probs, out_lens, frame_s = asr.forward_pieces([wav], trim=False)  # frames that tile the audio
     rows, starts, lengths = [], [], []
     for i, (_, offset) in enumerate(pieces):
         n = int(out_lens[i])

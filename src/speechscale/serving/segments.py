@@ -86,25 +86,35 @@ def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> lis
     that reaches the recording's edge (none: an empty pause at the edge). Quiet: a FRAME_S frame's energy under the
     level QUIET of the way from the recording's quiet floor to its loud speech. An empty pause at the later word's
     start where there is none."""
-    frame = max(1, int(FRAME_S * rate))
-    n = wav.shape[0] // frame
     duration = wav.shape[0] / rate
-    if n == 0:
+    if wav.shape[0] < max(1, int(FRAME_S * rate)):
         return word_gaps(words, duration)
-    frames = wav[:n * frame].reshape(n, frame)  # (n, frame): a view
-    level = 10 * np.log10(np.einsum("ij,ij->i", frames, frames) / frame + 1e-10)  # (n,) dB
-    floor, loud = np.percentile(level, 5), np.percentile(level, 95)
-    quiet = np.concatenate([[False], level < floor + QUIET * (loud - floor), [False]])
-    edges = np.flatnonzero(quiet[1:] != quiet[:-1])  # quiet runs [edges[2i], edges[2i+1]) in frames
-    runs = edges.reshape(-1, 2) * FRAME_S  # (R, 2) s, in order
+    runs = quiet_runs(wav, rate)
+    end = wav.shape[0] // max(1, int(FRAME_S * rate)) * FRAME_S  # the last whole frame's end
     lead = (0.0, min(float(runs[0, 1]), words[0]["start"])) if len(runs) and runs[0, 0] == 0 else (0.0, 0.0)
-    tail = (max(float(runs[-1, 0]), words[-1]["start"]), duration) if len(runs) and edges[-1] == n else \
+    tail = (max(float(runs[-1, 0]), words[-1]["start"]), duration) if len(runs) and runs[-1, 1] >= end - 1e-9 else \
         (duration, duration)
     return [lead, *(_longest(runs, a["start"], b["start"]) for a, b in zip(words, words[1:])), tail]
 
 
 FRAME_S = 0.01
 QUIET = 0.3
+
+
+def quiet_runs(wav: np.ndarray, rate: int) -> np.ndarray:
+    """The quiet runs of `wav` (T,) float32 at `rate`: (R, 2) start and end s, in order, of the stretches of whole
+    FRAME_S frames whose energy lies under the level QUIET of the way from the recording's quiet floor (its 5th
+    percentile, dB) to its loud speech (95th). None in a recording of one level throughout."""
+    frame = max(1, int(FRAME_S * rate))
+    n = wav.shape[0] // frame
+    if n == 0:
+        return np.zeros((0, 2))
+    frames = wav[:n * frame].reshape(n, frame)  # (n, frame): a view
+    level = 10 * np.log10(np.einsum("ij,ij->i", frames, frames) / frame + 1e-10)  # (n,) dB
+    floor, loud = np.percentile(level, 5), np.percentile(level, 95)
+    quiet = np.concatenate([[False], level < floor + QUIET * (loud - floor), [False]])
+    edges = np.flatnonzero(quiet[1:] != quiet[:-1])  # quiet runs [edges[2i], edges[2i+1]) in frames
+    return edges.reshape(-1, 2) * (frame / rate)  # (R, 2) s
 
 
 def _longest(runs: np.ndarray, a: float, b: float) -> tuple[float, float]:

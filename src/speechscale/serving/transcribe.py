@@ -1,4 +1,10 @@
-"""Transcribe any audio file with a checkpoint; long audio is cut at quiet points into chunks.
+"""Transcribe any audio file with a checkpoint; long audio is cut at its pauses into chunks.
+
+A model transcribes best audio as long as what it trained on: a model trained on sentences of a few seconds loses
+words on a minute of speech heard at once. So long audio is cut at the longest pause of every stretch longer than
+the chunk length, and again, until each chunk fits (pause_chunks); by default the chunk length follows the
+training utterances' durations on the model's card (auto_chunk_seconds). A chunk keeps at most EDGE_S of the
+pause on either side: a model hears its own training utterances' short silences, not seconds of quiet.
 
     >>> asr = Transcriber("runs/demo/checkpoints/best.pt")   # doctest: +SKIP
     >>> asr.transcribe_file("data/jfk/jfk.flac")   # doctest: +SKIP
@@ -12,9 +18,10 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from ..components import load_components, resolve_device
+from ..components import resolve_device
 from ..data.audio import AudioError, load_audio
 from ..data.dataset import pad_features
+from .segments import FRAME_S, quiet_runs
 
 
 def split_points(wav: np.ndarray, sample_rate: int, chunk_s: float, search_s: float = 2.0) -> list[int]:
@@ -41,26 +48,89 @@ def split_points(wav: np.ndarray, sample_rate: int, chunk_s: float, search_s: fl
 
 
 MIN_CHUNK_SECONDS = 1.0
+DEFAULT_CHUNK_SECONDS = 20.0  # a model whose card does not say how long its training utterances were
+MAX_AUTO_CHUNK_SECONDS = 30.0
+TRAINING_SPAN = 1.5  # auto: chunks up to this many times the training utterances' 90th-percentile duration
+MIN_PAUSE_S = 0.1  # a quiet run this long or longer is a pause to cut at
+EDGE_S = 0.2  # a chunk keeps at most this much of the pause before it and after it
 
 
-def check_chunk_seconds(seconds: float) -> None:
-    """ConfigError unless chunks are at least MIN_CHUNK_SECONDS long (0 or less would never end)."""
-    if not seconds >= MIN_CHUNK_SECONDS:
+def check_chunk_seconds(seconds: float | None) -> None:
+    """ConfigError unless chunks are at least MIN_CHUNK_SECONDS long (0 or less would never end); None: auto."""
+    if seconds is not None and not seconds >= MIN_CHUNK_SECONDS:
         from ..config import ConfigError
 
         raise ConfigError(f"--chunk-seconds={seconds}: chunks must be at least {MIN_CHUNK_SECONDS:g} s long")
 
 
+def auto_chunk_seconds(card: dict[str, Any]) -> float:
+    """The chunk length for a model with model card `card`: TRAINING_SPAN times its training utterances'
+    90th-percentile duration, within [MIN_CHUNK_SECONDS, MAX_AUTO_CHUNK_SECONDS]; DEFAULT_CHUNK_SECONDS when the
+    card does not say."""
+    seconds = ((card.get("training_data") or {}).get("seconds") or {}).get("p90")
+    if not isinstance(seconds, (int, float)) or not seconds > 0:
+        return DEFAULT_CHUNK_SECONDS
+    return round(min(MAX_AUTO_CHUNK_SECONDS, max(MIN_CHUNK_SECONDS, TRAINING_SPAN * seconds)), 2)
+
+
+def pause_chunks(wav: np.ndarray, sample_rate: int, chunk_s: float, trim: bool = True) -> list[tuple[int, int]]:
+    """Sample ranges [a, b) that cut `wav` (T,) into chunks of at most `chunk_s` (audio no longer: one chunk, whole):
+    a longer stretch is cut in the middle of its longest pause (a quiet run of MIN_PAUSE_S or more,
+    segments.quiet_runs; of equal ones, the nearest the stretch's middle), and each side again; a stretch without one
+    is cut at its quietest frames (split_points). `trim`: each chunk keeps at most EDGE_S of the quiet before and
+    after it, the recording's quiet edges included (the chunks leave the rest of each pause out); else they tile
+    the recording."""
+    n = wav.shape[0]
+    if n <= chunk_s * sample_rate:
+        return [(0, n)]
+    runs = np.round(quiet_runs(wav, sample_rate) * sample_rate).astype(np.int64)  # (R, 2) samples
+    pauses = runs[runs[:, 1] - runs[:, 0] >= round(MIN_PAUSE_S * sample_rate)]
+    limit = chunk_s * sample_rate
+    bounds, todo = [], [(0, n)]
+    while todo:  # stretches [a, b) still to cut, the earliest last
+        a, b = todo.pop()
+        if b - a <= limit:
+            bounds.append((a, b))
+            continue
+        inner = pauses[(pauses[:, 0] > a) & (pauses[:, 1] < b)]  # pauses strictly inside the stretch
+        if not len(inner):
+            cuts = split_points(wav[a:b], sample_rate, chunk_s)
+            bounds += [(a + x, a + y) for x, y in zip(cuts, cuts[1:])]
+            continue
+        middle = np.abs(inner.sum(axis=1) - (a + b))  # twice the distance to the stretch's middle
+        k = int(np.lexsort((middle, -(inner[:, 1] - inner[:, 0])))[0])  # the longest, then the nearest the middle
+        cut = int(inner[k].sum()) // 2
+        todo += [(cut, b), (a, cut)]
+    bounds.sort()
+    if not trim or not len(runs):
+        return bounds
+    edge = round(EDGE_S * sample_rate)
+    whole = n - n % max(1, round(FRAME_S * sample_rate))  # quiet_runs reads whole frames: a run at whole reaches n
+    ends = np.where(runs[:, 1] >= whole, n, runs[:, 1])
+    out = []
+    for a, b in bounds:
+        i = int(np.searchsorted(ends, a, "right"))  # the first run that ends after a
+        if i < len(runs) and runs[i, 0] <= a:  # a lies in it
+            a = max(a, int(ends[i]) - edge)
+        j = int(np.searchsorted(runs[:, 0], b, "left")) - 1  # the last run that starts before b
+        if j >= 0 and ends[j] >= b:  # b lies in it
+            b = min(b, int(runs[j, 0]) + edge)
+        if b > a:
+            out.append((a, b))
+    return out
+
+
 class Transcriber:
     """A model loaded from a checkpoint, ready to transcribe waveforms or files."""
 
-    def __init__(self, checkpoint: str | Path, chunk_seconds: float = 20.0, backend: str = "torch",
+    def __init__(self, checkpoint: str | Path, chunk_seconds: float | None = None, backend: str = "torch",
                  decoder: Any = None, device: str = "cpu", graphs: bool = False, max_pieces: int = 16) -> None:
         """`checkpoint`: a speechscale checkpoint (backend torch) or a file of `speechscale export` (backend
         onnx: onnxruntime; torchscript: torch.jit; auto: the one the file needs). `decoder`: a DecoderConfig
         (default greedy). `device`: where the model runs (auto | cpu | cuda[:N]); features and decoding stay on the
         host. `graphs` (backend torch, a CUDA device): each batch padded to a fixed shape and replayed as a CUDA
-        graph. `max_pieces`: chunks run through the model at once (a long file's in several batches)."""
+        graph. `max_pieces`: chunks run through the model at once (a long file's in several batches).
+        `chunk_seconds`: long audio's chunk length (None: the model card's, auto_chunk_seconds)."""
         check_chunk_seconds(chunk_seconds)
         self.device = resolve_device(device, "--device")
         from ..export.runtime import detect_backend
@@ -82,7 +152,13 @@ class Transcriber:
 
                 raise ConfigError(f"{checkpoint} is a file of `speechscale export` ({kind}), not a checkpoint: leave "
                                   f"--backend out (or give --backend {kind})")
-            self.comps = load_components(checkpoint, str(self.device))
+            from ..components import components_from_checkpoint
+            from ..storage.checkpoints import load_checkpoint
+
+            state = load_checkpoint(checkpoint)
+            self.comps = components_from_checkpoint(state)
+            self.comps.model.to(self.device)
+            self.card: dict[str, Any] = state.get("card") or {}
             self.model: Any = self.comps.model
             if graphs:
                 from .graphed import FixedShapeForward
@@ -93,24 +169,26 @@ class Transcriber:
 
             self.model = ExportedModel(checkpoint, backend, self.device)
             self.comps = self.model.components()
+            self.card = self.model.description.get("card") or {}
         from ..decoding.decoders import build_decoder
 
         self.decoder_cfg = decoder or "greedy"  # streams build a search of their own from it
         self.decoder = build_decoder(self.decoder_cfg, self.comps.tokenizer, self.comps.normalizer)
         self.sample_rate = self.comps.features.cfg.sample_rate
-        self.chunk_seconds = chunk_seconds
+        self.chunk_seconds = chunk_seconds if chunk_seconds is not None else auto_chunk_seconds(self.card)
         self.max_pieces = max_pieces
 
     @torch.no_grad()
-    def forward_pieces(self, wavs: list[np.ndarray]) -> tuple[list[tuple[int, float]], torch.Tensor, torch.Tensor,
-                                                               list[float]]:
-        """Waveforms (T,) float32 at the model's rate, cut into chunks at quiet points, the chunks run as padded
-        batches of at most `max_pieces` -> each chunk's (waveform, offset s), log-probabilities (B, T', V) and
-        output lengths (B,) on the host, and each chunk's output frame (s)."""
+    def forward_pieces(self, wavs: list[np.ndarray], trim: bool = True) -> tuple[list[tuple[int, float]], torch.Tensor,
+                                                                                 torch.Tensor, list[float]]:
+        """Waveforms (T,) float32 at the model's rate, cut into chunks at their pauses (pause_chunks; `trim`: the
+        quiet at their edges trimmed), the chunks run as padded batches of at most `max_pieces` -> each chunk's
+        (waveform, offset s), log-probabilities (B, T', V) and output lengths (B,) on the host, and each chunk's
+        output frame (s)."""
         pieces: list[tuple[int, float, np.ndarray]] = []  # (waveform, offset s, samples)
         for w, wav in enumerate(wavs):
-            cuts = split_points(wav, self.sample_rate, self.chunk_seconds)
-            pieces += [(w, a / self.sample_rate, wav[a:b]) for a, b in zip(cuts, cuts[1:])
+            pieces += [(w, a / self.sample_rate, wav[a:b])
+                       for a, b in pause_chunks(wav, self.sample_rate, self.chunk_seconds, trim)
                        if b - a > int(0.05 * self.sample_rate)]
         if not pieces:
             return [], torch.zeros(0, 0, self.comps.tokenizer.vocab_size), torch.zeros(0, dtype=torch.long), []

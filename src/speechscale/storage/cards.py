@@ -35,12 +35,18 @@ def versions() -> dict[str, str]:
 
 
 def data_summary(manifests: list[str], utts: list[Any]) -> dict[str, Any]:
-    """Training data as a card states it: manifest names, utterances, hours and distinct speakers (when the
-    manifest names them) of `utts` (manifest.Utterance)."""
+    """Training data as a card states it: manifest names, utterances, hours, distinct speakers (when the
+    manifest names them) and the utterances' median, 90th-percentile and longest durations (s; what length of audio
+    the model knows: serving.transcribe cuts long audio to it) of `utts` (manifest.Utterance)."""
+    import numpy as np
+
     speakers = {str(u.extra["speaker"]) for u in utts if u.extra.get("speaker") is not None}
+    durations = np.array([u.duration for u in utts], dtype=np.float64)
+    seconds = {"median": round(float(np.median(durations)), 2), "p90": round(float(np.percentile(durations, 90)), 2),
+               "max": round(float(durations.max()), 2)} if len(utts) else None
     return {"manifests": [Path(m).name if "://" not in m else m for m in manifests if m],
             "utterances": len(utts), "hours": round(sum(u.duration for u in utts) / 3600, 3),
-            "speakers": len(speakers) or None}
+            "speakers": len(speakers) or None, **({"seconds": seconds} if seconds else {})}
 
 
 def build_card(config: dict[str, Any], parameters: int, training_data: dict[str, Any],
@@ -79,8 +85,10 @@ def render_markdown(card: dict[str, Any]) -> str:
                      "training)" + (f"; kept as they were: {', '.join(trainer['freeze'])}" if trainer.get("freeze") else ""))
     if d:
         speakers = f", {d['speakers']} speakers" if d.get("speakers") else ""
+        sec = d.get("seconds") or {}
+        lengths = f"; utterances of {sec['median']:g} s (median), 90 % under {sec['p90']:g} s" if sec else ""
         lines.append(f"- **Training data:** {', '.join(d.get('manifests', [])) or '-'}: {d.get('utterances')} "
-                     f"utterances, {d.get('hours')} h{speakers}")
+                     f"utterances, {d.get('hours')} h{speakers}{lengths}")
     if "wer" in v:
         lines.append(f"- **Validation** ({v.get('manifest')}, {v.get('utterances')} utterances, step {v.get('step')}): "
                      f"WER {100 * v['wer']:.2f} %, CER {100 * v['cer']:.2f} %")

@@ -93,7 +93,7 @@ def test_long_audio_is_cut_at_its_pauses_to_the_length_the_model_trained_on(ldc_
         assert (k == 0 or a >= s0 - edge) and (k == 3 or b <= s1 + edge)  # at most EDGE_S of a pause
     tiled = pause_chunks(long, sr, asr.chunk_seconds, trim=False)
     assert tiled[0][0] == 0 and tiled[-1][1] == len(long) and all(x[1] == y[0] for x, y in zip(tiled, tiled[1:]))
-    for (a, b), (s0, _), (p0, _) in zip(tiled, spans, spans[1:]):  # each cut near the middle of the pause between two
+    for (_, b), (s0, _), (p0, _) in zip(tiled, spans, spans[1:]):  # each cut near the middle of the pause between two
         assert abs(b - (s0 + loud[-1] + p0 + loud[0]) / 2) <= 0.1 * sr
     proc = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(tmp_path / "long.wav"))
     res = json.loads(proc.stdout)

@@ -568,6 +568,42 @@ def _longform(res: dict[str, Any]) -> str:
             + f"\nThe runs were trained at commit {where}, and scored at this block's.\n")
 
 
+CHUNKING_GOAL_POINTS = 2.0  # auto's WER at most this many points above each sentence alone, in every condition
+
+
+def _chunking(res: dict[str, Any]) -> str:
+    """benchmarks/chunking.py: long recordings transcribed whole, cut into chunks each arm's way, against each sentence
+    alone; WER by noise condition, the chunks' lengths and the wall."""
+    conds = res["conditions"]
+    names = {"sentences": "each sentence's span alone (the mark)",
+             "fixed-20": "chunks of at most 20 s at the quietest 20 ms (the old default)",
+             "fixed-auto": f"chunks of at most {res['auto_seconds']:g} s at the quietest 20 ms",
+             "pauses-20": "cut at pauses, at most 20 s",
+             "pauses-auto-untrimmed": f"cut at pauses, at most {res['auto_seconds']:g} s, the pauses kept",
+             "auto": f"`transcribe`'s default: cut at pauses, at most {res['auto_seconds']:g} s, 0.2 s of each pause kept"}
+    first = next(iter(conds))
+    label = {c: "clean" if c == "clean" else f"SNR {c} dB" for c in conds}
+    rows = [[names.get(a, a), f"{conds[first][a]['median_seconds']:.1f} s ({conds[first][a]['max_seconds']:.1f})",
+             *(f"{100 * conds[c][a]['wer']:.1f} %" for c in conds), f"{100 * conds[first][a]['heard_share']:.0f} %",
+             conds[first][a]["rtfx"]] for a in conds[first]]
+    gaps = {c: 100 * (conds[c]["auto"]["wer"] - conds[c]["sentences"]["wer"]) for c in conds}
+    ok = all(g <= CHUNKING_GOAL_POINTS for g in gaps.values())
+    sec = res.get("training_seconds") or {}
+    trained = (f"its card says its training utterances last {sec['median']:g} s (median), 90 % under {sec['p90']:g} s, "
+               f"so `transcribe` cuts at most {res['auto_seconds']:g} s") if sec else \
+        f"its card does not say how long its training utterances were, so `transcribe` cuts {res['auto_seconds']:g} s"
+    return (f"{res['pool_utterances']} sentences in the demo's unseen test voice joined in order into "
+            f"{res['recordings']} recordings of about {res['recording_minutes']:.1f} minutes (a drawn pause of 0.25-1 s "
+            f"between two), transcribed greedy by the teacher `{res['teacher']}`: {trained}. Each recording is "
+            "transcribed whole by each arm in turn and its text scored against the sentences'; noise is white, added "
+            "throughout at the SNR named (below the speech's mean power). Chunk lengths, the share of the audio the "
+            f"model hears and the real-time factor are the {label[first]} condition's.\n\n"
+            + _md(["cut", "chunks: median (longest)", *(f"WER {label[c]}" for c in conds), "audio heard", "RTFx"], rows)
+            + f"\nGoal, set before this run: the default within {CHUNKING_GOAL_POINTS:g} points of each sentence alone in "
+            f"every condition: {'reached' if ok else '**not reached**'} ("
+            + ", ".join(f"{label[c]} {g:+.1f}" for c, g in gaps.items()) + " points).\n")
+
+
 def _serving(name: str) -> Callable[[Any], str]:
     def render(res: Any) -> str:
         from .serving_tables import RENDERERS
@@ -589,7 +625,8 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "soak": _serving("soak"), "stream-stacks": _serving("stream-stacks"),
                                            "align": _align, "align-long": _align, "transfer-de": _transfer,
                                            "pieces-demo": _pieces, "pieces-demo-long": _pieces, "int8": _int8,
-                                           "selftrain-demo": _selftrain, "longform-demo": _longform}
+                                           "selftrain-demo": _selftrain, "longform-demo": _longform,
+                                           "chunking-demo": _chunking}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

@@ -67,6 +67,8 @@ def test_an_export_carries_the_card_and_transcribes_through_the_api(ldc_checkpoi
     wav = shared("ldc93s1", "LDC93S1.wav")
     onnx = speechscale.load(out)
     assert onnx.backend == "onnx" and onnx.transcribe(wav).text == LDC_TEXT
+    trained = load_checkpoint(ldc_checkpoint)["card"]["training_data"]["seconds"]["p90"]
+    assert onnx._asr.chunk_seconds == pytest.approx(1.5 * trained, abs=0.01)  # long audio cut as the checkpoint would
     with pytest.raises(ValueError, match="no nn.Module"):
         _ = onnx.module
     model = speechscale.load(ldc_checkpoint, device="cpu")

@@ -1,0 +1,74 @@
+"""`python -m benchmarks.chunking`: long recordings transcribed whole, cut into chunks each arm's way, scored against
+their sentences; the noise it adds and the block it renders."""
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import chunking, longform, tables
+from speechscale.data.audio import load_audio
+from speechscale.data.synth import synthesize_corpus
+from speechscale.decoding.metrics import ErrorRate
+from speechscale.serving.transcribe import Transcriber, pause_chunks
+from speechscale.training.trainer import Trainer
+from tests.conftest import shared
+from tests.training.tiny import ldc_config
+
+
+def _fsdd(n):
+    fsdd = shared("fsdd")
+    rows = [json.loads(x) for x in (fsdd / "manifest.jsonl").read_text().splitlines()][:n]
+    return [{**r, "audio_filepath": str(fsdd / r["audio_filepath"])} for r in rows]
+
+
+def test_noise_is_added_at_the_snr_asked_and_each_arm_cuts_its_own_way(tmp_path):
+    (rec,) = longform.join_pool(_fsdd(6), 6, seed=0, folder=tmp_path)
+    wav = load_audio(rec["audio_filepath"], 8000)
+    assert chunking.with_noise(wav, None, 0) is wav
+    for snr in (30.0, 15.0):
+        noisy = chunking.with_noise(wav, snr, seed=3)
+        speech = wav[np.abs(wav) > 1e-4]
+        measured = 10 * np.log10(np.mean(speech ** 2) / np.mean((noisy - wav) ** 2))
+        assert measured == pytest.approx(snr, abs=0.2)
+        assert np.array_equal(noisy, chunking.with_noise(wav, snr, seed=3))  # seeded
+    spans = rec["spans"]
+    got = chunking.arm_chunks("sentences", wav, 8000, spans, 2.0)
+    assert got == [(round(a * 8000), round(b * 8000)) for a, b, _ in spans]
+    fixed = chunking.arm_chunks("fixed-auto", wav, 8000, spans, 2.0)
+    assert fixed[0][0] == 0 and fixed[-1][1] == len(wav) and all(b - a <= 2 * 8000 for a, b in fixed)
+    assert chunking.arm_chunks("pauses-auto-untrimmed", wav, 8000, spans, 2.0) == pause_chunks(wav, 8000, 2.0, trim=False)
+    assert chunking.arm_chunks("pauses-20", wav, 8000, spans, 2.0) == pause_chunks(wav, 8000, 20.0)
+    assert chunking.arm_chunks("auto", wav, 8000, spans, 2.0) is None
+
+
+@pytest.mark.slow
+def test_every_arm_is_scored_on_every_condition_and_the_block_renders(tmp_path):
+    data = tmp_path / "demo"
+    synthesize_corpus(data, minutes=0.3, test_minutes=0.1, seed=0, progress=False)
+    teacher_run = tmp_path / "teacher"
+    Trainer(ldc_config(teacher_run, "features.sample_rate=16000", "trainer.max_steps=2",
+                       f"data.train_manifest={data / 'train.jsonl'}", f"data.val_manifest={data / 'test.jsonl'}")).fit()
+    teacher = teacher_run / "checkpoints" / "last.pt"
+    out, work = tmp_path / "chunking.json", tmp_path / "work"
+    argv = ["--teacher", str(teacher), "--data", str(data), "--work", str(work), "--pool-minutes", "0.3",
+            "--per-recording", "4", "--snr", "clean,20", "--out", str(out)]
+    assert chunking.main(argv) == 0
+    res = json.loads(out.read_text())["results"]
+    assert set(res["conditions"]) == {"clean", "20"} and all(set(c) == set(chunking.ARMS) for c in res["conditions"].values())
+    asr = Transcriber(teacher)
+    durations = [json.loads(x)["duration"] for x in (data / "train.jsonl").read_text().splitlines()]
+    assert res["auto_seconds"] == asr.chunk_seconds == pytest.approx(max(1.0, 1.5 * np.percentile(durations, 90)),
+                                                                      abs=0.01)
+    recs = longform.join_pool([json.loads(x) for x in (work / "pool.jsonl").read_text().splitlines()], 4, 1,
+                              work / "long")
+    wer = ErrorRate()  # the sentences arm recomputed: each span transcribed as a file of its own
+    for rec in recs:
+        wav = load_audio(rec["audio_filepath"], asr.sample_rate)
+        said = [asr.transcribe(wav[round(a * asr.sample_rate):round(b * asr.sample_rate)]) for a, b, _ in rec["spans"]]
+        wer.update([rec["text"]], [" ".join(t for t in said if t)])
+    clean = res["conditions"]["clean"]
+    assert clean["sentences"]["wer"] == pytest.approx(wer.wer, abs=1e-4)
+    assert clean["sentences"]["chunks"] == sum(len(r["spans"]) for r in recs)
+    assert clean["fixed-20"]["chunks"] == len(recs)  # each recording (under 20 s) one chunk
+    block = tables.render("chunking-demo", json.loads(out.read_text()))
+    assert "`transcribe`'s default" in block and "WER SNR 20 dB" in block and "Goal, set before this run" in block

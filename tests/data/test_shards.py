@@ -209,6 +209,13 @@ def test_training_streams_shards_from_s3(s3, tmp_path):
                              "model.overrides={rnn_hidden: 32, rnn_layers: 1}"])
     summary = Trainer(cfg).fit()
     assert summary["step"] == 3 and summary["bad_audio"] == 0 and summary["train_utterances"] == 8
+    from speechscale.storage.checkpoints import load_checkpoint
+
+    said = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["card"]["training_data"]["seconds"]
+    durations = [json.loads(x)["duration"] for x in manifest.read_text().splitlines()]  # what the card's lengths read
+    for key, want in (("median", np.quantile(durations, 0.5, method="inverted_cdf")),
+                      ("p90", np.quantile(durations, 0.9, method="inverted_cdf")), ("max", max(durations))):
+        assert said[key] == pytest.approx(want, abs=0.011), key
     with pytest.raises(ShardError, match="cannot be read"):
         ShardIndex("s3://no-such-bucket/index.jsonl")
 

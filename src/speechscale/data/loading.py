@@ -23,6 +23,7 @@ from .mixing import MixedUnits, MixPlan, domain_names, domain_probabilities
 from .plan import BatchPlan, ListUnits, Units
 from .sampler import BucketBatchSampler
 from .shards import ShardIndex, is_shard_index
+from .stats import DurationCounts
 from .stream import MixedShardDataset, ShardDataset, ShardUnits
 
 if TYPE_CHECKING:
@@ -265,6 +266,7 @@ class TrainingData:
     domains: dict[str, int]               # data.mix: samples per epoch of each domain ({} for one source)
     longest: list[tuple[float, int]]      # (duration, id) of the longest training utterances, longest first
     plain: SpeechDataset                  # the training utterances without augmentation (the pre-scan)
+    seconds: dict[str, float] | None      # the training utterances' median, 90th-percentile and longest durations
 
 
 def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Components", rank: int, world: int,
@@ -285,8 +287,11 @@ def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "C
                                         make_plan=make_plan)
     longest = sorted(((u.duration, i) for i, u in enumerate(utts)), reverse=True)[:2 * data.max_batch_size]
     plain = SpeechDataset(utts, comps.features, comps.tokenizer, speakers=dataset.speakers)
+    durations = DurationCounts()
+    for u in utts:
+        durations.add(u.duration)
     return TrainingData(len(utts), report, loader, plan, dataset, val_loader, val_n, plan.batches_per_epoch(1),
-                        domains, longest, plain)
+                        domains, longest, plain, durations.summary())
 
 
 def _streamed(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Components",
@@ -320,8 +325,11 @@ def _streamed(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Compo
         report.reasons.update(r.reasons)
     plan = make_plan(units)
     loader = build_loader(dataset, EpochTagged(plan), data, pin_memory)
+    durations = DurationCounts()
+    for u, _, _ in sources:
+        durations.merge(u.durations)
     return TrainingData(report.kept, report, loader, plan, dataset, val_loader, val_n, plan.batches_per_epoch(1),
-                        domains, longest, plain)
+                        domains, longest, plain, durations.summary())
 
 
 def _plain(dataset: ShardDataset, comps: "Components") -> ShardDataset:

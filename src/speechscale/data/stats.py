@@ -110,6 +110,31 @@ def _groups(by: str, groups: dict[str, list[float]], top: int) -> dict[str, Any]
                        "hours": round(sum(sec for _, (_, sec) in rest) / 3600, 4)}}
 
 
+class DurationCounts:
+    """Utterance durations counted in BIN_S bins (flat memory however many): their median, 90th percentile and
+    longest, as a model card states them."""
+
+    def __init__(self) -> None:
+        self.bins = np.zeros(int(MAX_S / BIN_S) + 1, dtype=np.int64)
+        self.longest = 0.0
+
+    def add(self, duration: float) -> None:
+        self.bins[int(min(max(duration, 0.0) / BIN_S, len(self.bins) - 1))] += 1
+        self.longest = max(self.longest, duration)
+
+    def merge(self, other: DurationCounts) -> DurationCounts:
+        self.bins += other.bins
+        self.longest = max(self.longest, other.longest)
+        return self
+
+    def summary(self) -> dict[str, float] | None:
+        """{"median", "p90", "max"} in s (the quantiles to BIN_S); None when nothing was counted."""
+        if not self.bins.any():
+            return None
+        return {"median": round(_quantile(self.bins, 0.5, BIN_S), 2), "p90": round(_quantile(self.bins, 0.9, BIN_S), 2),
+                "max": round(self.longest, 2)}
+
+
 def _quantile(counts: np.ndarray, q: float, step: float) -> float:
     """The `q` quantile of values counted in bins of width `step` from 0 (a bin's lower edge, rounded)."""
     cumulative = np.cumsum(counts)

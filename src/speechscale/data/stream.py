@@ -29,6 +29,7 @@ from .features import FeatureExtractor
 from .manifest import MAX_DURATION_S
 from .sampler import pack_batches
 from .shards import ShardIndex, ShardReader
+from .stats import DurationCounts
 from .text import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class ShardUnits:
         self._units: dict[tuple[int, int], list[list[int]]] = {}
         # one pass over the index: what the duration bounds leave, and the longest kept utterances
         self.kept, self.out_of_range = 0, 0
+        self.durations = DurationCounts()  # the kept utterances' (what a model card states)
         top: list[tuple[float, int]] = []  # a min-heap of the 2 x max_batch_size longest (duration, id)
         for s in range(len(index.shards)):
             for m, (_, d, _, _) in enumerate(index.members(s)):
@@ -55,6 +57,7 @@ class ShardUnits:
                     self.out_of_range += 1
                     continue
                 self.kept += 1
+                self.durations.add(d)
                 (heapq.heappush if len(top) < 2 * max_batch_size else heapq.heappushpop)(top, (d, index.starts[s] + m))
         self.longest = sorted(top, reverse=True)  # (duration, id), longest first
 

@@ -34,16 +34,11 @@ def versions() -> dict[str, str]:
     return {"speechscale": ours, "torch": str(torch.__version__)}  # TorchVersion is no plain str
 
 
-def data_summary(manifests: list[str], utts: list[Any]) -> dict[str, Any]:
+def data_summary(manifests: list[str], utts: list[Any], seconds: dict[str, float] | None = None) -> dict[str, Any]:
     """Training data as a card states it: manifest names, utterances, hours, distinct speakers (when the
-    manifest names them) and the utterances' median, 90th-percentile and longest durations (s; what length of audio
-    the model knows: serving.transcribe cuts long audio to it) of `utts` (manifest.Utterance)."""
-    import numpy as np
-
+    manifest names them) of `utts` (manifest.Utterance), and `seconds`: the utterances' median, 90th-percentile and
+    longest durations (what length of audio the model knows: serving.transcribe cuts long audio to it)."""
     speakers = {str(u.extra["speaker"]) for u in utts if u.extra.get("speaker") is not None}
-    durations = np.array([u.duration for u in utts], dtype=np.float64)
-    seconds = {"median": round(float(np.median(durations)), 2), "p90": round(float(np.percentile(durations, 90)), 2),
-               "max": round(float(durations.max()), 2)} if len(utts) else None
     return {"manifests": [Path(m).name if "://" not in m else m for m in manifests if m],
             "utterances": len(utts), "hours": round(sum(u.duration for u in utts) / 3600, 3),
             "speakers": len(speakers) or None, **({"seconds": seconds} if seconds else {})}

@@ -126,7 +126,7 @@ class Trainer:
         self.shapes, graphs = step_shapes(cfg, self.comps, utts, self.device)  # trainer.cuda_graphs, data.fixed_shapes
         self.unshaped = 0
         self.card_streaming = self.comps.streaming_card()
-        self.card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts)
+        self.card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts, data.seconds)
         if not utts:
             self.card_data.update(utterances=data.utterances, hours=None)
         if cfg.features.normalize in WITH_TRAINING_SET_STATS and not cfg.features.global_stats:  # before any feature

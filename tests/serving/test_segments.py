@@ -77,3 +77,20 @@ def test_pauses_come_from_the_audio_where_a_word_is_timed_late_and_none_is_inven
     segs = cut_at_pauses(words, 6.0, max_seconds=4.0, pauses=pauses)
     assert [(s.start, s.end, s.text) for s in segs] == [(0.2, pytest.approx(2.3, abs=0.011), "one"),
                                                         (pytest.approx(3.2, abs=0.011), 6.0, "two")]
+
+
+@pytest.mark.parametrize("rate", [22050, 11025])
+def test_a_trailing_pause_is_found_at_rates_whose_frames_are_not_whole_milliseconds(rate):
+    import numpy as np
+
+    from speechscale.serving.segments import audio_pauses, quiet_runs
+
+    rng = np.random.default_rng(1)
+    wav = np.zeros(int(3.0 * rate) + 7, np.float32)  # a few samples past the last whole frame
+    wav[int(0.5 * rate):int(2.0 * rate)] = rng.normal(0, 0.1, int(2.0 * rate) - int(0.5 * rate))
+    runs = quiet_runs(wav, rate)
+    frame = int(0.01 * rate) / rate
+    assert runs[-1, 1] == pytest.approx((wav.shape[0] // int(0.01 * rate)) * frame)  # in whole frames of `rate`
+    pauses = audio_pauses([{"word": "one", "start": 0.5, "end": 2.0}], wav, rate)
+    assert pauses[0] == pytest.approx((0.0, 0.5), abs=frame) and pauses[1][1] == wav.shape[0] / rate
+    assert pauses[1][0] == pytest.approx(2.0, abs=frame)  # the silence after the word reaches the recording's end

@@ -87,10 +87,11 @@ def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> lis
     level QUIET of the way from the recording's quiet floor to its loud speech. An empty pause at the later word's
     start where there is none."""
     duration = wav.shape[0] / rate
-    if wav.shape[0] < max(1, int(FRAME_S * rate)):
+    frame = max(1, int(FRAME_S * rate))  # samples, as quiet_runs reads them
+    if wav.shape[0] < frame:
         return word_gaps(words, duration)
     runs = quiet_runs(wav, rate)
-    end = wav.shape[0] // max(1, int(FRAME_S * rate)) * FRAME_S  # the last whole frame's end
+    end = wav.shape[0] // frame * frame / rate  # the last whole frame's end
     lead = (0.0, min(float(runs[0, 1]), words[0]["start"])) if len(runs) and runs[0, 0] == 0 else (0.0, 0.0)
     tail = (max(float(runs[-1, 0]), words[-1]["start"]), duration) if len(runs) and runs[-1, 1] >= end - 1e-9 else \
         (duration, duration)

@@ -105,7 +105,7 @@ def pause_chunks(wav: np.ndarray, sample_rate: int, chunk_s: float, trim: bool =
     if not trim or not len(runs):
         return bounds
     edge = round(EDGE_S * sample_rate)
-    whole = n - n % max(1, round(FRAME_S * sample_rate))  # quiet_runs reads whole frames: a run at whole reaches n
+    whole = n - n % max(1, int(FRAME_S * sample_rate))  # quiet_runs reads whole frames: a run at whole reaches n
     ends = np.where(runs[:, 1] >= whole, n, runs[:, 1])
     out = []
     for a, b in bounds:

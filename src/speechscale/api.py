@@ -91,7 +91,8 @@ class Model:
                  lm: str | None = None, lexicon: str | None = None, chunk_seconds: float | None = None,
                  graphs: bool = False) -> None:
         """`graphs`: on a CUDA device, batches padded to a few shapes and replayed as CUDA graphs (a checkpoint,
-        not an export; `transcribe --graphs`)."""
+        not an export; `transcribe --graphs`). `chunk_seconds`: long audio is cut at its pauses into chunks at most
+        this long (None: the length the model's card says it trained on, `transcribe --chunk-seconds auto`)."""
         from .decoding.decoders import DecoderConfig
         from .serving.transcribe import Transcriber
         from .storage.checkpoints import model_path

@@ -29,7 +29,7 @@ import numpy as np
 
 from benchmarks.checkout import pin_commit
 from benchmarks.longform import join_pool
-from benchmarks.selftrain import _rows, make_pool, pool_args
+from benchmarks.selftrain import _rows, open_pool, pool_args
 
 ARMS = ("sentences", "fixed-20", "fixed-auto", "pauses-20", "pauses-auto-untrimmed", "auto")
 OLD_CHUNK_S = 20.0
@@ -102,16 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     from speechscale.serving.transcribe import Transcriber
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    pool_args(p)
+    pool_args(p, fine_tunes=False)
     p.add_argument("--per-recording", type=int, default=26, help="sentences joined into one long recording")
     p.add_argument("--snr", default="clean,30,15", help="comma-separated noise conditions: clean, or dB of SNR")
     p.add_argument("--out", default="docs/figures/bench-all/chunking-demo.json")
     args = p.parse_args(argv)
     pin_commit()
     started = time.monotonic()
-    work, data = Path(args.work), Path(args.data)
-    work.mkdir(parents=True, exist_ok=True)
-    pool_path, _ = make_pool(work, args.pool_minutes, args.pool_seed, data / "test.jsonl")
+    work, _, pool_path, _ = open_pool(args)
     pool = _rows(pool_path)
     recordings = join_pool(pool, args.per_recording, args.pool_seed, work / "long")
     auto = Transcriber(args.teacher)
@@ -122,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         snr = None if cond == "clean" else float(cond)
         conditions[cond] = transcribe_arms(auto, whole, recordings, snr, load_audio)
         print(json.dumps({cond: conditions[cond]}), flush=True)
-    card = auto.card.get("training_data") or {}
+    card = auto.comps.card.get("training_data") or {}
     settings = {"pool_minutes": args.pool_minutes, "pool_seed": args.pool_seed, "per_recording": args.per_recording,
                 "snr": args.snr}
     out = Path(args.out)

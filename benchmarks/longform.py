@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.checkout import pin_commit
-from benchmarks.selftrain import _rows, _write, make_pool, pool_args, run_arm, run_label, run_writing, score
+from benchmarks.selftrain import _rows, _write, open_pool, pool_args, run_arm, run_label, run_writing, score
 
 LM_FLAGS = ["--decoder", "beam", "--alpha", "0.5", "--beta", "1"]
 
@@ -141,10 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     pin_commit()
     started = time.monotonic()
-    work, data = Path(args.work), Path(args.data)
-    work.mkdir(parents=True, exist_ok=True)
+    work, data, pool_path, _ = open_pool(args)
     train, test = data / "train.jsonl", data / "test.jsonl"
-    pool_path, _ = make_pool(work, args.pool_minutes, args.pool_seed, test)
     pool = _rows(pool_path)
     lm = work / "lm.arpa"
     build_arpa(str(train), 3, lm)

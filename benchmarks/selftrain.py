@@ -77,16 +77,26 @@ def run_label(teacher: str, pool: Path, out: Path, decoder: list[str]) -> dict[s
     return run_writing(["label", str(pool), "--checkpoint", teacher, "--out", str(out), *decoder], out)
 
 
-def pool_args(p: argparse.ArgumentParser) -> None:
-    """The arguments of a bench on the pool: the teacher, the demo corpus, the pool, the arms' steps and seeds, and
-    the folder they are kept in."""
+def pool_args(p: argparse.ArgumentParser, fine_tunes: bool = True) -> None:
+    """The arguments of a bench on the pool: the teacher, the demo corpus, the pool, the folder they are kept in,
+    and (`fine_tunes`) the arms' steps and seeds."""
     p.add_argument("--teacher", required=True, help="a checkpoint trained on --data's train.jsonl (the demo's)")
     p.add_argument("--data", default="runs/demo/data", help="the demo corpus: train.jsonl and test.jsonl")
     p.add_argument("--pool-minutes", type=float, default=10.0, help="minutes of untranscribed speech in the test voice")
     p.add_argument("--pool-seed", type=int, default=1, help="the pool's synthesis seed (the demo corpus's is 0)")
-    p.add_argument("--steps", type=int, default=170, help="fine-tuning steps of every arm")
-    p.add_argument("--seeds", default="1", help="comma-separated training seeds: every arm runs once on each")
+    if fine_tunes:
+        p.add_argument("--steps", type=int, default=170, help="fine-tuning steps of every arm")
+        p.add_argument("--seeds", default="1", help="comma-separated training seeds: every arm runs once on each")
     p.add_argument("--work", default="runs/selftrain", help="the pool, labels and runs go here (reused from there)")
+
+
+def open_pool(args: argparse.Namespace) -> tuple[Path, Path, Path, int]:
+    """pool_args' folders made ready: (--work, --data, the pool's manifest, sentences left out as the test set's),
+    the pool synthesized into --work unless it is there."""
+    work, data = Path(args.work), Path(args.data)
+    work.mkdir(parents=True, exist_ok=True)
+    pool, left_out = make_pool(work, args.pool_minutes, args.pool_seed, data / "test.jsonl")
+    return work, data, pool, left_out
 
 
 def score(checkpoint: Path, test: Path, lm: Path) -> dict[str, Any]:
@@ -163,10 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     pin_commit()
     started = time.monotonic()
-    work, data = Path(args.work), Path(args.data)
-    work.mkdir(parents=True, exist_ok=True)
+    work, data, pool, overlap = open_pool(args)
     train, test = data / "train.jsonl", data / "test.jsonl"
-    pool, overlap = make_pool(work, args.pool_minutes, args.pool_seed, test)
     lm = work / "lm.arpa"
     build_arpa(str(train), 3, lm)
     labels = {"greedy": run_label(args.teacher, pool, work / "labels-greedy.jsonl", []),

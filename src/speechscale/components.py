@@ -1,7 +1,7 @@
 """Everything a model needs besides its weights, built from a config or restored from a checkpoint."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ class Components:
     model: nn.Module
     model_name: str
     model_overrides: dict[str, Any]
+    card: dict[str, Any] = field(default_factory=dict)  # the model card its file carries ({}: none, or not from a file)
 
     def ctc_min_frames(self, text: str) -> int:
         """Output frames CTC needs for `text` (spelled in the vocabulary): one per output unit (character or word
@@ -132,8 +133,10 @@ def _build(desc: dict[str, Any]) -> Components:
 
 def components_from_checkpoint(state: dict[str, Any]) -> Components:
     """Components with weights loaded, in eval mode, from a loaded checkpoint dict: built from its config
-    (format 3), or from the `meta` block that format 2 stored beside it."""
-    return components_from_description(describe(state), state["model"])
+    (format 3), or from the `meta` block that format 2 stored beside it; `card` the checkpoint's."""
+    comps = components_from_description(describe(state), state["model"])
+    comps.card = state.get("card") or {}
+    return comps
 
 
 def load_components(path: str | Path, device: str = "cpu") -> Components:

@@ -256,7 +256,7 @@ def _pcm_chunks(stream: Any, rate: int) -> Any:
 def transcribe(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..decoding.metrics import ErrorRate
-    from ..serving.transcribe import Transcriber, check_chunk_seconds, transcribe_files
+    from ..serving.transcribe import Transcriber, transcribe_files
 
     fmt = "json" if args.json else args.format
     if args.stream:
@@ -268,7 +268,6 @@ def transcribe(args: argparse.Namespace) -> int:
         return stream(args)
     if args.step_ms is not None:
         raise ConfigError("--step-ms sets a stream's step: it goes with --stream")
-    check_chunk_seconds(args.chunk_seconds)  # before the checkpoint is even read
     if args.files.count("-") > 1:
         raise ConfigError("- (the file on standard input) can be named once")
     subtitles = _subtitle_paths(args.files, fmt, args.out_dir, args.manifest)
@@ -348,7 +347,6 @@ def align(args: argparse.Namespace) -> int:
     """`align`: each FILE's (or manifest utterance's) transcript timed on its audio."""
     from ..config import ConfigError
     from ..serving.align import MIN_SEGMENT_SECONDS
-    from ..serving.transcribe import check_chunk_seconds
 
     if args.text is not None and args.text_file is not None:
         raise ConfigError("give the transcript once: --text \"...\" or --text-file PATH")
@@ -364,7 +362,6 @@ def align(args: argparse.Namespace) -> int:
     if not args.manifest and (len(args.files) != 1 or args.text is None):
         raise ConfigError("align one FILE to its --text \"...\" or --text-file (or every utterance of a --manifest to "
                           "its text)")
-    check_chunk_seconds(args.chunk_seconds)
     if not args.segment_seconds >= MIN_SEGMENT_SECONDS:
         raise ConfigError(f"--segment-seconds={args.segment_seconds}: segments must be at least "
                           f"{MIN_SEGMENT_SECONDS:g} s long")

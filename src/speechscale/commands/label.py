@@ -30,11 +30,10 @@ def _part(text: str) -> tuple[int, int]:
 def label(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..serving.labelling import gather, label, part_of, rejected_path, summary
-    from ..serving.transcribe import Transcriber, check_chunk_seconds
+    from ..serving.transcribe import Transcriber
 
     if args.out.suffix != ".jsonl":
         raise ConfigError(f"--out {args.out}: the manifest written is JSONL; name it NAME.jsonl")
-    check_chunk_seconds(args.chunk_seconds)
     check_not_an_input(args.out, [*args.sources, args.checkpoint], "--out")
     check_not_an_input(rejected_path(args.out), args.sources, "--out's rejected file")
     sources = gather(args.sources)

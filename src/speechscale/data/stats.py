@@ -38,9 +38,9 @@ def _rows(source: str, report: SkipReport) -> Iterator[tuple[float, str, str, di
 def corpus_stats(sources: list[str], top: int = 5, by: str | None = None) -> dict[str, Any]:
     """The statistics of the utterances in `sources` (manifests or shard indexes) together; `top`: how many of the
     fastest and slowest spoken transcripts (and, with `by`, of that field's values with the most hours) to name."""
-    bins = np.zeros(int(MAX_S / BIN_S) + 1, dtype=np.int64)
+    durations = DurationCounts()
     rates = np.zeros(4001, dtype=np.int64)  # letters per second in 0.01 steps up to 40
-    count, seconds, shortest, longest = 0, 0.0, float("inf"), 0.0
+    count, seconds, shortest = 0, 0.0, float("inf")
     long_n, long_s = dict.fromkeys(LONG_S, 0), dict.fromkeys(LONG_S, 0.0)
     fastest: list[tuple[float, int, str]] = []
     slowest: list[tuple[float, int, str]] = []
@@ -53,8 +53,8 @@ def corpus_stats(sources: list[str], top: int = 5, by: str | None = None) -> dic
         for duration, text, where, extra in _rows(source, report):
             count += 1
             seconds += duration
-            shortest, longest = min(shortest, duration), max(longest, duration)
-            bins[int(min(duration / BIN_S, len(bins) - 1))] += 1
+            shortest = min(shortest, duration)
+            durations.add(duration)
             for bound in LONG_S:
                 if duration > bound:
                     long_n[bound] += 1
@@ -86,8 +86,9 @@ def corpus_stats(sources: list[str], top: int = 5, by: str | None = None) -> dic
         return {"utterances": 0, "hours": 0.0, "skipped": skipped}
     return {
         "utterances": count, "hours": round(seconds / 3600, 4),
-        "duration_s": {"min": round(shortest, 3), **{f"p{round(q * 100)}": _quantile(bins, q, BIN_S) for q in QUANTILES},
-                       "max": round(longest, 3), "mean": round(seconds / count, 3)},
+        "duration_s": {"min": round(shortest, 3),
+                       **{f"p{round(q * 100)}": _quantile(durations.bins, q, BIN_S) for q in QUANTILES},
+                       "max": round(durations.longest, 3), "mean": round(seconds / count, 3)},
         "longer_than_s": {f"{bound:g}": {"utterances": long_n[bound], "hours": round(long_s[bound] / 3600, 4)}
                           for bound in LONG_S},
         "letters_per_s": {f"p{round(q * 100)}": _quantile(rates, q, 0.01) for q in (0.01, 0.5, 0.99)},

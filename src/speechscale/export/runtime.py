@@ -61,8 +61,10 @@ class ExportedModel:
 
     def components(self) -> Components:
         """Normalizer, tokenizer and features from the file's model description; the model is its architecture
-        only, on the meta device (this file holds the weights)."""
-        return components_from_description(self.description)
+        only, on the meta device (this file holds the weights); `card` the file's."""
+        comps = components_from_description(self.description)
+        comps.card = self.description.get("card") or {}
+        return comps
 
     def __call__(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.backend == "onnx":

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from ..components import resolve_device
+from ..components import load_components, resolve_device
 from ..data.audio import AudioError, load_audio
 from ..data.dataset import pad_features
 from .segments import FRAME_S, quiet_runs
@@ -152,13 +152,7 @@ class Transcriber:
 
                 raise ConfigError(f"{checkpoint} is a file of `speechscale export` ({kind}), not a checkpoint: leave "
                                   f"--backend out (or give --backend {kind})")
-            from ..components import components_from_checkpoint
-            from ..storage.checkpoints import load_checkpoint
-
-            state = load_checkpoint(checkpoint)
-            self.comps = components_from_checkpoint(state)
-            self.comps.model.to(self.device)
-            self.card: dict[str, Any] = state.get("card") or {}
+            self.comps = load_components(checkpoint, str(self.device))
             self.model: Any = self.comps.model
             if graphs:
                 from .graphed import FixedShapeForward
@@ -169,13 +163,12 @@ class Transcriber:
 
             self.model = ExportedModel(checkpoint, backend, self.device)
             self.comps = self.model.components()
-            self.card = self.model.description.get("card") or {}
         from ..decoding.decoders import build_decoder
 
         self.decoder_cfg = decoder or "greedy"  # streams build a search of their own from it
         self.decoder = build_decoder(self.decoder_cfg, self.comps.tokenizer, self.comps.normalizer)
         self.sample_rate = self.comps.features.cfg.sample_rate
-        self.chunk_seconds = chunk_seconds if chunk_seconds is not None else auto_chunk_seconds(self.card)
+        self.chunk_seconds = chunk_seconds if chunk_seconds is not None else auto_chunk_seconds(self.comps.card)
         self.max_pieces = max_pieces
 
     @torch.no_grad()

@@ -94,23 +94,35 @@ def test_commonvoice_tsv_and_mls_layouts(tmp_path):
         import_corpus("mls", tmp_path / "mls", tmp_path / "x")
 
 
-def test_tedlium_segments_are_cut_from_the_talk(tmp_path):
+def test_tedlium_segments_are_lines_with_offsets_into_the_talk(tmp_path):
+    """Each STM segment is a manifest line naming the talk and its offset: nothing is copied, and the trainer's
+    reader gets the segment's samples; a segment whose end the STM times a little past the talk's is kept to the
+    end, one that starts past it is skipped and counted."""
     root = tmp_path / "TEDLIUM" / "test"
     (root / "sph").mkdir(parents=True)
     (root / "stm").mkdir()
     parts = [_digit(n)[0] for n in (4, 6)]
     talk = np.concatenate([parts[0], np.zeros(4000, np.float32), parts[1]])  # 8 kHz: 0.5 s of silence between
     sf.write(root / "sph" / "Talk_2010.sph", talk, 8000, format="NIST", subtype="PCM_16")
-    a, b = len(parts[0]) / 8000, (len(parts[0]) + 4000) / 8000
+    a, b, end = len(parts[0]) / 8000, (len(parts[0]) + 4000) / 8000, len(talk) / 8000
     (root / "stm" / "Talk_2010.stm").write_text(
         f"Talk_2010 1 Talk_2010 0.00 {a:.2f} <o,f0,male> four\n"
         f"Talk_2010 1 inter_segment_gap {a:.2f} {b:.2f} <o,,unknown> ignore_time_segment_in_scoring\n"
-        f"Talk_2010 1 Talk_2010 {b:.2f} {b + len(parts[1]) / 8000:.2f} <o,f0,male> six {{NOISE}}\n")
-    import_corpus("tedlium", tmp_path / "TEDLIUM", tmp_path / "out", split="test")
+        f"Talk_2010 1 Talk_2010 {b:.2f} {end + 0.05:.2f} <o,f0,male> six {{NOISE}}\n"
+        f"Talk_2010 1 Talk_2010 {end + 0.5:.2f} {end + 1:.2f} <o,f0,male> seven\n")
+    report = import_corpus("tedlium", tmp_path / "TEDLIUM", tmp_path / "out", split="test")
+    assert report.kept == 2 and report.reasons == {"segment past the recording's end": 1}
     rows = _rows(tmp_path / "out")
-    assert [r["text"] for r in rows] == ["four", "six"]
-    utts = _check_readable(tmp_path / "out")
-    assert utts[1].duration == pytest.approx(len(parts[1]) / 8000, abs=0.01)
+    assert [r["text"] for r in rows] == ["four", "six"] and [r["talk"] for r in rows] == ["Talk_2010"] * 2
+    assert [r["offset"] for r in rows] == [0.0, float(f"{b:.2f}")]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["manifest.jsonl"]  # no audio copied
+    utts, _ = read_manifest(tmp_path / "out" / "manifest.jsonl")
+    assert all(os.path.samefile(u.audio_path, root / "sph" / "Talk_2010.sph") for u in utts)
+    assert utts[1].duration == pytest.approx(end - float(f"{b:.2f}"), abs=1e-3)  # kept to the talk's end
+    for u, first, last in ((utts[0], 0, float(f"{a:.2f}")), (utts[1], float(f"{b:.2f}"), end)):
+        got, first = u.load(8000), round(first * 8000)
+        assert abs(len(got) - (round(last * 8000) - first)) <= 8000 * 1e-3  # durations are written in ms
+        np.testing.assert_allclose(got, talk[first:first + len(got)], atol=1 / 32768)
 
 
 def test_csv_import_and_the_cli(tmp_path, capsys):
@@ -313,21 +325,39 @@ def test_a_kaldi_data_folder_with_paths_commands_channels_and_bad_entries(tmp_pa
         np.testing.assert_array_equal(got, want)
 
 
-def test_kaldi_segments_are_cut_from_their_recordings(tmp_path):
+def test_kaldi_segments_are_offsets_into_their_recordings_and_cut_from_containers(tmp_path):
+    """A segment of a recording soundfile reads is a line with an offset (nothing copied); one of a container read
+    only from its start (m4a) is cut into OUT/audio/, so training does not decode the whole recording per segment."""
+    from speechscale.data.audio import read_audio
+    from tests.media import encode
+
     data = tmp_path / "dev"
     data.mkdir()
     jfk = shared("jfk", "jfk.flac")
-    (data / "wav.scp").write_text(f"talk {jfk}\n")
-    (data / "segments").write_text("s1 talk 0.5 2.25\ns2 talk 3.0 4.0\ns3 talk 4.0 3.0\ns4 other 0 1\n")
-    (data / "text").write_text("s1 and so\ns2 my fellow\ns3 backwards\ns4 elsewhere\ns5 unsegmented\n")
+    whole, rate = sf.read(jfk, dtype="float32")  # (T, 2)
+    mono = whole.mean(axis=1)
+    encode(mono[:5 * rate], rate, tmp_path / "talk.m4a")
+    (data / "wav.scp").write_text(f"talk {jfk}\nphone {tmp_path / 'talk.m4a'}\n")
+    (data / "segments").write_text("s1 talk 0.5 2.25\ns2 talk 3.0 4.0\ns3 talk 4.0 3.0\ns4 other 0 1\n"
+                                   "s6 phone 1.0 2.5\ns7 phone 6.0 7.0\n")
+    (data / "text").write_text("s1 and so\ns2 my fellow\ns3 backwards\ns4 elsewhere\ns5 unsegmented\n"
+                               "s6 and so my\ns7 past its end\n")
     report = import_corpus("kaldi", data, tmp_path / "out")
-    assert report.kept == 2 and report.reasons == {"no segment REC START END": 2, "recording not in wav.scp": 1}
+    assert report.kept == 3 and report.reasons == {"no segment REC START END": 2, "recording not in wav.scp": 1,
+                                                   "segment past the recording's end": 1}
     utts, _ = read_manifest(tmp_path / "out" / "manifest.jsonl")
-    whole, rate = sf.read(jfk, always_2d=True)
     for u, (start, end) in zip(utts, [(0.5, 2.25), (3.0, 4.0)]):
-        got, got_rate = sf.read(u.audio_path, always_2d=True)
-        assert got_rate == rate and u.duration == pytest.approx(end - start, abs=1e-3)
-        np.testing.assert_allclose(got, whole[int(start * rate):int(end * rate)], atol=1 / 32768)
+        assert os.path.samefile(u.audio_path, jfk) and u.offset == start
+        assert u.duration == pytest.approx(end - start, abs=1e-3)
+        np.testing.assert_allclose(u.load(rate), mono[int(start * rate):int(end * rate)], atol=1e-6)
+    cut = utts[2]
+    assert cut.offset is None and os.path.samefile(cut.audio_path, tmp_path / "out" / "audio" / "s6.wav")
+    assert sorted(p.name for p in (tmp_path / "out" / "audio").iterdir()) == ["s6.wav"]
+    assert cut.duration == pytest.approx(1.5, abs=1e-3)
+    decoded, m4a_rate = read_audio(tmp_path / "talk.m4a")  # (T, 1): the container's own samples
+    got, got_rate = sf.read(cut.audio_path, dtype="float32", always_2d=True)
+    assert got_rate == m4a_rate
+    np.testing.assert_allclose(got, decoded[m4a_rate:m4a_rate + len(got)], atol=1 / 32768)  # its seconds 1-2.5
     with pytest.raises(CorpusLayoutError, match="no wav.scp .*--split a subfolder"):
         import_corpus("kaldi", tmp_path, tmp_path / "o2")
 

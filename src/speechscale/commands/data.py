@@ -161,7 +161,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     di.add_argument("corpus", choices=list(IMPORTERS), help="the corpus layout")
     di.add_argument("src", type=Path, help="the corpus folder (a CSV file for csv; a folder or file for parquet)")
     di.add_argument("--out", required=True, type=out_folder,
-                    help="output folder (manifest.jsonl; tedlium, kaldi, parquet: audio/)")
+                    help="output folder (manifest.jsonl; kaldi, parquet: audio/)")
     di.add_argument("--split", default="", help="commonvoice: the .tsv name (default validated); mls, tedlium, "
                                                 "kaldi: a split folder under SRC; parquet: a folder or file-name prefix")
     di.add_argument("--min-duration", type=non_negative(float), default=0.0, help="skip shorter utterances (seconds)")

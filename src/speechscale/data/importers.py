@@ -3,22 +3,24 @@
     speechscale data import librispeech LibriSpeech/dev-clean --out data/dev-clean
     speechscale data import commonvoice cv-corpus/en --split validated --out data/cv
 
-Every importer yields (audio path, raw transcript, extra fields); `import_corpus` reads each duration from
-the file's header (no decoding), normalizes the text with the one normalizer, applies duration bounds and
-counts what it skipped and why. Nothing is downloaded here.
+Every importer yields (audio path or Span, raw transcript, extra fields); `import_corpus` reads each duration
+from the file's header (no decoding; a Span's recording is read for its length once and its segment becomes a
+line with an `offset`, or is cut into OUT/audio/ when its container cannot be read a segment at a time),
+normalizes the text with the one normalizer, applies duration bounds and counts what it skipped and why.
+Nothing is downloaded here.
 
 Layouts (as the corpora ship them):
 - librispeech: SPLIT/SPEAKER/CHAPTER/SPEAKER-CHAPTER.trans.txt ("ID TEXT" lines) beside ID.flac
 - commonvoice: SPLIT.tsv (columns path, sentence, client_id) and clips/
 - mls: transcripts.txt ("ID<TAB>TEXT", ID = SPEAKER_BOOK_SEGMENT) and audio/SPEAKER/BOOK/ID.flac (or .opus)
-- tedlium: stm/TALK.stm ("TALK 1 SPEAKER START END <LABEL> TEXT") and sph/TALK.sph; segments are cut into
-  OUT/audio/ as wav (the manifest has no offsets); "ignore_time_segment_in_scoring" lines are skipped
+- tedlium: stm/TALK.stm ("TALK 1 SPEAKER START END <LABEL> TEXT") and sph/TALK.sph; each segment is a manifest
+  line with the talk's path and an `offset`; "ignore_time_segment_in_scoring" lines are skipped
 - fsdd: recordings/DIGIT_SPEAKER_INDEX.wav (the digit spelled out is the transcript)
 - csv: a CSV file with a header naming an audio column (audio_filepath, path, file, wav_filename) and a
   text column (text, transcript, sentence); paths relative to the file
 - kaldi: a Kaldi or ESPnet data folder: wav.scp (paths, or a sph2pipe/flac/sox/ffmpeg command decoding one file,
-  parsed and never run), text, and segments and utt2spk when present; segments and picked channels are cut into
-  OUT/audio/ as wav
+  parsed and never run), text, and segments and utt2spk when present; a segment is a line with an `offset`, a
+  picked channel is cut into OUT/audio/ as wav
 - parquet: Hugging Face datasets' parquet files (a folder, searched below, or one file): an audio column of
   {bytes, path} structs, a text column (text, sentence, transcript, ...); the audio is written to OUT/audio/
 """
@@ -30,20 +32,33 @@ import json
 import os
 import re
 import shlex
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import soundfile as sf
 
 from ..storage.files import text_lines
-from .audio import AudioError, audio_info, first_line, read_audio
+from .audio import SPAN_SLACK_S, AudioError, audio_info, first_line, read_audio
 from .manifest import ManifestError, SkipReport
 from .text import DIGIT_WORDS, TextNormalizer
 
 SKIP = "skip"  # a reader yields (path, None, {SKIP: reason}) for a file it cannot take
 DETAIL = "detail"  # ... and optionally {DETAIL: where} (else the path is named)
 
-Row = tuple[Path, "str | None", dict[str, Any]]  # audio file, raw transcript (None: skipped), extra fields
+
+
+@dataclass(frozen=True)
+class Span:
+    """Seconds [start, end) of a longer recording: one utterance of a corpus that times its segments."""
+    recording: Path
+    start: float
+    end: float
+    name: str  # the file name it is cut into when its recording cannot be read a segment at a time
+
+
+Row = tuple["Path | Span", "str | None", dict[str, Any]]  # audio, raw transcript (None: skipped), extra fields
 
 
 class CorpusLayoutError(ManifestError):
@@ -94,8 +109,6 @@ def mls(src: Path, out: Path, split: str) -> Iterator[Row]:
 
 def tedlium(src: Path, out: Path, split: str) -> Iterator[Row]:
     root = src / split if split else src
-    cut = out / "audio"
-    cut.mkdir(parents=True, exist_ok=True)
     for stm in sorted((root / "stm").glob("*.stm")):
         talk = root / "sph" / f"{stm.stem}.sph"
         for n, line in enumerate(text_lines(stm)):
@@ -110,16 +123,7 @@ def tedlium(src: Path, out: Path, split: str) -> Iterator[Row]:
                 yield stm, None, {SKIP: "no segment times START < END", DETAIL: f"{stm} line {n + 1}"}
                 continue
             text = " ".join(w for w in text.split() if not w.startswith("<") and w != "{NOISE}")
-            segment = cut / f"{stm.stem}-{n:05d}.wav"
-            if talk.is_file() and not segment.is_file():
-                try:
-                    info = sf.info(str(talk))
-                    data, sr = sf.read(str(talk), start=int(start * info.samplerate), stop=int(end * info.samplerate))
-                except Exception as e:  # soundfile raises several types for unknown or corrupt files
-                    yield talk, None, {SKIP: "unreadable audio", DETAIL: f"{talk} ({e})"}
-                    continue
-                sf.write(str(segment), data, sr)
-            yield segment if talk.is_file() else talk, text, {"speaker": fields[2], "talk": stm.stem}
+            yield Span(talk, start, end, f"{stm.stem}-{n:05d}.wav"), text, {"speaker": fields[2], "talk": stm.stem}
 
 
 def fsdd(src: Path, out: Path, split: str) -> Iterator[Row]:
@@ -149,8 +153,8 @@ def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
 
 
 def kaldi(src: Path, out: Path, split: str) -> Iterator[Row]:
-    """A Kaldi (or ESPnet) data folder: wav.scp and text, with segments and utt2spk when it has them. A segment, or
-    a channel a wav.scp command picks, is cut into OUT/audio/UTT.wav."""
+    """A Kaldi (or ESPnet) data folder: wav.scp and text, with segments and utt2spk when it has them. A segment is
+    a Span of its recording; a channel a wav.scp command picks is cut into OUT/audio/UTT.wav (with its segment)."""
     root = src / split if split else src
     for name in ("wav.scp", "text"):
         if not (root / name).is_file():
@@ -186,10 +190,11 @@ def kaldi(src: Path, out: Path, split: str) -> Iterator[Row]:
                 channel = None if audio_info(path)[2] == 1 and channel == 1 else channel  # mono: the file itself
             except Exception:  # soundfile raises several types for unknown or corrupt headers: cut, and be told
                 pass
-        if start is None and channel is None:
-            yield path, text, extra
+        name = f"{utt.replace('/', '_')}.wav"
+        if channel is None:
+            yield (path if start is None else Span(path, start, end, name)), text, extra
             continue
-        target = cut / f"{utt.replace('/', '_')}.wav"
+        target = cut / name
         try:
             _cut(path, target, start, end, channel)
         except FileNotFoundError:
@@ -389,11 +394,12 @@ def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", 
     normalize = normalize or TextNormalizer(alphabet=None, digits="keep")
     out.mkdir(parents=True, exist_ok=True)
     report = SkipReport(str(src))
+    recording = lru_cache(maxsize=64)(_recording)  # a talk's segments come together: its header is read once
     partial = out / "manifest.jsonl.partial"  # lines are written as they come: a corpus of any size in flat memory
     try:
         with open(partial, "w", encoding="utf-8") as f:
             for n, (audio, raw, extra) in enumerate(IMPORTERS[kind](src, out, split), 1):
-                record = _record(n, audio, raw, extra, out, normalize, min_duration, max_duration, report)
+                record = _record(n, audio, raw, extra, out, normalize, min_duration, max_duration, report, recording)
                 if record is not None:
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
                     report.kept += 1
@@ -407,25 +413,74 @@ def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", 
     return report
 
 
-def _record(n: int, audio: Path, raw: str | None, extra: dict[str, Any], out: Path, normalize: Callable[[str], str],
-            min_duration: float, max_duration: float, report: SkipReport) -> dict[str, Any] | None:
-    """Row `n` of an importer as a manifest record, or None when it is skipped (counted in `report`)."""
+def _record(n: int, audio: Path | Span, raw: str | None, extra: dict[str, Any], out: Path,
+            normalize: Callable[[str], str], min_duration: float, max_duration: float, report: SkipReport,
+            recording: Callable[[Path], tuple[float, bool]]) -> dict[str, Any] | None:
+    """Row `n` of an importer as a manifest record, or None when it is skipped (counted in `report`); `recording`:
+    (seconds, whether a segment can be read alone) of a Span's recording."""
     if raw is None:  # the reader's own reason to skip it
         report.skip(n, extra[SKIP], extra.get(DETAIL, str(audio)))
         return None
-    if not audio.is_file():
-        report.skip(n, "audio file missing", str(audio))
-        return None
     try:
-        duration = audio_info(audio)[0]
-    except Exception as e:  # soundfile raises several types for unknown or corrupt headers
-        report.skip(n, "unreadable audio", f"{audio} ({e})")
+        audio, timing = _segment(audio, out, recording) if isinstance(audio, Span) else (audio, _whole(audio))
+    except _Skipped as e:
+        report.skip(n, e.reason, e.detail)
         return None
     text = normalize(raw)
+    duration = timing["duration"]
     if not text:
         report.skip(n, "empty transcript", str(audio))
     elif duration < min_duration or (max_duration and duration > max_duration):
         report.skip(n, "duration out of bounds", f"{duration:.2f} s")
     else:
-        return {"audio_filepath": os.path.relpath(audio, out), "duration": round(duration, 3), "text": text, **extra}
+        return {"audio_filepath": os.path.relpath(audio, out), **timing, "text": text, **extra}
     return None
+
+
+class _Skipped(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+def _whole(audio: Path) -> dict[str, float]:
+    """{"duration": s} of a whole audio file, from its header."""
+    if not audio.is_file():
+        raise _Skipped("audio file missing", str(audio))
+    try:
+        return {"duration": round(audio_info(audio)[0], 3)}
+    except Exception as e:  # soundfile raises several types for unknown or corrupt headers
+        raise _Skipped("unreadable audio", f"{audio} ({e})") from None
+
+
+def _recording(path: Path) -> tuple[float, bool]:
+    """(seconds, True when soundfile reads it, so a segment is read without decoding what comes before)."""
+    try:
+        info = sf.info(str(path))
+    except Exception:  # soundfile raises several types for unknown formats: a container data.media decodes
+        return audio_info(path)[0], False
+    return info.frames / info.samplerate, True
+
+
+def _segment(span: Span, out: Path, recording: Callable[[Path], tuple[float, bool]]) -> tuple[Path, dict[str, float]]:
+    """(audio file, its manifest fields `offset` and `duration`) of a Span: the recording itself with an offset, or
+    the segment cut into OUT/audio/ when its recording is a container read only from its start."""
+    path = span.recording
+    if not path.is_file():
+        raise _Skipped("audio file missing", str(path))
+    try:
+        total, seekable = recording(path)
+    except Exception as e:  # soundfile raises several types for unknown or corrupt headers
+        raise _Skipped("unreadable audio", f"{path} ({first_line(e)})") from None
+    if span.start >= total or span.end > total + SPAN_SLACK_S:
+        raise _Skipped("segment past the recording's end",
+                       f"{path} {span.start:g}-{span.end:g} s (it has {total:.3f} s)")
+    end = min(span.end, total)
+    if seekable:
+        return path, {"offset": span.start, "duration": round(end - span.start, 3)}
+    target = out / "audio" / span.name
+    try:
+        _cut(path, target, span.start, end, None)
+    except (ValueError, RuntimeError, sf.LibsndfileError, AudioError) as e:
+        raise _Skipped("unreadable audio", f"{path} ({first_line(e)})") from None
+    return target, {"duration": round(audio_info(target)[0], 3)}

@@ -170,9 +170,15 @@ def test_a_manifest_aligns_each_utterance_and_a_file_that_cannot_be_aligned_fail
             [("LDC93S1.wav", RAW), ("LDC93S1_pcms16le_1_8000.wav", RAW), ("LDC93S1.wav", " ".join([RAW] * 20)),
              ("LDC93S1.wav", "?! ..."), ("LDC93S1.wav", "She had your dark suit in Ærøskøbing.")]]
     manifest = tmp_path / "m.jsonl"
-    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    code, results, _ = _align(capsys, ldc_checkpoint, "--manifest", str(manifest))
+    no_duration = {"audio_filepath": str(shared("ldc93s1", "LDC93S1.wav")), "text": RAW}
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in [*rows, no_duration]))
+    code, results, err = _align(capsys, ldc_checkpoint, "--manifest", str(manifest))
     assert code == 1 and len(results) == 5
+    assert "5 utterances kept, 1 skipped (1 missing key) e.g. line 6: missing key: duration" in err  # said, not lost
+    manifest.write_text(json.dumps(no_duration) + "\n")
+    code, _, err = main_cli(capsys, "align", "--checkpoint", str(ldc_checkpoint), "--manifest", str(manifest))
+    assert code == 2 and "nothing to align" in err and len(err.strip().splitlines()) == 1
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [w["word"] for w in results[0]["words"]] == [w["word"] for w in results[1]["words"]] == LDC.split()
     assert "longer than the audio lets the model spell" in results[2]["error"]
     assert "nothing to align" in results[3]["error"]
@@ -186,6 +192,7 @@ def test_align_says_in_one_line_what_it_needs(ldc_checkpoint, capsys, tmp_path):
                            (["--manifest", str(tmp_path / "m.jsonl"), wav], "give no FILE or --text"),
                            ([wav, "--text", RAW, "--chunk-seconds", "0.5"], "at least 1 s"),
                            ([wav, "--text", RAW, "--max-seconds", "9"], "give it too"),
+                           ([wav, "--text", RAW, "--resume"], "give it too"),
                            ([wav, "--text", RAW, "--out-manifest", str(tmp_path / "x.txt")], "name it NAME.jsonl"),
                            ([wav, "--text", RAW, "--out-manifest", str(tmp_path / "x.jsonl"), "--format", "srt"],
                             "give one")]:
@@ -236,3 +243,35 @@ def test_out_manifest_cuts_an_aligned_recording_into_training_lines_at_its_pause
     code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), str(path), "--manifest",
                             str(segments))
     assert code == 2 and "segments of recordings" in err
+
+
+def test_out_manifest_resumes_a_killed_run_without_losing_or_repeating_a_line(ldc_checkpoint, tmp_path, capsys):
+    """The files as a kill leaves them (each recording's lines are on disk before the next is aligned; the last
+    line torn): --resume writes what is missing, and skips the recordings whose lines are all there unaligned."""
+    wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
+    gap = np.zeros(int(1.2 * 16000), np.float32)
+    path = tmp_path / "four.wav"
+    sf.write(path, np.concatenate([wav, gap, wav, gap, wav, gap, wav]), 16000)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"audio_filepath": str(path), "duration": 14.9, "text": " ".join([RAW] * 3 + ["yes no maybe so"])},
+        {"audio_filepath": str(shared("ldc93s1", "LDC93S1.wav")), "duration": 2.925, "text": RAW}]))
+    out, rejected = tmp_path / "book.jsonl", tmp_path / "book.rejected.jsonl"
+    args = ("--manifest", str(manifest), "--out-manifest", str(out), "--max-seconds", "6", "--min-confidence", "0.5")
+    code, results, _ = _align(capsys, ldc_checkpoint, *args)
+    full = sorted(out.read_text().splitlines() + rejected.read_text().splitlines())
+    assert code == 0 and len(full) == 5 and results[-1]["kept"] == 4
+    four = [x for x in out.read_text().splitlines() if json.loads(x)["audio_filepath"] == str(path)]
+    out.write_text(four[0] + "\n" + four[2] + "\n" + four[1][:40])  # killed while writing segment 2 of 4
+    rejected.write_text("")
+    code, results, err = _align(capsys, ldc_checkpoint, *args)
+    assert code == 2 and "--resume goes on from them" in err
+    code, results, _ = _align(capsys, ldc_checkpoint, *args, "--resume")
+    after = out.read_text().splitlines()
+    assert code == 0 and after[:2] == [four[0], four[2]]  # the torn line cut off, the whole ones kept
+    assert sorted(after + rejected.read_text().splitlines()) == full  # every line once
+    assert results[0]["segments"] == 4 and results[0]["kept"] == 1 and results[-1]["this_run"]["kept"] == 2
+    code, results, _ = _align(capsys, ldc_checkpoint, *args, "--resume")  # all written: nothing aligned again
+    assert code == 0 and [r.get("written") for r in results[:2]] == ["already", "already"]
+    assert results[-1]["this_run"]["kept"] == 0 and results[-1]["kept"] == 4
+    assert sorted(out.read_text().splitlines() + rejected.read_text().splitlines()) == full

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -367,13 +368,22 @@ def align(args: argparse.Namespace) -> int:
                           f"{MIN_SEGMENT_SECONDS:g} s long")
     if args.out_manifest is not None:
         _check_out_manifest(args)
-    elif (args.max_seconds, args.min_confidence) != (30.0, 0.0):
-        raise ConfigError("--max-seconds and --min-confidence shape the lines --out-manifest writes: give it too")
+    elif (args.max_seconds, args.min_confidence, args.resume) != (30.0, 0.0, False):
+        raise ConfigError("--max-seconds, --min-confidence and --resume shape the lines --out-manifest writes: give "
+                          "it too")
     from ..data.audio import AudioError
     from ..data.manifest import Utterance, read_manifest
 
+    skipped = 0
     if args.manifest:
-        utts, _ = read_manifest(args.manifest, check_files=False)
+        utts, report = read_manifest(args.manifest, check_files=False)
+        if not utts:
+            raise ConfigError(f"--manifest {args.manifest}: nothing to align ({report.summary()})")
+        if report.skipped:  # said before any work, and the run exits 1
+            import sys
+
+            print(report.summary(), file=sys.stderr, flush=True)
+            skipped = report.skipped
     else:
         utts = [Utterance(args.files[0], 0.0, args.text, args.text, 0)]
     subtitles = _subtitle_paths([u.audio_path for u in utts], args.format, args.out_dir, None)
@@ -384,6 +394,9 @@ def align(args: argparse.Namespace) -> int:
     failed, cut = 0, _SegmentWriter(args) if args.out_manifest is not None else None
     for u in utts:
         f = u.audio_path
+        if cut is not None and cut.done(u):
+            print(json.dumps({"file": str(f), "written": "already"}), flush=True)
+            continue
         try:
             wav = u.load(asr.sample_rate)
             res = {"file": str(f), **align_waveform(asr, wav, u.raw_text, args.segment_seconds)}
@@ -402,7 +415,7 @@ def align(args: argparse.Namespace) -> int:
             _write_subtitles(f, res, args.format, subtitles.get(f))
     if cut is not None:
         print(json.dumps(cut.close(asr.comps.normalizer)), flush=True)
-    return 1 if failed else 0
+    return 1 if failed or skipped else 0
 
 
 def _check_out_manifest(args: argparse.Namespace) -> None:
@@ -416,26 +429,49 @@ def _check_out_manifest(args: argparse.Namespace) -> None:
     if args.format != "json":
         raise ConfigError(f"--out-manifest writes training lines; --format {args.format} writes subtitles: give one")
     check_not_an_input(out, [*args.files, args.manifest, args.checkpoint], "--out-manifest")
-    for f in (out, rejected_path(out)):
-        if f.is_file() and f.stat().st_size:
-            raise ConfigError(f"{f} holds lines already: write elsewhere")
+    if not args.resume:
+        for f in (out, rejected_path(out)):
+            if f.is_file() and f.stat().st_size:
+                raise ConfigError(f"{f} holds lines already: --resume goes on from them, or write elsewhere")
 
 
 class _SegmentWriter:
-    """align --out-manifest: each aligned recording cut at its pauses into training lines (serving.labelling)."""
+    """align --out-manifest: each aligned recording cut at its pauses into training lines (serving.labelling),
+    on disk before the next recording is aligned; with --resume, appended to what the files hold."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from ..serving.labelling import Counts, rejected_path
+        from ..serving.labelling import SEGMENT, Counts, rejected_path, whole_lines
 
         self.out, self.max_seconds, self.min_confidence = args.out_manifest, args.max_seconds, args.min_confidence
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.keep = self.out.open("w", encoding="utf-8")
-        self.drop = rejected_path(self.out).open("w", encoding="utf-8")
+        # recording -> (offset, N) of each segment line written: a last line cut short is cut off its file first
+        self.written: dict[str, list[tuple[float, int]]] = {}
+        for rec in (r for f in (self.out, rejected_path(self.out)) if args.resume for r in whole_lines(f)):
+            try:
+                self.written.setdefault(rec["audio_filepath"], []).append(
+                    (float(rec["offset"]), int(str(rec[SEGMENT]).split("/")[1])))
+            except (KeyError, TypeError, ValueError, IndexError):  # not a line align wrote
+                continue
+        mode = "a" if args.resume else "w"
+        self.keep = self.out.open(mode, encoding="utf-8")
+        self.drop = rejected_path(self.out).open(mode, encoding="utf-8")
         self.counts = Counts()
 
+    def _offsets(self, u: Any) -> tuple[set[float], int]:
+        """The offsets of the lines written of recording (or manifest segment) `u`, and how many it was cut into."""
+        start = u.offset or 0.0
+        end = float("inf") if u.offset is None else start + u.duration
+        lines = [(o, n) for o, n in self.written.get(str(Path(u.audio_path).resolve()), []) if start <= o < end]
+        return {o for o, _ in lines}, max((n for _, n in lines), default=0)
+
+    def done(self, u: Any) -> bool:
+        """Whether every line of `u` is written already (--resume)."""
+        offsets, n = self._offsets(u)
+        return n > 0 and len(offsets) >= n
+
     def write(self, u: Any, res: dict[str, Any], wav: Any, rate: int) -> dict[str, Any]:
-        """Write the lines of one aligned recording (or manifest segment: `u`), its audio `wav` at `rate`; what it
-        gave."""
+        """Write the lines of one aligned recording (or manifest segment: `u`), its audio `wav` at `rate`, but those
+        written already; what it gave."""
         from ..serving.labelling import segment_lines
         from ..serving.segments import audio_pauses, cut_at_pauses
 
@@ -443,11 +479,17 @@ class _SegmentWriter:
         row = {"audio_filepath": str(Path(u.audio_path).resolve()), **u.extra}
         words = res["words"]  # timed in `wav`: in the segment when `u` has an offset
         cut = cut_at_pauses(words, res["duration"], self.max_seconds, audio_pauses(words, wav, rate))
-        lines = segment_lines(row, cut, self.max_seconds, self.min_confidence, self.counts)
+        shift = u.offset or 0.0
+        have = self._offsets(u)[0]
+        lines = segment_lines(row, cut, self.max_seconds, self.min_confidence, self.counts,
+                              written={s.start for s in cut if round(s.start + shift, 3) in have})
         for line, keep in lines:
-            line["offset"] = round(line["offset"] + (u.offset or 0.0), 3)
+            line["offset"] = round(line["offset"] + shift, 3)
             (self.keep if keep else self.drop).write(json.dumps(line, ensure_ascii=False) + "\n")
-        return {"file": res["file"], "duration": res["duration"], "segments": len(lines),
+        for handle in (self.keep, self.drop):  # on disk before the next recording is aligned
+            handle.flush()
+            os.fsync(handle.fileno())
+        return {"file": res["file"], "duration": res["duration"], "segments": len(cut),
                 "kept": self.counts.kept - before}
 
     def close(self, normalize: Any) -> dict[str, Any]:
@@ -596,6 +638,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     a.add_argument("--min-confidence", type=probability, default=0.0,
                    help="--out-manifest: keep a segment whose words' mean alignment confidence is at least this (a "
                         "transcript that does not match its audio aligns with low confidence)")
+    a.add_argument("--resume", action="store_true",
+                   help="--out-manifest: go on from the lines its files hold (after a crash or kill): a recording "
+                        "whose lines are all written is skipped, one cut short gets the lines it lacks")
     a.set_defaults(func=align)
 
     tl = command(sub, "tune-lm", "search the LM weight and word bonus on a dev set (the model runs once)")

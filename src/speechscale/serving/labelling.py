@@ -160,7 +160,7 @@ def written(*paths: Path) -> Written:
     found = Written()
     segments: dict[tuple[str, float | None], tuple[int, set[float]]] = {}
     for path in paths:
-        for rec in _whole_lines(path):
+        for rec in whole_lines(path):
             if not isinstance(rec.get("audio_filepath"), str):
                 continue
             key = source_key(rec)
@@ -180,7 +180,7 @@ def written(*paths: Path) -> Written:
     return found
 
 
-def _whole_lines(path: Path) -> Iterator[dict[str, Any]]:
+def whole_lines(path: Path) -> Iterator[dict[str, Any]]:
     """The JSON objects of `path`'s whole lines; a last line without its newline is cut off the file."""
     if not path.is_file():
         return

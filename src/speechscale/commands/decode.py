@@ -105,20 +105,20 @@ def _group(extra: dict[str, Any], field: str) -> str:
 def _check_by(manifest: str, fields: list[str]) -> None:
     """eval --by: each field is a key some line of `manifest` has (read before the model is)."""
     from ..config import ConfigError
-    from ..data.manifest import REQUIRED, read_manifest
+    from ..data.manifest import REQUIRED, SkipReport, iter_manifest
     from ..data.shards import is_shard_index
 
     if is_shard_index(manifest):
         raise ConfigError("--by groups by a manifest's keys, which a shard index does not keep: give the manifest the "
                           "shards came from")
-    utts, _ = read_manifest(manifest, check_files=False)
-    keys = sorted({k for u in utts for k in u.extra})
-    for field in fields:
-        if field == DURATION:
-            continue
-        if field in REQUIRED or field not in keys:
-            raise ConfigError(f"--by {field}: no line of {manifest} has that key (its keys besides "
-                              f"{', '.join(REQUIRED)}: {', '.join(keys) or 'none'}; or --by duration)")
+    wanted, keys = {f for f in fields if f != DURATION}, set()
+    for u in iter_manifest(manifest, SkipReport(manifest), check_files=False):
+        keys.update(u.extra)
+        if wanted <= keys:  # read no further than the line that shows the last of them
+            return
+    for field in sorted(wanted - keys):
+        raise ConfigError(f"--by {field}: no line of {manifest} has that key (its keys besides "
+                          f"{', '.join(REQUIRED)}: {', '.join(sorted(keys)) or 'none'}; or --by duration)")
 
 
 def _references(manifest: str | None) -> dict[str, str]:

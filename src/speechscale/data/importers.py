@@ -48,7 +48,6 @@ SKIP = "skip"  # a reader yields (path, None, {SKIP: reason}) for a file it cann
 DETAIL = "detail"  # ... and optionally {DETAIL: where} (else the path is named)
 
 
-
 @dataclass(frozen=True)
 class Span:
     """Seconds [start, end) of a longer recording: one utterance of a corpus that times its segments."""
@@ -394,7 +393,7 @@ def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", 
     normalize = normalize or TextNormalizer(alphabet=None, digits="keep")
     out.mkdir(parents=True, exist_ok=True)
     report = SkipReport(str(src))
-    recording = lru_cache(maxsize=64)(_recording)  # a talk's segments come together: its header is read once
+    recording = lru_cache(maxsize=4096)(_recording)  # a recording's header is read once for its segments
     partial = out / "manifest.jsonl.partial"  # lines are written as they come: a corpus of any size in flat memory
     try:
         with open(partial, "w", encoding="utf-8") as f:
@@ -438,6 +437,8 @@ def _record(n: int, audio: Path | Span, raw: str | None, extra: dict[str, Any], 
 
 
 class _Skipped(Exception):
+    """A row left out: the reason it is counted under, and where (a path, times)."""
+
     def __init__(self, reason: str, detail: str):
         super().__init__(reason)
         self.reason, self.detail = reason, detail

@@ -2,10 +2,13 @@
 
     python -m benchmarks.chunking --teacher runs/demo/checkpoints/last.pt [--snr clean,30,15] [--per-recording 26]
         [--work runs/selftrain] [--out docs/figures/bench-all/chunking-demo.json]
+    python -m benchmarks.chunking --teacher runs/yesno/checkpoints/last.pt --manifest ../shared/data/yesno/manifest.jsonl
+        --lines 31: --per-recording 10 --work runs/chunking-yesno --out docs/figures/bench-all/chunking-yesno.json
 
 The recordings are benchmarks/longform's: the selftrain pool's sentences (the demo's unseen test voice) joined in
-order with a drawn pause of 0.25-1 s, as they are (digital silence between sentences) and with white noise added
-throughout at each --snr (dB below the speech's mean power; a noise floor as a room has one). Each recording is
+order with a drawn pause of 0.25-1 s; or, with --manifest, the files of its --lines joined back to back as they were
+recorded (real recordings: each keeps its own room noise at its edges). Each is heard as it is and with white noise
+added throughout at each --snr (dB below the speech's mean power; a noise floor as a room has one). Each recording is
 transcribed greedy by the teacher, one recording at a time, by each way of cutting it (the arms, interleaved per
 recording) and its whole text scored against the sentences' (WER):
 - sentences: each sentence's own span cut from the recording and transcribed alone (the mark to reach);
@@ -105,13 +108,24 @@ def main(argv: list[str] | None = None) -> int:
     pool_args(p, fine_tunes=False)
     p.add_argument("--per-recording", type=int, default=26, help="sentences joined into one long recording")
     p.add_argument("--snr", default="clean,30,15", help="comma-separated noise conditions: clean, or dB of SNR")
+    p.add_argument("--manifest", default=None, help="join this manifest's files as recorded instead of the pool's")
+    p.add_argument("--lines", default=":", help="--manifest: the lines START:STOP (from 0) to join, as a slice")
     p.add_argument("--out", default="docs/figures/bench-all/chunking-demo.json")
     args = p.parse_args(argv)
     pin_commit()
     started = time.monotonic()
-    work, _, pool_path, _ = open_pool(args)
-    pool = _rows(pool_path)
-    recordings = join_pool(pool, args.per_recording, args.pool_seed, work / "long")
+    if args.manifest:
+        from speechscale.data.manifest import read_manifest
+
+        work = Path(args.work)
+        start, stop = (int(x) if x else None for x in args.lines.split(":"))
+        utts, _ = read_manifest(args.manifest)
+        pool = [{"audio_filepath": u.audio_path, "text": u.text} for u in utts[start:stop]]
+        recordings = join_pool(pool, args.per_recording, args.pool_seed, work / "long", gap=(0.0, 0.0))
+    else:
+        work, _, pool_path, _ = open_pool(args)
+        pool = _rows(pool_path)
+        recordings = join_pool(pool, args.per_recording, args.pool_seed, work / "long")
     auto = Transcriber(args.teacher)
     longest = max(r["duration"] for r in recordings)
     whole = Transcriber(args.teacher, chunk_seconds=longest + 1)
@@ -122,10 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({cond: conditions[cond]}), flush=True)
     card = auto.comps.card.get("training_data") or {}
     settings = {"pool_minutes": args.pool_minutes, "pool_seed": args.pool_seed, "per_recording": args.per_recording,
-                "snr": args.snr}
+                "snr": args.snr, **({"manifest": args.manifest, "lines": args.lines} if args.manifest else {})}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, {"teacher": args.teacher, "recordings": len(recordings), "pool_utterances": len(pool),
+                     **({"manifest": args.manifest, "lines": args.lines} if args.manifest else {}),
                      "recording_minutes": round(sum(r["duration"] for r in recordings) / 60 / len(recordings), 2),
                      "auto_seconds": auto.chunk_seconds, "training_seconds": card.get("seconds"),
                      "conditions": conditions, "settings": settings},

@@ -32,9 +32,11 @@ from benchmarks.selftrain import _rows, _write, open_pool, pool_args, run_arm, r
 LM_FLAGS = ["--decoder", "beam", "--alpha", "0.5", "--beta", "1"]
 
 
-def join_pool(pool: list[dict[str, Any]], per_recording: int, seed: int, folder: Path) -> list[dict[str, Any]]:
-    """The pool's sentences joined `per_recording` at a time into FOLDER/long-NNN.wav with a drawn pause of 0.25-1 s
-    between two; a row per recording: its path, duration, the whole text, and each sentence's (start, end, text)."""
+def join_pool(pool: list[dict[str, Any]], per_recording: int, seed: int, folder: Path,
+              gap: tuple[float, float] = (0.25, 1.0)) -> list[dict[str, Any]]:
+    """The pool's sentences joined `per_recording` at a time into FOLDER/long-NNN.wav with a drawn pause of `gap`
+    (low, high s; (0, 0): back to back) between two; a row per recording: its path, duration, the whole text, and
+    each sentence's (start, end, text)."""
     import numpy as np
     import soundfile as sf
 
@@ -45,10 +47,10 @@ def join_pool(pool: list[dict[str, Any]], per_recording: int, seed: int, folder:
         parts, spans, t, rate = [], [], 0, None
         for k, row in enumerate(pool[at:at + per_recording]):
             wav, rate = sf.read(row["audio_filepath"], dtype="float32")
-            if k:
-                gap = int(rng.uniform(0.25, 1.0) * rate)
-                parts.append(np.zeros(gap, np.float32))
-                t += gap
+            if k and gap[1] > 0:
+                pause = int(rng.uniform(*gap) * rate)
+                parts.append(np.zeros(pause, np.float32))
+                t += pause
             spans.append((t / rate, (t + len(wav)) / rate, row["text"]))
             parts.append(wav)
             t += len(wav)

@@ -124,20 +124,26 @@ def _chunking(bench: Path) -> list[dict[str, Any]]:
     chunks and each sentence alone."""
     from .tables import CHUNKING_GOAL_POINTS
 
-    doc = _load(bench / "chunking-demo.json")
-    conds = (doc or {}).get("results", {}).get("conditions")
-    if not conds:
-        return []
-    res = doc["results"]
-    gaps = [100 * (c["auto"]["wer"] - c["sentences"]["wer"]) for c in conds.values()]
-    figure = "; ".join(f"{'clean' if k == 'clean' else f'SNR {k} dB'}: {_pct(c['auto']['wer'])} against "
-                       f"{_pct(c['fixed-20']['wer'])} and {_pct(c['sentences']['wer'])}" for k, c in conds.items())
-    return [_row("accuracy", f"long recordings transcribed whole ({res['recordings']} of about "
-                 f"{res['recording_minutes']:.1f} min, the demo's unseen voice): WER greedy of `transcribe`'s default "
-                 "(cut at pauses to the model's training length) against 20 s chunks and each sentence alone", figure,
-                 f"within {CHUNKING_GOAL_POINTS:g} points of each sentence alone",
-                 _status(max(gaps) <= CHUNKING_GOAL_POINTS, f"up to {max(gaps):+.1f} points"), doc["provenance"],
-                 "bench-all/chunking-demo.json")]
+    rows = []
+    for name in ("chunking-demo", "chunking-yesno"):
+        doc = _load(bench / f"{name}.json")
+        conds = (doc or {}).get("results", {}).get("conditions")
+        if not conds:
+            continue
+        res = doc["results"]
+        unit = "file" if "manifest" in res else "sentence"
+        source = (f"files of `{Path(res['manifest']).parent.name}` joined as recorded" if "manifest" in res
+                  else "the demo's unseen voice")
+        gaps = [100 * (c["auto"]["wer"] - c["sentences"]["wer"]) for c in conds.values()]
+        figure = "; ".join(f"{'clean' if k == 'clean' else f'SNR {k} dB'}: {_pct(c['auto']['wer'])} against "
+                           f"{_pct(c['fixed-20']['wer'])} and {_pct(c['sentences']['wer'])}" for k, c in conds.items())
+        rows.append(_row("accuracy", f"long recordings transcribed whole ({res['recordings']} of about "
+                         f"{res['recording_minutes']:.1f} min, {source}): WER greedy of `transcribe`'s default (cut at "
+                         f"pauses to the model's training length) against 20 s chunks and each {unit} alone", figure,
+                         f"within {CHUNKING_GOAL_POINTS:g} points of each {unit} alone",
+                         _status(max(gaps) <= CHUNKING_GOAL_POINTS, f"up to {max(gaps):+.1f} points"),
+                         doc["provenance"], f"bench-all/{name}.json"))
+    return rows
 
 
 def _selftrain(bench: Path) -> list[dict[str, Any]]:

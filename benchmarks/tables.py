@@ -575,7 +575,8 @@ def _chunking(res: dict[str, Any]) -> str:
     """benchmarks/chunking.py: long recordings transcribed whole, cut into chunks each arm's way, against each sentence
     alone; WER by noise condition, the chunks' lengths and the wall."""
     conds = res["conditions"]
-    names = {"sentences": "each sentence's span alone (the mark)",
+    real = "manifest" in res  # files of a corpus joined as recorded, not the pool's sentences
+    names = {"sentences": f"each {'file' if real else 'sentence'}'s span alone (the mark)",
              "fixed-20": "chunks of at most 20 s at the quietest 20 ms (the old default)",
              "fixed-auto": f"chunks of at most {res['auto_seconds']:g} s at the quietest 20 ms",
              "pauses-20": "cut at pauses, at most 20 s",
@@ -592,14 +593,19 @@ def _chunking(res: dict[str, Any]) -> str:
     trained = (f"its card says its training utterances last {sec['median']:g} s (median), 90 % under {sec['p90']:g} s, "
                f"so `transcribe` cuts at most {res['auto_seconds']:g} s") if sec else \
         f"its card does not say how long its training utterances were, so `transcribe` cuts {res['auto_seconds']:g} s"
-    return (f"{res['pool_utterances']} sentences in the demo's unseen test voice joined in order into "
-            f"{res['recordings']} recordings of about {res['recording_minutes']:.1f} minutes (a drawn pause of 0.25-1 s "
-            f"between two), transcribed greedy by the teacher `{res['teacher']}`: {trained}. Each recording is "
-            "transcribed whole by each arm in turn and its text scored against the sentences'; noise is white, added "
+    joined = (f"{res['pool_utterances']} files of `{res['manifest']}` (lines `{res['lines']}`) joined back to back as "
+              f"recorded into {res['recordings']} recordings of about {res['recording_minutes']:.1f} minutes (each file "
+              "keeps its own room noise at its edges)") if real else (
+        f"{res['pool_utterances']} sentences in the demo's unseen test voice joined in order into {res['recordings']} "
+        f"recordings of about {res['recording_minutes']:.1f} minutes (a drawn pause of 0.25-1 s between two)")
+    return (f"{joined}, transcribed greedy by the teacher `{res['teacher']}`: {trained}. Each recording is "
+            f"transcribed whole by each arm in turn and its text scored against the {'files' if real else 'sentences'}'; "
+            "noise is white, added "
             "throughout at the SNR named (below the speech's mean power). Chunk lengths, the share of the audio the "
             f"model hears and the real-time factor are the {label[first]} condition's.\n\n"
             + _md(["cut", "chunks: median (longest)", *(f"WER {label[c]}" for c in conds), "audio heard", "RTFx"], rows)
-            + f"\nGoal, set before this run: the default within {CHUNKING_GOAL_POINTS:g} points of each sentence alone in "
+            + f"\nGoal, set before this run: the default within {CHUNKING_GOAL_POINTS:g} points of each "
+            f"{'file' if real else 'sentence'} alone in "
             f"every condition: {'reached' if ok else '**not reached**'} ("
             + ", ".join(f"{label[c]} {g:+.1f}" for c, g in gaps.items()) + " points).\n")
 
@@ -626,7 +632,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "align": _align, "align-long": _align, "transfer-de": _transfer,
                                            "pieces-demo": _pieces, "pieces-demo-long": _pieces, "int8": _int8,
                                            "selftrain-demo": _selftrain, "longform-demo": _longform,
-                                           "chunking-demo": _chunking}
+                                           "chunking-demo": _chunking, "chunking-yesno": _chunking}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

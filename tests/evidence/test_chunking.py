@@ -39,6 +39,10 @@ def test_noise_is_added_at_the_snr_asked_and_each_arm_cuts_its_own_way(tmp_path)
     assert chunking.arm_chunks("pauses-auto-untrimmed", wav, 8000, spans, 2.0) == pause_chunks(wav, 8000, 2.0, trim=False)
     assert chunking.arm_chunks("pauses-20", wav, 8000, spans, 2.0) == pause_chunks(wav, 8000, 20.0)
     assert chunking.arm_chunks("auto", wav, 8000, spans, 2.0) is None
+    (joined,) = longform.join_pool(_fsdd(6), 6, seed=0, folder=tmp_path / "as-recorded", gap=(0.0, 0.0))
+    files = [load_audio(r["audio_filepath"], 8000) for r in _fsdd(6)]
+    np.testing.assert_array_equal(load_audio(joined["audio_filepath"], 8000), np.concatenate(files))  # back to back
+    assert [b for _, b, _ in joined["spans"][:-1]] == [a for a, _, _ in joined["spans"][1:]]
 
 
 @pytest.mark.slow
@@ -72,3 +76,14 @@ def test_every_arm_is_scored_on_every_condition_and_the_block_renders(tmp_path):
     assert clean["fixed-20"]["chunks"] == len(recs)  # each recording (under 20 s) one chunk
     block = tables.render("chunking-demo", json.loads(out.read_text()))
     assert "`transcribe`'s default" in block and "WER SNR 20 dB" in block and "Goal, set before this run" in block
+    yesno = shared("yesno", "manifest.jsonl")  # real recordings, joined as recorded
+    argv = ["--teacher", str(teacher), "--manifest", str(yesno), "--lines", "31:35", "--per-recording", "2", "--snr",
+            "clean", "--work", str(tmp_path / "real"), "--out", str(out)]
+    assert chunking.main(argv) == 0
+    res = json.loads(out.read_text())["results"]
+    rows = [json.loads(x) for x in yesno.read_text().splitlines()][31:35]
+    assert res["recordings"] == 2 and res["pool_utterances"] == 4 and res["lines"] == "31:35"
+    assert res["conditions"]["clean"]["sentences"]["chunks"] == 4
+    assert res["recording_minutes"] == pytest.approx(sum(r["duration"] for r in rows) / 60 / 2, abs=0.01)
+    block = tables.render("chunking-yesno", json.loads(out.read_text()))
+    assert "joined back to back as recorded" in block and "each file alone" in block

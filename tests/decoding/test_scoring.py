@@ -38,13 +38,16 @@ def test_eval_by_a_manifest_key_scores_each_group_as_jiwer_does(ldc_checkpoint, 
             ("LDC93S1_pcms16le_2_44100.wav", "she had a dark suit in greasy water", "b"),
             ("LDC93S1.wav", "all year she had your suit", "b"), ("LDC93S1.wav", text, None)]
     manifest = tmp_path / "m.jsonl"
-    manifest.write_text("".join(json.dumps({"audio_filepath": str(shared("ldc93s1", name)), "duration": 2.93,
-                                            "text": t, **({"speaker": s} if s else {})}) + "\n" for name, t, s in rows))
+    manifest.write_text("".join(json.dumps({"audio_filepath": str(shared("ldc93s1", name)), "duration": 2.92,
+                                            "text": t, **({"speaker": s} if s else {"offset": 0.0})}) + "\n"
+                                for name, t, s in rows))
     code, out, err = main_cli(capsys, "eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(manifest), "--json",
                               "--by", "speaker", "--details", str(tmp_path / "d.jsonl"))
     assert code == 0, err
     by = json.loads(out)["by"]["speaker"]
     details = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
+    assert [d["line"] for d in details] == [1, 2, 3, 4, 5]  # where each is, also for segments of one file
+    assert [d.get("offset") for d in details] == [None, None, None, None, 0.0]
     assert list(by) == ["a", "b", "(none)"] and [g["utterances"] for g in by.values()] == [2, 2, 1]
     for name, members in (("a", [0, 1]), ("b", [2, 3]), ("(none)", [4])):
         refs, hyps = [details[i]["reference"] for i in members], [details[i]["hypothesis"] for i in members]

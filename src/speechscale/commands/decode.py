@@ -26,7 +26,8 @@ from .args import (
 
 
 def _write_details(path: str, res: Any, loader: Any) -> None:
-    """eval --details: one JSON line per utterance with reference, hypothesis, WER and the word alignment."""
+    """eval --details: one JSON line per utterance with reference, hypothesis, WER and the word alignment; from a
+    manifest also its line number and the segment's `offset` when it has one (segments of a talk share a file)."""
     from ..decoding.metrics import ErrorRate, align_words
 
     utts = getattr(loader.dataset, "utts", None)
@@ -34,7 +35,9 @@ def _write_details(path: str, res: Any, loader: Any) -> None:
         for i in sorted(res.hyps):
             m = ErrorRate()
             m.update([res.refs[i]], [res.hyps[i]])
-            row = {"index": i, "audio": utts[i].audio_path if utts else None, "reference": res.refs[i],
+            where = {} if not utts else {"line": utts[i].line, **({} if utts[i].offset is None else
+                                                                   {"offset": utts[i].offset})}
+            row = {"index": i, "audio": utts[i].audio_path if utts else None, **where, "reference": res.refs[i],
                    "hypothesis": res.hyps[i], "wer": round(m.wer, 4), "alignment": align_words(res.refs[i], res.hyps[i])}
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 

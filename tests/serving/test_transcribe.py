@@ -91,6 +91,13 @@ def test_long_audio_is_cut_at_its_pauses_to_the_length_the_model_trained_on(ldc_
         assert a <= s0 + loud[0] and s0 + loud[-1] < b  # the copy's speech whole
         edge = (EDGE_S + 0.01) * sr  # a pause is found in whole 10 ms frames
         assert (k == 0 or a >= s0 - edge) and (k == 3 or b <= s1 + edge)  # at most EDGE_S of a pause
+    clicked, clicks = long.copy(), []  # a 15 ms tap in the middle of each pause: no word, and no chunk of its own
+    for (_, s1), (p0, _) in zip(spans, spans[1:]):
+        at = (s1 + p0) // 2
+        clicked[at:at + int(0.015 * sr)] = np.random.default_rng(at).uniform(-0.5, 0.5, int(0.015 * sr)) * \
+            np.abs(wav).max()
+        clicks.append(at)
+    assert pause_chunks(clicked, sr, asr.chunk_seconds) == chunks  # no chunk holds a tap, alone or with speech
     tiled = pause_chunks(long, sr, asr.chunk_seconds, trim=False)
     assert tiled[0][0] == 0 and tiled[-1][1] == len(long) and all(x[1] == y[0] for x, y in zip(tiled, tiled[1:]))
     for (_, b), (s0, _), (p0, _) in zip(tiled, spans, spans[1:]):  # each cut near the middle of the pause between two

@@ -53,6 +53,7 @@ MAX_AUTO_CHUNK_SECONDS = 30.0
 TRAINING_SPAN = 1.5  # auto: chunks up to this many times the training utterances' 90th-percentile duration
 MIN_PAUSE_S = 0.1  # a quiet run this long or longer is a pause to cut at
 EDGE_S = 0.2  # a chunk keeps at most this much of the pause before it and after it
+CLICK_S = 0.05  # a sound no longer than this between two quiet runs is a click, not speech: one pause holds them
 
 
 def check_chunk_seconds(seconds: float | None) -> None:
@@ -76,15 +77,22 @@ def auto_chunk_seconds(card: dict[str, Any]) -> float:
 def pause_chunks(wav: np.ndarray, sample_rate: int, chunk_s: float, trim: bool = True) -> list[tuple[int, int]]:
     """Sample ranges [a, b) that cut `wav` (T,) into chunks of at most `chunk_s` (audio no longer: one chunk, whole):
     a longer stretch is cut in the middle of its longest pause (a quiet run of MIN_PAUSE_S or more,
-    segments.quiet_runs; of equal ones, the nearest the stretch's middle), and each side again; a stretch without one
-    is cut at its quietest frames (split_points). `trim`: each chunk keeps at most EDGE_S of the quiet before and
-    after it, the recording's quiet edges included (the chunks leave the rest of each pause out); else they tile
-    the recording."""
+    segments.quiet_runs; two parted by a click of up to CLICK_S are one; of equal ones, the nearest the stretch's
+    middle), and each side again; a stretch without one is cut at its quietest frames (split_points). `trim`: each
+    chunk keeps at most EDGE_S of the quiet before and after it, the recording's quiet edges included (the chunks
+    leave the rest of each pause out); else they tile the recording."""
     n = wav.shape[0]
     if n <= chunk_s * sample_rate:
         return [(0, n)]
     runs = np.round(quiet_runs(wav, sample_rate) * sample_rate).astype(np.int64)  # (R, 2) samples
-    pauses = runs[runs[:, 1] - runs[:, 0] >= round(MIN_PAUSE_S * sample_rate)]
+    long = runs[:, 1] - runs[:, 0] >= round(MIN_PAUSE_S * sample_rate)
+    pauses = _bridged(runs[long], round(CLICK_S * sample_rate))
+    short = runs[~long]
+    if len(pauses):  # a short run inside a bridged pause is part of it
+        k = np.searchsorted(pauses[:, 0], short[:, 0], "right") - 1  # the pause each short run starts in or after
+        short = short[(k < 0) | (short[:, 1] > pauses[np.maximum(k, 0), 1])]
+    runs = np.concatenate([short, pauses])
+    runs = runs[np.argsort(runs[:, 0], kind="stable")]  # (R', 2): the short quiet runs and the pauses, in order
     limit = chunk_s * sample_rate
     bounds, todo = [], [(0, n)]
     while todo:  # stretches [a, b) still to cut, the earliest last
@@ -118,6 +126,16 @@ def pause_chunks(wav: np.ndarray, sample_rate: int, chunk_s: float, trim: bool =
         if b > a:
             out.append((a, b))
     return out
+
+
+def _bridged(runs: np.ndarray, gap: int) -> np.ndarray:
+    """Pauses (R, 2) in order, two that `gap` or fewer samples of sound part joined into one: a click or a tap
+    inside a pause leaves it one pause, so no chunk holds the click alone."""
+    if len(runs) < 2:
+        return runs
+    first = np.concatenate([[True], runs[1:, 0] - runs[:-1, 1] > gap])  # (R,): the run begins a new pause
+    last = np.concatenate([first[1:], [True]])  # (R,): the run ends its pause
+    return np.stack([runs[first, 0], runs[last, 1]], axis=1)
 
 
 class Transcriber:

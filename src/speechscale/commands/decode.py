@@ -443,7 +443,7 @@ class _SegmentWriter:
     on disk before the next recording is aligned; with --resume, appended to what the files hold."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from ..serving.labelling import SEGMENT, Counts, rejected_path, whole_lines
+        from ..serving.labelling import Counts, rejected_path, segment_place, whole_lines
 
         self.out, self.max_seconds, self.min_confidence = args.out_manifest, args.max_seconds, args.min_confidence
         self.out.parent.mkdir(parents=True, exist_ok=True)
@@ -451,9 +451,8 @@ class _SegmentWriter:
         self.written: dict[str, list[tuple[float, int]]] = {}
         for rec in (r for f in (self.out, rejected_path(self.out)) if args.resume for r in whole_lines(f)):
             try:
-                self.written.setdefault(rec["audio_filepath"], []).append(
-                    (float(rec["offset"]), int(str(rec[SEGMENT]).split("/")[1])))
-            except (KeyError, TypeError, ValueError, IndexError):  # not a line align wrote
+                self.written.setdefault(rec["audio_filepath"], []).append(segment_place(rec))
+            except (KeyError, TypeError, ValueError):  # not a line align wrote
                 continue
         mode = "a" if args.resume else "w"
         self.keep = self.out.open(mode, encoding="utf-8")

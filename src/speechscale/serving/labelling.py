@@ -168,16 +168,23 @@ def written(*paths: Path) -> Written:
                 found.done.add(key)
                 continue
             try:
-                n, offsets = segments.setdefault(key, (int(str(rec[SEGMENT]).split("/")[-1]), set()))
-                offsets.add(float(rec[OFFSET]))
+                offset, count = segment_place(rec)
             except (KeyError, TypeError, ValueError):  # not a line label wrote: its recording counts as done
                 found.done.add(key)
+                continue
+            segments.setdefault(key, (count, set()))[1].add(offset)
     for key, (n, offsets) in segments.items():
         if len(offsets) >= n:
             found.done.add(key)
         else:
             found.partial[key] = offsets
     return found
+
+
+def segment_place(line: dict[str, Any]) -> tuple[float, int]:
+    """(offset, N) of a segment line (`segment` K/N): where it lies and how many its recording was cut into.
+    KeyError, TypeError or ValueError for a line that is no such segment."""
+    return float(line[OFFSET]), int(str(line[SEGMENT]).split("/")[-1])
 
 
 def whole_lines(path: Path) -> Iterator[dict[str, Any]]:

@@ -84,15 +84,7 @@ def pause_chunks(wav: np.ndarray, sample_rate: int, chunk_s: float, trim: bool =
     n = wav.shape[0]
     if n <= chunk_s * sample_rate:
         return [(0, n)]
-    runs = np.round(quiet_runs(wav, sample_rate) * sample_rate).astype(np.int64)  # (R, 2) samples
-    long = runs[:, 1] - runs[:, 0] >= round(MIN_PAUSE_S * sample_rate)
-    pauses = _bridged(runs[long], round(CLICK_S * sample_rate))
-    short = runs[~long]
-    if len(pauses):  # a short run inside a bridged pause is part of it
-        k = np.searchsorted(pauses[:, 0], short[:, 0], "right") - 1  # the pause each short run starts in or after
-        short = short[(k < 0) | (short[:, 1] > pauses[np.maximum(k, 0), 1])]
-    runs = np.concatenate([short, pauses])
-    runs = runs[np.argsort(runs[:, 0], kind="stable")]  # (R', 2): the short quiet runs and the pauses, in order
+    runs, pauses = _quiet_and_pauses(wav, sample_rate)
     limit = chunk_s * sample_rate
     bounds, todo = [], [(0, n)]
     while todo:  # stretches [a, b) still to cut, the earliest last
@@ -128,14 +120,22 @@ def pause_chunks(wav: np.ndarray, sample_rate: int, chunk_s: float, trim: bool =
     return out
 
 
-def _bridged(runs: np.ndarray, gap: int) -> np.ndarray:
-    """Pauses (R, 2) in order, two that `gap` or fewer samples of sound part joined into one: a click or a tap
-    inside a pause leaves it one pause, so no chunk holds the click alone."""
-    if len(runs) < 2:
-        return runs
-    first = np.concatenate([[True], runs[1:, 0] - runs[:-1, 1] > gap])  # (R,): the run begins a new pause
-    last = np.concatenate([first[1:], [True]])  # (R,): the run ends its pause
-    return np.stack([runs[first, 0], runs[last, 1]], axis=1)
+def _quiet_and_pauses(wav: np.ndarray, sample_rate: int) -> tuple[np.ndarray, np.ndarray]:
+    """(quiet runs, pauses) of `wav` in samples, each (R, 2) in order: the pauses are the runs of MIN_PAUSE_S or more,
+    two that CLICK_S or less of sound parts joined into one (a click or a tap inside a pause leaves it one pause, so
+    no chunk holds the click alone); the quiet runs are the pauses and the shorter runs outside them."""
+    runs = np.round(quiet_runs(wav, sample_rate) * sample_rate).astype(np.int64)  # (R, 2)
+    long = runs[:, 1] - runs[:, 0] >= round(MIN_PAUSE_S * sample_rate)
+    pauses, short = runs[long], runs[~long]
+    if len(pauses) < 2:
+        return runs, pauses
+    first = np.concatenate([[True], pauses[1:, 0] - pauses[:-1, 1] > round(CLICK_S * sample_rate)])  # begins a pause
+    last = np.concatenate([first[1:], [True]])  # ends its pause
+    pauses = np.stack([pauses[first, 0], pauses[last, 1]], axis=1)
+    k = np.searchsorted(pauses[:, 0], short[:, 0], "right") - 1  # the pause each short run starts in or after
+    short = short[(k < 0) | (short[:, 1] > pauses[np.maximum(k, 0), 1])]  # one inside a joined pause is part of it
+    runs = np.concatenate([short, pauses])
+    return runs[np.argsort(runs[:, 0], kind="stable")], pauses
 
 
 class Transcriber:

@@ -325,9 +325,11 @@ def test_a_kaldi_data_folder_with_paths_commands_channels_and_bad_entries(tmp_pa
         np.testing.assert_array_equal(got, want)
 
 
-def test_kaldi_segments_are_offsets_into_their_recordings_and_cut_from_containers(tmp_path):
+def test_kaldi_segments_are_offsets_into_their_recordings_and_cut_from_containers(tmp_path, monkeypatch):
     """A segment of a recording soundfile reads is a line with an offset (nothing copied); one of a container read
-    only from its start (m4a) is cut into OUT/audio/, so training does not decode the whole recording per segment."""
+    only from its start (m4a) is cut into OUT/audio/, so training does not decode the whole recording per segment,
+    and the import decodes that recording once for all its segments."""
+    import speechscale.data.audio as audio_module
     from speechscale.data.audio import read_audio
     from tests.media import encode
 
@@ -339,25 +341,31 @@ def test_kaldi_segments_are_offsets_into_their_recordings_and_cut_from_container
     encode(mono[:5 * rate], rate, tmp_path / "talk.m4a")
     (data / "wav.scp").write_text(f"talk {jfk}\nphone {tmp_path / 'talk.m4a'}\n")
     (data / "segments").write_text("s1 talk 0.5 2.25\ns2 talk 3.0 4.0\ns3 talk 4.0 3.0\ns4 other 0 1\n"
-                                   "s6 phone 1.0 2.5\ns7 phone 6.0 7.0\n")
+                                   "s6 phone 1.0 2.5\ns7 phone 6.0 7.0\ns8 phone 3.0 4.5\n")
     (data / "text").write_text("s1 and so\ns2 my fellow\ns3 backwards\ns4 elsewhere\ns5 unsegmented\n"
-                               "s6 and so my\ns7 past its end\n")
+                               "s6 and so my\ns7 past its end\ns8 fellow americans\n")
+    decodes: list[str] = []  # every whole decode of a file soundfile does not read (the real decoder, counted)
+    real_read = audio_module._read
+    monkeypatch.setattr(audio_module, "_read", lambda path, *a: decodes.append(path) or real_read(path, *a))
     report = import_corpus("kaldi", data, tmp_path / "out")
-    assert report.kept == 3 and report.reasons == {"no segment REC START END": 2, "recording not in wav.scp": 1,
+    monkeypatch.undo()
+    assert decodes == [str(tmp_path / "talk.m4a")]  # s6's and s8's cuts share one decode
+    assert report.kept == 4 and report.reasons == {"no segment REC START END": 2, "recording not in wav.scp": 1,
                                                    "segment past the recording's end": 1}
     utts, _ = read_manifest(tmp_path / "out" / "manifest.jsonl")
     for u, (start, end) in zip(utts, [(0.5, 2.25), (3.0, 4.0)]):
         assert os.path.samefile(u.audio_path, jfk) and u.offset == start
         assert u.duration == pytest.approx(end - start, abs=1e-3)
         np.testing.assert_allclose(u.load(rate), mono[int(start * rate):int(end * rate)], atol=1e-6)
-    cut = utts[2]
-    assert cut.offset is None and os.path.samefile(cut.audio_path, tmp_path / "out" / "audio" / "s6.wav")
-    assert sorted(p.name for p in (tmp_path / "out" / "audio").iterdir()) == ["s6.wav"]
-    assert cut.duration == pytest.approx(1.5, abs=1e-3)
+    assert sorted(p.name for p in (tmp_path / "out" / "audio").iterdir()) == ["s6.wav", "s8.wav"]
     decoded, m4a_rate = read_audio(tmp_path / "talk.m4a")  # (T, 1): the container's own samples
-    got, got_rate = sf.read(cut.audio_path, dtype="float32", always_2d=True)
-    assert got_rate == m4a_rate
-    np.testing.assert_allclose(got, decoded[m4a_rate:m4a_rate + len(got)], atol=1 / 32768)  # its seconds 1-2.5
+    for cut, name, start in [(utts[2], "s6.wav", 1.0), (utts[3], "s8.wav", 3.0)]:
+        assert cut.offset is None and os.path.samefile(cut.audio_path, tmp_path / "out" / "audio" / name)
+        assert cut.duration == pytest.approx(1.5, abs=1e-3)
+        got, got_rate = sf.read(cut.audio_path, dtype="float32", always_2d=True)
+        assert got_rate == m4a_rate
+        first = int(start * m4a_rate)
+        np.testing.assert_allclose(got, decoded[first:first + len(got)], atol=1 / 32768)  # its 1.5 s from `start`
     with pytest.raises(CorpusLayoutError, match="no wav.scp .*--split a subfolder"):
         import_corpus("kaldi", tmp_path, tmp_path / "o2")
 

@@ -5,7 +5,8 @@
 
 Every importer yields (audio path or Span, raw transcript, extra fields); `import_corpus` reads each duration
 from the file's header (no decoding; a Span's recording is read for its length once and its segment becomes a
-line with an `offset`, or is cut into OUT/audio/ when its container cannot be read a segment at a time),
+line with an `offset`, or is cut into OUT/audio/ when its container cannot be read a segment at a time: such a
+recording is decoded once for its segments in a row),
 normalizes the text with the one normalizer, applies duration bounds and counts what it skipped and why.
 Nothing is downloaded here.
 
@@ -268,6 +269,9 @@ def _kaldi_path(name: str, root: Path) -> Path:
     return path
 
 
+_decoded = lru_cache(maxsize=1)(read_audio)  # the last container decoded whole, (T, C) and rate; import_corpus clears it
+
+
 def _cut(path: Path, target: Path, start: float | None, end: float | None, channel: int | None) -> None:
     """Write seconds [start, end) of `path` (all of it when start is None), channel `channel` (1-based; None: every
     channel), to `target` as wav."""
@@ -277,8 +281,8 @@ def _cut(path: Path, target: Path, start: float | None, end: float | None, chann
         rate = sf.info(str(path)).samplerate
         frames = (None, None) if start is None else (int(start * rate), int(end * rate))
         data, rate = sf.read(str(path), start=frames[0] or 0, stop=frames[1], always_2d=True)  # (T, C)
-    except sf.LibsndfileError:  # a container soundfile does not read (data.media)
-        data, rate = read_audio(path)
+    except sf.LibsndfileError:  # a container soundfile does not read (data.media): decoded once for its segments
+        data, rate = _decoded(path)
         if start is not None:
             data = data[int(start * rate):int(end * rate)]
     if channel is not None:
@@ -409,6 +413,7 @@ def import_corpus(kind: str, src: str | Path, out: str | Path, split: str = "", 
         os.replace(partial, out / "manifest.jsonl")
     finally:
         partial.unlink(missing_ok=True)
+        _decoded.cache_clear()
     return report
 
 

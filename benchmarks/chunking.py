@@ -6,11 +6,13 @@
         --lines 31: --per-recording 10 --work runs/chunking-yesno --out docs/figures/bench-all/chunking-yesno.json
 
 The recordings are benchmarks/longform's: the selftrain pool's sentences (the demo's unseen test voice) joined in
-order with a drawn pause of 0.25-1 s; or, with --manifest, the files of its --lines joined back to back as they were
-recorded (real recordings: each keeps its own room noise at its edges). Each is heard as it is and with white noise
-added throughout at each --snr (dB below the speech's mean power; a noise floor as a room has one). Each recording is
-transcribed greedy by the teacher, one recording at a time, by each way of cutting it (the arms, interleaved per
-recording) and its whole text scored against the sentences' (WER):
+order with a drawn pause of 0.25-1 s (--gap LOW,HIGH another range; 0,0: back to back, connected speech without a
+pause between sentences, as the demo's sentences are cut tight to their speech); or, with --manifest, the files of
+its --lines joined back to back as they were recorded (real recordings: each keeps its own room noise at its
+edges). Each is heard as it is and with white noise added throughout at each --snr (dB below the speech's mean
+power; a noise floor as a room has one). Each recording is transcribed greedy by the teacher, one recording at a
+time, by each way of cutting it (the arms, interleaved per recording) and its whole text scored against the
+sentences' (WER):
 - sentences: each sentence's own span cut from the recording and transcribed alone (the mark to reach);
 - fixed-20, fixed-auto: chunks of at most 20 s (the old default) or the card's length, each cut at the quietest
   20 ms within 2 s of its limit (serving.transcribe.split_points);
@@ -110,10 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--snr", default="clean,30,15", help="comma-separated noise conditions: clean, or dB of SNR")
     p.add_argument("--manifest", default=None, help="join this manifest's files as recorded instead of the pool's")
     p.add_argument("--lines", default=":", help="--manifest: the lines START:STOP (from 0) to join, as a slice")
+    p.add_argument("--gap", default=None, help="LOW,HIGH: the pause drawn between two joined sentences, s (default: "
+                   "0.25,1.0 between the pool's sentences, 0,0 between --manifest's files, as recorded)")
     p.add_argument("--out", default="docs/figures/bench-all/chunking-demo.json")
     args = p.parse_args(argv)
     pin_commit()
     started = time.monotonic()
+    gap = tuple(float(x) for x in args.gap.split(",")) if args.gap else (0.0, 0.0) if args.manifest else (0.25, 1.0)
     if args.manifest:
         from speechscale.data.manifest import read_manifest
 
@@ -121,11 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         start, stop = (int(x) if x else None for x in args.lines.split(":"))
         utts, _ = read_manifest(args.manifest)
         pool = [{"audio_filepath": u.audio_path, "text": u.text} for u in utts[start:stop]]
-        recordings = join_pool(pool, args.per_recording, args.pool_seed, work / "long", gap=(0.0, 0.0))
+        recordings = join_pool(pool, args.per_recording, args.pool_seed, work / "long", gap=gap)
     else:
         work, _, pool_path, _ = open_pool(args)
         pool = _rows(pool_path)
-        recordings = join_pool(pool, args.per_recording, args.pool_seed, work / "long")
+        folder = work / ("long" if args.gap is None else f"long-{gap[0]:g}-{gap[1]:g}")  # the default's recordings kept
+        recordings = join_pool(pool, args.per_recording, args.pool_seed, folder, gap=gap)
     auto = Transcriber(args.teacher)
     longest = max(r["duration"] for r in recordings)
     whole = Transcriber(args.teacher, chunk_seconds=longest + 1)
@@ -136,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({cond: conditions[cond]}), flush=True)
     card = auto.comps.card.get("training_data") or {}
     settings = {"pool_minutes": args.pool_minutes, "pool_seed": args.pool_seed, "per_recording": args.per_recording,
-                "snr": args.snr, **({"manifest": args.manifest, "lines": args.lines} if args.manifest else {})}
+                "snr": args.snr, "gap_seconds": list(gap),
+                **({"manifest": args.manifest, "lines": args.lines} if args.manifest else {})}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, {"teacher": args.teacher, "recordings": len(recordings), "pool_utterances": len(pool),

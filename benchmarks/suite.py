@@ -83,10 +83,12 @@ LONG_BENCHES = tuple(LONG_SETTINGS)
 # int8: benchmarks/int8.py (full-size speed, and trained demo models' accuracy)
 # selftrain-demo: benchmarks/selftrain.py (fine-tuning on a model's own labels of the demo's unseen voice)
 # longform-demo: benchmarks/longform.py (long recordings cut into training segments by align and label)
-# chunking-demo, chunking-yesno: benchmarks/chunking.py (long recordings transcribed whole, cut into chunks several
-# ways; yesno's with --manifest, its held-out files joined as recorded)
+# chunking-demo, chunking-demo-connected, chunking-yesno: benchmarks/chunking.py (long recordings transcribed whole,
+# cut into chunks several ways; the connected one with --gap 0,0; yesno's with --manifest, its held-out files joined
+# as recorded)
 EXTERNAL_BENCHES = ("demo-conformer-streaming", "align", "align-long", "transfer-de", "pieces-demo", "pieces-demo-long",
-                    "int8", "selftrain-demo", "longform-demo", "chunking-demo", "chunking-yesno")
+                    "int8", "selftrain-demo", "longform-demo", "chunking-demo", "chunking-demo-connected",
+                    "chunking-yesno")
 
 # `bench all --gpu`: what only a GPU shows, run on a lent one (not by `bench all` on the CPU machine).
 # Full-size presets on 10 s windows of real speech, every precision interleaved step by step; "fp32" is

@@ -125,15 +125,16 @@ def _chunking(bench: Path) -> list[dict[str, Any]]:
     from .tables import CHUNKING_GOAL_POINTS
 
     rows = []
-    for name in ("chunking-demo", "chunking-yesno"):
+    for name in ("chunking-demo", "chunking-demo-connected", "chunking-yesno"):
         doc = _load(bench / f"{name}.json")
         conds = (doc or {}).get("results", {}).get("conditions")
         if not conds:
             continue
         res = doc["results"]
         unit = "file" if "manifest" in res else "sentence"
+        connected = not (res.get("settings") or {}).get("gap_seconds", [0, 1])[1]
         source = (f"files of `{Path(res['manifest']).parent.name}` joined as recorded" if "manifest" in res
-                  else "the demo's unseen voice")
+                  else "the demo's unseen voice, its sentences back to back" if connected else "the demo's unseen voice")
         gaps = [100 * (c["auto"]["wer"] - c["sentences"]["wer"]) for c in conds.values()]
         figure = "; ".join(f"{'clean' if k == 'clean' else f'SNR {k} dB'}: {_pct(c['auto']['wer'])} against "
                            f"{_pct(c['fixed-20']['wer'])} and {_pct(c['sentences']['wer'])}" for k, c in conds.items())

@@ -597,7 +597,7 @@ def _chunking(res: dict[str, Any]) -> str:
               f"recorded into {res['recordings']} recordings of about {res['recording_minutes']:.1f} minutes (each file "
               "keeps its own room noise at its edges)") if real else (
         f"{res['pool_utterances']} sentences in the demo's unseen test voice joined in order into {res['recordings']} "
-        f"recordings of about {res['recording_minutes']:.1f} minutes (a drawn pause of 0.25-1 s between two)")
+        f"recordings of about {res['recording_minutes']:.1f} minutes ({_pool_gap(res)})")
     return (f"{joined}, transcribed greedy by the teacher `{res['teacher']}`: {trained}. Each recording is "
             f"transcribed whole by each arm in turn and its text scored against the {'files' if real else 'sentences'}'; "
             "noise is white, added "
@@ -608,6 +608,14 @@ def _chunking(res: dict[str, Any]) -> str:
             f"{'file' if real else 'sentence'} alone in "
             f"every condition: {'reached' if ok else '**not reached**'} ("
             + ", ".join(f"{label[c]} {g:+.1f}" for c, g in gaps.items()) + " points).\n")
+
+
+def _pool_gap(res: dict[str, Any]) -> str:
+    """What parts two of the pool's sentences in benchmarks/chunking's recordings (its --gap)."""
+    low, high = (res.get("settings") or {}).get("gap_seconds", [0.25, 1.0])
+    if high == 0:
+        return "back to back: nothing parts two sentences, cut tight to their speech"
+    return f"a drawn pause of {low:g}-{high:g} s between two"
 
 
 def _serving(name: str) -> Callable[[Any], str]:
@@ -632,7 +640,8 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "align": _align, "align-long": _align, "transfer-de": _transfer,
                                            "pieces-demo": _pieces, "pieces-demo-long": _pieces, "int8": _int8,
                                            "selftrain-demo": _selftrain, "longform-demo": _longform,
-                                           "chunking-demo": _chunking, "chunking-yesno": _chunking}
+                                           "chunking-demo": _chunking, "chunking-demo-connected": _chunking,
+                                           "chunking-yesno": _chunking}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

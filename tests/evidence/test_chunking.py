@@ -76,6 +76,18 @@ def test_every_arm_is_scored_on_every_condition_and_the_block_renders(tmp_path):
     assert clean["fixed-20"]["chunks"] == len(recs)  # each recording (under 20 s) one chunk
     block = tables.render("chunking-demo", json.loads(out.read_text()))
     assert "`transcribe`'s default" in block and "WER SNR 20 dB" in block and "Goal, set before this run" in block
+    assert "a drawn pause of 0.25-1 s between two" in block
+    connected = tmp_path / "connected.json"  # --gap 0,0: the same sentences back to back, in recordings of their own
+    assert chunking.main([*argv[:-1], str(connected), "--snr", "clean", "--gap", "0,0"]) == 0
+    res = json.loads(connected.read_text())["results"]
+    assert res["settings"]["gap_seconds"] == [0.0, 0.0] and (work / "long" / "long-000.wav").is_file()
+    joined = longform.join_pool([json.loads(x) for x in (work / "pool.jsonl").read_text().splitlines()], 4, 1,
+                                work / "long-0-0", gap=(0.0, 0.0))
+    assert all(b == a2 for rec in joined for (_, b, _), (a2, _, _) in zip(rec["spans"], rec["spans"][1:]))
+    assert sum(r["duration"] for r in joined) < sum(r["duration"] for r in recs)  # no pause between two
+    assert res["conditions"]["clean"]["sentences"]["chunks"] == sum(len(r["spans"]) for r in joined)
+    assert "back to back: nothing parts two sentences" in tables.render("chunking-demo-connected",
+                                                                        json.loads(connected.read_text()))
     yesno = shared("yesno", "manifest.jsonl")  # real recordings, joined as recorded
     argv = ["--teacher", str(teacher), "--manifest", str(yesno), "--lines", "31:35", "--per-recording", "2", "--snr",
             "clean", "--work", str(tmp_path / "real"), "--out", str(out)]

@@ -51,7 +51,12 @@ def test_auto_captures_on_a_gpu_only_and_then_pads_to_eight_shapes():
     shapes, graphs = step_shapes(cfg, comps, utts, torch.device("cuda"))  # no allocation: a decision only
     assert graphs and len(shapes.shapes) == 8
     assert step_shapes(cfg, comps, [], torch.device("cuda")) == (None, False)  # a shard stream: eager
-    assert step_shapes(_cfg(compile=True), comps, utts, torch.device("cuda")) == (None, False)
+    for device in ("cuda", "cpu"):  # torch.compile: eager steps, padded to shapes so that each compiles once
+        shapes, graphs = step_shapes(_cfg(compile=True), comps, utts, torch.device(device))
+        assert not graphs and len(shapes.shapes) == 8
+    assert step_shapes(_cfg(compile=True), comps, [], torch.device("cpu")) == (None, False)  # a shard stream
+    few = from_dict(Config, {"trainer": {"compile": True}, "data": {"fixed_shapes": 3}, "model": {"name": "ds2-tiny"}})
+    assert len(step_shapes(few, comps, utts, torch.device("cpu"))[0].shapes) == 3
     assert step_shapes(_cfg(cuda_graphs="off"), comps, utts, torch.device("cuda")) == (None, False)
     assert step_shapes(_cfg(cuda_graphs=False), comps, utts, torch.device("cuda")) == (None, False)  # YAML's off
     with pytest.raises(ConfigError, match="needs a CUDA device"):  # YAML's on

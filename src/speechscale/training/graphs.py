@@ -34,14 +34,15 @@ from .precision import Precision, clip_and_step, step_if
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
-DEFAULT_SHAPES = 8  # data.fixed_shapes when graphs are on and it is 0
+DEFAULT_SHAPES = 8  # data.fixed_shapes when graphs or torch.compile are on and it is 0
 
 
 def step_shapes(cfg: Config, comps: Any, utts: list[Any], device: torch.device) -> tuple[BatchShapes | None, bool]:
     """The batch shapes training pads to and whether CUDA graphs replay the model (`trainer.cuda_graphs`): auto
     captures on a CUDA device when the training durations are known up front (a manifest) and torch.compile is
     off; on insists (a clear error where it cannot); off never. Graphs need fixed shapes: data.fixed_shapes=0
-    then means 8."""
+    then means 8. So does trainer.compile from a manifest, on any device: torch.compile specializes its kernels
+    on the frames, and a batch of each new length would compile again."""
     mode, count = cfg.trainer.cuda_graphs, cfg.data.fixed_shapes
     if isinstance(mode, bool):  # YAML reads on/off as booleans
         mode = "on" if mode else "off"
@@ -54,7 +55,7 @@ def step_shapes(cfg: Config, comps: Any, utts: list[Any], device: torch.device) 
                else f"a model whose forward is the same every batch ({cfg.model.name} draws one per batch)"
                if not fixed else "the training durations up front (a manifest, not a shard index)")
         raise ConfigError(f"trainer.cuda_graphs=on needs {why}; use trainer.cuda_graphs=auto or off")
-    if graphs and not count:
+    if (graphs or (cfg.trainer.compile and utts)) and not count:
         count = DEFAULT_SHAPES
     return (fixed_shapes(cfg, comps, utts, count) if count else None), graphs
 

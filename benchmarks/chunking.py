@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from benchmarks.checkout import pin_commit
-from benchmarks.longform import join_pool
+from benchmarks.longform import POOL_GAP, join_pool
 from benchmarks.selftrain import _rows, open_pool, pool_args
 
 ARMS = ("sentences", "fixed-20", "fixed-auto", "pauses-20", "pauses-auto-untrimmed", "auto")
@@ -118,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     pin_commit()
     started = time.monotonic()
-    gap = tuple(float(x) for x in args.gap.split(",")) if args.gap else (0.0, 0.0) if args.manifest else (0.25, 1.0)
+    if args.gap:
+        gap = tuple(float(x) for x in args.gap.split(","))
+    else:  # a manifest's files as recorded; the pool's sentences with longform's pause
+        gap = (0.0, 0.0) if args.manifest else POOL_GAP
     if args.manifest:
         from speechscale.data.manifest import read_manifest
 

@@ -30,10 +30,11 @@ from benchmarks.checkout import pin_commit
 from benchmarks.selftrain import _rows, _write, open_pool, pool_args, run_arm, run_label, run_writing, score
 
 LM_FLAGS = ["--decoder", "beam", "--alpha", "0.5", "--beta", "1"]
+POOL_GAP = (0.25, 1.0)  # s: the pause drawn between two of the pool's sentences in one long recording
 
 
 def join_pool(pool: list[dict[str, Any]], per_recording: int, seed: int, folder: Path,
-              gap: tuple[float, float] = (0.25, 1.0)) -> list[dict[str, Any]]:
+              gap: tuple[float, float] = POOL_GAP) -> list[dict[str, Any]]:
     """The pool's sentences joined `per_recording` at a time into FOLDER/long-NNN.wav with a drawn pause of `gap`
     (low, high s; (0, 0): back to back) between two; a row per recording: its path, duration, the whole text, and
     each sentence's (start, end, text)."""

@@ -122,7 +122,7 @@ def _longform(bench: Path) -> list[dict[str, Any]]:
 def _chunking(bench: Path) -> list[dict[str, Any]]:
     """benchmarks/chunking.py: long recordings transcribed whole, `transcribe`'s default cutting against the old 20 s
     chunks and each sentence alone."""
-    from .tables import CHUNKING_GOAL_POINTS
+    from .tables import CHUNKING_GOAL_POINTS, pool_gap
 
     rows = []
     for name in ("chunking-demo", "chunking-demo-connected", "chunking-yesno"):
@@ -132,9 +132,10 @@ def _chunking(bench: Path) -> list[dict[str, Any]]:
             continue
         res = doc["results"]
         unit = "file" if "manifest" in res else "sentence"
-        connected = not (res.get("settings") or {}).get("gap_seconds", [0, 1])[1]
-        source = (f"files of `{Path(res['manifest']).parent.name}` joined as recorded" if "manifest" in res
-                  else "the demo's unseen voice, its sentences back to back" if connected else "the demo's unseen voice")
+        if "manifest" in res:
+            source = f"files of `{Path(res['manifest']).parent.name}` joined as recorded"
+        else:
+            source = "the demo's unseen voice" + (", its sentences back to back" if pool_gap(res)[1] == 0 else "")
         gaps = [100 * (c["auto"]["wer"] - c["sentences"]["wer"]) for c in conds.values()]
         figure = "; ".join(f"{'clean' if k == 'clean' else f'SNR {k} dB'}: {_pct(c['auto']['wer'])} against "
                            f"{_pct(c['fixed-20']['wer'])} and {_pct(c['sentences']['wer'])}" for k, c in conds.items())

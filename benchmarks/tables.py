@@ -610,9 +610,18 @@ def _chunking(res: dict[str, Any]) -> str:
             + ", ".join(f"{label[c]} {g:+.1f}" for c, g in gaps.items()) + " points).\n")
 
 
+def pool_gap(res: dict[str, Any]) -> tuple[float, float]:
+    """The pause (low, high s) drawn between two of the pool's sentences in benchmarks/chunking's recordings (its
+    --gap; longform's pause in a run from before the option)."""
+    from .longform import POOL_GAP
+
+    low, high = (res.get("settings") or {}).get("gap_seconds", POOL_GAP)
+    return low, high
+
+
 def _pool_gap(res: dict[str, Any]) -> str:
-    """What parts two of the pool's sentences in benchmarks/chunking's recordings (its --gap)."""
-    low, high = (res.get("settings") or {}).get("gap_seconds", [0.25, 1.0])
+    """What parts two of the pool's sentences in benchmarks/chunking's recordings, in words."""
+    low, high = pool_gap(res)
     if high == 0:
         return "back to back: nothing parts two sentences, cut tight to their speech"
     return f"a drawn pause of {low:g}-{high:g} s between two"

@@ -329,6 +329,38 @@ def _data(figures: Path) -> list[dict[str, Any]]:
                              f"{x:,.0f}x real time per worker", f"≥ {LOADER_GOAL:,}x per worker (issue #12)",
                              _status(x >= LOADER_GOAL, f"gap {LOADER_GOAL - x:,.0f}x"), doc["provenance"],
                              "bench-all/loader.json"))
+    return rows + _remote_shards(figures / "bench-all" / "loader-remote.json")
+
+
+def _remote_shards(path: Path) -> list[dict[str, Any]]:
+    """benchmarks/remote_shards.py: a training batch's bytes and wait over HTTP, exact ranged reads against a buffered
+    fsspec file; the loader over HTTP against local disk. Goals as the run recorded them before it measured."""
+    from .tables import remote_loader_share, remote_reads
+
+    doc = _load(path)
+    if not doc:
+        return []
+    res, goals = doc["results"], doc["settings"]["goals"]
+    reads, at = remote_reads(res), goals["speedup_round_trip"]
+    exact, buffered = reads[(at, "exact")], reads[(at, "buffered")]
+    speedup = buffered["ms_per_batch"] / exact["ms_per_batch"]
+    n = exact["utterances"] / exact["batches"]
+    rows = [_row("data", f"shards over HTTP at a {1000 * at:g} ms round trip, a training batch ({n:.0f} utterances): "
+                 "bytes sent per byte of its members and ms a batch, exact ranged reads (`ShardReader`) against a "
+                 "buffered fsspec file per shard",
+                 f"{exact['bytes_ratio']:.2f}x against {buffered['bytes_ratio']:.2f}x; {exact['ms_per_batch']:g} ms "
+                 f"against {buffered['ms_per_batch']:g} ms ({speedup:.1f}x)",
+                 f"{goals['exact_bytes_ratio']:.2f}x, and ≥ {goals['exact_speedup']:g}x faster",
+                 _status(exact["bytes_ratio"] <= goals["exact_bytes_ratio"] and speedup >= goals["exact_speedup"],
+                         f"{exact['bytes_ratio']:.2f}x, {speedup:.1f}x"), doc["provenance"], "bench-all/loader-remote.json")]
+    for workers, share in remote_loader_share(res).items():
+        if not workers:  # the goal is a worker's: the main process alone waits out every round trip
+            continue
+        rows.append(_row("data", f"loader over HTTP at a {1000 * res['loader_round_trip_s']:g} ms round trip, {workers} "
+                         f"worker{'s' if workers != 1 else ''}: its rate as a share of the same shards on local disk",
+                         _pct(share), f"≥ {100 * goals['loader_share']:.0f} %",
+                         _status(share >= goals["loader_share"], f"gap {100 * (goals['loader_share'] - share):.0f} points"),
+                         doc["provenance"], "bench-all/loader-remote.json"))
     return rows
 
 

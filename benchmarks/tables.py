@@ -468,6 +468,44 @@ def _int8(res: dict[str, Any]) -> str:
                    "file float / int8", "wall float / int8"], acc))
 
 
+def remote_reads(res: dict[str, Any]) -> dict[tuple[float, str], dict[str, Any]]:
+    """benchmarks/remote_shards.py's batch reads by (round trip s, reader)."""
+    return {(r["round_trip_s"], r["reader"]): r for r in res["reads"]}
+
+
+def remote_loader_share(res: dict[str, Any]) -> dict[int, float]:
+    """The loader's rate over HTTP as a share of local disk's, by worker count (one run, passes interleaved)."""
+    local = {r["workers"]: r["x_realtime"] for r in res["loader"] if r["where"] == "local"}
+    return {r["workers"]: r["x_realtime"] / local[r["workers"]] for r in res["loader"] if r["where"] == "http"}
+
+
+def _remote_shards(res: dict[str, Any]) -> str:
+    """benchmarks/remote_shards.py: training batches read from shards over HTTP with a round trip, and the loader."""
+    reads = remote_reads(res)
+    rows = []
+    for (delay, reader), r in reads.items():
+        other = reads.get((delay, "buffered"))
+        rows.append([f"{1000 * delay:g} ms", reader, f"{r['requests'] / r['batches']:.1f}",
+                     f"{r['member_bytes'] / r['batches'] / 1e6:.1f} MB", f"{r['sent_bytes'] / r['batches'] / 1e6:.1f} MB",
+                     f"{r['bytes_ratio']:.2f}x", f"{r['ms_per_batch']:g} ({r['ms_min_max'][0]:g}-{r['ms_min_max'][1]:g})",
+                     f"{other['ms_per_batch'] / r['ms_per_batch']:.1f}x" if other else "-"])
+    share = remote_loader_share(res)
+    loader = [[r["where"], r["workers"], f"{r['x_realtime']:,.0f}",
+               f"{r['seconds']:g} ({r['seconds_min_max'][0]:g}-{r['seconds_min_max'][1]:g})",
+               f"{100 * share[r['workers']]:.0f} %" if r["where"] == "http" else "-"] for r in res["loader"]]
+    first = res["reads"][0]
+    return (f"{first['batches']} training batches ({first['utterances']} utterances of about "
+            f"{res['loader'][0]['audio_seconds'] / res['loader'][0]['utterances']:.1f} s, 16 kHz flac) read from tar "
+            "shards over HTTP on loopback, each answer after the round trip named; the two readers alternate batch by "
+            "batch. Per batch: requests, the members' bytes, the bytes sent, their ratio, milliseconds median "
+            "(min-max), and the buffered reader's time over this one's.\n\n"
+            + _md(["round trip", "reader", "requests", "members", "sent", "sent / members", "ms per batch",
+                   "buffered / this"], rows)
+            + f"\nThe training loader (augmentation off), one pass over the corpus a time, passes interleaved, the "
+            f"HTTP round trip {1000 * res['loader_round_trip_s']:g} ms:\n\n"
+            + _md(["shards", "workers", "x real time", "s per pass median (min-max)", "share of local disk"], loader))
+
+
 def _arm_rows(runs: list[dict[str, Any]], names: dict[str, str]) -> list[list[Any]]:
     """A row per fine-tuning arm (in first-seen order) of `runs` (each with arm, greedy and lm WER): its name, the
     lines it added, greedy WER by seed and its median, and the LM's median (range)."""
@@ -650,7 +688,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "pieces-demo": _pieces, "pieces-demo-long": _pieces, "int8": _int8,
                                            "selftrain-demo": _selftrain, "longform-demo": _longform,
                                            "chunking-demo": _chunking, "chunking-demo-connected": _chunking,
-                                           "chunking-yesno": _chunking}
+                                           "chunking-yesno": _chunking, "loader-remote": _remote_shards}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

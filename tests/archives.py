@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.conftest import shared
@@ -12,12 +14,16 @@ from tests.conftest import shared
 
 class Archives(ThreadingHTTPServer):
     """Serves `files` (name -> bytes) with Range support; the first GET of a name in `cut` sends half of the file
-    under the whole file's Content-Length and closes. `requests` records (name, Range header)."""
+    under the whole file's Content-Length and closes. `requests` records (name, Range header); `sent` counts body
+    bytes; each answer waits `delay` s first (a store's round trip), and `most_at_once` is the most answers that
+    were waiting or being sent at one time."""
 
     daemon_threads = True
+    request_queue_size = 64  # connections a batch opens at once wait to be accepted (the default 5 drops some)
 
-    def __init__(self, files: dict[str, bytes], cut: set[str] = frozenset()) -> None:
-        self.files, self.cut, self.requests = files, set(cut), []
+    def __init__(self, files: dict[str, bytes], cut: set[str] = frozenset(), delay: float = 0.0) -> None:
+        self.files, self.cut, self.requests, self.delay = files, set(cut), [], delay
+        self.sent, self.busy, self.most_at_once, self.lock = 0, 0, 0, threading.Lock()
         super().__init__(("127.0.0.1", 0), Handler)
 
     @property
@@ -29,40 +35,66 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # quiet
         pass
 
+    def do_HEAD(self) -> None:  # fsspec asks a file's size this way
+        body = self.server.files.get(self.path.lstrip("/"))  # type: ignore[attr-defined]
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+
     def do_GET(self) -> None:
         server: Archives = self.server  # type: ignore[assignment]
         name = self.path.lstrip("/")
         rng = self.headers.get("Range")
         server.requests.append((name, rng))
+        with server.lock:
+            server.busy += 1
+            server.most_at_once = max(server.most_at_once, server.busy)
+        try:
+            time.sleep(server.delay)
+            self._answer(server, name, rng)
+        finally:
+            with server.lock:
+                server.busy -= 1
+
+    def _answer(self, server: Archives, name: str, rng: str | None) -> None:
         if name not in server.files:
             self.send_error(404)
             return
         body = server.files[name]
-        start = range_headers(self, body, rng)
-        if start is None:
+        span = range_headers(self, body, rng)
+        if span is None:
             return
+        start, end = span
         if name in server.cut:
             server.cut.discard(name)
-            self.wfile.write(body[start:start + (len(body) - start) // 2])
+            self.wfile.write(body[start:start + (end - start) // 2])
             self.wfile.flush()
             self.close_connection = True
             return
-        self.wfile.write(body[start:])
+        with server.lock:  # counted before the client can have it
+            server.sent += end - start
+        self.wfile.write(body[start:end])
 
 
-def range_headers(handler: BaseHTTPRequestHandler, body: bytes, rng: str | None) -> int | None:
-    """Answer a GET of `body` (a Range request with 206 and its Content-Range) up to the headers; the offset to
-    send the body from, or None when the range was past its end (416 sent)."""
-    start = int(rng.removeprefix("bytes=").split("-")[0]) if rng else 0
+def range_headers(handler: BaseHTTPRequestHandler, body: bytes, rng: str | None) -> tuple[int, int] | None:
+    """Answer a GET of `body` (a Range request, `bytes=A-` or `bytes=A-B`, with 206 and its Content-Range) up to the
+    headers; the [start, end) of the body to send, or None when the range began past its end (416 sent)."""
+    first, _, last = rng.removeprefix("bytes=").partition("-") if rng else ("0", "", "")
+    start = int(first)
+    end = min(len(body), int(last) + 1) if last else len(body)
     if rng and start >= len(body):
         handler.send_error(416)
         return None
     handler.send_response(206 if rng else 200)
-    handler.send_header("Content-Length", str(len(body) - start))
+    handler.send_header("Content-Length", str(end - start))
     if rng:
-        handler.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        handler.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(body)}")
     handler.end_headers()
-    return start
+    return start, end
 
 
 def yesno_archive() -> bytes:

@@ -73,3 +73,32 @@ def test_loader_memory_stays_flat_with_shards_and_grows_with_a_manifest(tmp_path
     assert all(r["utterances_read"] > 0 and r["data_mb"] >= r["listing_mb"] - 1 for r in rows)
     assert mb[("shards", 20000)] - mb[("shards", 1000)] < 2
     assert mb[("manifest", 20000)] - mb[("manifest", 1000)] > 10
+
+
+def test_bench_loader_reads_a_shard_index_as_it_is_from_a_folder_or_over_http(tmp_path, cli):
+    """`--manifest` may be a shard index, local or a URL (a store's own latency): read as it is, the same features
+    as from the folder; beside it, --source (which writes shards of a manifest) is an error."""
+    import threading
+
+    from speechscale.data.shards import write_shards
+    from tests.archives import Archives
+
+    manifest = flac_corpus(shared("fsdd", "manifest.jsonl"), tmp_path, limit=6, clip_seconds=2.0)
+    write_shards(str(manifest), tmp_path / "sh", shard_size=4)
+    server = Archives({p.name: p.read_bytes() for p in (tmp_path / "sh").iterdir()})
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        rows = {}
+        for where in (str(tmp_path / "sh"), f"{server.url}/index.jsonl"):
+            proc = cli("bench", "loader", "--manifest", where, "--workers", "0", "--augment", "off")
+            rows[where] = [json.loads(x) for x in proc.stdout.strip().splitlines()]
+        (local,), (remote,) = rows.values()
+        assert local["source"] == remote["source"] == "shards" and local["utterances"] == remote["utterances"] == 6
+        assert remote["feature_frames"] == local["feature_frames"] > 0
+        assert sum(1 for name, rng in server.requests if name.endswith(".tar") and rng) == 6  # a ranged read each
+    finally:
+        server.shutdown()
+        server.server_close()
+    res = cli("bench", "loader", "--manifest", str(tmp_path / "sh"), "--source", "both", check=False)
+    assert res.returncode == 2 and "is a shard index, read as it is" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

@@ -42,9 +42,9 @@ class _Handler(BaseHTTPRequestHandler):
         getattr(self, f"_{kind}")(rng, *args)
 
     def _body(self, rng, body: bytes) -> None:
-        start = range_headers(self, body, rng)
-        if start is not None:
-            self.wfile.write(body[start:])
+        span = range_headers(self, body, rng)
+        if span is not None:
+            self.wfile.write(body[span[0]:span[1]])
 
     def _cut(self, rng, body: bytes) -> None:  # the whole length announced, half sent
         self.send_response(200)

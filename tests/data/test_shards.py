@@ -159,6 +159,46 @@ def test_shards_stream_from_an_fsspec_url(tmp_path):
         fs.rm("/corpus", recursive=True)
 
 
+def test_a_batch_streams_over_http_in_exact_ranges_all_at_once(tmp_path):
+    """Shards behind a real HTTP server whose every answer takes 0.3 s: a batch's members come in one ranged
+    request each, all in flight at once, and only their bytes cross the wire (no read-ahead into the shard), in the
+    main process and in a loader worker alike; the items equal the local index's. A member the server cannot give
+    is skipped and counted, the rest of its batch kept."""
+    import threading
+
+    import torch
+
+    from tests.archives import Archives
+
+    write_shards(str(_manifest(tmp_path, 8)), tmp_path / "sh", shard_size=3)
+    server = Archives({p.name: p.read_bytes() for p in (tmp_path / "sh").iterdir()}, delay=0.3)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _, dataset, report = _source(f"{server.url}/index.jsonl")
+        assert report.kept == 8
+        spans = [dataset._span(i) for i in range(8)]
+        local = _items(_source(tmp_path / "sh")[1])
+        keys = [(0, i) for i in range(8)]
+        loader = torch.utils.data.DataLoader(dataset, batch_sampler=[keys], num_workers=1, collate_fn=list)
+        for name, read in [("main process", lambda: dataset.__getitems__(keys)), ("worker", lambda: next(iter(loader)))]:
+            server.requests.clear()
+            server.sent = server.most_at_once = 0
+            items = read()
+            assert server.sent == sum(end - start for _, _, _, start, end in spans), name
+            assert sorted(r for _, r in server.requests) == sorted(f"bytes={a}-{b - 1}" for *_, a, b in spans), name
+            assert server.most_at_once == 8, name
+            for i, it in enumerate(items):
+                assert it["text"] == local[i]["text"] and torch.equal(it["feats"], local[i]["feats"]), (name, i)
+        del server.files["shard-000001.tar"]  # members 3, 4, 5
+        items = dataset.__getitems__(keys)
+        assert [it.get("skip") for it in items] == [None] * 3 + ["bad_audio"] * 3 + [None] * 2
+        assert all(torch.equal(items[i]["feats"], local[i]["feats"]) for i in (0, 1, 2, 6, 7))
+        assert dataset[0]["text"] == local[0]["text"]  # one item alone: its own request
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_shards_are_written_to_a_url_as_they_are_to_a_folder(tmp_path):
     """`data shard --out memory://...` (any fsspec URL): each shard is uploaded as it is written, byte for byte the
     tar a local folder gets, with the same index."""

@@ -90,9 +90,11 @@ def bench_loader_interleaved(sources: list[str], workers: list[int], augment: li
     """Every (source, augmentation, workers, features) variant, `repeats` passes each, interleaved in rotating
     order by the harness; one row per variant with the median pass (and the fastest and slowest)."""
     from ..data.features import FeatureExtractor
+    from ..data.shards import is_shard_index
     from .harness import interleave
 
     torch.set_num_threads(1)
+    shards = {src: is_shard_index(src) for src in sources}
     sizes: dict[str, tuple[int, float]] = {}
 
     def one_pass(source: str, w: int, aug: bool, where: str) -> int:
@@ -109,13 +111,13 @@ def bench_loader_interleaved(sources: list[str], workers: list[int], augment: li
 
     variants = {(src, aug, w, where): (lambda src=src, w=w, aug=aug, where=where: one_pass(src, w, aug, where))
                 for src in sources for aug in augment for w in workers for where in features
-                if where == "loader" or not src.endswith("index.jsonl")}
+                if where == "loader" or not shards[src]}
     stats = interleave({str(k): v for k, v in variants.items()}, repeats=repeats, warmup=0)
     results = []
     for (src, aug, w, where) in variants:
         st = stats[str((src, aug, w, where))]
         n, audio = sizes[src]
-        results.append({"source": "shards" if src.endswith("index.jsonl") else "files", "workers": w, "augment": aug,
+        results.append({"source": "shards" if shards[src] else "files", "workers": w, "augment": aug,
                         "features": where,
                         "utterances": n, "audio_seconds": round(audio, 1), "feature_frames": st.extra[0],
                         "seconds": round(st.median, 3), "passes": st.n,

@@ -125,6 +125,7 @@ def loader(args: argparse.Namespace) -> int:
     from ..bench.audio import bench_manifest, checked_manifest
     from ..bench.loader import bench_loader, flac_corpus
     from ..config import ConfigError
+    from ..data.shards import is_shard_index
 
     try:
         workers = [int(w) for w in args.workers.split(",")]
@@ -139,7 +140,11 @@ def loader(args: argparse.Namespace) -> int:
         if given:
             raise ConfigError(f"{' and '.join(given)} shape the synthesized corpus; --manifest is read as it is "
                               "(drop them, or write the corpus you want to time into the manifest)")
-        checked_manifest(args.manifest)
+        if is_shard_index(args.manifest) and args.source != "files":
+            raise ConfigError(f"--source={args.source} writes shards of a manifest; {args.manifest} is a shard "
+                              "index, read as it is (drop --source)")
+        if not is_shard_index(args.manifest):
+            checked_manifest(args.manifest)
     with tempfile.TemporaryDirectory() as tmp:
         manifest = args.manifest or flac_corpus(bench_manifest(None, tmp, minutes=2.0), tmp, args.sample_rate,
                                                 args.limit or 400, args.clip_seconds or 0.0)
@@ -257,7 +262,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bf.set_defaults(func=features)
     bl = command(bsub, "loader", "training DataLoader throughput (x real time) by worker count, as JSON lines")
     bl.add_argument("--manifest", default=None,
-                    help="the audio to load, as it is (default: synthesized speech written as flac first)")
+                    help="the audio to load, as it is: a manifest, or a shard index (a folder, or a URL such as "
+                    "s3://bucket/corpus/index.jsonl: your store's own latency; default: synthesized speech written "
+                    "as flac first)")
     bl.add_argument("--workers", default="0,1,2", help="comma-separated worker counts (0 = the main process)")
     bl.add_argument("--augment", default="both", choices=["off", "on", "both"], help="with augmentation or not")
     bl.add_argument("--sample-rate", type=sample_rate, default=16000, help="rate the audio is resampled to")

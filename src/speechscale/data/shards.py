@@ -406,7 +406,10 @@ class ShardIndex:
 
 
 class ShardReader:
-    """Reads members by byte span; keeps a few shards open per process (loader workers open their own)."""
+    """Reads members by byte span. A local shard: `pread` on a few files kept open per process (loader workers open
+    their own). A remote one: exact ranged requests, no read-ahead (a buffered remote file fetches megabytes past a
+    member that lies anywhere in the shard), and a batch's spans requested at once (fsspec's `cat_ranges`:
+    concurrent on object stores and HTTP), so a batch waits about one round trip, not one per utterance."""
 
     def __init__(self, keep: int = 4) -> None:
         self.keep = keep
@@ -418,25 +421,57 @@ class ShardReader:
             self.files, self.pid = {}, os.getpid()
         f = self.files.pop(url, None)
         if f is None:
-            f = open(url.removeprefix("file://"), "rb") if not is_remote(url) else fsspec.open(url, "rb").open()
+            f = open(url.removeprefix("file://"), "rb")
         self.files[url] = f  # most recently used last
         while len(self.files) > self.keep:
             self.files.pop(next(iter(self.files))).close()
         return f
 
+    def fetch(self, spans: list[tuple[str, int, int]]) -> list[bytes | Exception]:
+        """The bytes [start, end) of each (url, start, end), in order; an Exception in place of one that cannot be
+        read whole. Remote spans go out together, one request each, per file system."""
+        out: list[bytes | Exception] = [b""] * len(spans)
+        remote: dict[int, tuple[Any, list[int], list[str]]] = {}  # id(fs) -> (fs, positions, paths)
+        for n, (url, start, end) in enumerate(spans):
+            if is_remote(url):
+                try:
+                    fs, path = fsspec.core.url_to_fs(url)
+                except Exception as e:  # noqa: BLE001 - an unknown protocol or a bad URL: this span fails
+                    out[n] = e
+                    continue
+                _, positions, paths = remote.setdefault(id(fs), (fs, [], []))
+                positions.append(n)
+                paths.append(path)
+                continue
+            try:
+                out[n] = os.pread(self._file(url).fileno(), end - start, start)
+            except Exception as e:  # noqa: BLE001 - missing, unreadable: this span fails
+                out[n] = e
+        for fs, positions, paths in remote.values():
+            try:
+                got = fs.cat_ranges(paths, [spans[n][1] for n in positions], [spans[n][2] for n in positions],
+                                    on_error="return")
+            except Exception as e:  # noqa: BLE001 - the whole round failed: every span in it fails
+                got = [e] * len(positions)
+            for n, data in zip(positions, got):
+                out[n] = data
+        for n, (data, (_, start, end)) in enumerate(zip(out, spans)):
+            if isinstance(data, bytes) and len(data) != end - start:
+                out[n] = OSError(f"{len(data)} bytes came for a span of {end - start} (a truncated shard, or a server "
+                                 f"that ignores ranged requests)")
+        return out
+
     def read(self, url: str, key: str, start: int, end: int, text_field: str = "text") -> tuple[str | None, bytes, str]:
-        """(transcript, audio bytes, audio member name) of utterance `key` at bytes [start, end) of `url`; the
-        transcript is `text_field` of KEY.json or else KEY.txt (None when neither holds one). Raises AudioError
-        naming the shard and member when the bytes are missing or are not that member."""
-        f = self._file(url)
-        try:
-            if hasattr(f, "fileno") and not is_remote(url):
-                chunk = os.pread(f.fileno(), end - start, start)
-            else:
-                f.seek(start)
-                chunk = f.read(end - start)
-        except Exception as e:
-            raise AudioError(f"{url} member {key}: cannot be read ({type(e).__name__}: {e})") from None
+        """(transcript, audio bytes, audio member name) of utterance `key` at bytes [start, end) of `url` (parse)."""
+        return self.parse(url, key, self.fetch([(url, start, end)])[0], text_field)
+
+    @staticmethod
+    def parse(url: str, key: str, chunk: bytes | Exception, text_field: str = "text") -> tuple[str | None, bytes, str]:
+        """(transcript, audio bytes, audio member name) of utterance `key` from `chunk`, the bytes fetch read for
+        it; the transcript is `text_field` of KEY.json or else KEY.txt (None when neither holds one). Raises
+        AudioError naming the shard and member when the bytes are missing or are not that member."""
+        if isinstance(chunk, Exception):
+            raise AudioError(f"{url} member {key}: cannot be read ({type(chunk).__name__}: {chunk})")
         found = dict(_members(chunk, key))
         audio_name = audio_member(list(found)) or next(
             (n for n in found if member_key(n)[1] not in TEXT_EXTENSIONS), None)

@@ -142,8 +142,9 @@ class ShardUnits:
 
 
 class ShardDataset(SpeechDataset):
-    """Utterances by global id from a shard index: one ranged read per utterance (json + audio members),
-    the transcript normalized and checked as it is read (`check` returns why it cannot be learned, or None)."""
+    """Utterances by global id from a shard index: one ranged read per utterance (json + audio members), a
+    batch's reads made at once (`__getitems__`), the transcript normalized and checked as it is read (`check`
+    returns why it cannot be learned, or None)."""
 
     def __init__(self, index: ShardIndex, features: FeatureExtractor, tokenizer: Tokenizer,
                  normalize: Callable[[str], str], check: Callable[[str, float], str | None],
@@ -154,9 +155,24 @@ class ShardDataset(SpeechDataset):
         self.reader = ShardReader()
         self.text_field = str(index.header.get("text_field", "text"))
         self._members: dict[int, list[list[Any]]] = {}
+        self._fetched: dict[int, bytes | Exception] = {}  # the current batch's bytes by utterance id
 
     def __len__(self) -> int:
         return self.index.utterances
+
+    def __getitems__(self, keys: list[Any]) -> list[dict[str, Any]]:
+        """The items of a batch (torch's DataLoader passes a batch's keys here): their bytes fetched together, then
+        each made as __getitem__ makes it."""
+        self.prefetch([k[1] if isinstance(k, tuple) else k for k in keys])
+        try:
+            return [self[k] for k in keys]
+        finally:
+            self._fetched.clear()
+
+    def prefetch(self, ids: list[int]) -> None:
+        """Read the members of utterances `ids` at once (ShardReader.fetch); _load takes them from here."""
+        spans = [self._span(i) for i in ids]
+        self._fetched = dict(zip(ids, self.reader.fetch([(url, start, end) for url, _, _, start, end in spans])))
 
     def _shard_members(self, s: int) -> list[list[Any]]:
         if s not in self._members:
@@ -165,11 +181,16 @@ class ShardDataset(SpeechDataset):
             self._members[s] = self.index.members(s)
         return self._members[s]
 
-    def _load(self, i: int) -> tuple[np.ndarray, str, str, float]:
+    def _span(self, i: int) -> tuple[str, str, float, int, int]:
+        """(shard url, key, duration, start, end) of utterance `i`: where its members lie."""
         s, m = self.index.locate(i)
-        url = self.index.shards[s].url
         key, duration, start, end = self._shard_members(s)[m]
-        raw, audio, name = self.reader.read(url, key, start, end, self.text_field)
+        return self.index.shards[s].url, key, duration, start, end
+
+    def _load(self, i: int) -> tuple[np.ndarray, str, str, float]:
+        url, key, duration, start, end = self._span(i)
+        chunk = self._fetched[i] if i in self._fetched else self.reader.fetch([(url, start, end)])[0]
+        raw, audio, name = self.reader.parse(url, key, chunk, self.text_field)
         wav = decode_audio(audio, f"{url} member {name}", self.features.cfg.sample_rate, self.max_seconds)
         text = self.normalize(raw) if raw is not None else ""
         why = "empty text" if not text else self.check(text, duration)
@@ -192,6 +213,22 @@ class MixedShardDataset(SpeechDataset):
 
     def __len__(self) -> int:
         return self.bases[-1]
+
+    def __getitems__(self, keys: list[Any]) -> list[dict[str, Any]]:
+        """A batch's items, each domain's bytes fetched together (ShardDataset.__getitems__)."""
+        ids: list[list[int]] = [[] for _ in self.parts]
+        for k in keys:
+            i = k[1] if isinstance(k, tuple) else k
+            d = bisect.bisect_right(self.bases, i) - 1
+            ids[d].append(i - self.bases[d])
+        for part, mine in zip(self.parts, ids):
+            if mine:
+                part.prefetch(mine)
+        try:
+            return [self[k] for k in keys]
+        finally:
+            for part in self.parts:
+                part._fetched.clear()
 
     def _load(self, i: int) -> tuple[np.ndarray, str, str, float]:
         d = bisect.bisect_right(self.bases, i) - 1

@@ -36,31 +36,36 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_HEAD(self) -> None:  # fsspec asks a file's size this way
-        body = self.server.files.get(self.path.lstrip("/"))  # type: ignore[attr-defined]
-        if body is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Accept-Ranges", "bytes")
-        self.end_headers()
+        self._waited(self._head)
 
     def do_GET(self) -> None:
+        self._waited(self._get)
+
+    def _waited(self, answer) -> None:
+        """`answer` after the server's delay, counted among those waiting or being sent."""
         server: Archives = self.server  # type: ignore[assignment]
-        name = self.path.lstrip("/")
-        rng = self.headers.get("Range")
-        server.requests.append((name, rng))
         with server.lock:
             server.busy += 1
             server.most_at_once = max(server.most_at_once, server.busy)
         try:
             time.sleep(server.delay)
-            self._answer(server, name, rng)
+            answer(server, self.path.lstrip("/"))
         finally:
             with server.lock:
                 server.busy -= 1
 
-    def _answer(self, server: Archives, name: str, rng: str | None) -> None:
+    def _head(self, server: Archives, name: str) -> None:
+        if name not in server.files:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(server.files[name])))
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+
+    def _get(self, server: Archives, name: str) -> None:
+        rng = self.headers.get("Range")
+        server.requests.append((name, rng))
         if name not in server.files:
             self.send_error(404)
             return

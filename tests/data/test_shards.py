@@ -199,6 +199,33 @@ def test_a_batch_streams_over_http_in_exact_ranges_all_at_once(tmp_path):
         server.server_close()
 
 
+def test_an_index_over_http_checks_its_shards_sizes_at_once_and_names_a_missing_one(tmp_path):
+    """Before work starts every shard's size is asked, all at once from a store (one round trip, not one a shard);
+    a missing shard or a wrong size is one error naming that shard."""
+    import threading
+
+    from tests.archives import Archives
+
+    write_shards(str(_manifest(tmp_path, 8)), tmp_path / "sh", shard_size=1)
+    server = Archives({p.name: p.read_bytes() for p in (tmp_path / "sh").iterdir()}, delay=0.3)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        index = ShardIndex(f"{server.url}/index.jsonl")
+        assert len(index.shards) == 8
+        server.most_at_once = 0
+        index.check()
+        assert server.most_at_once == 8
+        server.files["shard-000005.tar"] += b"\0" * 512
+        with pytest.raises(ShardError, match="shard-000005.tar has .* bytes, the index says"):
+            index.check()
+        del server.files["shard-000006.tar"]
+        with pytest.raises(ShardError, match="shard .*shard-000006.tar is missing"):
+            index.check()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_shards_are_written_to_a_url_as_they_are_to_a_folder(tmp_path):
     """`data shard --out memory://...` (any fsspec URL): each shard is uploaded as it is written, byte for byte the
     tar a local folder gets, with the same index."""

@@ -391,18 +391,37 @@ class ShardIndex:
         return s, uid - self.starts[s]
 
     def check(self) -> None:
-        """Before work starts: every shard exists and has the size the index says (one clear error)."""
+        """Before work starts: every shard exists and has the size the index says (one clear error). Sizes on one
+        file system are asked together (concurrently on object stores and HTTP); when any cannot be read, one by one,
+        so the error names the shard."""
+        groups: dict[int, tuple[Any, list[str], list[ShardEntry]]] = {}  # id(fs) -> (fs, paths, entries)
         for s in self.shards:
             try:
-                fs, p = fsspec.core.url_to_fs(s.url)
-                size = fs.size(p)
-            except FileNotFoundError:
-                raise ShardError(f"{self.path}: shard {s.url} is missing") from None
+                fs, path = fsspec.core.url_to_fs(s.url)
             except Exception as e:
                 raise ShardError(f"{self.path}: shard {s.url} cannot be read: {type(e).__name__}: {e}") from None
-            if size != s.bytes:
-                raise ShardError(f"{self.path}: shard {s.url} has {size} bytes, the index says {s.bytes}: "
-                                 f"the shard and its index do not match (re-run speechscale data shard)")
+            _, paths, entries = groups.setdefault(id(fs), (fs, [], []))
+            paths.append(path)
+            entries.append(s)
+        for fs, paths, entries in groups.values():
+            try:
+                sizes = fs.sizes(paths)
+            except Exception:  # noqa: BLE001 - which one failed is found below
+                sizes = [_shard_size(self.path, fs, p, s) for p, s in zip(paths, entries)]
+            for size, s in zip(sizes, entries):
+                if size != s.bytes:
+                    raise ShardError(f"{self.path}: shard {s.url} has {size} bytes, the index says {s.bytes}: "
+                                     f"the shard and its index do not match (re-run speechscale data shard)")
+
+
+def _shard_size(index: str, fs: Any, path: str, shard: ShardEntry) -> int:
+    """The size of one shard of `index`; ShardError naming it when it is missing or cannot be read."""
+    try:
+        return fs.size(path)
+    except FileNotFoundError:
+        raise ShardError(f"{index}: shard {shard.url} is missing") from None
+    except Exception as e:
+        raise ShardError(f"{index}: shard {shard.url} cannot be read: {type(e).__name__}: {e}") from None
 
 
 class ShardReader:

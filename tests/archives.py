@@ -16,14 +16,14 @@ class Archives(ThreadingHTTPServer):
     """Serves `files` (name -> bytes) with Range support; the first GET of a name in `cut` sends half of the file
     under the whole file's Content-Length and closes. `requests` records (name, Range header); `sent` counts body
     bytes; each answer waits `delay` s first (a store's round trip), and `most_at_once` is the most answers that
-    were waiting or being sent at one time."""
+    were waiting or being sent at one time; the next `failing` GETs answer 503 (a store's passing trouble)."""
 
     daemon_threads = True
     request_queue_size = 64  # connections a batch opens at once wait to be accepted (the default 5 drops some)
 
     def __init__(self, files: dict[str, bytes], cut: set[str] = frozenset(), delay: float = 0.0) -> None:
         self.files, self.cut, self.requests, self.delay = files, set(cut), [], delay
-        self.sent, self.busy, self.most_at_once, self.lock = 0, 0, 0, threading.Lock()
+        self.sent, self.busy, self.most_at_once, self.failing, self.lock = 0, 0, 0, 0, threading.Lock()
         super().__init__(("127.0.0.1", 0), Handler)
 
     @property
@@ -66,6 +66,11 @@ class Handler(BaseHTTPRequestHandler):
     def _get(self, server: Archives, name: str) -> None:
         rng = self.headers.get("Range")
         server.requests.append((name, rng))
+        with server.lock:
+            fail, server.failing = server.failing > 0, max(0, server.failing - 1)
+        if fail:
+            self.send_error(503)
+            return
         if name not in server.files:
             self.send_error(404)
             return

@@ -162,8 +162,8 @@ def test_shards_stream_from_an_fsspec_url(tmp_path):
 def test_a_batch_streams_over_http_in_exact_ranges_all_at_once(tmp_path):
     """Shards behind a real HTTP server whose every answer takes 0.3 s: a batch's members come in one ranged
     request each, all in flight at once, and only their bytes cross the wire (no read-ahead into the shard), in the
-    main process and in a loader worker alike; the items equal the local index's. A member the server cannot give
-    is skipped and counted, the rest of its batch kept."""
+    main process and in a loader worker alike; the items equal the local index's. A request that fails for a while
+    (503) is asked again; a member the server cannot give is skipped and counted, the rest of its batch kept."""
     import threading
 
     import torch
@@ -189,9 +189,16 @@ def test_a_batch_streams_over_http_in_exact_ranges_all_at_once(tmp_path):
             assert server.most_at_once == 8, name
             for i, it in enumerate(items):
                 assert it["text"] == local[i]["text"] and torch.equal(it["feats"], local[i]["feats"]), (name, i)
-        del server.files["shard-000001.tar"]  # members 3, 4, 5
+        server.requests.clear()
+        server.failing = 3  # a store's passing trouble: asked again, nothing lost
+        items = dataset.__getitems__(keys)
+        assert all(torch.equal(it["feats"], local[i]["feats"]) for i, it in enumerate(items))
+        assert len(server.requests) == 8 + 3
+        server.requests.clear()
+        del server.files["shard-000001.tar"]  # members 3, 4, 5: missing is not asked again
         items = dataset.__getitems__(keys)
         assert [it.get("skip") for it in items] == [None] * 3 + ["bad_audio"] * 3 + [None] * 2
+        assert sum(1 for name, _ in server.requests if name == "shard-000001.tar") == 3
         assert all(torch.equal(items[i]["feats"], local[i]["feats"]) for i in (0, 1, 2, 6, 7))
         assert dataset[0]["text"] == local[0]["text"]  # one item alone: its own request
     finally:
@@ -340,3 +347,22 @@ def test_sharding_holds_one_shard_in_memory_however_long_the_manifest(tmp_path):
             tracemalloc.stop()
         assert head["utterances"] == n and ShardIndex(str(tmp_path / f"out{n}")).utterances == n
     assert peaks[1] < peaks[0] + 500_000, peaks  # 3,000 more utterances held would be ~2.4 MB
+
+
+def test_a_server_that_ignores_ranged_requests_is_named_and_not_asked_again(tmp_path):
+    """A whole file where a span was asked (a server without ranges): the span fails at once with that reason (a
+    batch would otherwise wait out every retry for the same answer)."""
+    from speechscale.data.shards import ShardReader
+    from tests.data.mirror import start
+
+    body = bytes(range(256)) * 8
+    server = start({"s.tar": [("wrong_range", body)], "cut.tar": [("cut", body), ("body", body)]})
+    try:
+        reader = ShardReader()
+        (got,) = reader.fetch([(f"{server.url}/s.tar", 10, 20)])
+        assert isinstance(got, ValueError) and "ignores ranged requests" in str(got) and server.count("s.tar") == 1
+        (got,) = reader.fetch([(f"{server.url}/cut.tar", 0, len(body))])  # cut short once, then whole
+        assert got == body and server.count("cut.tar") == 2
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -16,10 +16,12 @@ import atexit
 import io
 import itertools
 import json
+import logging
 import os
 import posixpath
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -33,7 +35,10 @@ from ..storage import is_remote
 from .audio import AudioError, read_audio
 from .manifest import ManifestError, SkipReport, Utterance, iter_manifest
 
+log = logging.getLogger(__name__)
+
 INDEX_NAME = "index.jsonl"
+RETRY_S = (0.5, 2.0)  # waits before remote spans that failed are asked again (a store's transient errors)
 HEADER_KEY = "speechscale_shards"  # the first line of an index: {"speechscale_shards": 1, ...}
 
 
@@ -448,36 +453,31 @@ class ShardReader:
 
     def fetch(self, spans: list[tuple[str, int, int]]) -> list[bytes | Exception]:
         """The bytes [start, end) of each (url, start, end), in order; an Exception in place of one that cannot be
-        read whole. Remote spans go out together, one request each, per file system."""
+        read whole. Remote spans go out together, one request each, per file system; those that fail for a reason
+        that may pass (not a missing file or a refused one) are asked again after each wait of RETRY_S."""
         out: list[bytes | Exception] = [b""] * len(spans)
-        remote: dict[int, tuple[Any, list[int], list[str]]] = {}  # id(fs) -> (fs, positions, paths)
+        remote = []
         for n, (url, start, end) in enumerate(spans):
             if is_remote(url):
-                try:
-                    fs, path = fsspec.core.url_to_fs(url)
-                except Exception as e:  # noqa: BLE001 - an unknown protocol or a bad URL: this span fails
-                    out[n] = e
-                    continue
-                _, positions, paths = remote.setdefault(id(fs), (fs, [], []))
-                positions.append(n)
-                paths.append(path)
+                remote.append(n)
                 continue
             try:
                 out[n] = os.pread(self._file(url).fileno(), end - start, start)
             except Exception as e:  # noqa: BLE001 - missing, unreadable: this span fails
                 out[n] = e
-        for fs, positions, paths in remote.values():
-            try:
-                got = fs.cat_ranges(paths, [spans[n][1] for n in positions], [spans[n][2] for n in positions],
-                                    on_error="return")
-            except Exception as e:  # noqa: BLE001 - the whole round failed: every span in it fails
-                got = [e] * len(positions)
-            for n, data in zip(positions, got):
-                out[n] = data
+        for wait in (0.0, *RETRY_S):
+            if not remote:
+                break
+            if wait:
+                first = out[remote[0]]
+                log.warning("%d member(s) could not be read (%s: %s); asking again in %g s", len(remote),
+                            type(first).__name__, first, wait)
+                time.sleep(wait)
+            _fetch_remote(spans, remote, out)
+            remote = [n for n in remote if isinstance(out[n], Exception) and not isinstance(out[n], _LASTING)]
         for n, (data, (_, start, end)) in enumerate(zip(out, spans)):
-            if isinstance(data, bytes) and len(data) != end - start:
-                out[n] = OSError(f"{len(data)} bytes came for a span of {end - start} (a truncated shard, or a server "
-                                 f"that ignores ranged requests)")
+            if isinstance(data, bytes) and len(data) != end - start:  # local: the file ends before the span does
+                out[n] = OSError(f"{len(data)} bytes for a span of {end - start} (a truncated shard)")
         return out
 
     def read(self, url: str, key: str, start: int, end: int, text_field: str = "text") -> tuple[str | None, bytes, str]:
@@ -504,6 +504,36 @@ class ShardReader:
             except ValueError:
                 raise AudioError(f"{url} member {key}.json: corrupt metadata") from None
         return text, found[audio_name], audio_name
+
+
+_LASTING = (FileNotFoundError, PermissionError, IsADirectoryError, ValueError, ImportError)  # not asked again
+
+
+def _fetch_remote(spans: list[tuple[str, int, int]], positions: list[int], out: list[bytes | Exception]) -> None:
+    """Read spans[n] for n in `positions` into out[n] (an Exception where one fails): one cat_ranges per file system;
+    a span that comes short fails as an OSError (asked again), one that comes long as a ValueError (not)."""
+    groups: dict[int, tuple[Any, list[int], list[str]]] = {}  # id(fs) -> (fs, positions, paths)
+    for n in positions:
+        try:
+            fs, path = fsspec.core.url_to_fs(spans[n][0])
+        except Exception as e:  # noqa: BLE001 - an unknown protocol or a bad URL: this span fails
+            out[n] = e
+            continue
+        _, mine, paths = groups.setdefault(id(fs), (fs, [], []))
+        mine.append(n)
+        paths.append(path)
+    for fs, mine, paths in groups.values():
+        try:
+            got = fs.cat_ranges(paths, [spans[n][1] for n in mine], [spans[n][2] for n in mine], on_error="return")
+        except Exception as e:  # noqa: BLE001 - the whole round failed: every span in it fails
+            got = [e] * len(mine)
+        for n, data in zip(mine, got):
+            want = spans[n][2] - spans[n][1]
+            if isinstance(data, bytes) and len(data) < want:  # a connection cut mid-answer, or a truncated shard
+                data = OSError(f"{len(data)} bytes came for a span of {want}")
+            elif isinstance(data, bytes) and len(data) > want:
+                data = ValueError(f"{len(data)} bytes came for a span of {want}: the server ignores ranged requests")
+            out[n] = data
 
 
 _EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,

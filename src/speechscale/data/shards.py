@@ -480,10 +480,6 @@ class ShardReader:
                 out[n] = OSError(f"{len(data)} bytes for a span of {end - start} (a truncated shard)")
         return out
 
-    def read(self, url: str, key: str, start: int, end: int, text_field: str = "text") -> tuple[str | None, bytes, str]:
-        """(transcript, audio bytes, audio member name) of utterance `key` at bytes [start, end) of `url` (parse)."""
-        return self.parse(url, key, self.fetch([(url, start, end)])[0], text_field)
-
     @staticmethod
     def parse(url: str, key: str, chunk: bytes | Exception, text_field: str = "text") -> tuple[str | None, bytes, str]:
         """(transcript, audio bytes, audio member name) of utterance `key` from `chunk`, the bytes fetch read for

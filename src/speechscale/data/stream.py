@@ -167,12 +167,16 @@ class ShardDataset(SpeechDataset):
         try:
             return [self[k] for k in keys]
         finally:
-            self._fetched.clear()
+            self.release()
 
     def prefetch(self, ids: list[int]) -> None:
         """Read the members of utterances `ids` at once (ShardReader.fetch); _load takes them from here."""
         spans = [self._span(i) for i in ids]
         self._fetched = dict(zip(ids, self.reader.fetch([(url, start, end) for url, _, _, start, end in spans])))
+
+    def release(self) -> None:
+        """Forget what prefetch read (its batch is made)."""
+        self._fetched = {}
 
     def _shard_members(self, s: int) -> list[list[Any]]:
         if s not in self._members:
@@ -228,7 +232,7 @@ class MixedShardDataset(SpeechDataset):
             return [self[k] for k in keys]
         finally:
             for part in self.parts:
-                part._fetched.clear()
+                part.release()
 
     def _load(self, i: int) -> tuple[np.ndarray, str, str, float]:
         d = bisect.bisect_right(self.bases, i) - 1

@@ -206,6 +206,34 @@ def test_a_batch_streams_over_http_in_exact_ranges_all_at_once(tmp_path):
         server.server_close()
 
 
+def test_a_store_that_answers_nothing_for_a_while_costs_the_batch_time_not_its_members(tmp_path, monkeypatch):
+    """Every request of a batch failing past the short retries (a store that is down) is asked again after the
+    outage waits (shortened here), and the batch comes whole once the store answers."""
+    import threading
+
+    from speechscale.data import shards
+    from tests.archives import Archives
+
+    monkeypatch.setattr(shards, "OUTAGE_S", (0.2, 0.2))
+    write_shards(str(_manifest(tmp_path, 4)), tmp_path / "sh", shard_size=2)
+    server = Archives({p.name: p.read_bytes() for p in (tmp_path / "sh").iterdir()})
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _, dataset, _ = _source(f"{server.url}/index.jsonl")
+        local = _items(_source(tmp_path / "sh")[1])
+        server.requests.clear()
+        server.failing = 4 * (1 + len(shards.RETRY_S) + 1)  # every round up to the first outage wait fails
+        items = dataset.__getitems__([(0, i) for i in range(4)])
+        assert all(it.get("skip") is None and it["text"] == local[i]["text"] for i, it in enumerate(items))
+        assert len(server.requests) == 4 * (1 + len(shards.RETRY_S) + 2)
+        server.requests.clear()
+        server.failing = 4 * (1 + len(shards.RETRY_S) + 2)  # down past the last wait: skipped and counted
+        assert [it.get("skip") for it in dataset.__getitems__([(0, i) for i in range(4)])] == ["bad_audio"] * 4
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_an_index_over_http_checks_its_shards_sizes_at_once_and_names_a_missing_one(tmp_path):
     """Before work starts every shard's size is asked, all at once from a store (one round trip, not one a shard);
     a missing shard or a wrong size is one error naming that shard."""

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 INDEX_NAME = "index.jsonl"
 RETRY_S = (0.5, 2.0)  # waits before remote spans that failed are asked again (a store's transient errors)
+OUTAGE_S = (10.0, 30.0, 60.0, 120.0, 240.0)  # further waits while a batch's every remote span fails: a store that is down
 HEADER_KEY = "speechscale_shards"  # the first line of an index: {"speechscale_shards": 1, ...}
 
 
@@ -454,7 +455,9 @@ class ShardReader:
     def fetch(self, spans: list[tuple[str, int, int]]) -> list[bytes | Exception]:
         """The bytes [start, end) of each (url, start, end), in order; an Exception in place of one that cannot be
         read whole. Remote spans go out together, one request each, per file system; those that fail for a reason
-        that may pass (not a missing file or a refused one) are asked again after each wait of RETRY_S."""
+        that may pass (not a missing file or a refused one) are asked again after each wait of RETRY_S, and while
+        every one of them still fails (the store is down, not a member), after each of OUTAGE_S too: an outage of a
+        few minutes costs the run time, not data."""
         out: list[bytes | Exception] = [b""] * len(spans)
         remote = []
         for n, (url, start, end) in enumerate(spans):
@@ -465,12 +468,13 @@ class ShardReader:
                 out[n] = os.pread(self._file(url).fileno(), end - start, start)
             except Exception as e:  # noqa: BLE001 - missing, unreadable: this span fails
                 out[n] = e
-        for wait in (0.0, *RETRY_S):
-            if not remote:
+        asked = len(remote)
+        for k, wait in enumerate((0.0, *RETRY_S, *OUTAGE_S)):
+            if not remote or (k > len(RETRY_S) and len(remote) < asked):  # past the retries only while none answers
                 break
             if wait:
                 first = out[remote[0]]
-                log.warning("%d member(s) could not be read (%s: %s); asking again in %g s", len(remote),
+                log.warning("%d of %d member(s) could not be read (%s: %s); asking again in %g s", len(remote), asked,
                             type(first).__name__, first, wait)
                 time.sleep(wait)
             _fetch_remote(spans, remote, out)

@@ -39,7 +39,9 @@ log = logging.getLogger(__name__)
 
 INDEX_NAME = "index.jsonl"
 RETRY_S = (0.5, 2.0)  # waits before remote spans that failed are asked again (a store's transient errors)
-OUTAGE_S = (10.0, 30.0, 60.0, 120.0, 240.0)  # further waits while a batch's every remote span fails: a store that is down
+# further waits while a batch's every remote span fails (a store that is down); their sum stays under
+# distributed.timeout_s's default, so the other ranks' collectives wait for this one
+OUTAGE_S = (10.0, 30.0, 60.0, 120.0)
 HEADER_KEY = "speechscale_shards"  # the first line of an index: {"speechscale_shards": 1, ...}
 
 

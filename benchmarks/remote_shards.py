@@ -1,7 +1,7 @@
 """Shards read over HTTP from a store with a round trip: what a training batch costs in bytes and waiting, and the
 training loader's rate against the same shards on local disk.
 
-    python -m benchmarks.remote_shards [--utterances 300] [--clip-seconds 12.3] [--shard-size 100]
+    python -m benchmarks.remote_shards [--utterances 600] [--clip-seconds 12.3] [--shard-size 100]
         [--batch-seconds 400] [--delays 0,0.02,0.05] [--loader-delay 0.02] [--repeats 3]
         [--out docs/figures/bench-all/loader-remote.json]
 
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     from speechscale.data.shards import write_shards
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--utterances", type=int, default=300)
+    p.add_argument("--utterances", type=int, default=600)
     p.add_argument("--clip-seconds", type=float, default=12.3, help="LibriSpeech's mean utterance")
     p.add_argument("--shard-size", type=int, default=100, help="utterances per shard")
     p.add_argument("--batch-seconds", type=float, default=400.0, help="padded audio seconds per training batch")

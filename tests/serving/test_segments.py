@@ -79,6 +79,29 @@ def test_pauses_come_from_the_audio_where_a_word_is_timed_late_and_none_is_inven
                                                         (pytest.approx(3.2, abs=0.011), 6.0, "two")]
 
 
+def test_a_first_letter_timed_early_inside_the_pause_leaves_its_word_after_the_cut():
+    """Three words, a long pause between the second and the third, whose first letter the model says early (its
+    start lies 0.3 s inside the pause): the pause before the third word is the whole pause, so the cut between
+    sentences puts it with the words after it, not before; an inner gap of a word stays no pause."""
+    import numpy as np
+
+    from speechscale.serving.segments import audio_pauses
+
+    rate = 16000
+    rng = np.random.default_rng(2)
+    wav = np.zeros(7 * rate, np.float32)
+    for a, b in ((0.3, 1.3), (1.4, 2.4), (3.6, 4.6), (4.7, 6.6)):  # "one two", 1.2 s of pause, "three four"
+        wav[int(a * rate):int(b * rate)] = rng.normal(0, 0.1, int(b * rate) - int(a * rate))
+    words = [{"word": "one", "start": 0.3, "end": 1.3}, {"word": "two", "start": 1.4, "end": 2.4},
+             {"word": "three", "start": 3.3, "end": 4.6}, {"word": "four", "start": 4.7, "end": 6.6}]
+    pauses = audio_pauses(words, wav, rate)
+    assert pauses[2] == pytest.approx((2.4, 3.6), abs=0.011)  # the whole pause, past "three"'s early start
+    assert pauses[3][1] - pauses[3][0] == pytest.approx(0.1, abs=0.011)  # the gap inside "three four" stays short
+    segs = cut_at_pauses(words, 7.0, max_seconds=4.0, pauses=pauses)
+    assert [s.text for s in segs] == ["one two", "three four"]
+    assert segs[1].start == pytest.approx(3.6 - 0.3, abs=0.011)  # EDGE_S before the speech, not before the early start
+
+
 @pytest.mark.parametrize("rate", [22050, 11025])
 def test_a_trailing_pause_is_found_at_rates_whose_frames_are_not_whole_milliseconds(rate):
     import numpy as np

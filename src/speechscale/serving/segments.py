@@ -81,11 +81,12 @@ def word_gaps(words: list[dict[str, Any]], duration: float) -> list[tuple[float,
 
 def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> list[tuple[float, float]]:
     """The pauses around `words` as the audio (T,) float32 at `rate` has them: before word j, the longest quiet run
-    between the starts of words j - 1 and j (a CTC model may say a word's last letter late, after the pause that
-    ends it; a word's own quiet stretches are shorter); before the first word and after the last, the quiet run
-    that reaches the recording's edge (none: an empty pause at the edge). Quiet: a FRAME_S frame's energy under the
-    level QUIET of the way from the recording's quiet floor to its loud speech. An empty pause at the later word's
-    start where there is none."""
+    that begins between the starts of words j - 1 and j (a CTC model may say a word's last letter late, after the
+    pause that ends it; a word's own quiet stretches are shorter), whole up to the next word's start (a model may say
+    a word's first letter early, inside the pause before it); before the first word and
+    after the last, the quiet run that reaches the recording's edge (none: an empty pause at the edge). Quiet: a
+    FRAME_S frame's energy under the level QUIET of the way from the recording's quiet floor to its loud speech. An
+    empty pause at the later word's start where there is none."""
     duration = wav.shape[0] / rate
     frame = max(1, int(FRAME_S * rate))  # samples, as quiet_runs reads them
     if wav.shape[0] < frame:
@@ -95,7 +96,8 @@ def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> lis
     lead = (0.0, min(float(runs[0, 1]), words[0]["start"])) if len(runs) and runs[0, 0] == 0 else (0.0, 0.0)
     tail = (max(float(runs[-1, 0]), words[-1]["start"]), duration) if len(runs) and runs[-1, 1] >= end - 1e-9 else \
         (duration, duration)
-    return [lead, *(_longest(runs, a["start"], b["start"]) for a, b in zip(words, words[1:])), tail]
+    after = [w["start"] for w in words[2:]] + [duration]  # where the run before word j may reach at most
+    return [lead, *(_longest(runs, a["start"], b["start"], c) for a, b, c in zip(words, words[1:], after)), tail]
 
 
 FRAME_S = 0.01
@@ -118,12 +120,13 @@ def quiet_runs(wav: np.ndarray, rate: int) -> np.ndarray:
     return edges.reshape(-1, 2) * (frame / rate)  # (R, 2) s
 
 
-def _longest(runs: np.ndarray, a: float, b: float) -> tuple[float, float]:
-    """The longest of the quiet `runs` (R, 2) s clipped to [a, b]; (b, b) when none falls inside."""
-    first, last = np.searchsorted(runs[:, 1], a, "right"), np.searchsorted(runs[:, 0], b, "left")  # runs are in order
+def _longest(runs: np.ndarray, a: float, b: float, c: float) -> tuple[float, float]:
+    """The longest of the quiet `runs` (R, 2) s that begin in [a, b), its end clipped to c (only a run that holds b
+    reaches past it; one that holds a is the pause before a); (b, b) when none does."""
+    first, last = np.searchsorted(runs[:, 0], a, "left"), np.searchsorted(runs[:, 0], b, "left")  # runs are in order
     if last <= first:
         return b, b
-    lo, hi = np.clip(runs[first:last, 0], a, b), np.clip(runs[first:last, 1], a, b)
+    lo, hi = runs[first:last, 0], np.clip(runs[first:last, 1], a, max(b, c))
     if not (hi - lo).max() > 0:
         return b, b
     i = int((hi - lo).argmax())

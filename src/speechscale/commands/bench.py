@@ -140,11 +140,11 @@ def loader(args: argparse.Namespace) -> int:
         if given:
             raise ConfigError(f"{' and '.join(given)} shape the synthesized corpus; --manifest is read as it is "
                               "(drop them, or write the corpus you want to time into the manifest)")
-        if is_shard_index(args.manifest) and args.source != "files":
-            raise ConfigError(f"--source={args.source} writes shards of a manifest; {args.manifest} is a shard "
-                              "index, read as it is (drop --source)")
         if not is_shard_index(args.manifest):
             checked_manifest(args.manifest)
+        elif args.source != "files":
+            raise ConfigError(f"--source={args.source} writes shards of a manifest; {args.manifest} is a shard "
+                              "index, read as it is (drop --source)")
     with tempfile.TemporaryDirectory() as tmp:
         manifest = args.manifest or flac_corpus(bench_manifest(None, tmp, minutes=2.0), tmp, args.sample_rate,
                                                 args.limit or 400, args.clip_seconds or 0.0)

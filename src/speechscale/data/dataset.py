@@ -169,10 +169,14 @@ class SpeechDataset(torch.utils.data.Dataset):
         utt = self.utts[i]
         return self._wave(i), utt.text, f"{utt.audio_path} (manifest line {utt.line})", utt.duration
 
+    def split_key(self, key: int | tuple[int, int]) -> tuple[int, int]:
+        """(epoch, index) of an item's key: an index, or (epoch, index) from training batches."""
+        return key if isinstance(key, tuple) else (self.epoch, key)
+
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
         """{"feats" (F, T), "target", "text", "index"}, or {"skip": reason} when it cannot be used. `key` is
         an index, or (epoch, index) from training batches (loader workers may outlive an epoch)."""
-        epoch, i = key if isinstance(key, tuple) else (self.epoch, key)
+        epoch, i = self.split_key(key)
         try:
             wav, text, name, duration = self._load(i)
         except AudioTooLong as e:

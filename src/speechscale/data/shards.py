@@ -402,21 +402,17 @@ class ShardIndex:
         """Before work starts: every shard exists and has the size the index says (one clear error). Sizes on one
         file system are asked together (concurrently on object stores and HTTP); when any cannot be read, one by one,
         so the error names the shard."""
-        groups: dict[int, tuple[Any, list[str], list[ShardEntry]]] = {}  # id(fs) -> (fs, paths, entries)
-        for s in self.shards:
-            try:
-                fs, path = fsspec.core.url_to_fs(s.url)
-            except Exception as e:
-                raise ShardError(f"{self.path}: shard {s.url} cannot be read: {type(e).__name__}: {e}") from None
-            _, paths, entries = groups.setdefault(id(fs), (fs, [], []))
-            paths.append(path)
-            entries.append(s)
-        for fs, paths, entries in groups.values():
+        groups, bad = _by_file_system([s.url for s in self.shards])
+        if bad:
+            n, e = next(iter(bad.items()))  # the first shard whose URL names no file system
+            raise ShardError(f"{self.path}: shard {self.shards[n].url} cannot be read: {type(e).__name__}: {e}")
+        for fs, positions, paths in groups:
             try:
                 sizes = fs.sizes(paths)
             except Exception:  # noqa: BLE001 - which one failed is found below
-                sizes = [_shard_size(self.path, fs, p, s) for p, s in zip(paths, entries)]
-            for size, s in zip(sizes, entries):
+                sizes = [_shard_size(self.path, fs, p, self.shards[n]) for n, p in zip(positions, paths)]
+            for size, n in zip(sizes, positions):
+                s = self.shards[n]
                 if size != s.bytes:
                     raise ShardError(f"{self.path}: shard {s.url} has {size} bytes, the index says {s.bytes}: "
                                      f"the shard and its index do not match (re-run speechscale data shard)")
@@ -467,9 +463,11 @@ class ShardReader:
                 remote.append(n)
                 continue
             try:
-                out[n] = os.pread(self._file(url).fileno(), end - start, start)
+                data = os.pread(self._file(url).fileno(), end - start, start)
             except Exception as e:  # noqa: BLE001 - missing, unreadable: this span fails
-                out[n] = e
+                data = e
+            short = isinstance(data, bytes) and len(data) != end - start  # the file ends before the span does
+            out[n] = OSError(f"{len(data)} bytes for a span of {end - start} (a truncated shard)") if short else data
         asked = len(remote)
         for k, wait in enumerate((0.0, *RETRY_S, *OUTAGE_S)):
             if not remote or (k > len(RETRY_S) and len(remote) < asked):  # past the retries only while none answers
@@ -481,9 +479,6 @@ class ShardReader:
                 time.sleep(wait)
             _fetch_remote(spans, remote, out)
             remote = [n for n in remote if isinstance(out[n], Exception) and not isinstance(out[n], _LASTING)]
-        for n, (data, (_, start, end)) in enumerate(zip(out, spans)):
-            if isinstance(data, bytes) and len(data) != end - start:  # local: the file ends before the span does
-                out[n] = OSError(f"{len(data)} bytes for a span of {end - start} (a truncated shard)")
         return out
 
     @staticmethod
@@ -511,20 +506,31 @@ class ShardReader:
 _LASTING = (FileNotFoundError, PermissionError, IsADirectoryError, ValueError, ImportError)  # not asked again
 
 
+def _by_file_system(urls: list[str]) -> tuple[list[tuple[Any, list[int], list[str]]], dict[int, Exception]]:
+    """`urls` grouped by their fsspec file system: (fs, positions in `urls`, paths) each, and why any URL names
+    none (an unknown protocol, a bad URL), by position."""
+    groups: dict[int, tuple[Any, list[int], list[str]]] = {}  # id(fs) -> (fs, positions, paths)
+    bad: dict[int, Exception] = {}
+    for n, url in enumerate(urls):
+        try:
+            fs, path = fsspec.core.url_to_fs(url)
+        except Exception as e:  # noqa: BLE001 - the caller says what it means
+            bad[n] = e
+            continue
+        _, positions, paths = groups.setdefault(id(fs), (fs, [], []))
+        positions.append(n)
+        paths.append(path)
+    return list(groups.values()), bad
+
+
 def _fetch_remote(spans: list[tuple[str, int, int]], positions: list[int], out: list[bytes | Exception]) -> None:
     """Read spans[n] for n in `positions` into out[n] (an Exception where one fails): one cat_ranges per file system;
     a span that comes short fails as an OSError (asked again), one that comes long as a ValueError (not)."""
-    groups: dict[int, tuple[Any, list[int], list[str]]] = {}  # id(fs) -> (fs, positions, paths)
-    for n in positions:
-        try:
-            fs, path = fsspec.core.url_to_fs(spans[n][0])
-        except Exception as e:  # noqa: BLE001 - an unknown protocol or a bad URL: this span fails
-            out[n] = e
-            continue
-        _, mine, paths = groups.setdefault(id(fs), (fs, [], []))
-        mine.append(n)
-        paths.append(path)
-    for fs, mine, paths in groups.values():
+    groups, bad = _by_file_system([spans[n][0] for n in positions])
+    for k, e in bad.items():
+        out[positions[k]] = e
+    for fs, ks, paths in groups:
+        mine = [positions[k] for k in ks]
         try:
             got = fs.cat_ranges(paths, [spans[n][1] for n in mine], [spans[n][2] for n in mine], on_error="return")
         except Exception as e:  # noqa: BLE001 - the whole round failed: every span in it fails

@@ -155,7 +155,7 @@ class ShardDataset(SpeechDataset):
         self.reader = ShardReader()
         self.text_field = str(index.header.get("text_field", "text"))
         self._members: dict[int, list[list[Any]]] = {}
-        self._fetched: dict[int, bytes | Exception] = {}  # the current batch's bytes by utterance id
+        self._fetched: dict[int, tuple[tuple[str, str, float, int, int], bytes | Exception]] = {}  # id -> (span, bytes)
 
     def __len__(self) -> int:
         return self.index.utterances
@@ -163,7 +163,7 @@ class ShardDataset(SpeechDataset):
     def __getitems__(self, keys: list[Any]) -> list[dict[str, Any]]:
         """The items of a batch (torch's DataLoader passes a batch's keys here): their bytes fetched together, then
         each made as __getitem__ makes it."""
-        self.prefetch([k[1] if isinstance(k, tuple) else k for k in keys])
+        self.prefetch([self.split_key(k)[1] for k in keys])
         try:
             return [self[k] for k in keys]
         finally:
@@ -172,7 +172,8 @@ class ShardDataset(SpeechDataset):
     def prefetch(self, ids: list[int]) -> None:
         """Read the members of utterances `ids` at once (ShardReader.fetch); _load takes them from here."""
         spans = [self._span(i) for i in ids]
-        self._fetched = dict(zip(ids, self.reader.fetch([(url, start, end) for url, _, _, start, end in spans])))
+        chunks = self.reader.fetch([(url, start, end) for url, _, _, start, end in spans])
+        self._fetched = {i: (span, chunk) for i, span, chunk in zip(ids, spans, chunks)}
 
     def release(self) -> None:
         """Forget what prefetch read (its batch is made)."""
@@ -192,8 +193,11 @@ class ShardDataset(SpeechDataset):
         return self.index.shards[s].url, key, duration, start, end
 
     def _load(self, i: int) -> tuple[np.ndarray, str, str, float]:
-        url, key, duration, start, end = self._span(i)
-        chunk = self._fetched[i] if i in self._fetched else self.reader.fetch([(url, start, end)])[0]
+        if i in self._fetched:
+            (url, key, duration, _, _), chunk = self._fetched[i]
+        else:
+            url, key, duration, start, end = self._span(i)
+            chunk = self.reader.fetch([(url, start, end)])[0]
         raw, audio, name = self.reader.parse(url, key, chunk, self.text_field)
         wav = decode_audio(audio, f"{url} member {name}", self.features.cfg.sample_rate, self.max_seconds)
         text = self.normalize(raw) if raw is not None else ""
@@ -222,7 +226,7 @@ class MixedShardDataset(SpeechDataset):
         """A batch's items, each domain's bytes fetched together (ShardDataset.__getitems__)."""
         ids: list[list[int]] = [[] for _ in self.parts]
         for k in keys:
-            i = k[1] if isinstance(k, tuple) else k
+            i = self.split_key(k)[1]
             d = bisect.bisect_right(self.bases, i) - 1
             ids[d].append(i - self.bases[d])
         for part, mine in zip(self.parts, ids):

@@ -83,10 +83,10 @@ def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> lis
     """The pauses around `words` as the audio (T,) float32 at `rate` has them: before word j, the longest quiet run
     that begins between the starts of words j - 1 and j (a CTC model may say a word's last letter late, after the
     pause that ends it; a word's own quiet stretches are shorter), whole up to the next word's start (a model may say
-    a word's first letter early, inside the pause before it); before the first word and
-    after the last, the quiet run that reaches the recording's edge (none: an empty pause at the edge). Quiet: a
-    FRAME_S frame's energy under the level QUIET of the way from the recording's quiet floor to its loud speech. An
-    empty pause at the later word's start where there is none."""
+    a word's first letter early, inside the pause before it); before the first word and after the last, the quiet
+    run that reaches the recording's edge (none: an empty pause at the edge). Quiet: a FRAME_S frame's energy under
+    the level QUIET of the way from the recording's quiet floor to its loud speech. An empty pause at the later
+    word's start where there is none."""
     duration = wav.shape[0] / rate
     frame = max(1, int(FRAME_S * rate))  # samples, as quiet_runs reads them
     if wav.shape[0] < frame:

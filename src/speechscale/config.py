@@ -132,6 +132,10 @@ class DataConfig:
     allow_external_shards: bool = False  # let a shard index name shards outside its own folder (absolute
                                        # paths, URLs, ..): only for indexes you trust
     fixed_shapes: int = 0              # pad batches to this many (batch, frames) shapes, same gradients (0 = off)
+    max_unreadable_batches: int = 8    # stop the run (a checkpoint from before them written) after this many
+                                       # batches in a row of which no utterance could be read: the data is gone
+                                       # (a store down past its retries, expired credentials, an unmounted disk),
+                                       # not a few bad files (0 = never: skip and count them)
 
 
 @dataclass

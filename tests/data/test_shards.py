@@ -234,6 +234,60 @@ def test_a_store_that_answers_nothing_for_a_while_costs_the_batch_time_not_its_m
         server.server_close()
 
 
+def test_a_store_down_past_its_retries_stops_training_where_it_was_and_a_resume_goes_on(tmp_path, monkeypatch):
+    """Training from shards over HTTP: the store stops answering after step 2, for longer than the read's retries
+    and outage waits (shortened here). The run stops after data.max_unreadable_batches batches with nothing read,
+    its checkpoint at step 2; resumed once the store is back, it trains the same steps as a run that never lost it."""
+    import threading
+
+    import torch
+
+    from speechscale.data import shards
+    from speechscale.recipe import load_recipe
+    from speechscale.training.trainer import DataUnreadable, Trainer
+    from tests.archives import Archives
+
+    monkeypatch.setattr(shards, "RETRY_S", (0.01,))
+    monkeypatch.setattr(shards, "OUTAGE_S", (0.05,))
+    manifest = _manifest(tmp_path, 8)
+    write_shards(str(manifest), tmp_path / "sh", shard_size=3)
+    server = Archives({p.name: p.read_bytes() for p in (tmp_path / "sh").iterdir()})
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def trainer(out, *more):
+        return Trainer(load_recipe(None, [f"data.train_manifest={server.url}/index.jsonl", f"data.val_manifest={manifest}",
+                                          f"trainer.out_dir={out}", "trainer.progress=false", "trainer.max_epochs=2",
+                                          "data.batch_seconds=2", "data.max_unreadable_batches=2",
+                                          "features.sample_rate=8000", "model.overrides={rnn_hidden: 32, rnn_layers: 1}",
+                                          *more]))
+
+    try:
+        straight = trainer(tmp_path / "straight")
+        steps = straight.fit()["step"]
+        failing = trainer(tmp_path / "failing")
+        step = failing.train_step
+
+        def step_then_store_down(micro):
+            loss = step(micro)
+            if failing.state.step == 2:
+                server.failing = 10**6
+            return loss
+
+        failing.train_step = step_then_store_down
+        with pytest.raises(DataUnreadable, match="2 batches in a row had no utterance that could be read"):
+            failing.fit()
+        assert (failing.state.step, failing.state.counters["bad_audio"]) == (2, 0)
+        server.failing = 0
+        resumed = trainer(tmp_path / "failing", "trainer.resume=auto")
+        assert resumed.state.step == 2
+        assert resumed.fit()["step"] == steps > 4 and resumed.state.counters["bad_audio"] == 0
+        for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values()):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_an_index_over_http_checks_its_shards_sizes_at_once_and_names_a_missing_one(tmp_path):
     """Before work starts every shard's size is asked, all at once from a store (one round trip, not one a shard);
     a missing shard or a wrong size is one error naming that shard."""

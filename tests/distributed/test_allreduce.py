@@ -74,3 +74,48 @@ def test_sigterm_to_torchrun_checkpoints_every_rank_at_the_same_step(tmp_path):
     print(f"SIGTERM to checkpoint: {written - sent:.2f} s, {last[0] - at_signal} step(s) after the last traced one"
           f" (steps {at_signal} -> {last[0]})")
     assert "stopping" in (tmp_path / "log").read_text()
+
+
+def test_data_gone_under_two_ranks_stops_both_in_one_line_and_a_resume_finishes(tmp_path):
+    """The audio folder vanishes mid-run under DDP: each rank stops after data.max_unreadable_batches batches
+    with nothing read (a rank in step with others writes no checkpoint alone), torchrun ends non-zero without a
+    process left or a hang, and with the audio back trainer.resume=auto continues from the last checkpoint to the
+    planned step."""
+    import json
+    import shutil
+
+    from tests.conftest import shared
+
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    shutil.copy(shared("ldc93s1", "LDC93S1.wav"), audio / "a.wav")
+    row = json.loads(shared("ldc93s1", "manifest.jsonl").read_text().splitlines()[0])
+    m = tmp_path / "m.jsonl"
+    m.write_text((json.dumps({**row, "audio_filepath": str(audio / "a.wav")}) + "\n") * 12)
+    out = tmp_path / "run"
+    args = train_args(m, out, "trainer.max_epochs=0", "trainer.max_steps=60", "trainer.checkpoint_every_steps=2",
+                      "data.max_unreadable_batches=3")
+    proc = start(torchrun(2, args), tmp_path / "log")
+    try:
+        wait_for(lambda: sum(1 for _ in trace(out)) >= 8)
+        audio.rename(tmp_path / "away")
+        proc.wait(timeout=120)
+    finally:
+        kill_group(proc)
+    said = (tmp_path / "log").read_text()
+    assert proc.returncode != 0
+    for rank in (0, 1):
+        assert f"rank {rank}: stopped at epoch" in said, said[-3000:]
+    assert "speechscale train: stopped: 3 batches in a row had no utterance that could be read" in said
+    rows = list(trace(out))
+    stopped_at = latest_step(out)  # no checkpoint amid the unreadable batches: the last one before them
+    assert stopped_at == max(r["step"] for r in rows if r["ids"])
+    assert any(not r["ids"] and r["step"] % 2 == 0 for r in rows), "no checkpoint step fell amid them"
+    (tmp_path / "away").rename(audio)
+    run(torchrun(2, [*args, "trainer.resume=auto"]), tmp_path / "log2")
+    assert latest_step(out) == 60
+    resumed = [r for r in trace(out) if r["resumed_at"] == stopped_at and r["step"] > stopped_at]
+    epoch = next(r["epoch"] for r in resumed)
+    read = [i for r in rows + resumed if r["epoch"] == epoch and (r in resumed or r["step"] <= stopped_at)
+            for i in r["ids"]]
+    assert sorted(read) == list(range(12))  # that epoch read every utterance once: none lost to the outage

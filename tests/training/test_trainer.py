@@ -127,6 +127,74 @@ def test_a_config_that_is_no_recipe_is_one_line(tmp_path, capsys, content, said)
     assert code == 2 and said in err and err.count("\n") == 1, err
 
 
+def test_data_that_stays_unreadable_stops_the_run_at_its_last_step_and_a_resume_loses_nothing(tmp_path, capsys):
+    """The audio folder vanishes after step 6 (an unmounted disk; a store down past its retries looks the same):
+    instead of using up the planned epochs on nothing, the run stops after data.max_unreadable_batches batches in a
+    row with nothing read (here across an epoch's end), its checkpoint at the position after step 6; with the
+    audio back, trainer.resume=auto ends with the weights of a run that never lost it."""
+    from speechscale.cli import report
+    from speechscale.reporting.runs import load_run
+    from speechscale.storage.checkpoints import load_checkpoint
+    from speechscale.training.trainer import DataUnreadable
+
+    src = shared("ldc93s1")
+    (tmp_path / "audio").mkdir()
+    rows = []
+    for i in range(4):  # epochs of 4 batches of one utterance
+        (tmp_path / "audio" / f"u{i}.wav").write_bytes((src / "LDC93S1.wav").read_bytes())
+        rows.append(json.dumps({"audio_filepath": f"audio/u{i}.wav", "duration": 2.92, "text": "she had your dark suit"}))
+    (tmp_path / "m.jsonl").write_text("\n".join(rows) + "\n")
+
+    def trainer(out, *more):
+        return Trainer(load_recipe(None, [f"data.train_manifest={tmp_path}/m.jsonl", f"data.val_manifest={tmp_path}/m.jsonl",
+                                          f"trainer.out_dir={out}", "trainer.max_epochs=3", "trainer.progress=false",
+                                          "data.batch_seconds=3", "data.sortagrad=false", "features.sample_rate=8000",
+                                          "model.overrides={rnn_hidden: 32, rnn_layers: 1}", *more]))
+
+    straight = trainer(tmp_path / "straight")
+    assert straight.fit()["step"] == 12
+    failing = trainer(tmp_path / "failing", "data.max_unreadable_batches=6")
+    step = failing.train_step
+
+    def step_then_unmount(micro):
+        loss = step(micro)
+        if failing.state.step == 6:
+            (tmp_path / "audio").rename(tmp_path / "away")
+        return loss
+
+    failing.train_step = step_then_unmount
+    with pytest.raises(DataUnreadable, match="6 batches in a row had no utterance that could be read") as raised:
+        failing.fit()  # 2 batches of epoch 1, its validation, 4 of epoch 2
+    s = failing.state
+    assert (s.epoch, s.step, s.consumed, s.samples_seen, s.counters["bad_audio"]) == (1, 6, 2, 6, 0)
+    ckpt = load_checkpoint(tmp_path / "failing" / "checkpoints" / "last.pt")
+    saved = ckpt["training"]
+    assert (saved["epoch"], saved["step"], saved["consumed"], saved["counters"]["bad_audio"]) == (1, 6, 2, 0)
+    assert load_run(tmp_path / "failing").status == "stopped by error: DataUnreadable"
+    assert report("speechscale train", raised.value) == 3
+    said = capsys.readouterr().err
+    assert said.startswith("speechscale train: stopped: 6 batches in a row had no utterance that could be read (after "
+                           "step 6, epoch 1 sample 2;") and said.count("\n") == 1
+    assert "trainer.resume=auto" in said
+
+    (tmp_path / "away").rename(tmp_path / "audio")
+    resumed = trainer(tmp_path / "failing", "trainer.resume=auto")
+    assert resumed.fit()["step"] == 12 and resumed.state.counters["bad_audio"] == 0
+    for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    skipping = trainer(tmp_path / "skipping", "data.max_unreadable_batches=0")  # the old way: skip and count
+    skipping.train_step = lambda micro, step=skipping.train_step: _unmount_after(step, micro, skipping, tmp_path)
+    summary = skipping.fit()
+    assert (summary["epoch"], summary["step"], summary["bad_audio"]) == (3, 6, 6)
+
+
+def _unmount_after(step, micro, trainer, tmp_path):
+    loss = step(micro)
+    if trainer.state.step == 6:
+        (tmp_path / "audio").rename(tmp_path / "away")
+    return loss
+
+
 def test_gradient_accumulation_equals_one_batch_of_the_same_samples(tmp_path):
     """2 micro-batches of 1 utterance per step == 1 batch of 2 (CTC mean per batch; identical clips keep
     the batch-norm statistics equal), also in the learning-rate schedule, which counts samples."""

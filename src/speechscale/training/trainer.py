@@ -14,7 +14,6 @@ import dataclasses
 import logging
 import os
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -59,6 +58,10 @@ LOADER_RESTARTS = 3  # new loader workers started at one position before the run
 
 class LoaderFailed(RuntimeError):
     """The data loader's workers kept dying at one position; the message says where and what may help."""
+
+
+class DataUnreadable(RuntimeError):
+    """data.max_unreadable_batches batches in a row had no utterance that could be read."""
 
 
 class Trainer:
@@ -158,6 +161,7 @@ class Trainer:
         self.resumed_from: str | None = None
         self.stopped_by: str | None = None
         self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)
+        self._unreadable = 0  # batches in a row with no utterance read
         self.ema = WeightAverage(self.model, t.ema_decay) if t.ema_decay > 0 else None
         seed_everything(derive_seed(t.seed, "process", self.rank))  # dropout and other streams differ per rank
         if resuming:
@@ -165,6 +169,7 @@ class Trainer:
         elif t.resume and self.rank == 0:
             log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
         self._resumed_step = self.state.step
+        self._mark = self._position()  # see _save_before_failing
 
     # ---- checkpoints -------------------------------------------------------------------------------
     def _checkpoint_to_resume(self, where: str) -> tuple[str, dict[str, Any]] | None:
@@ -277,7 +282,28 @@ class Trainer:
                         self.precision.autocast)
 
     # ---- the loop ----------------------------------------------------------------------------------
-    def _validate_and_save(self, runlog: RunLog | None, progress: RunProgress) -> dict[str, float]:
+    def _validate_and_save(self, runlog: RunLog | None, progress: RunProgress) -> None:
+        """Validate, log the row and write a checkpoint (mid-epoch: trainer.val_every_steps)."""
+        self._checkpoint(self._validate(runlog, progress)["wer"])
+
+    def _checkpoint(self, wer: float | None = None, ending: bool = False) -> None:
+        """A checkpoint (also best.pt when validation `wer` is the best so far), unless some rank is amid batches
+        it could not read and the run goes on (collective): one written there would resume past them, and if the
+        data is gone the run stops in a few batches anyway."""
+        s = self.state
+        if not ending and self.strategy.any_rank(self._unreadable > 0):
+            if self.rank == 0:
+                log.warning("no checkpoint at step %d: batches with no utterance read since step %d (the data may be "
+                            "gone); the last checkpoint stays the one to resume from", s.step, self._mark[4])
+            return
+        best = wer is not None and (wer < s.best_wer or (wer == s.best_wer and not storage.exists(
+            storage.join(self.ckpt_dir, "best.pt"))))
+        if wer is not None:
+            s.best_wer = min(s.best_wer, wer)
+        self.save(best=best)
+
+    def _validate(self, runlog: RunLog | None, progress: RunProgress) -> dict[str, float]:
+        """The validation row, logged."""
         s = self.state
         self.sync()
         val = self.validate()
@@ -288,10 +314,6 @@ class Trainer:
             runlog.write("val", s.step, {**row, **s.counters})
             log.info("epoch %s step %d: train loss %.3f, val WER %.2f%% CER %.2f%% (%d utts)%s", progress.epoch_label(),
                      s.step, row["train_loss"], 100 * val["wer"], 100 * val["cer"], val["utterances"], progress.eta())
-        best = val["wer"] < s.best_wer or (val["wer"] == s.best_wer
-                                           and not storage.exists(storage.join(self.ckpt_dir, "best.pt")))
-        s.best_wer = min(s.best_wer, val["wer"])
-        self.save(best=best)
         return row
 
     def _log_train(self, runlog: RunLog | None, progress: RunProgress) -> None:
@@ -312,8 +334,9 @@ class Trainer:
         self.data_part = {}
         self.dataset.set_epoch(s.epoch)
         progress.new_epoch()
+        if not self._unreadable:  # else the position before the unreadable batches stays the one to go back to
+            self._mark = self._position()
         micro: list[Batch] = []
-        held: Counter[str] = Counter()  # samples and skips of the batches in `micro`, not trained yet
         batches = self._epoch_batches()
         while True:
             try:
@@ -321,46 +344,68 @@ class Trainer:
             except StopIteration:
                 break
             except Exception as e:  # between steps: the model and optimizer are whole
-                self._save_before_failing(e, held)
+                self._save_before_failing(e)
                 raise
             n = self.plan.advance(i)
             s.consumed += n
             s.samples_seen += n
-            held["samples"] += n
             for reason, k in batch.skipped.items():
                 s.counters[reason] += k
-                held[reason] += k
+            self._check_readable(batch)
             if len(batch) > 0 or self.strategy.matched_steps:
                 micro.append(batch)
             if len(micro) == t.grad_accum:  # a step every grad_accum batches, and with the epoch's rest below
                 if self._step(micro, runlog, progress, signals):
                     return True
-                micro, held = [], Counter()
+                micro = []
         return bool(micro) and self._step(micro, runlog, progress, signals)
 
-    def _save_before_failing(self, error: Exception, held: Counter[str]) -> None:
-        """The loader failed for good: a one-process run writes a checkpoint of its last step (the batches read
-        since then are given back), so that trainer.resume=auto continues from there; ranks in step with others
-        cannot (a checkpoint is collective, and the others wait in the next step)."""
+    def _position(self) -> tuple[int, int, int, dict[str, int], int]:
+        """(epoch, consumed, samples seen, counts of what the data gave, step): where a failing run goes back to,
+        taken after each step that read data. Counts of events (steps skipped, loader restarts) are not taken back."""
+        s = self.state
+        return s.epoch, s.consumed, s.samples_seen, {k: s.counters[k] for k in (*SKIP_REASONS, "dropped_tail")}, s.step
+
+    def _check_readable(self, batch: Batch) -> None:
+        """Count batches in a row of which every utterance was unreadable; at data.max_unreadable_batches the run
+        stops (DataUnreadable), going back to before them: training on would use up the planned epochs on
+        nothing, and a resumed run reads those batches again."""
+        if len(batch) > 0:
+            self._unreadable = 0
+            return
+        if not batch.skipped.get("bad_audio"):
+            return
+        self._unreadable += 1
+        limit = self.cfg.data.max_unreadable_batches
+        if limit and self._unreadable >= limit:
+            error = DataUnreadable(
+                f"{self._unreadable} batches in a row had no utterance that could be read (after step "
+                f"{self._mark[4]}, epoch {self._mark[0]} sample {self._mark[1]}; the log names each file and why): the "
+                f"data is gone - a store down past its retries, expired credentials, an unmounted disk? Continue with "
+                f"trainer.resume=auto once it is back (data.max_unreadable_batches=0 skips and counts them instead)")
+            self._save_before_failing(error)
+            raise error
+
+    def _save_before_failing(self, error: Exception) -> None:
+        """The data failed for good: a one-process run goes back to its last step (the batches read since then
+        are given back) and writes a checkpoint, so that trainer.resume=auto continues from there; ranks in step
+        with others cannot (a checkpoint is collective, and the others wait in the next step)."""
         s = self.state
         if self.world != 1 or not self.strategy.lockstep:
-            log.error("rank %d: the data loader failed at epoch %d step %d (%s); the run continues from its last "
-                      "checkpoint with trainer.resume=auto", self.rank, s.epoch, s.step, error_line(error))
+            log.error("rank %d: stopped at epoch %d step %d (%s); the run continues from its last checkpoint with "
+                      "trainer.resume=auto", self.rank, s.epoch, s.step, error_line(error))
             return
-        samples = held.pop("samples", 0)
-        s.consumed -= samples
-        s.samples_seen -= samples
-        for reason, k in held.items():
-            s.counters[reason] -= k
+        s.epoch, s.consumed, s.samples_seen, counters, _ = self._mark  # no step since: empty batches take none
+        s.counters.update(counters)
         try:
             self.sync()
             self.save()
-        except Exception as e:  # the loader's error is the one to report
-            log.error("the data loader failed at epoch %d step %d, and no checkpoint could be written: %s", s.epoch,
-                      s.step, error_line(e))
+        except Exception as e:  # the data's error is the one to report
+            log.error("stopped at epoch %d step %d, and no checkpoint could be written: %s", s.epoch, s.step,
+                      error_line(e))
             return
-        log.error("the data loader failed at epoch %d step %d (%s): checkpoint written; continue with "
-                  "trainer.resume=auto", s.epoch, s.step, error_line(error))
+        log.error("stopped at epoch %d step %d (%s): checkpoint written; continue with trainer.resume=auto",
+                  s.epoch, s.step, error_line(error))
 
     def _epoch_batches(self) -> Iterator[tuple[int, Batch]]:
         """(index in the loader's pass, batch) for the rest of the epoch. A loader worker that dies (the kernel's OOM
@@ -392,6 +437,8 @@ class Trainer:
         """One optimizer step and what follows it (log, validation, checkpoint); True to stop."""
         t, s = self.cfg.trainer, self.state
         self.train_step(micro)
+        if any(len(b) for b in micro):  # not a step of placeholders (this rank's batches all skipped)
+            self._mark = self._position()
         progress.stepped()
         if t.trace_samples:
             trace_samples(self.out_dir, self.rank, {"epoch": s.epoch, "step": s.step, "world": self.world,
@@ -404,7 +451,7 @@ class Trainer:
         if lockstep and t.val_every_steps and s.step % t.val_every_steps == 0:
             self._validate_and_save(runlog, progress)
         elif lockstep and t.checkpoint_every_steps and s.step % t.checkpoint_every_steps == 0:
-            self.save()
+            self._checkpoint()
         # max_steps is the same on every lockstep rank; the clock and signals are not, so ranks agree on those
         # at every step (a preemption notice gives about 30-120 s: it is acted on at the next step boundary)
         done = bool(t.max_steps and s.step >= t.max_steps)
@@ -452,16 +499,19 @@ class Trainer:
                             log.warning("%s: checkpoint written at epoch %s step %d, stopping", self.stopped_by,
                                         progress.epoch_label(), s.step)
                         break
-                    last = self._validate_and_save(runlog, progress)
+                    last = self._validate(runlog, progress)
                     if self.strategy.any_rank(cut_short and t.max_steps > 0 and s.step >= t.max_steps):  # planned end
+                        self._checkpoint(last["wer"], ending=True)
                         break
                     if self.strategy.any_rank(budget.spent()):
+                        self._checkpoint(last["wer"], ending=True)
                         self.stopped_by = "max_minutes"
                         if main:
                             log.warning("trainer.max_minutes=%g reached in epoch %s (step %d of %d): stopped before "
                                         "the planned end, the learning-rate schedule did not complete", t.max_minutes,
                                         progress.epoch_label(), s.step, progress.planned)
                         break
+                    self._checkpoint(last["wer"], ending=last["wer"] <= t.target_wer or 0 < t.max_epochs <= s.epoch)
                     if last["wer"] <= t.target_wer:
                         self.stopped_by = "target_wer"
                         break

@@ -184,6 +184,8 @@ class TrainerConfig:
     precision: str = "auto"            # auto (bf16 on GPUs that support it, else fp32) | fp32 | bf16 | fp16
     loss_scale_init: float = 65536.0   # fp16: initial dynamic loss scale
     min_loss_scale: float = 1e-5       # fp16 watchdog: stop the run when the scale falls below this
+    max_skipped_steps: int = 50        # stop the run when this many steps in a row were skipped for a non-finite
+                                       # loss or gradient: it diverged, and training on changes nothing (0 = never)
     prescan: bool = False              # before training, run forward+backward on the worst-case batch, report memory
     memory_budget_mb: float = 0.0      # pre-scan: fail when its peak exceeds this (0 = only a real OOM fails)
     compile: bool = False              # torch.compile the model's forward (meant for the conv models)

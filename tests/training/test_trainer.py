@@ -55,6 +55,8 @@ def test_nonfinite_loss_and_gradient_skip_the_step(tiny_corpus, tmp_path, precis
                            "rnn_hidden: 32, rnn_layers: 1}"))
     batch = next(iter(trainer.loader))
     before = [p.detach().clone() for p in trainer.model.parameters()]
+    stats = {k: b.clone() for k, b in trainer.model.named_buffers() if k.endswith(("running_mean", "running_var"))}
+    assert len(stats) >= 4
     bad = type(batch)(batch.feats * float("nan"), batch.feat_lens, batch.targets, batch.target_lens,
                       batch.texts, batch.indices, {})
     trainer.train_step(bad)
@@ -65,10 +67,43 @@ def test_nonfinite_loss_and_gradient_skip_the_step(tiny_corpus, tmp_path, precis
     handle.remove()
     assert trainer.sync() is None and trainer.state.counters["nonfinite_grad"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    trainer.optimizer_step([type(batch)(batch.feats[:0], batch.feat_lens[:0], batch.targets[:0], batch.target_lens[:0],
+                                        [], [], {})])  # a rank's empty batch: the placeholder's silence runs
+    buffers = dict(trainer.model.named_buffers())  # a step not taken (a NaN, a placeholder) left no trace in them
+    assert all(torch.equal(buffers[k], b) for k, b in stats.items())
     loss = float(trainer.train_step(batch))
     assert math.isfinite(loss) and trainer.sync() == pytest.approx(loss)
     assert not all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert all(torch.isfinite(buffers[k]).all() and not torch.equal(buffers[k], b) for k, b in stats.items())
     assert trainer.state.counters["nonfinite_loss"] == 1 and trainer.state.counters["nonfinite_grad"] == 1
+
+
+def test_a_run_whose_every_step_is_skipped_stops_as_diverged_with_its_weights_unchanged(tmp_path, capsys):
+    """A learning rate far too high: after the first step every gradient is non-finite. The skipped steps change
+    nothing (weights, normalization statistics), and after trainer.max_skipped_steps of them in a row the run stops
+    in one line instead of spending its planned epochs on nothing."""
+    from speechscale.cli import report
+    from speechscale.storage.checkpoints import load_checkpoint
+    from speechscale.training.trainer import Diverged
+
+    m = shared("ldc93s1", "manifest.jsonl")
+    trainer = Trainer(load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", "trainer.max_epochs=100",
+                                         f"trainer.out_dir={tmp_path}/run", "trainer.progress=false", "optim.lr=1000",
+                                         "optim.warmup_steps=0", "trainer.log_every=1", "trainer.max_skipped_steps=6",
+                                         "model.overrides={rnn_hidden: 32, rnn_layers: 1}"]))
+    with pytest.raises(Diverged, match="the last 6 steps .* were all skipped") as raised:
+        trainer.fit()
+    s = trainer.state
+    good = s.step - 6  # the steps before these counted
+    assert s.counters["nonfinite_loss"] + s.counters["nonfinite_grad"] == 6 and good >= 1
+    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")  # written at an epoch's end among them
+    assert good < saved["training"]["step"] < s.step
+    for k, v in trainer.model.state_dict().items():
+        assert torch.equal(v, saved["model"][k]), k
+    assert report("speechscale train", raised.value) == 3
+    said = capsys.readouterr().err
+    assert said.startswith(f"speechscale train: stopped: the last 6 steps (to step {s.step})") and said.count("\n") == 1
+    assert f"the weights are those of step {good}," in said
 
 
 def test_labels_longer_than_the_output_frames_are_skipped(tmp_path):

@@ -34,6 +34,12 @@ def placeholder_batch(num_features: int, frames: int) -> Batch:
                  [""], [], {})
 
 
+def running_stats(model: nn.Module) -> list[torch.Tensor]:
+    """The buffers a forward pass in training mode changes: the running statistics of normalization layers."""
+    return [b for m in model.modules() for name, b in m.named_buffers(recurse=False)
+            if name in ("running_mean", "running_var", "num_batches_tracked")]
+
+
 def _no_clock(phase: str) -> None:
     """The trainer's clock: phases are not timed."""
 
@@ -68,6 +74,7 @@ class TrainStep:
             if GraphedUpdate.supports(optimizer, precision, device):
                 self.update = GraphedUpdate(model, optimizer, self.grad_clip)
         self.ctc, self.ctc_rows = ctc_criterion(), ctc_criterion("none")
+        self.stats = running_stats(model)
 
     def loss(self, batch: Batch, host_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Mean CTC loss of a batch on the device: the forward pass autocast, log-softmax and CTC in fp32. In a
@@ -136,6 +143,7 @@ class TrainStep:
         """One step over micro-batches (gradient accumulation). Returns the detached mean loss and (4,) flags on
         the device: non-finite loss, non-finite gradient, loss if the step counted else 0, counted."""
         self._zero_grads()
+        kept = [b.clone() for b in self.stats]  # a step that is not taken leaves them as they were
         losses = []
         for j, b in enumerate(micro):
             weight = 1.0
@@ -154,6 +162,8 @@ class TrainStep:
             _, bad_loss, bad_grad = clip_and_step(list(self.model.parameters()), loss, self.grad_clip, self._step)
         self.strategy.after_step(self.model, self.optimizer)
         ok = ~(bad_loss | bad_grad) & any(len(b) > 0 for b in micro)
+        for b, k in zip(self.stats, kept):  # on the device, no sync: a non-finite forward's inf or NaN, or a
+            b.copy_(torch.where(ok, b, k))  # placeholder's silence, would stay in the statistics eval uses
         flags = torch.stack([bad_loss.float(), bad_grad.float(), torch.where(ok, loss.float(), 0.0), ok.float()])
         self.clock("optimizer")
         return loss, flags

@@ -64,6 +64,10 @@ class DataUnreadable(RuntimeError):
     """data.max_unreadable_batches batches in a row had no utterance that could be read."""
 
 
+class Diverged(RuntimeError):
+    """trainer.max_skipped_steps steps in a row were skipped for a non-finite loss or gradient."""
+
+
 class Trainer:
     """Owns the model, data and optimizer of one run (one rank); `fit()` trains and returns the summary."""
 
@@ -170,6 +174,7 @@ class Trainer:
             log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
         self._resumed_step = self.state.step
         self._mark = self._position()  # see _save_before_failing
+        self._synced_step, self._skipped_run = self.state.step, 0  # steps in a row skipped, as of the last sync
 
     # ---- checkpoints -------------------------------------------------------------------------------
     def _checkpoint_to_resume(self, where: str) -> tuple[str, dict[str, Any]] | None:
@@ -274,7 +279,26 @@ class Trainer:
     def sync(self, collective: bool = True) -> float | None:
         """Fold all ranks' step flags into the counters (collective); the mean loss since the last sync
         (`collective=False`: this rank's, for asynchronous learners between sync points)."""
-        return self.tally.sync(self.strategy, self.state.counters, collective)
+        s = self.state
+        flagged = s.counters["nonfinite_loss"] + s.counters["nonfinite_grad"]
+        loss = self.tally.sync(self.strategy, s.counters, collective)
+        if collective and self.strategy.lockstep and s.step > self._synced_step:
+            steps, self._synced_step = s.step - self._synced_step, s.step
+            # a skipped step is flagged once on every rank (a bad loss on one makes the others' gradient bad)
+            every = s.counters["nonfinite_loss"] + s.counters["nonfinite_grad"] - flagged >= steps * self.world
+            self._skipped_run = self._skipped_run + steps if every else 0
+        return loss
+
+    def _stop_if_diverged(self) -> None:
+        """Diverged, the same on every rank, once trainer.max_skipped_steps steps in a row were all skipped (as
+        seen at the syncs: every step since one skipped, on every rank)."""
+        limit = self.cfg.trainer.max_skipped_steps
+        if limit and self._skipped_run >= limit:
+            raise Diverged(
+                f"the last {self._skipped_run} steps (to step {self.state.step}) were all skipped for a non-finite "
+                f"loss or gradient: the run diverged, and training on would change nothing. Try a lower optim.lr, "
+                f"a longer optim.warmup_steps or a smaller trainer.grad_clip; the weights are those of step "
+                f"{self.state.step - self._skipped_run}, as in {self.ckpt_dir} (trainer.max_skipped_steps=0 trains on)")
 
     def validate(self) -> dict[str, float]:
         """WER/CER of the consensus weights on the validation set."""
@@ -306,6 +330,7 @@ class Trainer:
         """The validation row, logged."""
         s = self.state
         self.sync()
+        self._stop_if_diverged()
         val = self.validate()
         row = {"epoch": s.epoch, "step": s.step, "train_loss": self.tally.take_mean_loss(), **val,
                **self.strategy.stats(), **{f"samples_{k}": v for k, v in self.domains.items()}}
@@ -320,6 +345,7 @@ class Trainer:
         """Logging interval: the one host sync of the hot loop, the fp16 watchdog, GPU peak memory."""
         loss = self.sync(collective=self.strategy.lockstep)
         self.precision.check()
+        self._stop_if_diverged()
         if runlog is not None:
             progress.show_loss(loss)
             runlog.write("train", self.state.step, {**train_row(self.state.epoch, self.optimizer.param_groups[0]["lr"],

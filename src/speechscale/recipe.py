@@ -111,6 +111,8 @@ def check_recipe(cfg: Config) -> None:
         (d.mix_temperature > 0, "data.mix_temperature must be positive"),
         (d.shuffle_shards >= 1, f"data.shuffle_shards={d.shuffle_shards} must be at least 1"),
         (0 <= d.fixed_shapes <= 16, f"data.fixed_shapes={d.fixed_shapes} must be 0 (off) to 16 shapes"),
+        (d.max_unreadable_batches >= 0,
+         f"data.max_unreadable_batches={d.max_unreadable_batches} must be >= 0 (0 = never stop for unreadable data)"),
         (len(d.train_slice) <= 2 and len(d.val_slice) <= 2,
          "data.train_slice/val_slice must be [], [start] or [start, stop]"),
         (all(v >= 0 for v in (*d.train_slice, *d.val_slice)) and all(
@@ -140,6 +142,8 @@ def check_recipe(cfg: Config) -> None:
         (bool(t.out_dir.strip()), "trainer.out_dir must not be empty"),
         (t.keep_checkpoints >= 1, "trainer.keep_checkpoints must be at least 1"),
         (t.grad_accum >= 1, "trainer.grad_accum must be at least 1"),
+        (t.max_skipped_steps >= 0,
+         f"trainer.max_skipped_steps={t.max_skipped_steps} must be >= 0 (0 = never stop for skipped steps)"),
         (0.0 <= t.ema_decay < 1.0, f"trainer.ema_decay={t.ema_decay} must be in [0, 1) (0 = off)"),
         (cfg.distributed.timeout_s > 0, "distributed.timeout_s must be positive (seconds)"),
         (cfg.distributed.adpsgd.skip_after_s > 0, "distributed.adpsgd.skip_after_s must be positive (seconds)"),

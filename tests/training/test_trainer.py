@@ -127,6 +127,8 @@ def test_labels_longer_than_the_output_frames_are_skipped(tmp_path):
     ("data.batch_seconds=2", "data.batch_seconds=2 is shorter than the longest training utterance"),
     ("features.window_ms=100000", "features.window_ms=100000.0 must be in (0, 1000]"),
     ("model.overrides={rnn_type: foo}", "rnn_type 'foo' is unknown"),
+    ("trainer.max_skipped_steps=-1", "trainer.max_skipped_steps=-1 must be >= 0"),
+    ("data.max_unreadable_batches=-3", "data.max_unreadable_batches=-3 must be >= 0"),
 ])
 def test_bad_config_is_one_clear_line_before_any_work(override, message, tmp_path, capsys):
     if "batch_seconds" in override:

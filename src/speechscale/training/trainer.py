@@ -166,6 +166,7 @@ class Trainer:
         self.stopped_by: str | None = None
         self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)
         self._unreadable = 0  # batches in a row with no utterance read
+        self._gone: DataUnreadable | None = None  # ranks in step: this one's reason to stop with the others
         self.ema = WeightAverage(self.model, t.ema_decay) if t.ema_decay > 0 else None
         seed_everything(derive_seed(t.seed, "process", self.rank))  # dropout and other streams differ per rank
         if resuming:
@@ -409,6 +410,9 @@ class Trainer:
                 f"{self._mark[4]}, epoch {self._mark[0]} sample {self._mark[1]}; the log names each file and why): the "
                 f"data is gone - a store down past its retries, expired credentials, an unmounted disk? Continue with "
                 f"trainer.resume=auto once it is back (data.max_unreadable_batches=0 skips and counts them instead)")
+            if self.world > 1 and self.strategy.lockstep:  # all ranks stop after this step (_step), none waiting
+                self._gone = self._gone or error
+                return
             self._save_before_failing(error)
             raise error
 
@@ -483,7 +487,16 @@ class Trainer:
         done = bool(t.max_steps and s.step >= t.max_steps)
         if done and lockstep:
             return True
-        return self.strategy.agree_stop(done or progress.budget.spent() or signals.received is not None)
+        stop = self.strategy.agree_stop(done or progress.budget.spent() or signals.received is not None
+                                        or self._gone is not None)
+        if stop and lockstep and self.strategy.any_rank(self._gone is not None):  # all ranks agreed on `stop`
+            error = self._gone or DataUnreadable(
+                f"another rank had {self.cfg.data.max_unreadable_batches} batches in a row with no utterance that "
+                f"could be read (its log names each file and why): the data is gone? Continue with "
+                f"trainer.resume=auto once it is back")
+            self._save_before_failing(error)
+            raise error
+        return stop
 
     def fit(self) -> dict[str, Any]:
         """Train until max_epochs, max_steps, max_minutes, target_wer or a stop signal; returns the summary:

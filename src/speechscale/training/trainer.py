@@ -298,7 +298,7 @@ class Trainer:
             raise Diverged(
                 f"the last {self._skipped_run} steps (to step {self.state.step}) were all skipped for a non-finite "
                 f"loss or gradient: the run diverged, and training on would change nothing. Try a lower optim.lr, "
-                f"a longer optim.warmup_steps or a smaller trainer.grad_clip; the weights are those of step "
+                f"a longer optim.warmup_steps or a smaller optim.grad_clip; the weights are those of step "
                 f"{self.state.step - self._skipped_run}, as in {self.ckpt_dir} (trainer.max_skipped_steps=0 trains on)")
 
     def validate(self) -> dict[str, float]:

@@ -132,6 +132,17 @@ def test_split_keeps_a_recordings_segments_in_one_split(joined, tmp_path):
     assert plain_splits == {frozenset({"train", "dev", "test"})}  # plain lines still drawn one by one, each seed
     summary = split_manifest(tmp_path / "m2.jsonl", tmp_path / "by", by="audio_filepath", dev=0.3, test=0.3, seed=0)
     assert sum(summary[s]["groups"] for s in ("train", "dev", "test")) == 2
+    moved = tmp_path / "elsewhere" / "corpus"  # the same corpus in another folder: the same split, line for line
+    moved.mkdir(parents=True)
+    for name in ("m2.jsonl", "long.wav", "other.wav"):
+        shutil.copy(tmp_path / name, moved / name)
+    for by in (None, "audio_filepath"):
+        for seed in range(8):
+            split_manifest(tmp_path / "m2.jsonl", tmp_path / "here", by=by, dev=0.3, test=0.3, seed=seed)
+            split_manifest(moved / "m2.jsonl", moved / "there", by=by, dev=0.3, test=0.3, seed=seed)
+            for s in ("train", "dev", "test"):
+                here, there = ((d / f"{s}.jsonl").read_text() for d in (tmp_path / "here", moved / "there"))
+                assert here == there, (by, seed, s)
     assert sum(summary[s]["utterances"] for s in ("train", "dev", "test")) == len(both) + len(plain)
 
 

@@ -30,10 +30,16 @@ def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-def _group(u: Utterance, by: str) -> str | None:
-    """The key of `u`'s group by field `by` (its recording's resolved path for audio_filepath); None without it."""
+def _recording(u: Utterance, base: str) -> str:
+    """`u`'s recording as its resolved path relative to `base` (the manifest's resolved folder): the same key
+    wherever the corpus is copied, so a seed gives the same split on every machine."""
+    return os.path.relpath(os.path.realpath(u.audio_path), base)
+
+
+def _group(u: Utterance, by: str, base: str) -> str | None:
+    """The key of `u`'s group by field `by` (its recording for audio_filepath); None without it."""
     if by == RECORDING:
-        return _key(os.path.realpath(u.audio_path))
+        return _key(_recording(u, base))
     return _key(u.extra[by]) if by in u.extra else None
 
 
@@ -49,6 +55,7 @@ def split_manifest(source: str | Path, out: str | Path, by: str | None = None, d
         raise ConfigError(f"{source}: data split takes a JSONL manifest; split the manifest the shards came from, then "
                           f"shard each split")
     source, out = Path(source), Path(out)
+    base = os.path.realpath(source.parent)
     for name in SPLITS:
         if (out / f"{name}.jsonl").exists() and source.exists() and (out / f"{name}.jsonl").samefile(source):
             raise ConfigError(f"--out {out} would write {name}.jsonl over the manifest being split; choose another "
@@ -58,7 +65,7 @@ def split_manifest(source: str | Path, out: str | Path, by: str | None = None, d
     first = SkipReport(str(source))
     for u in iter_manifest(source, first, check_files=False):
         total += u.duration
-        key = None if by is None else _group(u, by)
+        key = None if by is None else _group(u, by, base)
         if key is not None:
             hours[key] = hours.get(key, 0.0) + u.duration
     if not first.kept:
@@ -82,9 +89,9 @@ def split_manifest(source: str | Path, out: str | Path, by: str | None = None, d
     try:
         for u in iter_manifest(source, SkipReport(str(source)), check_files=False):
             if by is None:
-                name = _draw(seed, u.line if u.offset is None else os.path.realpath(u.audio_path), dev, test)
+                name = _draw(seed, u.line if u.offset is None else _recording(u, base), dev, test)
             else:
-                key = _group(u, by)
+                key = _group(u, by, base)
                 name = "train" if key is None else assign.get(key, "train")
                 summary[name]["groups"].add(key)
             record = u.record(os.path.relpath(u.audio_path, out))

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import torch
 
@@ -66,6 +66,15 @@ class DataUnreadable(RuntimeError):
 
 class Diverged(RuntimeError):
     """trainer.max_skipped_steps steps in a row were skipped for a non-finite loss or gradient."""
+
+
+class Position(NamedTuple):
+    """Where a failing run goes back to (Trainer._position): counts of what the data gave, not of events."""
+    epoch: int
+    consumed: int
+    samples_seen: int
+    counts: dict[str, int]
+    step: int
 
 
 class Trainer:
@@ -319,7 +328,7 @@ class Trainer:
         if not ending and self.strategy.any_rank(self._unreadable > 0):
             if self.rank == 0:
                 log.warning("no checkpoint at step %d: batches with no utterance read since step %d (the data may be "
-                            "gone); the last checkpoint stays the one to resume from", s.step, self._mark[4])
+                            "gone); the last checkpoint stays the one to resume from", s.step, self._mark.step)
             return
         best = wer is not None and (wer < s.best_wer or (wer == s.best_wer and not storage.exists(
             storage.join(self.ckpt_dir, "best.pt"))))
@@ -387,11 +396,12 @@ class Trainer:
                 micro = []
         return bool(micro) and self._step(micro, runlog, progress, signals)
 
-    def _position(self) -> tuple[int, int, int, dict[str, int], int]:
-        """(epoch, consumed, samples seen, counts of what the data gave, step): where a failing run goes back to,
-        taken after each step that read data. Counts of events (steps skipped, loader restarts) are not taken back."""
+    def _position(self) -> Position:
+        """Where a failing run goes back to, taken after each step that read data. Counts of events (steps skipped,
+        loader restarts) are not taken back."""
         s = self.state
-        return s.epoch, s.consumed, s.samples_seen, {k: s.counters[k] for k in (*SKIP_REASONS, "dropped_tail")}, s.step
+        return Position(s.epoch, s.consumed, s.samples_seen,
+                        {k: s.counters[k] for k in (*SKIP_REASONS, "dropped_tail")}, s.step)
 
     def _check_readable(self, batch: Batch) -> None:
         """Count batches in a row of which every utterance was unreadable; at data.max_unreadable_batches the run
@@ -405,9 +415,10 @@ class Trainer:
         self._unreadable += 1
         limit = self.cfg.data.max_unreadable_batches
         if limit and self._unreadable >= limit:
+            mark = self._mark
             error = DataUnreadable(
-                f"{self._unreadable} batches in a row had no utterance that could be read (after step "
-                f"{self._mark[4]}, epoch {self._mark[0]} sample {self._mark[1]}; the log names each file and why): the "
+                f"{self._unreadable} batches in a row had no utterance that could be read (after step {mark.step}, "
+                f"epoch {mark.epoch} sample {mark.consumed}; the log names each file and why): the "
                 f"data is gone - a store down past its retries, expired credentials, an unmounted disk? Continue with "
                 f"trainer.resume=auto once it is back (data.max_unreadable_batches=0 skips and counts them instead)")
             if self.world > 1 and self.strategy.lockstep:  # all ranks stop after this step (_step), none waiting
@@ -425,8 +436,9 @@ class Trainer:
             log.error("rank %d: stopped at epoch %d step %d (%s); the run continues from its last checkpoint with "
                       "trainer.resume=auto", self.rank, s.epoch, s.step, error_line(error))
             return
-        s.epoch, s.consumed, s.samples_seen, counters, _ = self._mark  # no step since: empty batches take none
-        s.counters.update(counters)
+        mark = self._mark  # no step since: empty batches take none
+        s.epoch, s.consumed, s.samples_seen = mark.epoch, mark.consumed, mark.samples_seen
+        s.counters.update(mark.counts)
         try:
             self.sync()
             self.save()

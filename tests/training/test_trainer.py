@@ -1,4 +1,5 @@
 """The training loop on real audio: bad input is counted not fatal, non-finite steps are skipped."""
+import copy
 import json
 import math
 
@@ -76,6 +77,14 @@ def test_nonfinite_loss_and_gradient_skip_the_step(tiny_corpus, tmp_path, precis
     assert not all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     assert all(torch.isfinite(buffers[k]).all() and not torch.equal(buffers[k], b) for k, b in stats.items())
     assert trainer.state.counters["nonfinite_loss"] == 1 and trainer.state.counters["nonfinite_grad"] == 1
+    taken = copy.deepcopy((trainer.model.state_dict(), trainer.optimizer.state_dict()))  # momentum, weight decay
+    assert any(v["exp_avg"].abs().sum() > 0 for v in taken[1]["state"].values())
+    trainer.optimizer_step([type(batch)(batch.feats[:0], batch.feat_lens[:0], batch.targets[:0], batch.target_lens[:0],
+                                        [], [], {})])  # no sample on any rank: no update
+    trainer.sync()
+    after = (trainer.model.state_dict(), trainer.optimizer.state_dict())
+    assert all(torch.equal(v, after[0][k]) for k, v in taken[0].items())
+    assert all(torch.equal(v, after[1]["state"][i][k]) for i, st in taken[1]["state"].items() for k, v in st.items())
 
 
 def test_a_run_whose_every_step_is_skipped_stops_as_diverged_with_its_weights_unchanged(tmp_path, capsys):

@@ -72,8 +72,9 @@ class Precision:
     def step(self, optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
         """Apply the update unless `skip` (a device bool) is set, without a host sync where the optimizer
         supports it (fused optimizers take a found-inf flag); fp16 also updates the loss scale."""
-        if self.scaling:
-            self.scaler.step(optimizer)  # skips by itself on inf/NaN gradients
+        if self.scaling:  # the scaler syncs anyway, and skips by itself on inf/NaN gradients
+            if not bool(skip):
+                self.scaler.step(optimizer)
             self.scaler.update()
             return
         step_if(optimizer, skip)
@@ -115,10 +116,11 @@ def step_if(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
 def clip_and_step(params: list[torch.Tensor], loss: torch.Tensor, grad_clip: float,
                   step: Callable[[torch.Tensor], None]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The update after backward, without a host sync: clip the gradients of `params` to `grad_clip`, flag a
-    non-finite loss or gradient, and call `step(skip)` (device bool: either flag). Returns (norm, bad loss, bad
-    gradient); a bad loss is not also counted as a bad gradient."""
+    non-finite loss or gradient, and call `step(skip)` (device bool: either flag, or a gradient of exactly zero:
+    no sample on any rank, whose step would still move the weights by momentum and weight decay). Returns (norm,
+    bad loss, bad gradient); a bad loss is not also counted as a bad gradient."""
     norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
     bad_loss = ~torch.isfinite(loss)
     bad_grad = ~torch.isfinite(norm) & ~bad_loss
-    step(bad_loss | bad_grad)
+    step(bad_loss | bad_grad | (norm == 0))
     return norm, bad_loss, bad_grad

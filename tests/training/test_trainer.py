@@ -183,20 +183,7 @@ def test_data_that_stays_unreadable_stops_the_run_at_its_last_step_and_a_resume_
     from speechscale.storage.checkpoints import load_checkpoint
     from speechscale.training.trainer import DataUnreadable
 
-    src = shared("ldc93s1")
-    (tmp_path / "audio").mkdir()
-    rows = []
-    for i in range(4):  # epochs of 4 batches of one utterance
-        (tmp_path / "audio" / f"u{i}.wav").write_bytes((src / "LDC93S1.wav").read_bytes())
-        rows.append(json.dumps({"audio_filepath": f"audio/u{i}.wav", "duration": 2.92, "text": "she had your dark suit"}))
-    (tmp_path / "m.jsonl").write_text("\n".join(rows) + "\n")
-
-    def trainer(out, *more):
-        return Trainer(load_recipe(None, [f"data.train_manifest={tmp_path}/m.jsonl", f"data.val_manifest={tmp_path}/m.jsonl",
-                                          f"trainer.out_dir={out}", "trainer.max_epochs=3", "trainer.progress=false",
-                                          "data.batch_seconds=3", "data.sortagrad=false", "features.sample_rate=8000",
-                                          "model.overrides={rnn_hidden: 32, rnn_layers: 1}", *more]))
-
+    trainer = _four_batch_epochs(tmp_path)
     straight = trainer(tmp_path / "straight")
     assert straight.fit()["step"] == 12
     failing = trainer(tmp_path / "failing", "data.max_unreadable_batches=6")
@@ -239,6 +226,57 @@ def _unmount_after(step, micro, trainer, tmp_path):
     if trainer.state.step == 6:
         (tmp_path / "audio").rename(tmp_path / "away")
     return loss
+
+
+def _four_batch_epochs(tmp_path):
+    """A corpus in tmp_path/audio of 4 copies of LDC93S1, one a batch; returns trainer(out, *overrides)."""
+    src = shared("ldc93s1")
+    (tmp_path / "audio").mkdir()
+    rows = []
+    for i in range(4):
+        (tmp_path / "audio" / f"u{i}.wav").write_bytes((src / "LDC93S1.wav").read_bytes())
+        rows.append(json.dumps({"audio_filepath": f"audio/u{i}.wav", "duration": 2.92, "text": "she had your dark suit"}))
+    (tmp_path / "m.jsonl").write_text("\n".join(rows) + "\n")
+
+    def trainer(out, *more):
+        return Trainer(load_recipe(None, [f"data.train_manifest={tmp_path}/m.jsonl", f"data.val_manifest={tmp_path}/m.jsonl",
+                                          f"trainer.out_dir={out}", "trainer.max_epochs=3", "trainer.progress=false",
+                                          "data.batch_seconds=3", "data.sortagrad=false", "features.sample_rate=8000",
+                                          "model.overrides={rnn_hidden: 32, rnn_layers: 1}", *more]))
+    return trainer
+
+
+def test_a_stop_signal_amid_unreadable_batches_saves_the_position_before_them(tmp_path):
+    """SIGTERM arrives while the audio is away, before data.max_unreadable_batches is reached; the stretch crosses
+    an epoch's end, where the signal is acted on. The checkpoint is the position after the last step that read
+    data, so with the audio back a resume reads those batches and ends with the weights of a run that never
+    lost them (the position after them would have skipped two of the epoch's batches)."""
+    import os
+    import signal
+
+    from speechscale.storage.checkpoints import load_checkpoint
+
+    trainer = _four_batch_epochs(tmp_path)
+    straight = trainer(tmp_path / "straight")
+    straight.fit()
+    cut = trainer(tmp_path / "cut")
+    cut.train_step = lambda micro, step=cut.train_step: _unmount_after(step, micro, cut, tmp_path)
+    check = cut._check_readable
+
+    def check_then_signal(batch):
+        check(batch)
+        if cut._unreadable == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    cut._check_readable = check_then_signal
+    assert cut.fit()["stopped_by"] == "SIGTERM"
+    saved = load_checkpoint(tmp_path / "cut" / "checkpoints" / "last.pt")["training"]
+    assert (saved["epoch"], saved["step"], saved["consumed"], saved["counters"]["bad_audio"]) == (1, 6, 2, 0)
+    (tmp_path / "away").rename(tmp_path / "audio")
+    resumed = trainer(tmp_path / "cut", "trainer.resume=auto")
+    assert resumed.fit()["step"] == 12 and resumed.state.counters["bad_audio"] == 0
+    for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_gradient_accumulation_equals_one_batch_of_the_same_samples(tmp_path):

@@ -436,9 +436,7 @@ class Trainer:
             log.error("rank %d: stopped at epoch %d step %d (%s); the run continues from its last checkpoint with "
                       "trainer.resume=auto", self.rank, s.epoch, s.step, error_line(error))
             return
-        mark = self._mark  # no step since: empty batches take none
-        s.epoch, s.consumed, s.samples_seen = mark.epoch, mark.consumed, mark.samples_seen
-        s.counters.update(mark.counts)
+        self._go_back()
         try:
             self.sync()
             self.save()
@@ -448,6 +446,22 @@ class Trainer:
             return
         log.error("stopped at epoch %d step %d (%s): checkpoint written; continue with trainer.resume=auto",
                   s.epoch, s.step, error_line(error))
+
+    def _go_back(self) -> None:
+        """Back to the last step that read data (no step since: empty batches take none); the batches read since
+        are given back."""
+        s, mark = self.state, self._mark
+        s.epoch, s.consumed, s.samples_seen = mark.epoch, mark.consumed, mark.samples_seen
+        s.counters.update(mark.counts)
+
+    def _back_before_unreadable(self) -> None:
+        """Before the checkpoint of a run cut short (a signal, its time budget): a one-process run amid batches it
+        could not read goes back before them, so that a resume reads them again rather than starting past them.
+        Ranks in step with others keep their position (each rank's last step with data differs)."""
+        if self._unreadable and self.world == 1 and self.strategy.lockstep:
+            log.warning("%d batches with no utterance read since step %d: the checkpoint resumes before them",
+                        self._unreadable, self._mark.step)
+            self._go_back()
 
     def _epoch_batches(self) -> Iterator[tuple[int, Batch]]:
         """(index in the loader's pass, batch) for the rest of the epoch. A loader worker that dies (the kernel's OOM
@@ -544,6 +558,7 @@ class Trainer:
                     self.precision.check()
                     if self.strategy.any_rank(signals.received is not None):  # save at once, no validation
                         self.sync()
+                        self._back_before_unreadable()
                         self.save()
                         self.stopped_by = signals.name or "SIGTERM"  # a peer rank's signal
                         if main:
@@ -555,6 +570,7 @@ class Trainer:
                         self._checkpoint(last["wer"], ending=True)
                         break
                     if self.strategy.any_rank(budget.spent()):
+                        self._back_before_unreadable()
                         self._checkpoint(last["wer"], ending=True)
                         self.stopped_by = "max_minutes"
                         if main:

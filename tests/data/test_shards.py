@@ -2,10 +2,12 @@
 import json
 import shutil
 import tarfile
+import zlib
 
 import fsspec
 import numpy as np
 import pytest
+import torch
 
 from speechscale.components import build_components
 from speechscale.config import Config, DataConfig, FeatureConfig
@@ -130,7 +132,7 @@ def test_corrupt_truncated_and_misplaced_members_are_skipped_and_named(tmp_path,
     _, dataset, _ = _source(tmp_path / "sh")
     items = _items(dataset)
     assert items[1] == {"skip": "bad_audio"} and all("feats" in items[i] for i in (0, 2, 3, 4, 5))
-    assert f"shard-000000.tar member {key}.wav" in caplog.text
+    assert f"shard-000000.tar member {key}: its bytes are not those written" in caplog.text
     # shards swapped after the check (same sizes): the members are not where the index says
     a, b = tmp_path / "sh" / "shard-000000.tar", tmp_path / "sh" / "shard-000001.tar"
     da, db = a.read_bytes(), b.read_bytes()
@@ -140,6 +142,49 @@ def test_corrupt_truncated_and_misplaced_members_are_skipped_and_named(tmp_path,
     assert "not in the shard where the index says" in caplog.text
     b.write_bytes(db[:2000])  # truncated while a run reads it: skipped, not a crash
     assert _items(dataset)[5] == {"skip": "bad_audio"}
+
+
+@pytest.mark.parametrize("codec", [None, "flac"])
+def test_bytes_that_rot_after_writing_are_caught_by_the_index_checksums(tmp_path, caplog, codec):
+    """Zeroed pages inside an audio member still decode (as silence) and a flipped letter in a transcript still
+    reads: only the CRC-32 the index holds for each utterance's bytes tells them from what was written. An index
+    without checksums (another tool's tars) reads them as before; a malformed one is refused when it loads."""
+    write_shards(str(_manifest(tmp_path, 6)), tmp_path / "sh", shard_size=3, codec=codec)
+    index = ShardIndex(str(tmp_path / "sh"))
+    fs = fsspec.filesystem("memory")
+    try:
+        write_shards(str(_manifest(tmp_path, 6)), "memory://rot/corpus", shard_size=3, codec=codec)
+        for s in range(2):  # each span's bytes as written, recomputed from the files (a local one, an upload)
+            members, crcs = index.entries(s)
+            for tar in (tmp_path / "sh" / f"shard-00000{s}.tar").read_bytes(), fs.cat(f"/rot/corpus/shard-00000{s}.tar"):
+                assert crcs == [zlib.crc32(tar[start:end]) for _, _, start, end in members]
+        assert ShardIndex("memory://rot/corpus/index.jsonl").entries(1)[1] == index.entries(1)[1]
+    finally:
+        fs.rm("/rot", recursive=True)
+    before = _items(_source(tmp_path / "sh")[1])
+    path = tmp_path / "sh" / "shard-000000.tar"
+    raw = bytearray(path.read_bytes())
+    (key, *_, end), (key2, *_) = index.members(0)[1], index.members(0)[2]
+    raw[end - 2048:end - 1024] = bytes(1024)  # inside the audio: a wav still decodes
+    letter = raw.index(b'"text": "', raw.index(f"{key2}.json".encode())) + 9
+    raw[letter] = ord("q") if raw[letter] != ord("q") else ord("z")  # one letter of the transcript
+    path.write_bytes(bytes(raw))
+    items = _items(_source(tmp_path / "sh")[1])
+    assert items[1] == items[2] == {"skip": "bad_audio"}
+    assert all(torch.equal(items[i]["feats"], before[i]["feats"]) for i in (0, 3, 4, 5))
+    assert f"member {key}: its bytes are not those written" in caplog.text and f"member {key2}: its" in caplog.text
+    lines = (tmp_path / "sh" / "index.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in lines[1:]]
+    for r in rows:
+        del r["crc32"]
+    (tmp_path / "sh" / "index.jsonl").write_text("\n".join([lines[0], *map(json.dumps, rows)]) + "\n")
+    unchecked = _items(_source(tmp_path / "sh")[1])
+    assert all("feats" in unchecked[i] for i in range(6) if codec is None or i != 1)  # a FLAC frame checks itself
+    assert unchecked[2]["text"] != before[2]["text"]  # what a reader without the checksums trains on
+    rows[0]["crc32"] = ["0"] * 3
+    (tmp_path / "sh" / "index.jsonl").write_text("\n".join([lines[0], *map(json.dumps, rows)]) + "\n")
+    with pytest.raises(ShardError, match="checksums not one integer each"):
+        ShardIndex(str(tmp_path / "sh"))
 
 
 def test_shards_stream_from_an_fsspec_url(tmp_path):
@@ -184,8 +229,8 @@ def test_a_batch_streams_over_http_in_exact_ranges_all_at_once(tmp_path):
             server.requests.clear()
             server.sent = server.most_at_once = 0
             items = read()
-            assert server.sent == sum(end - start for _, _, _, start, end in spans), name
-            assert sorted(r for _, r in server.requests) == sorted(f"bytes={a}-{b - 1}" for *_, a, b in spans), name
+            assert server.sent == sum(sp.end - sp.start for sp in spans), name
+            assert sorted(r for _, r in server.requests) == sorted(f"bytes={sp.start}-{sp.end - 1}" for sp in spans), name
             assert server.most_at_once == 8, name
             for i, it in enumerate(items):
                 assert it["text"] == local[i]["text"] and torch.equal(it["feats"], local[i]["feats"]), (name, i)

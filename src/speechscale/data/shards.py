@@ -3,12 +3,14 @@
 `write_shards` turns a manifest into `shard-000000.tar`, ... (per utterance a `KEY.json` member with text
 and duration and a `KEY.flac`/`.wav`/... audio member, in that order: WebDataset and `tar` read them) and
 `index.jsonl`: a header line, then one line per shard with its name, bytes, utterances, seconds and its
-members as [key, duration, start, end] (byte span of the two members' headers and data). The index lets a
-reader plan batches from durations without opening a shard, and read one utterance with one ranged read
-(`pread` locally, a range request through fsspec), so ranks and loader workers read only what they train on.
+members as [key, duration, start, end] (byte span of the two members' headers and data), with `crc32`, the
+CRC-32 of each span's bytes. The index lets a reader plan batches from durations without opening a shard, and
+read one utterance with one ranged read (`pread` locally, a range request through fsspec), so ranks and loader
+workers read only what they train on.
 
 A shard is read at the offsets of its index line; the tar headers found there must name the expected key,
-so a shard that does not match its index is detected, not misread.
+and the bytes read must have the CRC the index holds (indexes of other tools' tars hold none), so a shard that
+does not match its index, or whose bytes have rotted since it was written, is detected, not misread.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import posixpath
 import tarfile
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -113,10 +116,14 @@ def has_index_header(fs: Any, path: str) -> bool:
 
 
 # ---- writing --------------------------------------------------------------------------------------------
-def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+def _add(tar: tarfile.TarFile, name: str, data: bytes, crc: int = 0) -> int:
+    """Add member `name` holding `data`; returns `crc` continued over the bytes it takes in the tar (header, data,
+    padding to the block)."""
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime = len(data), 0o644, 0
     tar.addfile(info, io.BytesIO(data))
+    crc = zlib.crc32(info.tobuf(tar.format, tar.encoding, tar.errors), crc)
+    return zlib.crc32(bytes(-len(data) % tarfile.BLOCKSIZE), zlib.crc32(data, crc))
 
 
 def write_shards(manifest: str, out: str | Path, shard_size: int = 1000, codec: str | None = None,
@@ -191,7 +198,7 @@ def _write_shard(work: tuple[str, int, list[Any], str | None]) -> tuple[dict[str
     (its index line, utterances skipped for unreadable audio)."""
     out, s, utts, codec = work
     name = f"shard-{s:06d}.tar"
-    members, texts, seconds, unreadable = [], [], 0.0, 0
+    members, texts, crcs, seconds, unreadable = [], [], [], 0.0, 0
     with fsspec.open(f"{out}/{name}", "wb") as f, \
             tarfile.open(fileobj=f, mode="w|" if is_remote(out) else "w", format=tarfile.USTAR_FORMAT) as tar:
         for i, u in enumerate(utts):
@@ -205,14 +212,14 @@ def _write_shard(work: tuple[str, int, list[Any], str | None]) -> tuple[dict[str
             start = tar.offset
             meta = {"text": u.raw_text, "duration": duration, "source": os.path.basename(u.audio_path),
                     **({} if u.offset is None else {"source_offset": u.offset}), **u.extra}
-            _add(tar, f"{key}.json", json.dumps(meta, ensure_ascii=False).encode())
-            _add(tar, f"{key}.{ext}", audio)
+            crc = _add(tar, f"{key}.json", json.dumps(meta, ensure_ascii=False).encode())
+            crcs.append(_add(tar, f"{key}.{ext}", audio, crc))
             members.append([key, round(duration, 4), start, tar.offset])
             texts.append(u.raw_text)
             seconds += duration
     fs, path = fsspec.core.url_to_fs(f"{out}/{name}")
     line = {"shard": name, "bytes": fs.size(path), "utterances": len(members),
-            "seconds": round(seconds, 3), "members": members, "texts": texts}
+            "seconds": round(seconds, 3), "members": members, "texts": texts, "crc32": crcs}
     return line, unreadable
 
 
@@ -321,13 +328,16 @@ class ShardIndex:
                     url = self._resolve(str(head["shard"]), allow_external)
                     entry = ShardEntry(url, int(head["bytes"]), int(head["utterances"]), float(head["seconds"]),
                                        offset)
-                    members = head["members"]
+                    members, crcs = head["members"], head.get("crc32", [0] * entry.utterances)
                     ok = isinstance(members, list) and all(isinstance(m, list) and len(m) == 4 for m in members)
+                    ok = ok and isinstance(crcs, list) and len(crcs) == entry.utterances and all(
+                        isinstance(c, int) for c in crcs)
                 except (ValueError, KeyError, TypeError) as e:
                     raise ShardError(f"{path}: shard line at byte {offset} is malformed ({e})") from None
                 if not ok or len(members) != entry.utterances:
                     raise ShardError(f"{path}: shard line at byte {offset} says {entry.utterances} utterances but "
-                                     f"lists {len(members) if isinstance(members, list) else 'no'} members; "
+                                     f"lists {len(members) if isinstance(members, list) else 'no'} members (or "
+                                     f"checksums not one integer each); "
                                      f"rewrite the index with `speechscale data shard`")
                 self.shards.append(entry)
         if not self.shards:
@@ -368,9 +378,14 @@ class ShardIndex:
 
     def members(self, shard: int) -> list[list[Any]]:
         """Shard `shard`'s members as [key, duration, start, end], in tar order."""
+        return self.entries(shard)[0]
+
+    def entries(self, shard: int) -> tuple[list[list[Any]], list[int] | None]:
+        """Shard `shard`'s members and the CRC-32 of each one's bytes (None in an index without them)."""
         with open(self.local, "rb") as f:
             f.seek(self.shards[shard].line_offset)
-            return parse_json(f.readline())["members"]
+            line = parse_json(f.readline())
+        return line["members"], line.get("crc32")
 
     def lines(self) -> Iterator[dict[str, Any]]:
         """Each shard's line (members, transcripts) in index order, read once from the index."""

@@ -16,14 +16,15 @@ from __future__ import annotations
 import bisect
 import heapq
 import logging
-from typing import Any, Callable
+import zlib
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
 
 from ..config import AugmentConfig
 from ..storage.seeds import generator
-from .audio import decode_audio
+from .audio import AudioError, decode_audio
 from .dataset import SpeechDataset, TextError
 from .features import FeatureExtractor
 from .manifest import MAX_DURATION_S
@@ -141,6 +142,16 @@ class ShardUnits:
         return samples[w] + sum(len(b) for b in self._window_units(epoch, w)[:j])
 
 
+class Span(NamedTuple):
+    """Where one utterance's members lie in its shard, and the CRC-32 of those bytes (None when not indexed)."""
+    url: str
+    key: str
+    duration: float
+    start: int
+    end: int
+    crc: int | None
+
+
 class ShardDataset(SpeechDataset):
     """Utterances by global id from a shard index: one ranged read per utterance (json + audio members), a
     batch's reads made at once (`__getitems__`), the transcript normalized and checked as it is read (`check`
@@ -154,8 +165,8 @@ class ShardDataset(SpeechDataset):
         self.index, self.normalize, self.check = index, normalize, check
         self.reader = ShardReader()
         self.text_field = str(index.header.get("text_field", "text"))
-        self._members: dict[int, list[list[Any]]] = {}
-        self._fetched: dict[int, tuple[tuple[str, str, float, int, int], bytes | Exception]] = {}  # id -> (span, bytes)
+        self._members: dict[int, tuple[list[list[Any]], list[int] | None]] = {}
+        self._fetched: dict[int, tuple[Span, bytes | Exception]] = {}  # id -> (span, bytes)
 
     def __len__(self) -> int:
         return self.index.utterances
@@ -172,33 +183,38 @@ class ShardDataset(SpeechDataset):
     def prefetch(self, ids: list[int]) -> None:
         """Read the members of utterances `ids` at once (ShardReader.fetch); _load takes them from here."""
         spans = [self._span(i) for i in ids]
-        chunks = self.reader.fetch([(url, start, end) for url, _, _, start, end in spans])
+        chunks = self.reader.fetch([(sp.url, sp.start, sp.end) for sp in spans])
         self._fetched = {i: (span, chunk) for i, span, chunk in zip(ids, spans, chunks)}
 
     def release(self) -> None:
         """Forget what prefetch read (its batch is made)."""
         self._fetched = {}
 
-    def _shard_members(self, s: int) -> list[list[Any]]:
+    def _shard_entries(self, s: int) -> tuple[list[list[Any]], list[int] | None]:
         if s not in self._members:
             if len(self._members) >= 4:
                 self._members.pop(next(iter(self._members)))
-            self._members[s] = self.index.members(s)
+            self._members[s] = self.index.entries(s)
         return self._members[s]
 
-    def _span(self, i: int) -> tuple[str, str, float, int, int]:
-        """(shard url, key, duration, start, end) of utterance `i`: where its members lie."""
+    def _span(self, i: int) -> Span:
+        """Where utterance `i`'s members lie."""
         s, m = self.index.locate(i)
-        key, duration, start, end = self._shard_members(s)[m]
-        return self.index.shards[s].url, key, duration, start, end
+        members, crcs = self._shard_entries(s)
+        key, duration, start, end = members[m]
+        return Span(self.index.shards[s].url, key, duration, start, end, None if crcs is None else crcs[m])
 
     def _load(self, i: int) -> tuple[np.ndarray, str, str, float]:
         if i in self._fetched:
-            (url, key, duration, _, _), chunk = self._fetched[i]
+            span, chunk = self._fetched[i]
         else:
-            url, key, duration, start, end = self._span(i)
-            chunk = self.reader.fetch([(url, start, end)])[0]
+            span = self._span(i)
+            chunk = self.reader.fetch([(span.url, span.start, span.end)])[0]
+        url, key, duration = span.url, span.key, span.duration
         raw, audio, name = self.reader.parse(url, key, chunk, self.text_field)
+        if span.crc is not None and zlib.crc32(chunk) != span.crc:  # type: ignore[arg-type]
+            raise AudioError(f"{url} member {key}: its bytes are not those written (their CRC-32 differs from the "
+                             f"index's): a damaged shard")
         wav = decode_audio(audio, f"{url} member {name}", self.features.cfg.sample_rate, self.max_seconds)
         text = self.normalize(raw) if raw is not None else ""
         why = "empty text" if not text else self.check(text, duration)

@@ -187,6 +187,40 @@ def test_bytes_that_rot_after_writing_are_caught_by_the_index_checksums(tmp_path
         ShardIndex(str(tmp_path / "sh"))
 
 
+def test_data_verify_names_the_damaged_utterances_before_a_run(tmp_path, capsys):
+    """`data verify` reads every shard (in order, or N at a time) and names each utterance whose bytes are not those
+    written; exit status 1 then, 0 on a sound corpus; an index without checksums counts its utterances unchecked;
+    a shard missing is one line (status 2) before any is read."""
+    write_shards(str(_manifest(tmp_path, 7)), tmp_path / "sh", shard_size=3)
+    for jobs in ("1", "2"):
+        code, out, err = main_cli(capsys, "-q", "data", "verify", str(tmp_path / "sh"), "--jobs", jobs)
+        assert code == 0, err
+        assert {k: v for k, v in json.loads(out).items() if k != "index"} == {
+            "shards": 3, "utterances": 7, "checked": 7, "unchecked": 0, "damaged": 0, "first_damaged": []}
+    index = ShardIndex(str(tmp_path / "sh"))
+    for shard, member in ((0, 2), (2, 0)):
+        path = tmp_path / "sh" / f"shard-00000{shard}.tar"
+        raw = bytearray(path.read_bytes())
+        raw[index.members(shard)[member][3] - 600] ^= 1  # one bit of the audio's last block
+        path.write_bytes(bytes(raw))
+    for jobs in ("1", "2"):
+        code, out, _ = main_cli(capsys, "-q", "data", "verify", str(tmp_path / "sh" / "index.jsonl"), "--jobs", jobs)
+        got = json.loads(out)
+        assert code == 1 and got["damaged"] == 2 and got["checked"] == 7
+        assert [x.rsplit("/", 1)[1] for x in got["first_damaged"]] == [
+            f"shard-000000.tar member {index.members(0)[2][0]}", f"shard-000002.tar member {index.members(2)[0][0]}"]
+    lines = (tmp_path / "sh" / "index.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in lines[1:]]
+    del rows[1]["crc32"]
+    (tmp_path / "sh" / "index.jsonl").write_text("\n".join([lines[0], *map(json.dumps, rows)]) + "\n")
+    code, out, _ = main_cli(capsys, "-q", "data", "verify", str(tmp_path / "sh"))
+    assert code == 1 and {k: json.loads(out)[k] for k in ("checked", "unchecked", "damaged")} == {
+        "checked": 4, "unchecked": 3, "damaged": 2}
+    (tmp_path / "sh" / "shard-000001.tar").unlink()
+    code, out, err = main_cli(capsys, "-q", "data", "verify", str(tmp_path / "sh"))
+    assert code == 2 and not out and err.count("\n") == 1 and "shard-000001.tar" in err, err
+
+
 def test_shards_stream_from_an_fsspec_url(tmp_path):
     write_shards(str(_manifest(tmp_path, 5)), tmp_path / "sh", shard_size=2)
     fs = fsspec.filesystem("memory")

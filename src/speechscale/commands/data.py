@@ -73,6 +73,14 @@ def data_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def data_verify(args: argparse.Namespace) -> int:
+    from ..data.verify import verify_shards
+
+    result = verify_shards(args.index, args.jobs, progress=not args.quiet)
+    print(json.dumps(result, ensure_ascii=False))
+    return 1 if result["damaged"] else 0
+
+
 def data_stats(args: argparse.Namespace) -> int:
     from ..data.stats import corpus_stats
 
@@ -199,6 +207,11 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                          "JSON member has; a KEY.txt member serves when there is none)")
     dx.add_argument("--jobs", type=positive(int), default=1, help="processes that read tars side by side")
     dx.set_defaults(func=data_index)
+    dv = command(dsub, "verify", "read every shard of an index and check each utterance's bytes against the index's "
+                                 "CRC-32 (exit status 1 when any is damaged)")
+    dv.add_argument("index", help="the shard index (a folder holding index.jsonl, the file, or a URL)")
+    dv.add_argument("--jobs", type=positive(int), default=1, help="processes that read shards side by side")
+    dv.set_defaults(func=data_verify)
     dt = command(dsub, "stats", "what manifests or shard indexes hold: hours, durations, speaking rates (transcripts "
                                 "that may not fit their audio), fields")
     dt.add_argument("sources", nargs="+", help="JSONL manifests or shard indexes, counted together")

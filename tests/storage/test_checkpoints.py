@@ -150,6 +150,32 @@ def test_auto_resume_passes_over_a_torn_newest_checkpoint(tmp_path):
     assert resumed.state.step == 3
 
 
+def test_a_bit_flipped_in_a_saved_weight_is_caught_and_auto_resume_passes_over_it(tmp_path):
+    """torch.load reads a checkpoint whose bytes changed after saving (bit rot, a bad copy) as a changed weight; the
+    CRC-32 each record was written with tells it, and resume=auto takes the checkpoint before."""
+    import zipfile
+
+    from speechscale.storage.checkpoints import newest_checkpoint
+
+    _trainer(tmp_path, 3, "trainer.checkpoint_every_steps=1", "data.batch_seconds=3", "data.sortagrad=false").fit()
+    ckpts = tmp_path / "checkpoints"
+    good = load_checkpoint(ckpts / "step-000000003.pt")
+    newest = ckpts / "step-000000003.pt"  # the pointer's target (last.pt, its copy, is left as it is)
+    data = bytearray(newest.read_bytes())
+    with zipfile.ZipFile(newest) as archive:  # the largest tensor's bytes: the file's own layout
+        record = max(archive.infolist(), key=lambda r: r.file_size)
+    data[data.index(record.filename.encode(), record.header_offset) + len(record.filename) + 100] ^= 0x01
+    newest.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=rf"step-000000003.pt is damaged: its record {record.filename} does "
+                                              r"not match the CRC-32 written with it"):
+        load_checkpoint(newest)
+    unchecked = torch.load(newest, weights_only=True)  # what loading without the check gives
+    assert sum(not torch.equal(v, good["model"][k]) for k, v in unchecked["model"].items()) == 1
+    assert (ckpts / "latest").read_text().strip() == newest.name
+    path, state = newest_checkpoint(ckpts)
+    assert path.endswith("step-000000002.pt") and state["training"]["step"] == 2
+
+
 def test_a_kill_during_checkpoint_writes_leaves_the_last_good_checkpoint_intact(tmp_path):
     """A process writes big checkpoints in a loop and is SIGKILLed while a temp file is being written:
     the pointer and resume find a complete checkpoint, and every file under a checkpoint name is whole."""

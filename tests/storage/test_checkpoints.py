@@ -160,7 +160,7 @@ def test_a_bit_flipped_in_a_saved_weight_is_caught_and_auto_resume_passes_over_i
     _trainer(tmp_path, 3, "trainer.checkpoint_every_steps=1", "data.batch_seconds=3", "data.sortagrad=false").fit()
     ckpts = tmp_path / "checkpoints"
     good = load_checkpoint(ckpts / "step-000000003.pt")
-    newest = ckpts / "step-000000003.pt"  # the pointer's target (last.pt, its copy, is left as it is)
+    newest = ckpts / "step-000000003.pt"  # the pointer's target (and last.pt, a hard link to it)
     data = bytearray(newest.read_bytes())
     with zipfile.ZipFile(newest) as archive:  # the largest tensor's bytes: the file's own layout
         record = max(archive.infolist(), key=lambda r: r.file_size)
@@ -172,6 +172,8 @@ def test_a_bit_flipped_in_a_saved_weight_is_caught_and_auto_resume_passes_over_i
     unchecked = torch.load(newest, weights_only=True)  # what loading without the check gives
     assert sum(not torch.equal(v, good["model"][k]) for k, v in unchecked["model"].items()) == 1
     assert (ckpts / "latest").read_text().strip() == newest.name
+    with pytest.raises(CheckpointError, match="last.pt is damaged"):
+        load_checkpoint(ckpts / "last.pt")
     path, state = newest_checkpoint(ckpts)
     assert path.endswith("step-000000002.pt") and state["training"]["step"] == 2
 

@@ -174,6 +174,15 @@ def test_a_bit_flipped_in_a_saved_weight_is_caught_and_auto_resume_passes_over_i
     assert (ckpts / "latest").read_text().strip() == newest.name
     with pytest.raises(CheckpointError, match="last.pt is damaged"):
         load_checkpoint(ckpts / "last.pt")
+    try:  # a writer that stores no CRCs (0): nothing to check against, so the file loads
+        torch.serialization.set_crc32_options(False)
+        save_checkpoint(tmp_path / "no-crc.pt", good)
+    finally:
+        torch.serialization.set_crc32_options(True)
+    with zipfile.ZipFile(tmp_path / "no-crc.pt") as archive:
+        assert {r.CRC for r in archive.infolist()} == {0}
+    plain = load_checkpoint(tmp_path / "no-crc.pt")["model"]
+    assert all(torch.equal(v, good["model"][k]) for k, v in plain.items())
     path, state = newest_checkpoint(ckpts)
     assert path.endswith("step-000000002.pt") and state["training"]["step"] == 2
 

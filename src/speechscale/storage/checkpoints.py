@@ -88,14 +88,27 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
 def _damaged_record(data: bytes) -> str | None:
     """The first record of torch's zip format in `data` whose bytes fail the CRC-32 the writer stored (torch.load
     does not check them: a flipped bit loads as a changed weight); None when all hold, or for the legacy format.
-    A zip too broken to list is left to torch.load's own error."""
+    A record stored with CRC 0 is not checked (torch.serialization.set_crc32_options(False) writes no CRCs); a zip
+    too broken to list is left to torch.load's own error."""
     if not data.startswith(b"PK\x03\x04"):
         return None
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            return archive.testzip()
+        archive = zipfile.ZipFile(io.BytesIO(data))
     except Exception:  # noqa: BLE001 - a torn file: torch.load names it
         return None
+    with archive:
+        for record in archive.infolist():
+            if record.CRC == 0 and record.file_size:
+                continue
+            try:
+                with archive.open(record) as f:  # zipfile compares the CRC when the record's end is read
+                    while f.read(1 << 22):
+                        pass
+            except zipfile.BadZipFile:
+                return record.filename
+            except Exception:  # noqa: BLE001 - torn inside a record: torch.load names it
+                return None
+    return None
 
 
 # ---- a directory of checkpoints: keep the last K, a pointer to the newest, resume from the newest good one

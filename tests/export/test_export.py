@@ -95,6 +95,27 @@ def test_exported_model_transcribes_as_the_checkpoint_does(ldc_checkpoint, tmp_p
     assert found["text"] == torch_text
 
 
+def test_a_torchscript_file_whose_bytes_changed_is_refused_in_one_line(ldc_checkpoint, capsys, tmp_path):
+    """torch.jit.load does not check the CRC-32 each record of the file was written with: a flipped bit in a weight
+    would transcribe with that weight changed."""
+    import zipfile
+
+    out, good = tmp_path / "ldc.torchscript", tmp_path / "good.torchscript"
+    export_model(str(ldc_checkpoint), "torchscript", out)
+    good.write_bytes(out.read_bytes())
+    data = bytearray(out.read_bytes())
+    with zipfile.ZipFile(out) as archive:
+        record = max(archive.infolist(), key=lambda r: r.file_size)
+    data[data.index(record.filename.encode(), record.header_offset) + len(record.filename) + 100] ^= 0x01
+    out.write_bytes(bytes(data))
+    changed, kept = torch.jit.load(str(out)).state_dict(), ExportedModel(good, "torchscript").module.state_dict()
+    assert sum(not torch.equal(v, kept[k]) for k, v in changed.items()) == 1  # what loading without the check gives
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(out), wav)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"ldc.torchscript is damaged: its record {record.filename} does not match the CRC-32" in err
+
+
 def test_a_file_that_is_not_an_export_is_one_clear_error(ldc_checkpoint, capsys, tmp_path):
     wav = str(shared("ldc93s1", "LDC93S1.wav"))
     for backend in ("onnx", "torchscript"):

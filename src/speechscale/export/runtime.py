@@ -11,6 +11,7 @@ import torch
 
 from ..components import Components, components_from_description
 from ..config import ConfigError, parse_json
+from ..storage.checkpoints import damaged_record
 from .exporter import META_KEY
 
 BACKENDS = ("torch", "onnx", "torchscript")
@@ -43,6 +44,10 @@ class ExportedModel:
                 raise ConfigError(f"{path}: a streaming step (export --streaming): run it with `speechscale "
                                   "transcribe --stream --checkpoint FILE`")
         elif backend == "torchscript":
+            damaged = damaged_record(path.read_bytes())
+            if damaged:
+                raise ConfigError(f"{path} is damaged: its record {damaged} does not match the CRC-32 written with it "
+                                  f"(the bytes changed after it was exported); export it again")
             extra = {f"{META_KEY}.json": ""}
             try:
                 with warnings.catch_warnings():  # torch.jit's deprecation notice: still the TorchScript loader

@@ -65,7 +65,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     if not data.startswith((b"PK\x03\x04", b"\x80")):  # neither torch's zip format nor its legacy pickle
         raise CheckpointError(f"{path} is not a checkpoint: not a file torch.save writes (a checkpoint is the .pt "
                               "file `speechscale train` writes)")
-    damaged = _damaged_record(data)
+    damaged = damaged_record(data)
     if damaged:
         raise CheckpointError(f"{path} is damaged: its record {damaged} does not match the CRC-32 written with it "
                               f"(the bytes changed after it was saved); resume=auto passes over such files")
@@ -85,7 +85,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     return state
 
 
-def _damaged_record(data: bytes) -> str | None:
+def damaged_record(data: bytes) -> str | None:
     """The first record of torch's zip format in `data` whose bytes fail the CRC-32 the writer stored (torch.load
     does not check them: a flipped bit loads as a changed weight); None when all hold, or for the legacy format.
     A record stored with CRC 0 is not checked (torch.serialization.set_crc32_options(False) writes no CRCs); a zip

@@ -328,10 +328,10 @@ class ShardIndex:
                     url = self._resolve(str(head["shard"]), allow_external)
                     entry = ShardEntry(url, int(head["bytes"]), int(head["utterances"]), float(head["seconds"]),
                                        offset)
-                    members, crcs = head["members"], head.get("crc32", [0] * entry.utterances)
+                    members, crcs = head["members"], head.get("crc32")
                     ok = isinstance(members, list) and all(isinstance(m, list) and len(m) == 4 for m in members)
-                    ok = ok and isinstance(crcs, list) and len(crcs) == entry.utterances and all(
-                        isinstance(c, int) for c in crcs)
+                    ok = ok and (crcs is None or isinstance(crcs, list) and len(crcs) == entry.utterances and all(
+                        isinstance(c, int) for c in crcs))
                 except (ValueError, KeyError, TypeError) as e:
                     raise ShardError(f"{path}: shard line at byte {offset} is malformed ({e})") from None
                 if not ok or len(members) != entry.utterances:

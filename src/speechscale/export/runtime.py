@@ -2,6 +2,7 @@
 features (B, F, T) and lengths (B,) in, log-probabilities (B, T', V) and output lengths (B,) out."""
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ class ExportedModel:
                 raise ConfigError(f"{path}: a streaming step (export --streaming): run it with `speechscale "
                                   "transcribe --stream --checkpoint FILE`")
         elif backend == "torchscript":
-            damaged = damaged_record(path.read_bytes())
+            data = path.read_bytes()  # read once: checked, then loaded from memory
+            damaged = damaged_record(data)
             if damaged:
                 raise ConfigError(f"{path} is damaged: its record {damaged} does not match the CRC-32 written with it "
                                   f"(the bytes changed after it was exported); export it again")
@@ -52,7 +54,7 @@ class ExportedModel:
             try:
                 with warnings.catch_warnings():  # torch.jit's deprecation notice: still the TorchScript loader
                     warnings.simplefilter("ignore", DeprecationWarning)
-                    self.module = torch.jit.load(str(path), map_location=self.device, _extra_files=extra)
+                    self.module = torch.jit.load(io.BytesIO(data), map_location=self.device, _extra_files=extra)
             except Exception as e:  # torch.jit raises RuntimeError or ValueError on foreign files
                 raise ConfigError(f"{path}: not a TorchScript file ({type(e).__name__})") from None
             if not extra[f"{META_KEY}.json"]:

@@ -432,7 +432,7 @@ class Trainer:
         are given back) and writes a checkpoint, so that trainer.resume=auto continues from there; ranks in step
         with others cannot (a checkpoint is collective, and the others wait in the next step)."""
         s = self.state
-        if self.world != 1 or not self.strategy.lockstep:
+        if not self._alone:
             log.error("rank %d: stopped at epoch %d step %d (%s); the run continues from its last checkpoint with "
                       "trainer.resume=auto", self.rank, s.epoch, s.step, error_line(error))
             return
@@ -447,6 +447,11 @@ class Trainer:
         log.error("stopped at epoch %d step %d (%s): checkpoint written; continue with trainer.resume=auto",
                   s.epoch, s.step, error_line(error))
 
+    @property
+    def _alone(self) -> bool:
+        """One process in step with no other: it alone decides where its checkpoint resumes."""
+        return self.world == 1 and self.strategy.lockstep
+
     def _go_back(self) -> None:
         """Back to the last step that read data (no step since: empty batches take none); the batches read since
         are given back."""
@@ -458,7 +463,7 @@ class Trainer:
         """Before the checkpoint of a run cut short (a signal, its time budget): a one-process run amid batches it
         could not read goes back before them, so that a resume reads them again rather than starting past them.
         Ranks in step with others keep their position (each rank's last step with data differs)."""
-        if self._unreadable and self.world == 1 and self.strategy.lockstep:
+        if self._unreadable and self._alone:
             log.warning("%d batches with no utterance read since step %d: the checkpoint resumes before them",
                         self._unreadable, self._mark.step)
             self._go_back()

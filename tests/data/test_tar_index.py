@@ -5,10 +5,12 @@ import io
 import json
 import shutil
 import subprocess
+import zlib
 
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 from speechscale.data.audio import load_audio
 from speechscale.data.manifest import read_manifest
@@ -69,8 +71,12 @@ def test_gnu_tar_shards_with_long_and_non_ascii_names_and_txt_transcripts(tmp_pa
     (tmp_path / "shards").mkdir()
     subprocess.run(["tar", f"--format={fmt}", "--sort=name", "-cf", str(tmp_path / "shards" / "a.tar"), "-C",
                     str(tmp_path / "src"), "."], check=True)
-    head = index_tars(tmp_path / "shards")
+    head = index_tars(tmp_path / "shards", checksums=True)
     assert head["utterances"] == 4 and not head["skipped"]
+    raw = (tmp_path / "shards" / "a.tar").read_bytes()
+    line = json.loads((tmp_path / "shards" / "index.jsonl").read_text().splitlines()[1])
+    assert line["members"][0][2] > 512  # folder members come first: the checksums read past them
+    assert line["crc32"] == [zlib.crc32(raw[start:end]) for _, _, start, end in line["members"]]
     _, dataset, _ = _source(tmp_path / "shards")
     for i, (path, text) in enumerate(rows):
         wav, got, name, _ = dataset._load(i)
@@ -91,6 +97,11 @@ def test_indexing_our_own_shards_gives_the_index_they_were_written_with(tmp_path
     assert json.loads(again[0])["text_field"] == "text"
     utts, _ = read_manifest(_manifest(tmp_path, 7))
     assert list(ShardIndex(str(tmp_path / "sh")).texts()) == [u.raw_text for u in utts]
+    # --checksums: the CRC-32s `data shard` computed as it wrote each tar, found again from the files
+    index_tars(tmp_path / "sh", "shard-*.tar", out=tmp_path / "sh" / "summed.jsonl", jobs=2, checksums=True)
+    summed = (tmp_path / "sh" / "summed.jsonl").read_text().splitlines()
+    assert [json.loads(x)["crc32"] for x in summed[1:]] == [json.loads(y)["crc32"] for y in written[1:]]
+    assert all("crc32" not in json.loads(x) for x in again[1:])  # without the option: none, as before
 
 
 def test_data_alphabet_reads_a_shard_index_as_its_manifest(tmp_path, capsys):
@@ -196,10 +207,10 @@ def test_shards_behind_a_url_are_indexed_in_one_streaming_pass_and_train(s3, tmp
     for p in (tmp_path / "wd").iterdir():
         fs.pipe(f"ckpts/wds/{p.name}", p.read_bytes())
     fs.pipe("ckpts/wds/notes.txt", b"not a shard")
-    code, out, err = main_cli(capsys, "data", "index", "s3://ckpts/wds", "--pattern", "train-*.tar")
+    code, out, err = main_cli(capsys, "data", "index", "s3://ckpts/wds", "--pattern", "train-*.tar", "--checksums")
     assert code == 0, err
     assert json.loads(out.splitlines()[-1])["utterances"] == 6
-    index_tars(tmp_path / "wd")  # the same tars, local: the same index lines
+    index_tars(tmp_path / "wd", checksums=True)  # the same tars, local: the same index lines, checksums too
     remote = fs.cat("ckpts/wds/index.jsonl").decode().splitlines()
     assert remote[1:] == (tmp_path / "wd" / "index.jsonl").read_text().splitlines()[1:]
     remote_items = _items(_source("s3://ckpts/wds/index.jsonl")[1])
@@ -237,5 +248,31 @@ def test_jobs_write_and_index_the_same_shards_as_one_process(tmp_path, capsys):
 def test_a_tar_gone_since_it_was_listed_is_counted_not_a_crash(tmp_path):
     from speechscale.data.tar_index import _read_tar
 
-    name, size, groups, damage = _read_tar((str(tmp_path), str(tmp_path / "gone.tar"), "gone.tar"))
+    name, size, groups, damage = _read_tar((str(tmp_path), str(tmp_path / "gone.tar"), "gone.tar", True))
     assert (name, size, groups) == ("gone.tar", 0, []) and damage.startswith("FileNotFoundError")
+
+
+def test_checksums_of_other_tools_tars_catch_bytes_changed_after_indexing(tmp_path, capsys):
+    """`data index --checksums` on webdataset's tars: a letter changed in one utterance's transcript afterwards is
+    named by `data verify` and skipped in training (counted bad_audio), while an index without checksums reads it."""
+    rows = _rows(6)
+    _webdataset_shards(tmp_path / "wd", rows)
+    code, _, err = main_cli(capsys, "-q", "data", "index", str(tmp_path / "wd"), "--checksums")
+    assert code == 0, err
+    index_tars(tmp_path / "wd", out=tmp_path / "wd" / "plain.jsonl")
+    before = _items(_source(tmp_path / "wd" / "plain.jsonl")[1])
+    key = ShardIndex(str(tmp_path / "wd")).members(1)[1][0]  # utterance 4
+    path = tmp_path / "wd" / "train-001.tar"
+    raw = bytearray(path.read_bytes())
+    letter = raw.index(b'"sentence": "', raw.index(f"{key}.json".encode())) + 13
+    raw[letter] = ord("Q")
+    path.write_bytes(bytes(raw))
+    code, out, _ = main_cli(capsys, "-q", "data", "verify", str(tmp_path / "wd"))
+    got = json.loads(out)
+    assert code == 1 and (got["checked"], got["damaged"]) == (6, 1)
+    assert got["first_damaged"][0].endswith(f"train-001.tar member {key}")
+    items = _items(_source(tmp_path / "wd")[1])
+    assert items[4] == {"skip": "bad_audio"}
+    assert all(torch.equal(items[i]["feats"], before[i]["feats"]) for i in (0, 1, 2, 3, 5))
+    plain = _items(_source(tmp_path / "wd" / "plain.jsonl")[1])  # unchecked: trained on the changed transcript
+    assert plain[4]["text"] != before[4]["text"] and torch.equal(plain[4]["feats"], before[4]["feats"])

@@ -69,7 +69,7 @@ def data_index(args: argparse.Namespace) -> int:
     from ..data.tar_index import index_tars
 
     print(json.dumps(index_tars(args.folder, args.pattern, args.out, args.text_field, progress=not args.quiet,
-                                jobs=args.jobs), ensure_ascii=False))
+                                jobs=args.jobs, checksums=args.checksums), ensure_ascii=False))
     return 0
 
 
@@ -206,6 +206,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     help="the JSON members' transcript field (default: text, transcript or sentence, as the first "
                          "JSON member has; a KEY.txt member serves when there is none)")
     dx.add_argument("--jobs", type=positive(int), default=1, help="processes that read tars side by side")
+    dx.add_argument("--checksums", action="store_true",
+                    help="store each utterance's CRC-32 (each tar is read a second time, whole), so that training and "
+                         "`data verify` catch bytes that change after indexing")
     dx.set_defaults(func=data_index)
     dv = command(dsub, "verify", "read every shard of an index and check each utterance's bytes against the index's "
                                  "CRC-32 (exit status 1 when any is damaged)")

@@ -6,7 +6,9 @@ up to the first dot of its file name (`train/utt1.flac` and `train/utt1.json` ar
 transcript is a JSON member's text field (`text`, `transcript`, `sentence` or `--text-field`) or a `.txt`
 member; its audio is the member in an audio format. Each tar is read once, in order: a local one by seeking
 past the audio it does not need, one behind a URL (s3://, gs://, ...) as one stream. An utterance without audio
-or transcript, or whose audio does not decode, is skipped and counted.
+or transcript, or whose audio does not decode, is skipped and counted. With `checksums` each tar is read a second
+time, whole, for the CRC-32 of each utterance's bytes (what `data shard` writes): training and `data verify` then
+catch the bytes that change after indexing.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import json
 import os
 import posixpath
 import tarfile
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +58,7 @@ class _Group:
     audio: str | None = None          # the first member in an audio format
     seconds: float | None = None
     audio_error: str = ""
+    crc: int | None = None            # CRC-32 of the bytes start..end (with checksums)
 
 
 def _check_tar(fs: Any, path: str, shown: str) -> None:
@@ -111,26 +115,50 @@ def _groups(tar: tarfile.TarFile, size: int, name: str, stream: bool) -> tuple[l
             return groups, str(e)
 
 
-def _read_tar(work: tuple[str, str, str]) -> tuple[str, int, list[_Group], str | None]:
-    """(name, bytes, groups, damage) of the tar at `path` under `folder` (`_groups`; a URL's as one stream)."""
-    folder, path, name = work
+def _checksum(f: Any, groups: list[_Group]) -> None:
+    """Set each whole group's `crc` from the bytes of `f` (a tar read once, in order, from its start: a URL's is a
+    stream)."""
+    at, crc = 0, 0
+    for g in groups:
+        if not g.whole:
+            continue
+        for begin, end, counted in ((at, g.start, False), (g.start, g.end, True)):  # the members between: read past
+            crc = 0
+            while begin < end:
+                chunk = f.read(min(end - begin, 1 << 22))
+                if not chunk:
+                    raise OSError(f"the tar ends inside {g.key} (changed while it was read?)")
+                crc = zlib.crc32(chunk, crc) if counted else 0
+                begin += len(chunk)
+        g.crc, at = crc, g.end
+
+
+def _read_tar(work: tuple[str, str, str, bool]) -> tuple[str, int, list[_Group], str | None]:
+    """(name, bytes, groups, damage) of the tar at `path` under `folder` (`_groups`; a URL's as one stream); with
+    `checksums` read a second time for each group's CRC-32 (`_checksum`)."""
+    folder, path, name, checksums = work
     stream, size = is_remote(folder), 0
     try:
         fs = fsspec.core.url_to_fs(folder)[0]
         size = fs.size(path)
         with fs.open(path, "rb") as f, tarfile.open(fileobj=f, mode="r|" if stream else "r:") as tar:
-            return (name, size, *_groups(tar, size, name, stream))
+            groups, damage = _groups(tar, size, name, stream)
+        if checksums and groups:
+            with fs.open(path, "rb") as f:
+                _checksum(f, groups)
+        return name, size, groups, damage
     except Exception as e:  # a tar gone or unreadable since it was listed (fsspec raises per-backend types)
         return name, size, [], f"{type(e).__name__}: {e}"
 
 
 def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | None = None,
-               text_field: str | None = None, progress: bool = False, jobs: int = 1) -> dict[str, Any]:
+               text_field: str | None = None, progress: bool = False, jobs: int = 1, checksums: bool = False
+               ) -> dict[str, Any]:
     """Write the index of the tar shards under `folder` (a local folder or a URL) that match `pattern` (sorted by
     path) to `out` (default FOLDER/index.jsonl; its folder holds the shards). `text_field` names the JSON members'
     transcript field (None: the first of TEXT_FIELDS the first JSON member has); `progress` shows a bar of the
-    tars read; `jobs` processes read tars side by side (the same index as one). Returns the index header plus
-    what was skipped, by reason."""
+    tars read; `jobs` processes read tars side by side (the same index as one); `checksums` stores each
+    utterance's CRC-32 (each tar read twice). Returns the index header plus what was skipped, by reason."""
     folder = str(folder).rstrip("/") or "/"
     out = str(out) if out is not None else f"{folder}/{INDEX_NAME}"
     try:
@@ -163,19 +191,20 @@ def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | Non
         skipped[reason] = skipped.get(reason, 0) + 1
         tqdm.write(f"skipping {where}: {why or reason}")
 
-    work = [(folder, p, name) for p, name in zip(paths, names)]
+    work = [(folder, p, name, checksums) for p, name in zip(paths, names)]
     read = map_in_processes(_read_tar, work, jobs)
     with IndexWriter() as index:
         for name, size, groups, damage in tqdm(read, total=len(work), desc="index", unit="tar", disable=not progress,
                                                leave=False):
-            members, texts = _utterances(name, groups, chosen, skip)
+            members, texts, crcs = _utterances(name, groups, chosen, skip)
             if damage and not (groups and not groups[-1].whole):  # a cut inside the last member is counted with it
                 skip("damaged tar", name, f"unreadable after the utterances above ({damage})")
             if not members:  # nothing to read from it
                 tqdm.write(f"leaving out {name}: no utterance in it")
                 continue
             index.add({"shard": name, "bytes": size, "utterances": len(members),
-                       "seconds": round(sum(m[1] for m in members), 3), "members": members, "texts": texts})
+                       "seconds": round(sum(m[1] for m in members), 3), "members": members, "texts": texts,
+                       **({"crc32": crcs} if checksums else {})})
         field_name = chosen[0] or "text"
         if not index.shards:
             said = f"; transcripts read from .txt members or the JSON field {field_name!r} (--text-field)" \
@@ -187,11 +216,11 @@ def index_tars(folder: str | Path, pattern: str = "*.tar", out: str | Path | Non
 
 
 def _utterances(name: str, groups: list[_Group], chosen: list[str | None], skip: Callable[..., None]
-                ) -> tuple[list[list[Any]], list[str]]:
-    """The index members [key, seconds, start, end] and transcripts of one tar's groups; each group that is no
-    utterance is passed to `skip` with its reason. `chosen[0]`: the JSON text field (None: the first JSON member
-    met chooses it)."""
-    members, texts = [], []
+                ) -> tuple[list[list[Any]], list[str], list[int | None]]:
+    """The index members [key, seconds, start, end], transcripts and CRC-32s of one tar's groups; each group that
+    is no utterance is passed to `skip` with its reason. `chosen[0]`: the JSON text field (None: the first JSON
+    member met chooses it)."""
+    members, texts, crcs = [], [], []
     keys = Counter(g.key for g in groups)
     for g in groups:
         where = f"{name} member {g.key}"
@@ -215,7 +244,8 @@ def _utterances(name: str, groups: list[_Group], chosen: list[str | None], skip:
         else:
             members.append([g.key, round(g.seconds, 4), g.start, g.end])
             texts.append(text)
-    return members, texts
+            crcs.append(g.crc)
+    return members, texts, crcs
 
 
 def _guess_field(raw: bytes) -> str:

@@ -116,6 +116,60 @@ def test_a_torchscript_file_whose_bytes_changed_is_refused_in_one_line(ldc_check
     assert f"ldc.torchscript is damaged: its record {record.filename} does not match the CRC-32" in err
 
 
+@pytest.mark.parametrize("int8", [False, True])
+def test_an_onnx_file_whose_bytes_changed_is_refused_in_one_line(ldc_checkpoint, capsys, tmp_path, caplog, int8):
+    """onnxruntime loads an ONNX file whose weight bytes changed without a word: the CRC-32 export writes into the
+    file's metadata is checked before it runs. A file another tool rewrote (its metadata no longer last) and one
+    exported without the entry load unchecked."""
+    import zlib
+
+    import numpy as np
+    import onnx
+    import onnxruntime
+
+    out = tmp_path / "ldc.onnx"
+    export_model(str(ldc_checkpoint), "onnx", out, int8=int8)
+    good = out.read_bytes()
+    meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
+    check = json.loads(meta["speechscale.crc32"])  # recomputed here from the file's own bytes
+    assert check["crc32"] == zlib.crc32(meta["speechscale"].encode(), zlib.crc32(good[:check["bytes"]]))
+    weight = max(onnx.load(str(out)).graph.initializer, key=lambda t: len(t.raw_data)).raw_data
+    data = bytearray(good)
+    data[good.index(weight) + 3] ^= 0x20  # an exponent bit of the first value of the largest weight
+    out.write_bytes(bytes(data))
+    runs = []
+    for raw in (good, bytes(data)):  # what loading without the check gives: the same graph, other outputs
+        session = onnxruntime.InferenceSession(raw, providers=["CPUExecutionProvider"])
+        num = session.get_inputs()[0].shape[1]
+        feats = np.random.default_rng(0).standard_normal((1, num, 120), np.float32)
+        runs.append(session.run(None, {"features": feats, "lengths": np.array([120])})[0])
+    assert not np.array_equal(*runs)
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    for command in (["transcribe", "--checkpoint", str(out), wav], ["info", str(out)]):
+        code, _, err = main_cli(capsys, *command)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "ldc.onnx is damaged: its bytes do not match the CRC-32 written with them" in err
+    # a flipped letter in the description (the alphabet, the features) is caught too
+    data = bytearray(good)
+    at = good.rindex(b'"sample_rate"')
+    data[at + 1] ^= 0x20
+    out.write_bytes(bytes(data))
+    code, _, err = main_cli(capsys, "info", str(out))
+    assert code == 2 and "is damaged" in err, err
+    # rewritten by onnx itself (another layout, the metadata kept): loads with a warning, unchecked
+    model = onnx.load_from_string(good)
+    model.doc_string = "simplified elsewhere"
+    onnx.save(model, str(out))
+    code, text, err = main_cli(capsys, "transcribe", "--checkpoint", str(out), wav)
+    assert code == 0 and text.strip(), err
+    assert "rewritten since speechscale export wrote it" in caplog.text
+    # exported before the entry existed: the same bytes without it load unchecked
+    del model.metadata_props[[p.key for p in model.metadata_props].index("speechscale.crc32")]
+    model.doc_string = ""
+    onnx.save(model, str(out))
+    assert main_cli(capsys, "info", str(out))[0] == 0
+
+
 def test_a_file_that_is_not_an_export_is_one_clear_error(ldc_checkpoint, capsys, tmp_path):
     wav = str(shared("ldc93s1", "LDC93S1.wav"))
     for backend in ("onnx", "torchscript"):

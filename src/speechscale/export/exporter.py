@@ -8,6 +8,9 @@ stay outside the graph (torch.stft does not export to ONNX in torch 2.13): the r
 the same FeatureExtractor from the model description the file carries (`describe()`: the checkpoint's
 config), stored as ONNX metadata (`speechscale`) or a TorchScript extra file (`speechscale.json`).
 
+ONNX has no checksums of its own (TorchScript's zip records carry CRC-32s): an ONNX file also holds the CRC-32
+of the model bytes before its metadata and of the description (`speechscale.crc32`), which loading checks.
+
 ONNX uses the TorchScript-based exporter (`dynamo=False`): torch 2.13's default dynamo exporter fixes a
 GRU's time axis to the example's length while the file claims a dynamic one.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,7 @@ from ..storage.cards import card_of_checkpoint, write_card
 
 FORMATS = ("onnx", "torchscript")
 META_KEY = "speechscale"  # ONNX metadata key / TorchScript extra file stem holding the model description
+CRC_KEY = "speechscale.crc32"  # ONNX metadata key: {"bytes": N, "crc32": C} of the N bytes before the metadata
 EXAMPLE_FRAMES = 237      # the example input's length: tests check parity at other lengths
 INT8_OPS = ("MatMul", "LSTM")  # the ONNX operators whose weights --int8 quantizes
 INT8_WEIGHTS = "int8 (matrix products and LSTMs; onnxruntime dynamic quantization); the validation figures are the " \
@@ -107,21 +112,43 @@ def _onnx(wrapper: nn.Module, example: tuple[torch.Tensor, torch.Tensor], out: P
 
 def write_onnx(exported: io.BytesIO, desc: str, out: Path, usage: str, int8: bool = False) -> None:
     """Write the model torch.onnx.export put in `exported` to `out` (its weights quantized with `int8`), with `desc`
-    as its metadata (META_KEY).
+    as its metadata (META_KEY) and the CRC-32 of the bytes before the metadata and of `desc` (CRC_KEY).
 
-    The metadata is a second serialized ModelProto after the first: protobuf reads concatenated messages as
-    one, merged (repeated fields appended), so the graph is neither parsed nor serialized again."""
+    The metadata is a second serialized ModelProto after the first (`metadata_tail`): protobuf reads concatenated
+    messages as one, merged (repeated fields appended), so the graph is neither parsed nor serialized again."""
     from ..extras import require
 
     onnx = require("onnx", "export", usage)
-    meta = onnx.ModelProto(metadata_props=[onnx.StringStringEntryProto(key=META_KEY, value=desc)])
     if int8:
         quantize_int8(onnx.load_from_string(exported.getvalue()), out)
+        crc = 0
+        with open(out, "rb") as f:
+            while chunk := f.read(1 << 22):
+                crc = zlib.crc32(chunk, crc)
     else:
         with open(out, "wb") as f:
             f.write(exported.getbuffer())
+        crc = zlib.crc32(exported.getbuffer())
+    check = json.dumps({"bytes": out.stat().st_size, "crc32": zlib.crc32(desc.encode(), crc)})
     with open(out, "ab") as f:
-        f.write(meta.SerializeToString())
+        f.write(metadata_tail({META_KEY: desc, CRC_KEY: check}))
+
+
+def metadata_tail(entries: dict[str, str]) -> bytes:
+    """`entries` as a serialized ModelProto holding only metadata_props (field 14), each a StringStringEntryProto
+    (key = field 1, value = field 2): what onnx.ModelProto(metadata_props=...).SerializeToString() gives."""
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+
+    def field(number: int, data: bytes) -> bytes:  # length-delimited (wire type 2)
+        return varint(number << 3 | 2) + varint(len(data)) + data
+
+    return b"".join(field(14, field(1, k.encode()) + field(2, v.encode())) for k, v in entries.items())
 
 
 def int8_weights(model: nn.Module) -> int:

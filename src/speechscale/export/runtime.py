@@ -3,7 +3,9 @@ features (B, F, T) and lengths (B,) in, log-probabilities (B, T', V) and output 
 from __future__ import annotations
 
 import io
+import logging
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ import torch
 from ..components import Components, components_from_description
 from ..config import ConfigError, parse_json
 from ..storage.checkpoints import damaged_record
-from .exporter import META_KEY
+from .exporter import CRC_KEY, META_KEY, metadata_tail
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "onnx", "torchscript")
 
@@ -92,13 +96,43 @@ def onnx_session(path: Path, providers: list[Any], usage: str) -> tuple[Any, dic
         session = ort.InferenceSession(str(path), providers=providers)
     except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, InvalidArgument, Fail, ...)
         raise ConfigError(f"{path}: not an ONNX file ({type(e).__name__})") from None
+    meta = session.get_modelmeta().custom_metadata_map
+    damage = onnx_damage(path, meta)
+    if damage:
+        raise ConfigError(f"{path} is damaged: {damage} (the bytes changed after it was exported); export it again")
     try:
-        description = parse_json(session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}"))
+        description = parse_json(meta.get(META_KEY, "{}"))
     except ValueError:
         description = None
     if not isinstance(description, dict):
         raise ConfigError(f"{path}: its model description is not the JSON speechscale export writes")
     return session, description
+
+
+def onnx_damage(path: Path, meta: dict[str, str]) -> str | None:
+    """What in the ONNX file at `path` (whose metadata is `meta`) fails the CRC-32 export wrote into it (CRC_KEY),
+    or None. A file without one (exported before, or by another tool) is not checked, nor is one that another tool
+    rewrote (its metadata no longer the file's last bytes, after the bytes the CRC covers): logged, then loaded."""
+    if CRC_KEY not in meta:
+        return None
+    try:
+        check = parse_json(meta[CRC_KEY])
+        covered, want = int(check["bytes"]), int(check["crc32"])
+    except (ValueError, TypeError, KeyError):
+        return f"its checksum entry {CRC_KEY} is not what export writes"
+    tail = metadata_tail({META_KEY: meta.get(META_KEY, ""), CRC_KEY: meta[CRC_KEY]})
+    crc, left = 0, covered
+    with path.open("rb") as f:
+        if f.seek(0, 2) != covered + len(tail) or f.seek(covered) != covered or f.read() != tail:
+            log.warning("%s: rewritten since speechscale export wrote it (by another tool?); its CRC-32 is not "
+                        "checked", path)
+            return None
+        f.seek(0)
+        while left and (chunk := f.read(min(left, 1 << 22))):
+            crc, left = zlib.crc32(chunk, crc), left - len(chunk)
+    if zlib.crc32(meta.get(META_KEY, "").encode(), crc) != want:
+        return f"its bytes do not match the CRC-32 written with them ({CRC_KEY})"
+    return None
 
 
 def detect_backend(path: str | Path) -> str:

@@ -74,6 +74,10 @@ LONG_SETTINGS: dict[str, dict[str, Any]] = {
     # (12 streams are about what 2 cores keep in real time: bench stream's CPU per audio second)
     "stream-stacks": {"streams": [8, 12], "seconds": 20.0, "chunk_ms": 100, "memory_streams": 200,
                       "abandoned": 50, "ws": ["guarded", "wsproto"]},
+    # trainer.compile on the CPU: each tiny preset's step eager and torch.compile'd, interleaved in one process
+    # (bench train --compile both), the compiled twin from the same weights on the same batches
+    "train-compile": {"models": ["conformer-tiny", "wav2letter+-tiny", "lstm-ctc-tiny", "ds2-tiny"], "batch_size": 8,
+                      "seconds": 2.0, "steps": 10, "warmup": 3},
 }
 LONG_BENCHES = tuple(LONG_SETTINGS)
 
@@ -132,6 +136,16 @@ def _train(s: dict[str, Any], out: Path, name: str = "train") -> list[dict[str, 
     from .plots import plot_train
 
     plot_train(rows, out / f"{name}.png")
+    return rows
+
+
+def _train_compile(s: dict[str, Any], out: Path) -> list[dict[str, Any]]:
+    from speechscale.bench.throughput import bench_train
+
+    rows = []
+    for model in s["models"]:
+        rows += bench_train(model, s["batch_size"], s["seconds"], s["steps"], s["warmup"], ldc93s1_manifest(),
+                            device="cpu", compile_model="both")
     return rows
 
 
@@ -313,7 +327,7 @@ RUNNERS: dict[str, Callable[[dict[str, Any], Path], Any]] = {
     "train": _train, "loader": _loader, "scaling": _scaling, "straggler": _straggler, "planner": _planner,
     "recipes": _recipes, "export": _export, "serve": _serve, "fsdd": _fsdd, "demo": _demo, "stream": _stream,
     "stream-conformer": _stream,
-    "yesno-shards": _yesno_shards, "soak": _soak, "stream-stacks": _stream_stacks,
+    "yesno-shards": _yesno_shards, "soak": _soak, "stream-stacks": _stream_stacks, "train-compile": _train_compile,
     "demo-streaming": partial(_demo, name="demo-streaming"),
     "gpu-train": partial(_train, name="gpu-train"), "gpu-train-b128": partial(_train, name="gpu-train-b128"),
     "gpu-graphs": partial(_train, name="gpu-graphs"), "gpu-graphs-b128": partial(_train, name="gpu-graphs-b128"),

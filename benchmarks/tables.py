@@ -38,6 +38,19 @@ def _train(res: list[dict[str, Any]]) -> str:
     return _md(["model", "precision", "params", "audio-s/s", "ms/step median (p10-p90)", "vs fp32", "MFU"], rows)
 
 
+def _train_compile(res: list[dict[str, Any]]) -> str:
+    """Rows in pairs: each model eager, then compiled (bench train --compile both)."""
+    rows = [[e["model"], f"{e['params'] / 1e6:.2f} M",
+             f"{e['ms_per_step']} ({e['ms_per_step_p10_p90'][0]}-{e['ms_per_step_p10_p90'][1]})",
+             f"{c['ms_per_step']} ({c['ms_per_step_p10_p90'][0]}-{c['ms_per_step_p10_p90'][1]})",
+             f"{c['compile_speedup']}x", f"{e['first_loss']} / {c['first_loss']}"] for e, c in zip(res[::2], res[1::2])]
+    first = res[0]
+    return (f"{first['device']}, fp32, batch {first['batch_size']} x {first['utterance_seconds']:g} s, "
+            f"{first['steps']} timed steps each, interleaved\n\n"
+            + _md(["model", "params", "eager ms/step median (p10-p90)", "compiled ms/step", "compiled vs eager",
+                   "first loss eager / compiled"], rows))
+
+
 def _gpu_train(res: list[dict[str, Any]]) -> str:
     def busy(r: dict[str, Any]) -> str:
         if "gpu_busy_ms" not in r:
@@ -679,7 +692,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "demo-streaming": _recipes_copies, "stream": _stream,
                                            "stream-conformer": _stream,
                                            "demo-conformer-streaming": _conformer_streaming,
-                                           "yesno-shards": _yesno_shards,
+                                           "yesno-shards": _yesno_shards, "train-compile": _train_compile,
                                            "gpu-train": _gpu_train, "gpu-train-b128": _gpu_train,
                                            "gpu-graphs": _gpu_graphs, "gpu-graphs-b128": _gpu_graphs,
                                            "gpu-recipes": _recipes, "gpu-step": _gpu_step, "gpu-infer": _gpu_infer,

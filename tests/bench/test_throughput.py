@@ -45,6 +45,22 @@ def test_bench_train_uses_a_given_peak_and_rejects_unknown_precisions(cli):
     assert proc.returncode == 2 and "--precision='fp8' is unknown; choose one of fp32, tf32, bf16, fp16" in proc.stderr
 
 
+@pytest.mark.slow
+def test_bench_train_compile_both_runs_each_mode_eager_and_compiled_side_by_side(cli):
+    """The compiled twin starts from the same weights on the same batch: the same first loss (to float rounding;
+    a model without dropout, whose masks the two draw differently); its speed-up is its rate over the eager row's."""
+    m = str(shared("ldc93s1", "manifest.jsonl"))
+    proc = cli("bench", "train", "--model", "lstm-ctc-tiny", "--batch-size", "2", "--seconds", "1", "--steps", "2",
+               "--warmup", "1", "--manifest", m, "--device", "cpu", "--compile", "both")
+    eager, compiled = [json.loads(x) for x in proc.stdout.strip().splitlines()]
+    assert (eager["precision"], compiled["precision"]) == ("fp32", "fp32")
+    assert "compile" not in eager and compiled["compile"] == "default" and "compile_speedup" not in eager
+    assert compiled["first_loss"] == pytest.approx(eager["first_loss"], rel=1e-3)
+    ratio = compiled["audio_seconds_per_second"] / eager["audio_seconds_per_second"]
+    assert compiled["compile_speedup"] == pytest.approx(ratio, rel=0.01)
+    assert compiled["speedup_vs_fp32"] == pytest.approx(ratio, rel=0.01)  # the eager fp32 row is the reference
+
+
 def test_bench_features_reports_cost_per_audio_second(cli):
     m = str(shared("fsdd", "manifest.jsonl"))
     res = json.loads(cli("bench", "features", "--manifest", m, "--limit", "20", "--repeats", "1").stdout)

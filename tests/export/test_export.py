@@ -129,6 +129,7 @@ def test_an_onnx_file_whose_bytes_changed_is_refused_in_one_line(ldc_checkpoint,
 
     out = tmp_path / "ldc.onnx"
     export_model(str(ldc_checkpoint), "onnx", out, int8=int8)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # written whole, then renamed
     good = out.read_bytes()
     meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
     check = json.loads(meta["speechscale.crc32"])  # recomputed here from the file's own bytes

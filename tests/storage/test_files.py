@@ -47,3 +47,21 @@ def test_memory_urls_and_clear_errors():
         load_checkpoint("memory://ss/none.pt")
     with pytest.raises(CheckpointError, match="a.bin is not a checkpoint: not a file torch.save writes"):
         load_checkpoint("memory://ss/a.bin")
+
+
+def test_a_write_through_a_temp_path_keeps_the_old_file_when_it_fails(tmp_path):
+    """written_whole: what a path-taking writer (torch.jit.save, the int8 quantizer) writes appears whole at the end
+    or not at all; a failure part-way leaves the old file as it was and no temp file behind."""
+    from speechscale.storage.files import written_whole
+
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"the old export")
+    with pytest.raises(OSError, match="No space left"):
+        with written_whole(path) as tmp:
+            tmp.write_bytes(b"half of a new")
+            raise OSError(28, "No space left on device")
+    assert path.read_bytes() == b"the old export" and sorted(tmp_path.iterdir()) == [path]
+    with written_whole(path) as tmp:
+        assert path.read_bytes() == b"the old export"  # not touched while the new one is written
+        tmp.write_bytes(b"the new export")
+    assert path.read_bytes() == b"the new export" and sorted(tmp_path.iterdir()) == [path]

@@ -153,6 +153,9 @@ def bench_modes(precisions: list[str], graphs: str, schemes: list[str], cuda: bo
     return graphed if graphs == "on" else modes + graphed
 
 
+COMPILED = " compiled"  # the key suffix of a compiled mode run beside its eager twin (compile_model="both")
+
+
 def _set_tf32(on: bool) -> None:
     torch.backends.cuda.matmul.allow_tf32 = on
     torch.backends.cudnn.allow_tf32 = on
@@ -173,6 +176,7 @@ class _Mode:
             set_bidirectional_scheme(self.model, self.scheme)
         self.forward = self.model if compile_mode is None else torch.compile(
             self.model, dynamic=False, mode=None if compile_mode == "default" else compile_mode)
+        self.compile_mode = compile_mode
         self.graphs = compile_mode == "reduce-overhead"  # CUDA graphs: each step must say where it begins
         self.opt = build_optimizer(self.model, cfg.optim)
         self.precision = Precision(precision, device)
@@ -201,13 +205,19 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
                 overrides: dict[str, Any] | None = None, precisions: tuple[str, ...] = ("fp32",),
                 device: str = "auto", peak_tflops: float | None = None, compile_model: bool | str = False
                 ) -> list[dict[str, Any]]:
-    """Time `steps` training steps per precision after `warmup`, interleaved; one result dict per mode."""
+    """Time `steps` training steps per precision after `warmup`, interleaved; one result dict per mode.
+    `compile_model`: torch.compile's mode (True: its default), or "both": each mode eager and compiled (default
+    mode), the compiled row with its `compile_speedup` over the eager one."""
     if threads:
         torch.set_num_threads(threads)
     dev = resolve_device(device)
     cfg = bench_config(model, overrides)
     compile_mode = "default" if compile_model is True else (compile_model or None)  # e.g. "reduce-overhead"
-    modes = {p: _Mode(p, cfg, dev, compile_mode) for p in precisions}
+    if compile_mode == "both":  # each precision eager, then compiled: "fp32" and "fp32 compiled"
+        modes = {f"{p}{suffix}": _Mode(p, cfg, dev, mode) for p in precisions
+                 for suffix, mode in (("", None), (COMPILED, "default"))}
+    else:
+        modes = {p: _Mode(p, cfg, dev, compile_mode) for p in precisions}
     comps = next(iter(modes.values())).comps
     clips = _clips(manifest, comps.features.cfg.sample_rate, seconds, batch_size, seed=0)
     tgt, tgt_lens = targets(comps, seconds, batch_size, dev)
@@ -239,8 +249,8 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
                        sync=lambda: _sync(dev))
     results = []
     base = None
-    for p, m in modes.items():
-        st = stats[p]
+    for key, m in modes.items():
+        st, p = stats[key], key.removesuffix(COMPILED)
         step_s = st.median  # the median step: one slow step (a page fault, a neighbour) does not move it
         fwd, bwd = m.model.flops(frames)  # type: ignore[operator]
         step_flops = batch_size * (fwd + bwd)
@@ -264,7 +274,7 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
             "ms_per_phase": {k: round(1000 * statistics.fmean(x[k] for x in st.at_median()), 1) for k in PHASES},
             "gflop_per_audio_second": round((fwd + bwd) / seconds / 1e9, 2),
             "achieved_tflops": round(achieved, 4), "peak_tflops": round(peak, 4), "peak_source": source,
-            "mfu": round(achieved / peak, 4), "final_loss": round(m.losses[-1], 3),
+            "mfu": round(achieved / peak, 4), "first_loss": round(m.losses[0], 4), "final_loss": round(m.losses[-1], 3),
         }
         # as in training, where loader workers prepare the next batch while the GPU trains: the step without its data
         # phase (features on the host and the copy to the device), shown apart
@@ -275,8 +285,11 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
         if eager is not None and "+graphs" in p:
             res["graphs_speedup"] = round(res["audio_seconds_per_second_compute"]
                                           / eager["audio_seconds_per_second_compute"], 3)
-        if compile_mode:
-            res["compile"] = compile_mode
+        if m.compile_mode:
+            res["compile"] = m.compile_mode
+        if key.endswith(COMPILED):  # its eager twin ran beside it
+            res["compile_speedup"] = round(res["audio_seconds_per_second"]
+                                           / results[-1]["audio_seconds_per_second"], 3)
         if m.scheme:
             res["rnn_scheme"] = m.scheme
         if dev.type == "cuda":
@@ -293,7 +306,7 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
                 res["gpu_busy_fraction"] = round(res["gpu_busy_ms"] / res["ms_per_step"], 3)
             except Exception as e:  # the profile is an extra column: its failure must not lose the timings
                 res["gpu_profile_error"] = f"{type(e).__name__}: {e}"
-        base = base or (res if p == "fp32" else None)
+        base = base or (res if key == "fp32" else None)
         if base is not None:
             res["speedup_vs_fp32"] = round(res["audio_seconds_per_second"] / base["audio_seconds_per_second"], 3)
         results.append(res)

@@ -223,8 +223,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     bt.add_argument("--peak-tflops", type=positive(float), default=None,
                     help="device peak for MFU (default: a matmul measured in each mode's dtype)")
     bt.add_argument("--compile", nargs="?", const="default", default=False,
-                    choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
-                    help="torch.compile the model (optionally a mode: reduce-overhead adds CUDA graphs)")
+                    choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "both"],
+                    help="torch.compile the model (optionally a mode: reduce-overhead adds CUDA graphs; both: each "
+                         "mode eager and compiled, side by side)")
     bt.set_defaults(func=train)
     bs = command(bsub, "scaling", "data-parallel throughput with 1..N processes, comm time and bytes, as JSON")
     bs.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")

@@ -33,6 +33,7 @@ from torch import nn
 from ..components import components_from_checkpoint, describe
 from ..config import ConfigError
 from ..storage.cards import card_of_checkpoint, write_card
+from ..storage.files import written_whole
 
 FORMATS = ("onnx", "torchscript")
 META_KEY = "speechscale"  # ONNX metadata key / TorchScript extra file stem holding the model description
@@ -93,7 +94,8 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path, int8: bool =
             _onnx(wrapper, example, out, desc, int8)
         else:
             traced = torch.jit.trace(wrapper, example, check_trace=False)
-            torch.jit.save(traced, str(out), _extra_files={f"{META_KEY}.json": desc})
+            with written_whole(out) as tmp:
+                torch.jit.save(traced, str(tmp), _extra_files={f"{META_KEY}.json": desc})
     write_card(out.parent, {**card, "file": f"{out.name} ({fmt}{', int8 weights' if int8 else ''}, exported)"},
                prefix=f"{out.name}.")
     return {"format": fmt, "out": str(out), "bytes": out.stat().st_size, "model": comps.model_name,
@@ -119,19 +121,20 @@ def write_onnx(exported: io.BytesIO, desc: str, out: Path, usage: str, int8: boo
     from ..extras import require
 
     onnx = require("onnx", "export", usage)
-    if int8:
-        quantize_int8(onnx.load_from_string(exported.getvalue()), out)
-        crc = 0
-        with open(out, "rb") as f:
-            while chunk := f.read(1 << 22):
-                crc = zlib.crc32(chunk, crc)
-    else:
-        with open(out, "wb") as f:
-            f.write(exported.getbuffer())
-        crc = zlib.crc32(exported.getbuffer())
-    check = json.dumps({"bytes": out.stat().st_size, "crc32": zlib.crc32(desc.encode(), crc)})
-    with open(out, "ab") as f:
-        f.write(metadata_tail({META_KEY: desc, CRC_KEY: check}))
+    with written_whole(out) as tmp:
+        if int8:
+            quantize_int8(onnx.load_from_string(exported.getvalue()), tmp)
+            crc = 0
+            with open(tmp, "rb") as f:
+                while chunk := f.read(1 << 22):
+                    crc = zlib.crc32(chunk, crc)
+        else:
+            with open(tmp, "wb") as f:
+                f.write(exported.getbuffer())
+            crc = zlib.crc32(exported.getbuffer())
+        check = json.dumps({"bytes": tmp.stat().st_size, "crc32": zlib.crc32(desc.encode(), crc)})
+        with open(tmp, "ab") as f:
+            f.write(metadata_tail({META_KEY: desc, CRC_KEY: check}))
 
 
 def metadata_tail(entries: dict[str, str]) -> bytes:

@@ -8,6 +8,7 @@ over by `checkpoint.newest_checkpoint`.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -60,6 +61,22 @@ def write_bytes(url: str | Path, data: bytes) -> None:
         return
     fs, path = _fs(url)
     fs.pipe_file(path, data)
+
+
+@contextmanager
+def written_whole(path: Path) -> Iterator[Path]:
+    """A temp path beside local `path` for writers that take a path (torch.jit.save, onnxruntime's quantizer): on
+    leaving the block it is synced and renamed onto `path`, or deleted when the block fails, so that `path` holds
+    its old file or the whole new one, never a part."""
+    tmp = _tmp(path)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, an interrupt
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def copy(src: str | Path, dst: str | Path) -> None:

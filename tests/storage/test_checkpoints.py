@@ -187,6 +187,37 @@ def test_a_bit_flipped_in_a_saved_weight_is_caught_and_auto_resume_passes_over_i
     assert path.endswith("step-000000002.pt") and state["training"]["step"] == 2
 
 
+def test_a_separate_last_pt_stands_in_for_its_damaged_step_file_but_never_for_a_newer_one(tmp_path):
+    """On an object store last.pt is a server-side copy of the newest step file, not a hard link: when the step
+    file's bytes are damaged, its whole copy resumes the same step rather than the step before. A last.pt older than
+    a step file that loads is taken only when nothing newer loads."""
+    import shutil
+
+    from speechscale.storage.checkpoints import newest_checkpoint
+
+    _trainer(tmp_path / "run", 3, "trainer.checkpoint_every_steps=1", "data.batch_seconds=3",
+             "data.sortagrad=false").fit()
+    ckpts = tmp_path / "copied"
+    shutil.copytree(tmp_path / "run" / "checkpoints", ckpts, copy_function=shutil.copyfile)  # no hard links
+    assert (ckpts / "last.pt").stat().st_ino != (ckpts / "step-000000003.pt").stat().st_ino
+
+    def damage(name):
+        data = bytearray((ckpts / name).read_bytes())
+        data[len(data) // 2] ^= 0x01
+        (ckpts / name).write_bytes(bytes(data))
+
+    damage("step-000000003.pt")
+    path, state = newest_checkpoint(ckpts)
+    assert path.endswith("last.pt") and state["training"]["step"] == 3
+    shutil.copyfile(ckpts / "step-000000001.pt", ckpts / "last.pt")  # a last.pt older than step 2
+    path, state = newest_checkpoint(ckpts)
+    assert path.endswith("step-000000002.pt") and state["training"]["step"] == 2
+    damage("step-000000002.pt")
+    damage("step-000000001.pt")
+    path, state = newest_checkpoint(ckpts)  # nothing newer loads: the older last.pt is the last resort
+    assert path.endswith("last.pt") and state["training"]["step"] == 1
+
+
 def test_a_kill_during_checkpoint_writes_leaves_the_last_good_checkpoint_intact(tmp_path):
     """A process writes big checkpoints in a loop and is SIGKILLed while a temp file is being written:
     the pointer and resume find a complete checkpoint, and every file under a checkpoint name is whole."""

@@ -183,17 +183,38 @@ def save_checkpoint_in(ckpt_dir: str | Path, state: dict[str, Any], name: str | 
 
 
 def newest_checkpoint(ckpt_dir: str | Path) -> tuple[str, dict[str, Any]] | None:
-    """The newest checkpoint in `ckpt_dir` that loads: the pointer's target first, then step files from
-    the newest down, then `last.pt`. A torn or unreadable file is logged and passed over."""
+    """The newest checkpoint in `ckpt_dir` that loads: the pointer's target first, then `last.pt` when it is no
+    older than the step files left, then step files from the newest down. A torn, damaged or unreadable file is
+    logged and passed over.
+
+    `last.pt` is written as a copy of the newest step file: on an object store (or a disk without hard links) a
+    separate copy, which may be whole where the step file's bytes were damaged."""
     names: list[str] = []
     pointer = storage.join(ckpt_dir, POINTER)
     if storage.exists(pointer):
         names.append(storage.read_bytes(pointer).decode().strip())
-    names += list(reversed(storage.list_names(ckpt_dir, "step-*.pt"))) + ["last.pt"]
-    for name in dict.fromkeys(names):  # in order, without repeats
+    names = list(dict.fromkeys(names + list(reversed(storage.list_names(ckpt_dir, "step-*.pt")))))
+    names = list(dict.fromkeys(names[:1] + ["last.pt"] + names[1:]))  # in order, without repeats
+    older: tuple[str, dict[str, Any]] | None = None  # last.pt when a step file left is newer: the last resort
+    for i, name in enumerate(names):
         path = storage.join(ckpt_dir, name)
         try:
-            return path, load_checkpoint(path)
+            state = load_checkpoint(path)
         except CheckpointError as e:
             log.warning("passing over %s: %s", path, e)
-    return None
+            continue
+        if name == "last.pt" and _training_step(state) < max(map(_step_of, names[i + 1:]), default=-1):
+            older = path, state
+            continue
+        return path, state
+    return older
+
+
+def _step_of(name: str) -> int:
+    """The step a `step-N.pt` name says (-1 for another name)."""
+    return int(name[5:-3]) if name.startswith("step-") and name[5:-3].isdigit() else -1
+
+
+def _training_step(state: dict[str, Any]) -> int:
+    training = state.get("training")
+    return int(training.get("step", -1)) if isinstance(training, dict) else -1

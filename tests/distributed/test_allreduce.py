@@ -119,3 +119,45 @@ def test_data_gone_under_two_ranks_stops_both_in_one_line_and_a_resume_finishes(
     read = [i for r in rows + resumed if r["epoch"] == epoch and (r in resumed or r["step"] <= stopped_at)
             for i in r["ids"]]
     assert sorted(read) == list(range(12))  # that epoch read every utterance once: none lost to the outage
+
+
+def test_a_sigterm_amid_unreadable_batches_under_two_ranks_resumes_before_them(tmp_path):
+    """SIGTERM while the audio is away under DDP (data.max_unreadable_batches=0: skipped and counted, no stop of
+    its own): the stop writes no checkpoint past the batches no rank could read, so with the audio back
+    trainer.resume=auto reads that epoch's every utterance once. (A checkpoint at the signal resumed past them.)"""
+    import json
+    import shutil
+
+    from tests.conftest import shared
+
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    shutil.copy(shared("ldc93s1", "LDC93S1.wav"), audio / "a.wav")
+    row = json.loads(shared("ldc93s1", "manifest.jsonl").read_text().splitlines()[0])
+    m = tmp_path / "m.jsonl"
+    m.write_text((json.dumps({**row, "audio_filepath": str(audio / "a.wav")}) + "\n") * 12)
+    out = tmp_path / "run"
+    args = train_args(m, out, "trainer.max_epochs=0", "trainer.max_steps=60", "trainer.checkpoint_every_steps=2",
+                      "data.max_unreadable_batches=0")
+    proc = start(torchrun(2, args), tmp_path / "log")
+    try:
+        wait_for(lambda: sum(1 for _ in trace(out)) >= 8)
+        audio.rename(tmp_path / "away")
+        wait_for(lambda: {r["rank"] for r in trace(out) if not r["ids"]} == {0, 1})  # both amid unreadable batches
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        kill_group(proc)
+    said = (tmp_path / "log").read_text()
+    assert "no checkpoint at the stop" in said, said[-3000:]
+    rows = list(trace(out))
+    stopped_at = latest_step(out)
+    assert stopped_at <= max(r["step"] for r in rows if r["ids"])  # a checkpoint from before the outage
+    (tmp_path / "away").rename(audio)
+    run(torchrun(2, [*args, "trainer.resume=auto"]), tmp_path / "log2")
+    assert latest_step(out) == 60
+    resumed = [r for r in trace(out) if r["resumed_at"] == stopped_at and r["step"] > stopped_at]
+    epoch = next(r["epoch"] for r in resumed)
+    read = [i for r in rows + resumed if r["epoch"] == epoch and (r in resumed or r["step"] <= stopped_at)
+            for i in r["ids"]]
+    assert sorted(read) == list(range(12))  # that epoch read every utterance once: none lost to the outage

@@ -459,14 +459,25 @@ class Trainer:
         s.epoch, s.consumed, s.samples_seen = mark.epoch, mark.consumed, mark.samples_seen
         s.counters.update(mark.counts)
 
-    def _back_before_unreadable(self) -> None:
-        """Before the checkpoint of a run cut short (a signal, its time budget): a one-process run amid batches it
-        could not read goes back before them, so that a resume reads them again rather than starting past them.
-        Ranks in step with others keep their position (each rank's last step with data differs)."""
-        if self._unreadable and self._alone:
-            log.warning("%d batches with no utterance read since step %d: the checkpoint resumes before them",
-                        self._unreadable, self._mark.step)
-            self._go_back()
+    def _stop_checkpoint(self) -> bool:
+        """Before the checkpoint of a run cut short (a signal, its time budget), whether to write it (collective). A
+        one-process run amid batches it could not read goes back before them, so that a resume reads them again
+        rather than starting past them. Ranks with others cannot go back alone (each rank's last step with data
+        differs): while any is amid such batches none is written, and the last checkpoint, from before them, stays
+        the one to resume from (as for the checkpoints on the way)."""
+        if self._alone:
+            if self._unreadable:
+                log.warning("%d batches with no utterance read since step %d: the checkpoint resumes before them",
+                            self._unreadable, self._mark.step)
+                self._go_back()
+            return True
+        if self.strategy.any_rank(self._unreadable > 0):
+            if self.rank == 0:
+                log.warning("no checkpoint at the stop (step %d): some rank has read no utterance since step %d (the "
+                            "data may be gone); the last checkpoint, from before that, stays the one to resume from",
+                            self.state.step, self._mark.step)
+            return False
+        return True
 
     def _epoch_batches(self) -> Iterator[tuple[int, Batch]]:
         """(index in the loader's pass, batch) for the rest of the epoch. A loader worker that dies (the kernel's OOM
@@ -563,20 +574,22 @@ class Trainer:
                     self.precision.check()
                     if self.strategy.any_rank(signals.received is not None):  # save at once, no validation
                         self.sync()
-                        self._back_before_unreadable()
-                        self.save()
+                        saved = self._stop_checkpoint()
+                        if saved:
+                            self.save()
                         self.stopped_by = signals.name or "SIGTERM"  # a peer rank's signal
                         if main:
-                            log.warning("%s: checkpoint written at epoch %s step %d, stopping", self.stopped_by,
-                                        progress.epoch_label(), s.step)
+                            log.warning("%s: %s at epoch %s step %d, stopping", self.stopped_by,
+                                        "checkpoint written" if saved else "no checkpoint", progress.epoch_label(),
+                                        s.step)
                         break
                     last = self._validate(runlog, progress)
                     if self.strategy.any_rank(cut_short and t.max_steps > 0 and s.step >= t.max_steps):  # planned end
                         self._checkpoint(last["wer"], ending=True)
                         break
                     if self.strategy.any_rank(budget.spent()):
-                        self._back_before_unreadable()
-                        self._checkpoint(last["wer"], ending=True)
+                        if self._stop_checkpoint():
+                            self._checkpoint(last["wer"], ending=True)
                         self.stopped_by = "max_minutes"
                         if main:
                             log.warning("trainer.max_minutes=%g reached in epoch %s (step %d of %d): stopped before "

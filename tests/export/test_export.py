@@ -150,6 +150,12 @@ def test_an_onnx_file_whose_bytes_changed_is_refused_in_one_line(ldc_checkpoint,
         code, _, err = main_cli(capsys, *command)
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert "ldc.onnx is damaged: its bytes do not match the CRC-32 written with them" in err
+    # damage that onnxruntime cannot parse is named as damage too (checked before it reads the file)
+    data = bytearray(good)
+    data[1] ^= 0xFF  # the first field's value: no longer a protobuf onnxruntime reads
+    out.write_bytes(bytes(data))
+    code, _, err = main_cli(capsys, "info", str(out))
+    assert code == 2 and "ldc.onnx is damaged: its bytes do not match" in err, err
     # a flipped letter in the description (the alphabet, the features) is caught too
     data = bytearray(good)
     at = good.rindex(b'"sample_rate"')

@@ -88,20 +88,19 @@ class ExportedModel:
 
 def onnx_session(path: Path, providers: list[Any], usage: str) -> tuple[Any, dict[str, Any]]:
     """An onnxruntime session of the file at `path` and the model description its metadata holds ({} for an
-    ONNX file that holds none). Read from the session, so the file is parsed once."""
+    ONNX file that holds none), the file checked against the CRC-32 export wrote into it first (`onnx_damage`)."""
     from ..extras import require
 
     ort = require("onnxruntime", "export", usage)
+    damage = onnx_damage(path) if path.is_file() else None
+    if damage:
+        raise ConfigError(f"{path} is damaged: {damage} (the bytes changed after it was exported); export it again")
     try:
         session = ort.InferenceSession(str(path), providers=providers)
     except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, InvalidArgument, Fail, ...)
         raise ConfigError(f"{path}: not an ONNX file ({type(e).__name__})") from None
-    meta = session.get_modelmeta().custom_metadata_map
-    damage = onnx_damage(path, meta)
-    if damage:
-        raise ConfigError(f"{path} is damaged: {damage} (the bytes changed after it was exported); export it again")
     try:
-        description = parse_json(meta.get(META_KEY, "{}"))
+        description = parse_json(session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}"))
     except ValueError:
         description = None
     if not isinstance(description, dict):
@@ -109,30 +108,68 @@ def onnx_session(path: Path, providers: list[Any], usage: str) -> tuple[Any, dic
     return session, description
 
 
-def onnx_damage(path: Path, meta: dict[str, str]) -> str | None:
-    """What in the ONNX file at `path` (whose metadata is `meta`) fails the CRC-32 export wrote into it (CRC_KEY),
-    or None. A file without one (exported before, or by another tool) is not checked, nor is one that another tool
-    rewrote (its metadata no longer the file's last bytes, after the bytes the CRC covers): logged, then loaded."""
-    if CRC_KEY not in meta:
-        return None
-    try:
-        check = parse_json(meta[CRC_KEY])
-        covered, want = int(check["bytes"]), int(check["crc32"])
-    except (ValueError, TypeError, KeyError):
-        return f"its checksum entry {CRC_KEY} is not what export writes"
-    tail = metadata_tail({META_KEY: meta.get(META_KEY, ""), CRC_KEY: meta[CRC_KEY]})
-    crc, left = 0, covered
+def onnx_damage(path: Path) -> str | None:
+    """What in the ONNX file at `path` fails the CRC-32 export wrote into it (CRC_KEY), or None. Read from the file's
+    last bytes, before onnxruntime parses it (a damaged graph may not parse). A file without the entry (exported
+    before, or by another tool) is not checked, nor is one another tool rewrote (the description and CRC entries no
+    longer the file's last bytes, after the bytes the CRC covers): logged, then loaded."""
+    marker = bytes([0x0A, len(CRC_KEY)]) + CRC_KEY.encode() + b"\x12"  # the entry's key field, then its value's tag
     with path.open("rb") as f:
-        if f.seek(0, 2) != covered + len(tail) or f.seek(covered) != covered or f.read() != tail:
+        size = f.seek(0, 2)
+        f.seek(max(0, size - 4096))
+        end = f.read()
+        at = end.rfind(marker)
+        if at < 0:
+            return None
+        try:
+            length, begin = _varint(end, at + len(marker))
+            value = end[begin:begin + length].decode()
+            check = parse_json(value)
+            covered, want = int(check["bytes"]), int(check["crc32"])
+        except (ValueError, TypeError, KeyError):  # UnicodeDecodeError is a ValueError
+            return f"its checksum entry {CRC_KEY} is not what export writes"
+        entry = metadata_tail({CRC_KEY: value})
+        f.seek(min(max(covered, 0), size))
+        tail = f.read()
+        desc = _description(tail[:-len(entry)]) if 0 <= covered <= size and tail.endswith(entry) else None
+        if desc is None:
             log.warning("%s: rewritten since speechscale export wrote it (by another tool?); its CRC-32 is not "
                         "checked", path)
             return None
+        crc, left = 0, covered
         f.seek(0)
         while left and (chunk := f.read(min(left, 1 << 22))):
             crc, left = zlib.crc32(chunk, crc), left - len(chunk)
-    if zlib.crc32(meta.get(META_KEY, "").encode(), crc) != want:
+    if zlib.crc32(desc, crc) != want:
         return f"its bytes do not match the CRC-32 written with them ({CRC_KEY})"
     return None
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The protobuf varint at `data[at]` and the offset after it (ValueError when it runs past the end)."""
+    n = shift = 0
+    while at < len(data):
+        byte, at = data[at], at + 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return n, at
+    raise ValueError("a varint runs past the end")
+
+
+def _description(head: bytes) -> bytes | None:
+    """The description in `head` when `head` is exactly the META_KEY entry export writes (metadata_tail), else None."""
+    key = bytes([0x0A, len(META_KEY)]) + META_KEY.encode() + b"\x12"
+    try:
+        if head[:1] != b"\x72":  # field 14 (metadata_props), length-delimited
+            return None
+        length, at = _varint(head, 1)
+        if length != len(head) - at or head[at:at + len(key)] != key:
+            return None
+        length, at = _varint(head, at + len(key))
+    except ValueError:
+        return None
+    return head[at:] if len(head) - at == length else None
 
 
 def detect_backend(path: str | Path) -> str:

@@ -213,9 +213,10 @@ def test_data_verify_names_the_damaged_utterances_before_a_run(tmp_path, capsys)
     rows = [json.loads(x) for x in lines[1:]]
     del rows[1]["crc32"]
     (tmp_path / "sh" / "index.jsonl").write_text("\n".join([lines[0], *map(json.dumps, rows)]) + "\n")
-    code, out, _ = main_cli(capsys, "-q", "data", "verify", str(tmp_path / "sh"))
+    code, out, err = main_cli(capsys, "-q", "data", "verify", str(tmp_path / "sh"))
     assert code == 1 and {k: json.loads(out)[k] for k in ("checked", "unchecked", "damaged")} == {
         "checked": 4, "unchecked": 3, "damaged": 2}
+    assert "note: 3 utterances have no checksum in the index" in err and "data index --checksums" in err
     (tmp_path / "sh" / "shard-000001.tar").unlink()
     code, out, err = main_cli(capsys, "-q", "data", "verify", str(tmp_path / "sh"))
     assert code == 2 and not out and err.count("\n") == 1 and "shard-000001.tar" in err, err

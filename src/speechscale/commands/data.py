@@ -78,6 +78,10 @@ def data_verify(args: argparse.Namespace) -> int:
 
     result = verify_shards(args.index, args.jobs, progress=not args.quiet)
     print(json.dumps(result, ensure_ascii=False))
+    if result["unchecked"]:
+        print(f"speechscale data verify: note: {result['unchecked']} utterances have no checksum in the index, so "
+              "their bytes could not be checked (index other tools' tars with `data index --checksums`)",
+              file=sys.stderr)
     return 1 if result["damaged"] else 0
 
 

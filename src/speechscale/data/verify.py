@@ -1,6 +1,6 @@
 """Check a sharded corpus against its index before a long run: every shard read once, in order, each utterance's
-bytes against the CRC-32 the index holds for them (`data shard` writes them; an index of other tools' tars holds
-none, and its utterances are counted as unchecked). Training skips and counts a damaged utterance anyway; this says
+bytes against the CRC-32 the index holds for them (`data shard` writes them, `data index` with `--checksums`;
+without them an utterance is counted as unchecked). Training skips and counts a damaged utterance anyway; this says
 beforehand which ones, so that their shards can be written again.
 """
 from __future__ import annotations

@@ -177,6 +177,32 @@ def test_an_onnx_file_whose_bytes_changed_is_refused_in_one_line(ldc_checkpoint,
     assert main_cli(capsys, "info", str(out))[0] == 0
 
 
+def test_exported_models_behind_a_url_transcribe_as_local_ones(ldc_checkpoint, capsys, tmp_path, s3):
+    """An export on object storage (a real S3 server on loopback) is read from there, known by its name (.onnx,
+    .ts): the same text as the local file, its card from `info`, and its checksum checked (the error names the
+    URL)."""
+    import fsspec
+
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    fs = fsspec.filesystem("s3")
+    for name, fmt in (("ldc.onnx", "onnx"), ("ldc.ts", "torchscript")):
+        export_model(str(ldc_checkpoint), fmt, tmp_path / name)
+        fs.pipe(f"ckpts/models/{name}", (tmp_path / name).read_bytes())
+        code, local, err = main_cli(capsys, "transcribe", "--checkpoint", str(tmp_path / name), wav)
+        assert code == 0, err
+        code, remote, err = main_cli(capsys, "transcribe", "--checkpoint", f"s3://ckpts/models/{name}", wav)
+        assert code == 0 and remote == local and remote.strip(), err
+    code, out, err = main_cli(capsys, "info", "s3://ckpts/models/ldc.onnx")
+    assert code == 0 and "ds2-tiny" in out, err
+    data = bytearray((tmp_path / "ldc.onnx").read_bytes())
+    data[len(data) // 3] ^= 0x01
+    fs.pipe("ckpts/models/bad.onnx", bytes(data))
+    code, _, err = main_cli(capsys, "transcribe", "--checkpoint", "s3://ckpts/models/bad.onnx", wav)
+    assert code == 2 and err.count("\n") == 1 and "s3://ckpts/models/bad.onnx is damaged" in err, err
+    code, _, err = main_cli(capsys, "transcribe", "--checkpoint", "s3://ckpts/models/none.onnx", wav)
+    assert code == 2 and "s3://ckpts/models/none.onnx: no such exported model" in err, err
+
+
 def test_a_file_that_is_not_an_export_is_one_clear_error(ldc_checkpoint, capsys, tmp_path):
     wav = str(shared("ldc93s1", "LDC93S1.wav"))
     for backend in ("onnx", "torchscript"):

@@ -91,8 +91,11 @@ def test_models_that_cannot_stream_are_refused_in_one_line(ldc_checkpoint, strea
 
 
 def test_export_streaming_and_transcribe_stream_run_the_step_from_the_command_line(streaming_checkpoint, tmp_path,
-                                                                                  capsys):
+                                                                                  capsys, s3):
+    """Also from object storage (a real S3 server on loopback): the same lines as the local file."""
     import json
+
+    import fsspec
 
     from tests.conftest import main_cli
 
@@ -106,6 +109,10 @@ def test_export_streaming_and_transcribe_stream_run_the_step_from_the_command_li
                                   str(out), str(path))
     rows = [json.loads(x) for x in printed.splitlines()]
     assert code == 0 and " ".join(r["text"] for r in rows if r["type"] == "final") == text, err
+    fsspec.filesystem("s3").pipe("ckpts/step.onnx", out.read_bytes())
+    code, remote, err = main_cli(capsys, "transcribe", "--stream", "--no-realtime", "--json", "--checkpoint",
+                                 "s3://ckpts/step.onnx", str(path))
+    assert code == 0 and [json.loads(x)["text"] for x in remote.splitlines()] == [r["text"] for r in rows], err
     code, _, err = main_cli(capsys, "transcribe", "--checkpoint", str(out), "--backend", "onnx", str(path))
     assert code == 2 and "a streaming step" in err and len(err.strip().splitlines()) == 1
     code, _, err = main_cli(capsys, "export", "--checkpoint", str(streaming_checkpoint), "--format", "torchscript",

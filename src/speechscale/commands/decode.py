@@ -174,10 +174,13 @@ def stream(args: argparse.Namespace) -> int:
 
     if args.step_ms is not None and (problem := step_problem(args.step_ms)):
         raise ConfigError(f"--step-ms: {problem}")
+    from ..export.runtime import exported_file
     from ..export.stream_runtime import OnnxStep, is_stream_step
 
-    step = OnnxStep(args.checkpoint) if str(args.checkpoint).endswith(".onnx") and is_stream_step(args.checkpoint) \
-        else None
+    step = None
+    if str(args.checkpoint).endswith(".onnx"):
+        with exported_file(args.checkpoint) as local:  # a URL's copied for onnxruntime to read
+            step = OnnxStep(local) if is_stream_step(local) else None
     if step is not None:  # `export --streaming`'s file: the model's description from it, onnxruntime runs it
         if args.step_ms is not None:
             raise ConfigError("--step-ms: an exported step's chunk is fixed when it is exported (export --streaming "
@@ -536,8 +539,8 @@ def lm_build(args: argparse.Namespace) -> int:
 def model_args(p: argparse.ArgumentParser) -> None:
     """--checkpoint and --backend of transcribe and align: a checkpoint, or an exported file and its runtime."""
     p.add_argument("--checkpoint", required=True, type=model_file,
-                   help="a speechscale checkpoint (.pt), local path or URL, a file `speechscale export` wrote, or a run "
-                        "folder (its best.pt)")
+                   help="a speechscale checkpoint (.pt) or a file `speechscale export` wrote, each a local path or a URL "
+                        "(an export's named .onnx, .ts or .torchscript), or a run folder (its best.pt)")
     p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "torchscript"],
                    help="run the model in PyTorch, onnxruntime or TorchScript (auto: the one the file needs)")
 

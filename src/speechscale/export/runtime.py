@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 import logging
+import tempfile
 import warnings
 import zlib
-from pathlib import Path
-from typing import Any
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -174,9 +176,17 @@ def _description(head: bytes) -> bytes | None:
 
 def detect_backend(path: str | Path) -> str:
     """The runtime a model file needs, from its contents: onnx (a protobuf named .onnx), torchscript (a zip
-    archive holding TorchScript code) or torch (a speechscale checkpoint)."""
+    archive holding TorchScript code) or torch (a speechscale checkpoint). A URL's from its name: .onnx, .ts or
+    .torchscript for an export, else a checkpoint."""
     import zipfile
 
+    from ..storage import is_remote
+
+    if is_remote(path):
+        from urllib.parse import urlparse
+
+        suffix = PurePosixPath(urlparse(str(path)).path).suffix.lower()
+        return {".onnx": "onnx", ".ts": "torchscript", ".torchscript": "torchscript"}.get(suffix, "torch")
     path = Path(path)
     if path.suffix.lower() == ".onnx":
         return "onnx"
@@ -185,6 +195,30 @@ def detect_backend(path: str | Path) -> str:
             if any(n.endswith("/constants.pkl") or "/code/" in n for n in z.namelist()):
                 return "torchscript"
     return "torch"
+
+
+@contextmanager
+def exported_file(path: str | Path) -> Iterator[Path]:
+    """An exported model's local file: `path` itself, or a URL's bytes in a temporary file for the block (onnxruntime
+    and torch.jit read local files); errors inside name the URL, not the copy."""
+    from ..storage import is_remote, read_bytes
+
+    if not is_remote(path):
+        yield Path(path)
+        return
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such exported model") from None
+    except Exception as e:  # fsspec raises per-backend types
+        raise ConfigError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+    with tempfile.TemporaryDirectory(prefix="speechscale-export-") as folder:
+        local = Path(folder) / (PurePosixPath(str(path)).name or "model")
+        local.write_bytes(data)
+        try:
+            yield local
+        except ConfigError as e:
+            raise ConfigError(str(e).replace(str(local), str(path))) from None
 
 
 def card_of_file(path: str | Path) -> dict[str, Any]:
@@ -199,14 +233,15 @@ def card_of_file(path: str | Path) -> dict[str, Any]:
         comps = components_from_checkpoint(state)
         card = card_of_checkpoint(state, lambda: sum(p.numel() for p in comps.model.parameters()))
         return {**card, "streaming": comps.streaming_card()}  # the model's own, whatever its config says now
-    if backend == "onnx":  # read, not run: a streaming step's file carries its card too
-        if not Path(path).is_file():
-            raise ConfigError(f"{path}: no such exported model")
-        _, description = onnx_session(Path(path), ["CPUExecutionProvider"], "an ONNX model")
-        if not description:
-            raise ConfigError(f"{path}: not an ONNX file written by speechscale export (no model description)")
-    else:
-        description = ExportedModel(path, backend).description
+    with exported_file(path) as local:
+        if backend == "onnx":  # read, not run: a streaming step's file carries its card too
+            if not local.is_file():
+                raise ConfigError(f"{local}: no such exported model")
+            _, description = onnx_session(local, ["CPUExecutionProvider"], "an ONNX model")
+            if not description:
+                raise ConfigError(f"{local}: not an ONNX file written by speechscale export (no model description)")
+        else:
+            description = ExportedModel(local, backend).description
     card = description.get("card")
     if not isinstance(card, dict):
         raise ConfigError(f"{path}: exported before model cards; export its checkpoint again")

@@ -152,9 +152,8 @@ class Transcriber:
         check_chunk_seconds(chunk_seconds)
         self.device = resolve_device(device, "--device")
         from ..export.runtime import detect_backend
-        from ..storage import is_remote
 
-        kind = "torch" if is_remote(checkpoint) else detect_backend(checkpoint)  # what the file is
+        kind = detect_backend(checkpoint)  # what the file is (a URL's: by its name)
         backend = kind if backend == "auto" else backend
         self.backend = backend
         if graphs:
@@ -177,9 +176,10 @@ class Transcriber:
 
                 self.model = FixedShapeForward(self.comps.model)
         else:
-            from ..export.runtime import ExportedModel
+            from ..export.runtime import ExportedModel, exported_file
 
-            self.model = ExportedModel(checkpoint, backend, self.device)
+            with exported_file(checkpoint) as local:  # a URL's copied for the runtime to read
+                self.model = ExportedModel(local, backend, self.device)
             self.comps = self.model.components()
         from ..decoding.decoders import build_decoder
 

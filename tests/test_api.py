@@ -186,3 +186,29 @@ def test_the_api_names_a_wrong_argument_before_any_work(ldc_checkpoint):
     for bad in (None, 5, {"audio": []}):
         with pytest.raises(ValueError, match="expected a file path, a URL or mono samples"):
             model.transcribe(bad)
+
+
+def test_a_torch_tensor_is_transcribed_as_the_same_samples_in_an_array(ldc_checkpoint):
+    """A PyTorch toolkit refused torch tensors ("expected a file path, a URL or mono samples (an array), got
+    Tensor"): each is read as its values, PCM integers scaled as an array's, half precision widened."""
+    model = speechscale.load(ldc_checkpoint, device="cpu")
+    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="float32")
+    pcm, _ = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="int16")
+    want = model.transcribe(wav, sample_rate=rate)
+    assert want.text == LDC_TEXT
+    for tensor in [torch.from_numpy(wav), torch.from_numpy(wav).requires_grad_(), torch.from_numpy(pcm),
+                   torch.from_numpy(wav.astype(np.float64))]:
+        got = model.transcribe(tensor, sample_rate=rate)
+        assert got.to_dict() == want.to_dict(), tensor.dtype
+    from speechscale.data.audio import as_waveform
+
+    half = as_waveform(torch.from_numpy(wav).to(torch.bfloat16))  # NumPy has no bfloat16
+    assert half.dtype == np.float32 and np.array_equal(half, torch.from_numpy(wav).to(torch.bfloat16).float().numpy())
+    assert np.abs(half - wav).max() <= 2 ** -8 * np.abs(wav).max()
+    assert model.transcribe(torch.from_numpy(wav).half(), sample_rate=rate).text == LDC_TEXT
+    with pytest.raises(ValueError, match=r"mono waveform \(T,\), got shape \(2, "):
+        model.transcribe(torch.from_numpy(np.stack([wav, wav])), sample_rate=rate)
+    with pytest.raises(ValueError, match="int8, int16, int32, uint8 PCM, got int64"):
+        model.transcribe(torch.zeros(1600, dtype=torch.int64), sample_rate=rate)
+    with pytest.raises(ValueError, match="non-finite"):
+        model.transcribe(torch.full((1600,), float("nan")), sample_rate=rate)

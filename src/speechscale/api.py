@@ -130,10 +130,10 @@ class Model:
 
     def transcribe(self, audio: str | Path | np.ndarray, sample_rate: int | None = None,
                    digits: bool = False) -> Transcript:
-        """A file (any format load_audio reads, or a URL) or a mono waveform (floats, or 8/16/32-bit PCM such as
-        an int16 array) at `sample_rate` (default: the model's) -> its Transcript (text, duration, words; greedy:
-        each word with start, end in seconds and a confidence). `digits`: numbers written in digits ("$5.50",
-        "1990"; English, de, fr, es, it, pt and nl models, else ValueError)."""
+        """A file (any format load_audio reads, or a URL) or a mono waveform (a NumPy array or a torch tensor on any
+        device: floats, or 8/16/32-bit PCM such as int16) at `sample_rate` (default: the model's) -> its Transcript
+        (text, duration, words; greedy: each word with start, end in seconds and a confidence). `digits`: numbers
+        written in digits ("$5.50", "1990"; English, de, fr, es, it, pt and nl models, else ValueError)."""
         return self.transcribe_batch([audio], sample_rate, digits)[0]
 
     def transcribe_batch(self, audios: list[str | Path | np.ndarray], sample_rate: int | None = None,
@@ -160,12 +160,13 @@ class Model:
 
     def _waveform(self, audio: str | Path | np.ndarray, sample_rate: int | None) -> np.ndarray:
         """A file or a mono float waveform at `sample_rate` -> (T,) float32 at the model's rate."""
-        from .data.audio import as_waveform, check_rate, load_audio, resample
+        from .data.audio import as_waveform, check_rate, is_tensor, load_audio, resample
 
         if isinstance(audio, (str, Path)):
             return load_audio(audio, self.sample_rate)
-        if not isinstance(audio, (np.ndarray, list, tuple, bytes, bytearray)):  # bytes: as_waveform says what to do
-            raise ValueError(f"expected a file path, a URL or mono samples (an array), got {type(audio).__name__}")
+        if not isinstance(audio, (np.ndarray, list, tuple, bytes, bytearray)) and not is_tensor(audio):
+            raise ValueError(f"expected a file path, a URL or mono samples (an array or a tensor), got "
+                             f"{type(audio).__name__}")  # bytes: as_waveform says what to do
         rate = self.sample_rate if sample_rate is None else check_rate(sample_rate)
         wav = as_waveform(audio)
         return wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate)

@@ -48,7 +48,10 @@ PCM_DTYPES = ("int8", "int16", "int32", "uint8")  # integer samples read as PCM:
 
 def as_waveform(samples: Any) -> np.ndarray:
     """(T,) float32 of mono `samples`: float samples as they are, 8/16/32-bit PCM (an int16 array, say) scaled to
-    full scale 1.0, a list of numbers as floats; ValueError when they are not one channel of finite numbers."""
+    full scale 1.0, a list of numbers as floats, a torch tensor as its values (on any device, any float width);
+    ValueError when they are not one channel of finite numbers."""
+    if is_tensor(samples):
+        samples = _tensor_values(samples)
     if isinstance(samples, (bytes, bytearray, str)):
         raise ValueError(f"expected mono float samples, got {type(samples).__name__} (decode a file's bytes first, "
                          "or give its path)")
@@ -71,6 +74,20 @@ def as_waveform(samples: Any) -> np.ndarray:
     if not np.isfinite(wav).all():
         raise ValueError("the waveform holds non-finite samples (NaN or infinity)")
     return wav
+
+
+def is_tensor(samples: Any) -> bool:
+    """Whether `samples` is a torch tensor (told without importing torch)."""
+    return type(samples).__module__.split(".")[0] == "torch" and hasattr(samples, "detach")
+
+
+def _tensor_values(tensor: Any) -> np.ndarray:
+    """A torch tensor's values on the host as NumPy: PCM integers kept (as_waveform scales them), floats narrower
+    than float32 (bf16, fp16, which NumPy lacks or rounds) widened; its device and autograd graph left behind."""
+    t = tensor.detach().cpu()
+    if t.is_floating_point() and t.element_size() < 4:
+        t = t.float()
+    return t.resolve_conj().numpy() if t.is_complex() else t.numpy()
 
 
 def check_file(path: str | Path, error: type[Exception]) -> None:

@@ -80,6 +80,21 @@ def test_a_byte_order_mark_does_not_cost_the_first_line(corpus):
     assert len(utts) == 2 and rep.skipped == 0
 
 
+def test_a_line_that_is_not_utf8_is_skipped_not_read_with_its_accents_replaced(corpus):
+    """A Latin-1 line was decoded with its accents as U+FFFD, which normalization then dropped: "café" trained as
+    "caf". Such a line is skipped and counted; a UTF-16 file (NUL bytes) is one line before any work."""
+    good = json.dumps({"audio_filepath": "a.wav", "duration": 0.1, "text": "fine"}).encode()
+    latin = json.dumps({"audio_filepath": "a.wav", "duration": 0.1, "text": "café"}, ensure_ascii=False)
+    (corpus / "m.jsonl").write_bytes(b"\n".join([good, latin.encode("latin-1"), latin.encode(), good]) + b"\n")
+    utts, rep = read_manifest(corpus / "m.jsonl", normalize=TextNormalizer(alphabet="abcdefghijklmnopqrstuvwxyzé' "))
+    assert [u.text for u in utts] == ["fine", "café", "fine"] and [u.line for u in utts] == [1, 3, 4]
+    assert rep.reasons == {"not UTF-8": 1} and "line 2: not UTF-8" in rep.summary()
+    assert [u.line for u in read_manifest(corpus / "m.jsonl", lines=[2])[0]] == [3, 4]  # the line keeps its place
+    (corpus / "u16.jsonl").write_bytes((good.decode() + "\n").encode("utf-16"))
+    with pytest.raises(ManifestError, match=r"u16.jsonl: not a UTF-8 JSONL manifest \(it holds NUL bytes: UTF-16\?\)"):
+        read_manifest(corpus / "u16.jsonl")
+
+
 def test_a_noise_list_that_is_not_utf8_text_is_one_line(tmp_path):
     from speechscale.config import ConfigError
     from speechscale.data.recorded import read_recordings

@@ -128,7 +128,26 @@ def iter_manifest(path: str | Path, report: SkipReport, **select: Any) -> Iterat
     path = Path(str(path).removeprefix("file://"))
     if not path.is_file():
         raise ManifestError(f"manifest not found: {path}")
+    with path.open("rb") as f:
+        head = f.read(8192)
+    if b"\x00" in head:
+        raise ManifestError(f"{path}: not a UTF-8 JSONL manifest (it holds NUL bytes: UTF-16?); convert it, e.g. "
+                            f"iconv -f utf-16 -t utf-8 {path.name}")
     return _utterances(path, report, **select)
+
+
+def manifest_lines(path: Path) -> Iterator[tuple[int, str | None]]:
+    """(line number, text) for each line of the local JSONL file `path` as it is read, a UTF-8 byte-order mark
+    dropped; the text is None for a line that is not UTF-8 (a Latin-1 file's accents would otherwise read as
+    U+FFFD and change the words)."""
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield lineno, None
+                continue
+            yield lineno, text.removeprefix("\ufeff") if lineno == 1 else text
 
 
 def _utterances(path: Path, report: SkipReport, normalize: Callable[[str], str] | None = None,
@@ -138,68 +157,70 @@ def _utterances(path: Path, report: SkipReport, normalize: Callable[[str], str] 
     start = lines[0] if lines else 0
     stop = lines[1] if lines and len(lines) > 1 else math.inf
     base = path.parent
-    with path.open("r", encoding="utf-8-sig", errors="replace") as f:
-        position = -1
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            position += 1
-            if position < start:
-                continue
-            if position >= stop:
-                break
+    position = -1
+    for lineno, raw in manifest_lines(path):
+        if raw is not None and not raw.strip():
+            continue
+        position += 1
+        if position < start:
+            continue
+        if position >= stop:
+            break
+        if raw is None:
+            report.skip(lineno, "not UTF-8", f"convert the file, e.g. iconv -f latin1 -t utf-8 {path.name}")
+            continue
+        try:
+            rec = parse_json(raw)
+        except ValueError:
+            report.skip(lineno, "malformed JSON")
+            continue
+        if not isinstance(rec, dict):
+            report.skip(lineno, "malformed JSON", "not an object")
+            continue
+        missing = [k for k in REQUIRED if k not in rec]
+        if missing:
+            report.skip(lineno, "missing key", ",".join(missing))
+            continue
+        if filt and not _matches(rec, filt):
+            report.filtered += 1
+            continue
+        try:
+            duration = float(rec["duration"])
+        except (TypeError, ValueError):
+            report.skip(lineno, "bad duration", repr(rec["duration"]))
+            continue
+        if not 0 <= duration <= MAX_DURATION_S or duration < min_duration or duration > max_duration:
+            report.skip(lineno, "duration out of range", f"{duration}s")
+            continue
+        offset = None
+        if OFFSET in rec:
             try:
-                rec = parse_json(raw)
-            except ValueError:
-                report.skip(lineno, "malformed JSON")
-                continue
-            if not isinstance(rec, dict):
-                report.skip(lineno, "malformed JSON", "not an object")
-                continue
-            missing = [k for k in REQUIRED if k not in rec]
-            if missing:
-                report.skip(lineno, "missing key", ",".join(missing))
-                continue
-            if filt and not _matches(rec, filt):
-                report.filtered += 1
-                continue
-            try:
-                duration = float(rec["duration"])
+                offset = float(rec[OFFSET]) if not isinstance(rec[OFFSET], bool) else math.nan
             except (TypeError, ValueError):
-                report.skip(lineno, "bad duration", repr(rec["duration"]))
+                offset = math.nan
+            if not 0 <= offset <= MAX_DURATION_S:
+                report.skip(lineno, "bad offset", repr(rec[OFFSET]))
                 continue
-            if not 0 <= duration <= MAX_DURATION_S or duration < min_duration or duration > max_duration:
-                report.skip(lineno, "duration out of range", f"{duration}s")
-                continue
-            offset = None
-            if OFFSET in rec:
-                try:
-                    offset = float(rec[OFFSET]) if not isinstance(rec[OFFSET], bool) else math.nan
-                except (TypeError, ValueError):
-                    offset = math.nan
-                if not 0 <= offset <= MAX_DURATION_S:
-                    report.skip(lineno, "bad offset", repr(rec[OFFSET]))
-                    continue
-            raw_text = rec["text"]
-            if not isinstance(raw_text, str) or not raw_text.strip():
-                report.skip(lineno, "empty text")
-                continue
-            text = normalize(raw_text) if normalize else raw_text
-            if not text:
-                report.skip(lineno, "empty text", "after normalization")
-                continue
-            bad = oov(text) if oov else set()
-            if bad:
-                report.skip(lineno, "characters outside the vocabulary", repr("".join(sorted(bad))))
-                continue
-            audio = Path(str(rec["audio_filepath"]))
-            audio = audio if audio.is_absolute() else base / audio
-            if check_files and not audio.is_file():
-                report.skip(lineno, "missing audio", str(audio))
-                continue
-            extra = {k: v for k, v in rec.items() if k not in REQUIRED and k != OFFSET}
-            report.kept += 1
-            yield Utterance(str(audio), duration, text, raw_text, lineno, extra, offset)
+        raw_text = rec["text"]
+        if not isinstance(raw_text, str) or not raw_text.strip():
+            report.skip(lineno, "empty text")
+            continue
+        text = normalize(raw_text) if normalize else raw_text
+        if not text:
+            report.skip(lineno, "empty text", "after normalization")
+            continue
+        bad = oov(text) if oov else set()
+        if bad:
+            report.skip(lineno, "characters outside the vocabulary", repr("".join(sorted(bad))))
+            continue
+        audio = Path(str(rec["audio_filepath"]))
+        audio = audio if audio.is_absolute() else base / audio
+        if check_files and not audio.is_file():
+            report.skip(lineno, "missing audio", str(audio))
+            continue
+        extra = {k: v for k, v in rec.items() if k not in REQUIRED and k != OFFSET}
+        report.kept += 1
+        yield Utterance(str(audio), duration, text, raw_text, lineno, extra, offset)
 
 
 def write_manifest(path: str | Path, records: list[dict[str, Any]]) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..config import ConfigError, parse_json
 from ..data.audio import AudioTooLong, load_audio
-from ..data.manifest import MAX_DURATION_S, OFFSET
+from ..data.manifest import MAX_DURATION_S, OFFSET, manifest_lines
 from ..data.shards import AUDIO_EXTENSIONS, is_shard_index
 from .segments import Segment, audio_pauses, confidence, cut_at_pauses
 from .transcribe import Transcriber, transcribe_files
@@ -79,31 +79,34 @@ def gather(paths: list[str]) -> Sources:
 
 
 def _manifest_rows(path: Path, found: Sources, add: Callable[[dict[str, Any]], None]) -> None:
-    with path.open("r", encoding="utf-8-sig", errors="replace") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                rec = parse_json(raw)
-            except ValueError:
-                rec = None
-            audio = rec.get("audio_filepath") if isinstance(rec, dict) else None
-            bad = "not a JSON object with audio_filepath" if not isinstance(audio, str) or not audio else \
-                _bad_segment(rec)
-            if bad:
-                found.bad_lines += 1
-                if len(found.examples) < 3:
-                    found.examples.append(f"{path}:{lineno}: {bad}")
-                continue
-            row = {k: v for k, v in rec.items() if k not in _OWN_KEYS}
-            row["audio_filepath"] = str((path.parent / audio).resolve())
-            # a line label wrote (it has a confidence) keeps its reference; another line's text is its reference
-            ref = rec.get(REFERENCE) if "confidence" in rec else rec.get("text")
-            if isinstance(ref, str) and ref.strip():
-                row[REFERENCE] = ref
-            if isinstance(rec.get("duration"), (int, float)):
-                row["duration"] = float(rec["duration"])
-            add(row)
+    for lineno, raw in manifest_lines(path):
+        if raw is not None and not raw.strip():
+            continue
+        try:
+            rec = parse_json(raw) if raw is not None else None
+        except ValueError:
+            rec = None
+        audio = rec.get("audio_filepath") if isinstance(rec, dict) else None
+        if raw is None:
+            bad: str | None = "not UTF-8"
+        elif not isinstance(audio, str) or not audio:
+            bad = "not a JSON object with audio_filepath"
+        else:
+            bad = _bad_segment(rec)
+        if bad:
+            found.bad_lines += 1
+            if len(found.examples) < 3:
+                found.examples.append(f"{path}:{lineno}: {bad}")
+            continue
+        row = {k: v for k, v in rec.items() if k not in _OWN_KEYS}
+        row["audio_filepath"] = str((path.parent / audio).resolve())
+        # a line label wrote (it has a confidence) keeps its reference; another line's text is its reference
+        ref = rec.get(REFERENCE) if "confidence" in rec else rec.get("text")
+        if isinstance(ref, str) and ref.strip():
+            row[REFERENCE] = ref
+        if isinstance(rec.get("duration"), (int, float)):
+            row["duration"] = float(rec["duration"])
+        add(row)
 
 
 def _bad_segment(rec: dict[str, Any]) -> str | None:

@@ -139,6 +139,31 @@ def test_transcribe_runs_files_in_batches_and_keeps_their_order(ldc_checkpoint, 
     assert rows[3]["text"] == LDC_TEXT and rows[2]["duration"] == 1.0
 
 
+def test_transcribe_takes_a_folder_as_every_audio_file_under_it(ldc_checkpoint, capsys, tmp_path):
+    """A folder was one line, "is a directory": it is every audio file under it, by name, subfolders too."""
+    import shutil
+
+    folder = tmp_path / "calls"
+    (folder / "b").mkdir(parents=True)
+    shutil.copy(shared("ldc93s1", "LDC93S1.wav"), folder / "z.wav")
+    shutil.copy(shared("ldc93s1", "LDC93S1_pcms16le_1_8000.wav"), folder / "b" / "a.wav")
+    (folder / "notes.txt").write_text("not audio, not named so")
+    (folder / "b" / "broken.flac").write_bytes(b"not audio")
+    code, out, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(folder))
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert [r["file"] for r in rows] == [str(folder / "b" / "a.wav"), str(folder / "b" / "broken.flac"),
+                                         str(folder / "z.wav")]
+    assert code == 1 and "error" in rows[1] and rows[2]["text"] == LDC_TEXT
+    assert rows[0]["text"] == speechscale.load(ldc_checkpoint).transcribe(str(folder / "b" / "a.wav")).text
+    code, out, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--format", "srt",
+                              "--out-dir", str(tmp_path / "subs"), str(folder / "b"), str(folder / "z.wav"))
+    assert sorted(p.name for p in (tmp_path / "subs").iterdir()) == ["a.srt", "z.srt"]
+    (tmp_path / "none").mkdir()
+    code, out, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), str(tmp_path / "none"))
+    assert code == 2 and out == "" and "none: a folder with no audio files under it (named aac" in err
+    assert err.count("\n") == 1
+
+
 def test_a_run_folder_loads_its_best_checkpoint_and_the_module_is_public(ldc_checkpoint, tmp_path):
     run = ldc_checkpoint.parent.parent  # trainer.out_dir: checkpoints/best.pt inside
     model = speechscale.load(run, device="cpu")

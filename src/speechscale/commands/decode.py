@@ -277,6 +277,7 @@ def transcribe(args: argparse.Namespace) -> int:
         raise ConfigError("--step-ms sets a stream's step: it goes with --stream")
     if args.files.count("-") > 1:
         raise ConfigError("- (the file on standard input) can be named once")
+    args.files = _files_in_folders(args.files)
     subtitles = _subtitle_paths(args.files, fmt, args.out_dir, args.manifest)
     refs = _references(args.manifest)
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
@@ -311,6 +312,25 @@ def transcribe(args: argparse.Namespace) -> int:
         else:
             print(f"{f}\t{res['text']}", flush=True)
     return 1 if failed else 0
+
+
+def _files_in_folders(files: list[str]) -> list[str]:
+    """`files` with each local folder replaced by the audio files under it, in name order (ConfigError when it holds
+    none)."""
+    from ..config import ConfigError
+    from ..data.audio import AUDIO_EXTENSIONS, audio_files_under
+    from ..storage import is_remote
+
+    out: list[str] = []
+    for f in files:
+        if f == "-" or is_remote(f) or not Path(f).is_dir():
+            out.append(f)
+            continue
+        found = audio_files_under(Path(f))
+        if not found:
+            raise ConfigError(f"{f}: a folder with no audio files under it (named {', '.join(sorted(AUDIO_EXTENSIONS))})")
+        out += [str(p) for p in found]
+    return out
 
 
 def _write_subtitles(f: str, res: dict[str, Any], fmt: str, out: Path | None) -> None:
@@ -585,7 +605,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     decoder_args(r)
     r.add_argument("files", nargs="+", metavar="FILE",
                    help="audio files to transcribe (wav, flac, ogg, mp3, ...; m4a, mp4, webm, aac with speechscale[media]), "
-                        "local or URLs (http(s)://, s3://, gs://, ...); - reads one from standard input")
+                        "local or URLs (http(s)://, s3://, gs://, ...), or folders (every audio file under one, by name); "
+                        "- reads one from standard input")
     r.add_argument("--digits", action="store_true",
                    help="write numbers in digits: $5.50, 1990, 21st, 10:05, 2.5%% (English; de, fr, es, it, pt, nl "
                         "with speechscale[digits])")

@@ -46,6 +46,15 @@ def check_rate(rate: Any) -> int:
 PCM_DTYPES = ("int8", "int16", "int32", "uint8")  # integer samples read as PCM: full scale is 1.0
 
 
+AUDIO_EXTENSIONS = frozenset({"flac", "wav", "mp3", "ogg", "opus", "oga", "m4a", "mp4", "aac", "webm", "mkv", "wma",
+                              "amr", "sph", "aif", "aiff", "aifc", "au", "w64", "caf", "audio"})
+
+
+def audio_files_under(folder: Path) -> list[Path]:
+    """The audio files (by their names' extensions, AUDIO_EXTENSIONS) anywhere under `folder`, in name order."""
+    return sorted(p for p in folder.rglob("*") if p.suffix[1:].lower() in AUDIO_EXTENSIONS and p.is_file())
+
+
 def as_waveform(samples: Any) -> np.ndarray:
     """(T,) float32 of mono `samples`: float samples as they are, 8/16/32-bit PCM (an int16 array, say) scaled to
     full scale 1.0, a list of numbers as floats, a torch tensor as its values (on any device, any float width);

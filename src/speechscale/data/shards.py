@@ -35,7 +35,7 @@ import soundfile as sf
 
 from ..config import parse_json
 from ..storage import is_remote
-from .audio import AudioError, read_audio
+from .audio import AUDIO_EXTENSIONS, AudioError, read_audio
 from .manifest import ManifestError, SkipReport, Utterance, iter_manifest
 
 log = logging.getLogger(__name__)
@@ -49,8 +49,6 @@ HEADER_KEY = "speechscale_shards"  # the first line of an index: {"speechscale_s
 
 
 TEXT_FIELDS = ("text", "transcript", "sentence")  # looked for in this order when --text-field is not given
-AUDIO_EXTENSIONS = frozenset({"flac", "wav", "mp3", "ogg", "opus", "oga", "m4a", "mp4", "aac", "webm", "mkv", "wma",
-                              "amr", "sph", "aif", "aiff", "aifc", "au", "w64", "caf", "audio"})
 TEXT_EXTENSIONS = ("json", "txt")
 
 

@@ -28,9 +28,8 @@ from tqdm import tqdm
 
 from ..config import parse_json
 from ..storage import is_remote
-from .audio import AudioError, stream_duration
+from .audio import AUDIO_EXTENSIONS, AudioError, stream_duration
 from .shards import (
-    AUDIO_EXTENSIONS,
     INDEX_NAME,
     TEXT_EXTENSIONS,
     TEXT_FIELDS,

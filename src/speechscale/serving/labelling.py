@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from ..config import ConfigError, parse_json
-from ..data.audio import AudioTooLong, load_audio
+from ..data.audio import AudioTooLong, audio_files_under, load_audio
 from ..data.manifest import MAX_DURATION_S, OFFSET, manifest_lines
-from ..data.shards import AUDIO_EXTENSIONS, is_shard_index
+from ..data.shards import is_shard_index
 from .segments import Segment, audio_pauses, confidence, cut_at_pauses
 from .transcribe import Transcriber, transcribe_files
 
@@ -67,7 +67,7 @@ def gather(paths: list[str]) -> Sources:
             raise ConfigError(f"{text}: a shard index; the manifest label writes names each recording's file, so give "
                               f"the manifest or folder the shards were made from")
         if path.is_dir():
-            for f in sorted(p for p in path.rglob("*") if p.suffix[1:].lower() in AUDIO_EXTENSIONS and p.is_file()):
+            for f in audio_files_under(path):
                 add({"audio_filepath": str(f.resolve())})
         elif path.suffix == ".jsonl" and path.is_file():
             _manifest_rows(path, found, add)

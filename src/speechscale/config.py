@@ -192,6 +192,8 @@ class TrainerConfig:
     cuda_graphs: str | bool = "auto"   # auto (on a GPU) | on | off: CUDA graphs per batch shape (docs/training.md)
     grad_accum: int = 1                # batches (micro-batches) per optimizer step; DDP syncs on the last only
     checkpoint_every_steps: int = 0    # also write a checkpoint every N steps, without validating (0 = off)
+    checkpoint_every_minutes: float = 0.0  # also write one once this much wall time passed since the last (0 = off;
+    # ranks agree at their log_every steps), as an interval independent of the hardware's step time
     keep_checkpoints: int = 3          # step-N.pt files kept (last.pt and the `latest` pointer always)
     trace_samples: bool = False        # log each step's sample ids per rank to OUT/samples-rankR.jsonl (tests)
     ema_decay: float = 0.0             # keep an exponential moving average of the weights (e.g. 0.999; 0 = off);

@@ -133,6 +133,8 @@ def check_recipe(cfg: Config) -> None:
         (t.log_every >= 1, f"trainer.log_every={t.log_every} must be at least 1 (steps between log lines)"),
         (t.val_every_steps >= 0 and t.checkpoint_every_steps >= 0,
          "trainer.val_every_steps and trainer.checkpoint_every_steps must be >= 0 (0 = off)"),
+        (0 <= t.checkpoint_every_minutes < math.inf,
+         f"trainer.checkpoint_every_minutes={t.checkpoint_every_minutes} must be a number of minutes >= 0 (0 = off)"),
         (t.threads >= 0, "trainer.threads must be >= 0 (0 = torch's default)"),
         (t.device == "auto" or t.device.split(":")[0] in ("cpu", "cuda"),
          "trainer.device must be auto, cpu, cuda or cuda:N"),

@@ -49,6 +49,18 @@ def test_two_ranks_share_each_epoch_and_agree(tmp_path, accum):
     assert (out / "metrics.jsonl").is_file() and state["training"]["epoch"] == 2
 
 
+def test_checkpoint_every_minutes_is_agreed_by_two_ranks_at_their_logging_steps(tmp_path):
+    """The ranks' clocks differ, so they agree on trainer.checkpoint_every_minutes at their log_every steps (one
+    collective there): an interval shorter than any step writes at steps 2 and 4 of 5, none at the others, and
+    no rank waits for another."""
+    m = ldc_manifest(tmp_path / "data", copies=40)  # 10 steps an epoch: no epoch end in these 5
+    out = tmp_path / "run"
+    run(torchrun(2, train_args(m, out, "trainer.max_epochs=0", "trainer.max_steps=5", "trainer.log_every=2",
+                               "trainer.checkpoint_every_minutes=1e-9", "trainer.keep_checkpoints=10")), tmp_path / "log")
+    saved = sorted(int(p.stem.split("-")[1]) for p in (out / "checkpoints").glob("step-*.pt"))
+    assert saved == [2, 4, 5] and _weights(out)["training"]["step"] == 5
+
+
 def test_sigterm_to_torchrun_checkpoints_every_rank_at_the_same_step(tmp_path):
     """What SLURM and Kubernetes do before preemption: torchrun passes SIGTERM on to its workers, which
     agree at the next step boundary (not the next logging step: log_every is 1000 here), write one

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from speechscale.components import components_from_checkpoint
+from speechscale.config import ConfigError
 from speechscale.recipe import load_recipe
 from speechscale.storage.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from speechscale.storage.seeds import rng_state, set_rng_state
@@ -132,6 +133,22 @@ def test_rotation_keeps_the_last_k_a_pointer_and_last(tmp_path):
     assert steps == ["step-000000004.pt", "step-000000005.pt"]
     assert (ckpts / "latest").read_text().strip() == "step-000000005.pt"
     assert load_checkpoint(ckpts / "last.pt")["training"]["step"] == 5
+
+
+def test_checkpoint_every_minutes_writes_once_the_interval_has_passed(tmp_path):
+    """trainer.checkpoint_every_minutes: an interval of wall time, whatever a step costs on this hardware. One
+    process checks it at every step: an interval shorter than any step writes one after each; a long one none
+    between the epoch ends (3 steps an epoch here)."""
+    def steps_saved(out, minutes):
+        _trainer(out, 5, f"trainer.checkpoint_every_minutes={minutes}", "trainer.keep_checkpoints=10",
+                 "data.batch_seconds=3", "data.sortagrad=false").fit()
+        return sorted(int(p.stem.split("-")[1]) for p in (out / "checkpoints").glob("step-*.pt"))
+
+    assert steps_saved(tmp_path / "short", 1e-9) == [1, 2, 3, 4, 5]
+    assert steps_saved(tmp_path / "long", 1e3) == [3, 5]  # the epoch end and the run's end
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(ConfigError, match=r"trainer.checkpoint_every_minutes=\S+ must be a (finite )?number"):
+            _trainer(tmp_path / "bad", 1, f"trainer.checkpoint_every_minutes={bad}")
 
 
 def test_auto_resume_passes_over_a_torn_newest_checkpoint(tmp_path):

@@ -98,9 +98,10 @@ class Trainer:
             torch.set_num_threads(t.threads)
         self.strategy = build_strategy(cfg.distributed, t.seed, t.device)
         self.rank, self.world = self.strategy.rank, self.strategy.world_size
-        if not self.strategy.lockstep and (t.val_every_steps or t.checkpoint_every_steps) and self.rank == 0:
+        if not self.strategy.lockstep and (t.val_every_steps or t.checkpoint_every_steps or t.checkpoint_every_minutes
+                                           ) and self.rank == 0:
             log.warning("asynchronous learners validate and checkpoint at epoch ends and stops: ignoring "
-                        "trainer.val_every_steps and checkpoint_every_steps")
+                        "trainer.val_every_steps, checkpoint_every_steps and checkpoint_every_minutes")
         seed_everything(t.seed)  # the same initial weights on every rank
         if t.deterministic:
             deterministic_algorithms(compiling=t.compile)
@@ -176,6 +177,7 @@ class Trainer:
         self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)
         self._unreadable = 0  # batches in a row with no utterance read
         self._gone: DataUnreadable | None = None  # ranks in step: this one's reason to stop with the others
+        self._saved_at = time.monotonic()  # the last checkpoint's time (trainer.checkpoint_every_minutes)
         self.ema = WeightAverage(self.model, t.ema_decay) if t.ema_decay > 0 else None
         seed_everything(derive_seed(t.seed, "process", self.rank))  # dropout and other streams differ per rank
         if resuming:
@@ -219,6 +221,7 @@ class Trainer:
         """Write a checkpoint (collective: every rank calls it; rank 0 writes). `name` writes that file;
         None writes a rotating `step-N.pt` (keeping trainer.keep_checkpoints), `last.pt` and the pointer;
         `best` also writes the same checkpoint as best.pt."""
+        self._saved_at = time.monotonic()
         ranks = self.strategy.gather(rank_part(self.strategy, self.model, self.optimizer, self.plan.rank_state()))
         path, failure = None, None
         with self.strategy.consensus(self.model) as model:
@@ -316,6 +319,14 @@ class Trainer:
                         self.precision.autocast)
 
     # ---- the loop ----------------------------------------------------------------------------------
+    def _checkpoint_due(self, check: bool) -> bool:
+        """Whether trainer.checkpoint_every_minutes have passed since the last checkpoint on any rank (collective when
+        `check`, which must be the same on every rank: the ranks' clocks are not)."""
+        minutes = self.cfg.trainer.checkpoint_every_minutes
+        if not minutes or not check:
+            return False
+        return self.strategy.any_rank(time.monotonic() - self._saved_at >= 60 * minutes)
+
     def _validate_and_save(self, runlog: RunLog | None, progress: RunProgress) -> None:
         """Validate, log the row and write a checkpoint (mid-epoch: trainer.val_every_steps)."""
         self._checkpoint(self._validate(runlog, progress)["wer"])
@@ -522,7 +533,8 @@ class Trainer:
         lockstep = self.strategy.lockstep  # step-count events need ranks that take step N together
         if lockstep and t.val_every_steps and s.step % t.val_every_steps == 0:
             self._validate_and_save(runlog, progress)
-        elif lockstep and t.checkpoint_every_steps and s.step % t.checkpoint_every_steps == 0:
+        elif lockstep and ((t.checkpoint_every_steps and s.step % t.checkpoint_every_steps == 0)
+                           or self._checkpoint_due(logging_step or self._alone)):
             self._checkpoint()
         # max_steps is the same on every lockstep rank; the clock and signals are not, so ranks agree on those
         # at every step (a preemption notice gives about 30-120 s: it is acted on at the next step boundary)
@@ -555,6 +567,7 @@ class Trainer:
                                            "strategy": self.cfg.distributed.strategy, "precision": self.precision.mode,
                                            "resumed_from": self.resumed_from})
         budget = TimeBudget(t.max_minutes)
+        self._saved_at = time.monotonic()
         self._resumed_step = s.step
         self.model.train()
         last: dict[str, Any] = {}

@@ -56,6 +56,12 @@ def test_each_bad_line_is_skipped_counted_and_located(corpus, line, reason):
 def test_missing_manifest_is_a_clear_error(tmp_path):
     with pytest.raises(ManifestError, match="manifest not found"):
         read_manifest(tmp_path / "none.jsonl")
+    (tmp_path / "corpus").mkdir()  # a folder was "not found", though it is there
+    with pytest.raises(ManifestError, match=r"corpus: a folder, not a JSONL manifest$"):
+        read_manifest(tmp_path / "corpus")
+    (tmp_path / "corpus" / "train.jsonl").write_text("")
+    with pytest.raises(ManifestError, match=r"corpus: a folder, not a JSONL manifest \(one of its files\? train.jsonl\)"):
+        read_manifest(tmp_path / "corpus")
 
 
 def test_filter_and_slices(corpus):

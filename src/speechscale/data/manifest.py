@@ -126,6 +126,10 @@ def iter_manifest(path: str | Path, report: SkipReport, **select: Any) -> Iterat
         raise ManifestError(f"{path}: a JSONL manifest is read from a local file; a corpus on object storage is read "
                             f"from tar shards there (speechscale data shard MANIFEST --out URL, or data index URL)")
     path = Path(str(path).removeprefix("file://"))
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.jsonl"))[:3]
+        raise ManifestError(f"{path}: a folder, not a JSONL manifest" + (f" (one of its files? {', '.join(inside)})"
+                                                                         if inside else ""))
     if not path.is_file():
         raise ManifestError(f"manifest not found: {path}")
     with path.open("rb") as f:

@@ -158,6 +158,18 @@ def test_transcribe_takes_a_folder_as_every_audio_file_under_it(ldc_checkpoint, 
     code, out, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--format", "srt",
                               "--out-dir", str(tmp_path / "subs"), str(folder / "b"), str(folder / "z.wav"))
     assert sorted(p.name for p in (tmp_path / "subs").iterdir()) == ["a.srt", "z.srt"]
+    # --out-dir with text or JSON: a file each, a folder's files under their paths in it (b/a.wav and a/a.wav differ)
+    (folder / "a").mkdir()
+    shutil.copy(folder / "b" / "a.wav", folder / "a" / "a.wav")
+    for fmt, suffix in [("text", "txt"), ("json", "json")]:
+        code, out, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--format", fmt,
+                                  "--out-dir", str(tmp_path / fmt), str(folder))
+        written = sorted(p.relative_to(tmp_path / fmt).as_posix() for p in (tmp_path / fmt).rglob("*") if p.is_file())
+        assert code == 1 and written == [f"a/a.{suffix}", f"b/a.{suffix}", f"z.{suffix}"]  # none for broken.flac
+        assert f"{folder / 'z.wav'}\t{tmp_path / fmt / ('z.' + suffix)}" in out.splitlines() and "broken.flac" in out
+    assert (tmp_path / "text" / "z.txt").read_text() == LDC_TEXT + "\n"
+    assert json.loads((tmp_path / "json" / "b" / "a.json").read_text()) == {"file": str(folder / "b" / "a.wav"),
+                                                                            **rows[0]} | {"file": rows[0]["file"]}
     (tmp_path / "none").mkdir()
     code, out, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), str(tmp_path / "none"))
     assert code == 2 and out == "" and "none: a folder with no audio files under it (named aac" in err

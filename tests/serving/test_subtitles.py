@@ -95,7 +95,8 @@ def test_transcribe_says_in_one_line_what_subtitles_cannot_do(ldc_checkpoint, ca
     for args, expected in [(["--format", "srt", wav, wav], "give --out-dir"),
                            (["--format", "vtt", "--manifest", str(manifest), wav], "--manifest prints references"),
                            (["--format", "srt", "--stream", wav], "a stream (--stream) prints text"),
-                           (["--out-dir", str(tmp_path), wav], "goes with --format srt or vtt"),
+                           (["--out-dir", str(tmp_path), "--manifest", str(manifest), wav],
+                            "--out-dir writes a file for each input"),
                            (["--format", "srt", "--out-dir", str(tmp_path), wav, wav], "would both write")]:
         code, _, err = main_cli(capsys, "transcribe", "--checkpoint", ckpt, *args)
         assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, (args, err)

@@ -277,8 +277,8 @@ def transcribe(args: argparse.Namespace) -> int:
         raise ConfigError("--step-ms sets a stream's step: it goes with --stream")
     if args.files.count("-") > 1:
         raise ConfigError("- (the file on standard input) can be named once")
-    args.files = _files_in_folders(args.files)
-    subtitles = _subtitle_paths(args.files, fmt, args.out_dir, args.manifest)
+    args.files, names = _files_in_folders(args.files)
+    outputs = _output_paths(args.files, fmt, args.out_dir, args.manifest, names)
     refs = _references(args.manifest)
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
                       decoder=decoder_config(args), device=args.device, graphs=args.graphs)
@@ -300,28 +300,32 @@ def transcribe(args: argparse.Namespace) -> int:
             res.update(reference=ref, wer=round(score.wer, 4))
         if args.digits and "text" in res:
             res = written(res, asr.comps.normalizer.digits_language)
-        if fmt == "json":
+        if fmt == "json" and (outputs is None or "error" in res):
             print(json.dumps(res), flush=True)
         elif "error" in res:
             print(f"{f}\tERROR: {res['error']}", flush=True)
         elif ref is not None:
             print(f"{f}\n  hypothesis: {res['text']}\n  reference:  {ref}\n  WER:        {100 * res['wer']:.1f} %",
                   flush=True)
-        elif subtitles is not None:
-            _write_subtitles(f, res, fmt, subtitles.get(f))
+        elif fmt in ("srt", "vtt"):
+            _write_subtitles(f, res, fmt, outputs.get(f) if outputs is not None else None)
+        elif outputs is not None:  # --out-dir: a file each
+            outputs[f].write_text(json.dumps(res) + "\n" if fmt == "json" else res["text"] + "\n", encoding="utf-8")
+            print(f"{f}\t{outputs[f]}", flush=True)
         else:
             print(f"{f}\t{res['text']}", flush=True)
     return 1 if failed else 0
 
 
-def _files_in_folders(files: list[str]) -> list[str]:
+def _files_in_folders(files: list[str]) -> tuple[list[str], dict[str, str]]:
     """`files` with each local folder replaced by the audio files under it, in name order (ConfigError when it holds
-    none)."""
+    none); and the name each one's output file takes in --out-dir: its path below its folder, without its suffix."""
     from ..config import ConfigError
     from ..data.audio import AUDIO_EXTENSIONS, audio_files_under
     from ..storage import is_remote
 
     out: list[str] = []
+    names: dict[str, str] = {}
     for f in files:
         if f == "-" or is_remote(f) or not Path(f).is_dir():
             out.append(f)
@@ -329,8 +333,10 @@ def _files_in_folders(files: list[str]) -> list[str]:
         found = audio_files_under(Path(f))
         if not found:
             raise ConfigError(f"{f}: a folder with no audio files under it (named {', '.join(sorted(AUDIO_EXTENSIONS))})")
-        out += [str(p) for p in found]
-    return out
+        for p in found:
+            out.append(str(p))
+            names[str(p)] = p.relative_to(f).with_suffix("").as_posix()
+    return out, names
 
 
 def _write_subtitles(f: str, res: dict[str, Any], fmt: str, out: Path | None) -> None:
@@ -345,28 +351,34 @@ def _write_subtitles(f: str, res: dict[str, Any], fmt: str, out: Path | None) ->
     print(f"{f}\t{out}", flush=True)
 
 
-def _subtitle_paths(files: list[str], fmt: str, out_dir: Path | None, manifest: str | None) -> dict[str, Path] | None:
-    """For --format srt|vtt: the file each input's subtitles go to ({} for standard output: one input, no
-    --out-dir); None for text and JSON. Checked before any work: one line for what cannot be."""
+def _output_paths(files: list[str], fmt: str, out_dir: Path | None, manifest: str | None,
+                  names: dict[str, str] | None = None, text_files: bool = True) -> dict[str, Path] | None:
+    """The file each input's output goes to with --out-dir (DIR/NAME.txt, .json, .srt or .vtt; NAME from `names`,
+    else the input's stem), {} for one input's subtitles on standard output, None when text or JSON is printed.
+    `text_files`: text and JSON may go to files too (transcribe), else --out-dir is for subtitles (align). Checked
+    before any work: one line for what cannot be."""
     from ..config import ConfigError
 
-    if fmt in ("text", "json"):
-        if out_dir is not None:
-            raise ConfigError("--out-dir holds subtitle files: it goes with --format srt or vtt")
-        return None
-    if manifest:
-        raise ConfigError(f"--manifest prints references and WER beside the text; --format {fmt} writes subtitles")
+    subtitles = fmt in ("srt", "vtt")
     if out_dir is None:
-        if len(files) > 1:
+        if subtitles and len(files) > 1:
             raise ConfigError(f"--format {fmt} for {len(files)} files writes a file each: give --out-dir DIR")
-        return {}
+        if subtitles and manifest:
+            raise ConfigError(f"--manifest prints references and WER beside the text; --format {fmt} writes subtitles")
+        return {} if subtitles else None
+    if not subtitles and not text_files:
+        raise ConfigError("--out-dir holds subtitle files: it goes with --format srt or vtt")
+    if manifest:
+        raise ConfigError("--manifest prints references and WER beside the text; --out-dir writes a file for each input")
+    suffix = fmt if subtitles else {"text": "txt", "json": "json"}[fmt]
     paths: dict[str, Path] = {}
     for f in files:
-        out = out_dir / f"{'stdin' if f == '-' else Path(f).stem}.{fmt}"
+        out = out_dir / f"{'stdin' if f == '-' else (names or {}).get(f, Path(f).stem)}.{suffix}"
         if out in paths.values():
-            raise ConfigError(f"two inputs named {Path(f).stem!r} would both write {out}; transcribe them apart")
+            raise ConfigError(f"two inputs named {out.stem!r} would both write {out}; transcribe them apart")
         paths[f] = out
-    out_dir.mkdir(parents=True, exist_ok=True)
+    for parent in {p.parent for p in paths.values()}:
+        parent.mkdir(parents=True, exist_ok=True)
     return paths
 
 
@@ -412,7 +424,7 @@ def align(args: argparse.Namespace) -> int:
             skipped = report.skipped
     else:
         utts = [Utterance(args.files[0], 0.0, args.text, args.text, 0)]
-    subtitles = _subtitle_paths([u.audio_path for u in utts], args.format, args.out_dir, None)
+    subtitles = _output_paths([u.audio_path for u in utts], args.format, args.out_dir, None, text_files=False)
     from ..serving.align import AlignError, align_waveform
     from ..serving.transcribe import Transcriber
 
@@ -615,8 +627,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="a line of text per file, a JSON object per file, or subtitles (SRT or WebVTT: cues of up "
                         "to two lines of 42 characters and 7 s, a new cue after a pause)")
     r.add_argument("--out-dir", type=out_folder, default=None,
-                   help="--format srt|vtt: write each FILE's subtitles to DIR/NAME.srt (or .vtt) instead of "
-                        "standard output (needed for several files)")
+                   help="write each FILE's output to DIR/NAME.txt (.json, .srt or .vtt, as --format says; a folder's "
+                        "files under their paths in it) instead of standard output (needed for several files' "
+                        "subtitles)")
     r.add_argument("--chunk-seconds", type=chunk_seconds, default=None, metavar="auto|SECONDS",
                    help="long audio is cut at its pauses into chunks of at most this length (>= 1; default auto: "
                         "1.5 times the 90th-percentile length of the model's training utterances, from its card, "

@@ -223,6 +223,12 @@ def test_the_api_names_a_wrong_argument_before_any_work(ldc_checkpoint):
     for bad in (None, 5, {"audio": []}):
         with pytest.raises(ValueError, match="expected a file path, a URL or mono samples"):
             model.transcribe(bad)
+    # one file or waveform given to transcribe_batch was read a character (a sample) at a time: "/: is a directory"
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    for one in (wav, shared("ldc93s1", "LDC93S1.wav"), np.zeros(1600, np.float32), torch.zeros(1600), 5):
+        with pytest.raises(ValueError, match="transcribe_batch takes a list of files or waveforms, got one"):
+            model.transcribe_batch(one)
+    assert [r.text for r in model.transcribe_batch((wav, wav))] == [LDC_TEXT] * 2
 
 
 def test_a_torch_tensor_is_transcribed_as_the_same_samples_in_an_array(ldc_checkpoint):

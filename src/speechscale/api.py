@@ -139,8 +139,12 @@ class Model:
     def transcribe_batch(self, audios: list[str | Path | np.ndarray], sample_rate: int | None = None,
                          digits: bool = False) -> list[Transcript]:
         """Several files or waveforms run through the model as one padded batch (what a GPU wants)."""
+        from .data.audio import is_tensor
         from .decoding.digits import check_written_digits, written
 
+        if isinstance(audios, (str, Path, np.ndarray, bytes)) or is_tensor(audios) or not hasattr(audios, "__iter__"):
+            raise ValueError(f"transcribe_batch takes a list of files or waveforms, got one {type(audios).__name__} "
+                             "(transcribe takes one)")
         language = self._asr.comps.normalizer.digits_language
         if digits:
             check_written_digits(language)

@@ -35,6 +35,14 @@ def test_cues_break_at_pauses_at_the_longest_duration_and_where_two_lines_are_fu
     assert make_cues(_words([("late", 9.0, 9.9)]), duration=9.5)[0].end == 9.5
     with pytest.raises(ValueError, match="has no time"):
         make_cues([{"word": "untimed"}])
+    # rules out of range were followed into odd cues (lines=0 wrote one line a cue, max_seconds=-1 a word each)
+    for rule, said in [({"lines": 0}, "lines must be a whole number >= 1, got 0"),
+                       ({"line_chars": 2.5}, "line_chars must be a whole number >= 1"),
+                       ({"max_seconds": -1}, "max_seconds must be a positive number of seconds"),
+                       ({"pause_s": float("nan")}, "pause_s must be a positive number of seconds")]:
+        with pytest.raises(ValueError, match=said):
+            make_cues(pause, **rule)
+    assert [c.lines for c in make_cues(pause, pause_s=1.0)] == [["one two three"]]  # a rule in range is followed
 
 
 def test_wrap_balances_two_lines_and_keeps_a_long_word_whole():

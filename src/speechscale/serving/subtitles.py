@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,13 @@ def make_cues(words: list[Any], duration: float | None = None, line_chars: int =
               max_seconds: float = 7.0, pause_s: float = 0.8) -> list[Cue]:
     """Cues from timed words (dicts with word, start, end, or objects with those attributes), in order. A cue ends
     at its last word's end, kept inside the audio (`duration`) and before the next cue. ValueError when a word has
-    no time."""
+    no time, or when a rule is out of range."""
+    for name, value, least in (("line_chars", line_chars, 1), ("lines", lines, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    for name, value in (("max_seconds", max_seconds), ("pause_s", pause_s)):
+        if not (isinstance(value, (int, float)) and 0 < value < math.inf):
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     timed = []
     for w in words:
         get = w.get if isinstance(w, dict) else lambda k, w=w: getattr(w, k, None)

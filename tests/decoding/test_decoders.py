@@ -31,6 +31,22 @@ def lm(tmp_path_factory):
     return d
 
 
+def test_loading_an_lm_shows_kenlm_s_progress_bar_only_where_info_is_logged(lm, capfd):
+    """KenLM drew its bar of stars on standard error under -q (and in every script that loaded one)."""
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    try:
+        for shown, set_level in [(False, logging.WARNING), (True, logging.INFO)]:
+            root.setLevel(set_level)
+            capfd.readouterr()
+            KenLMScorer(lm / "lm.arpa")
+            assert ("****" in capfd.readouterr().err) == shown, logging.getLevelName(set_level)
+    finally:
+        root.setLevel(level)
+
+
 def test_the_built_lm_has_unk_and_every_distribution_sums_to_one(lm):
     scorer = KenLMScorer(lm / "lm.arpa")
     vocab = scorer.vocabulary()

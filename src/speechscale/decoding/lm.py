@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -99,8 +100,10 @@ class KenLMScorer:
 
         if not Path(path).is_file():
             raise ConfigError(f"language model not found: {path}")
+        config = kenlm.Config()
+        config.show_progress = logging.getLogger(__name__).isEnabledFor(logging.INFO)  # its star bar: not under -q
         try:
-            self.model = kenlm.Model(str(path))
+            self.model = kenlm.Model(str(path), config)
         except (OSError, RuntimeError, ValueError) as e:  # ValueError: bytes that are not UTF-8 in an ARPA header
             raise ConfigError(f"{path}: not a KenLM model (ARPA or binary): {e}") from None
         self.kenlm, self.path = kenlm, Path(path)

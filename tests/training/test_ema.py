@@ -70,6 +70,17 @@ def test_average_writes_checkpoints_that_eval_and_export_use(tmp_path, cli):
     for k, v in ema.items():  # the EMA weights the run kept, written as the model's
         assert torch.equal(v, last["ema"]["weights"].get(k, last["model"][k]).to(v.dtype)), k
     assert any(not torch.equal(ema[k], last["model"][k]) for k in ema)  # not the last weights themselves
+    # the run's folder stands for its checkpoints folder (--dir) and its last.pt (--ema); as a checkpoint to average
+    # it was "is a directory"
+    run = tmp_path / "run"
+    out = cli("average", "--last", "2", "--dir", str(run), "--out", str(tmp_path / "avg-run.pt")).stdout
+    assert json.loads(out)["averaged_from"] == [str(p) for p in steps[-2:]]
+    cli("average", "--ema", str(run), "--out", str(tmp_path / "ema-run.pt"))
+    ema_run = load_checkpoint(tmp_path / "ema-run.pt")["model"]
+    assert all(torch.equal(ema_run[k], ema[k]) for k in ema)
+    bad = cli("average", str(run), "--out", str(tmp_path / "x.pt"), check=False)
+    assert bad.returncode == 2 and f"a folder, not a checkpoint; a run's newest step files are averaged with " \
+        f"--last N --dir {run}" in bad.stderr
     import jiwer
 
     import speechscale

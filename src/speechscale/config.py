@@ -172,10 +172,11 @@ class TrainerConfig:
     threads: int = 0                   # torch intra-op threads (0 = torch's default)
     progress: bool = True              # show a progress bar
     deterministic: bool = True         # torch.use_deterministic_algorithms where it is cheap
-    resume: str = ""                   # "" | auto | path to a checkpoint: continue from it
-    init_from: str = ""                # a checkpoint whose weights start this run (fine-tuning: a fresh optimizer,
-                                       # schedule and step count; the same model and features; another alphabet
-                                       # keeps each shared symbol's output); resume wins
+    resume: str = ""                   # "" | auto | a checkpoint, or a run's folder (its newest): continue from it
+    init_from: str = ""                # a checkpoint (or a run's folder: its best.pt) whose weights start this run
+                                       # (fine-tuning: a fresh optimizer, schedule and step count; the same model
+                                       # and features; another alphabet keeps each shared symbol's output); resume
+                                       # wins
     freeze: list[str] = field(default_factory=list)  # parameters that do not train, by name prefix (e.g.
                                        # [convs, conv_norms]: DS2's front end; a wrong one lists the model's parts);
                                        # norms' statistics still follow the data

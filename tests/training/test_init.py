@@ -144,3 +144,19 @@ def test_a_freeze_that_names_no_parameter_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match="trainer.freeze: 'encoder' names no parameter") as err:
         Trainer(ldc_config(tmp_path / "x", "trainer.max_steps=1", "trainer.freeze=[convs, encoder]"))
     assert "its parts: conv_norms, convs, fc, fc_norm, rnns" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_run_folder_stands_for_its_checkpoint_in_init_from_and_resume(source, tmp_path):
+    """init_from and resume took a run's folder for a file ("is a directory, not a checkpoint file"). init_from
+    takes the folder's best.pt (else last.pt), resume its newest checkpoint."""
+    run = source.parent.parent
+    best = load_checkpoint(run / "checkpoints" / "best.pt")["model"]
+    tuned = Trainer(ldc_config(tmp_path / "tuned", "trainer.max_steps=1", f"trainer.init_from={run}"))
+    assert all(torch.equal(v, best[k]) for k, v in tuned.model.state_dict().items())
+    moved = Trainer(ldc_config(tmp_path / "moved", "trainer.max_steps=5", f"trainer.resume={run}"))
+    assert moved.state.step == load_checkpoint(source)["training"]["step"] == 3
+    for folder, key in [(tmp_path / "empty", "trainer.init_from"), (tmp_path / "empty", "trainer.resume")]:
+        folder.mkdir(exist_ok=True)
+        with pytest.raises(ConfigError, match=f"{key}(: |=){folder}: a folder without") as err:
+            Trainer(ldc_config(tmp_path / "x", "trainer.max_steps=1", f"{key}={folder}"))
+        assert "\n" not in str(err.value)

@@ -18,7 +18,7 @@ from torch import nn
 from ..config import Config, ConfigError, to_dict
 from ..data.pieces import WORD_START
 from ..models.registry import model_config
-from ..storage.checkpoints import load_checkpoint
+from ..storage.checkpoints import load_checkpoint, model_path
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,11 @@ def init_weights(model: nn.Module, path: str, cfg: Config) -> None:
     """Load the weights of the checkpoint at `path` into `model` (built from `cfg`), the output rows mapped by
     symbol when the alphabets differ; ConfigError in one line when the checkpoint cannot be read or does not fit
     this run's model."""
+    try:
+        path = str(model_path(path))  # a run folder: its best.pt, else its last.pt
+    except ConfigError:
+        raise ConfigError(f"trainer.init_from: {path}: a folder without checkpoints/best.pt or checkpoints/last.pt"
+                          ) from None
     try:
         ckpt = load_checkpoint(path)
     except Exception as e:  # CheckpointError: not found, not a checkpoint, torn

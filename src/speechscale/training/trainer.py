@@ -190,8 +190,17 @@ class Trainer:
 
     # ---- checkpoints -------------------------------------------------------------------------------
     def _checkpoint_to_resume(self, where: str) -> tuple[str, dict[str, Any]] | None:
-        """trainer.resume's checkpoint, loaded: the newest in the run's folder for `auto` (None when there is none)."""
-        return newest_checkpoint(self.ckpt_dir) if where == "auto" else (where, load_checkpoint(where))
+        """trainer.resume's checkpoint, loaded: the newest in the run's folder for `auto` (None when there is none),
+        the newest in another run's folder (or its checkpoints folder) for a folder."""
+        if where == "auto":
+            return newest_checkpoint(self.ckpt_dir)
+        folder = Path(where)
+        if not storage.is_remote(where) and folder.is_dir():
+            found = newest_checkpoint(folder / "checkpoints" if (folder / "checkpoints").is_dir() else folder)
+            if found is None:
+                raise ConfigError(f"trainer.resume={where}: a folder without a checkpoint to resume from")
+            return found
+        return where, load_checkpoint(where)
 
     def _resume(self, path: str, ckpt: dict[str, Any]) -> None:
         wrong = resume_differences(ckpt.get("config", {}), self.cfg)

@@ -45,6 +45,27 @@ def test_speakers_are_held_out_whole_and_every_line_lands_once(tmp_path):
                for s in ("train", "dev", "test"))
 
 
+def test_a_held_out_split_left_empty_is_said(tmp_path, caplog):
+    """With four speakers a 1 % share draws none: dev.jsonl and test.jsonl were written empty without a word, and a
+    run that validated on them failed later."""
+    path, rows = _fsdd(tmp_path)
+    hours = {}
+    for r in rows:
+        if "speaker" in r:
+            hours[r["speaker"]] = hours.get(r["speaker"], 0.0) + r["duration"]
+    smallest = min(hours.values()) / sum(r["duration"] for r in rows)
+    with caplog.at_level("WARNING", logger="speechscale.data.split"):
+        summary = split_manifest(path, tmp_path / "a", by="speaker", dev=0.01, test=0.25, seed=3)
+    assert summary["dev"]["utterances"] == 0 and summary["test"]["utterances"] > 0
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"{tmp_path / 'a' / 'dev.jsonl'} is empty: no speaker holds close to 0.01 of the hours (the "
+                    f"smallest: {smallest:.3g}); give a larger --dev or another --by"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="speechscale.data.split"):
+        split_manifest(path, tmp_path / "b", by="speaker", dev=0.25, test=0.0, seed=3)  # a share of 0 asks for none
+    assert not caplog.records
+
+
 def test_utterances_drawn_one_by_one_and_bad_requests_are_one_line(tmp_path, capsys):
     path, rows = _fsdd(tmp_path)
     code, out, err = main_cli(capsys, "data", "split", str(path), "--out", str(tmp_path / "o"), "--dev", "0.1",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Any
 from ..config import ConfigError
 from .manifest import SkipReport, Utterance, iter_manifest
 from .shards import is_shard_index
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev", "test")
 
@@ -101,6 +104,12 @@ def split_manifest(source: str | Path, out: str | Path, by: str | None = None, d
     finally:
         for f in files.values():
             f.close()
+    for name, share in (("dev", dev), ("test", test)):
+        if share > 0 and not summary[name]["utterances"]:
+            why = (f"no {by} holds close to {share:g} of the hours (the smallest: "
+                   f"{min(hours.values()) / total:.3g})" if by is not None else f"no utterance drew a share of {share:g}")
+            log.warning("%s is empty: %s; give a larger --%s%s", out / f"{name}.jsonl", why, name,
+                        " or another --by" if by is not None else "")
     return {"source": str(source), "by": by, "seed": seed, "skipped": dict(first.reasons),
             **{s: {"utterances": v["utterances"], "hours": round(v["hours"], 4),
                    **({"groups": len(v["groups"] - {None})} if by is not None else {})} for s, v in summary.items()}}

@@ -138,6 +138,32 @@ def test_csv_import_and_the_cli(tmp_path, capsys):
     assert code != 0 and "needs an audio column" in err and len(err.strip().splitlines()) == 1
 
 
+def test_csv_import_reads_tsv_semicolons_other_column_names_and_no_header(tmp_path, capsys):
+    """Only comma-separated files with a header of a few exact names imported: a TSV, a semicolon CSV (a European
+    spreadsheet's), "audio"/"Transcription" columns, or rows of audio, text without a header were one error line."""
+    from speechscale.data.manifest import read_manifest
+
+    wav, sr = _digit(9)
+    sf.write(tmp_path / "a.wav", wav, sr)
+    sf.write(tmp_path / "b.wav", wav, sr)
+    tables = {"tabs.tsv": "audio\tsentence\tclient_id\na.wav\tNine\tu1\nb.wav\tnine\tu2\n",
+              "semi.csv": "Path;Transcription;Speaker\na.wav;Nine;u1\nb.wav;nine;u2\n",
+              "bars.csv": "file|text|speaker\na.wav|Nine|u1\nb.wav|nine|u2\n",
+              "plain.csv": "a.wav,\"Nine, said twice\"\nb.wav,nine\n"}
+    for name, table in tables.items():
+        (tmp_path / name).write_text(table)
+        code, out, err = main_cli(capsys, "data", "import", "csv", str(tmp_path / name), "--out", str(tmp_path / name[:4]))
+        assert code == 0 and json.loads(out)["kept"] == 2, (name, err)
+        utts, _ = read_manifest(tmp_path / name[:4] / "manifest.jsonl")
+        assert [os.path.basename(u.audio_path) for u in utts] == ["a.wav", "b.wav"], name
+        assert utts[1].text == "nine" and utts[0].text == ("nine said twice" if name == "plain.csv" else "nine")
+        speakers = [u.extra.get("client_id", u.extra.get("Speaker", u.extra.get("speaker"))) for u in utts]
+        assert speakers == ([None, None] if name == "plain.csv" else ["u1", "u2"]), name
+    (tmp_path / "words.csv").write_text("recording,words\na.wav,nine\n")  # neither a known header nor a file first
+    code, _, err = main_cli(capsys, "data", "import", "csv", str(tmp_path / "words.csv"), "--out", str(tmp_path / "w"))
+    assert code != 0 and "or no header and audio, text in each row; it has recording, words" in err
+
+
 def test_a_csv_with_a_byte_order_mark_imports_and_one_not_in_utf8_or_binary_is_one_line(tmp_path, capsys):
     """Excel writes a UTF-8 CSV with a byte-order mark; an old export may be Latin-1; a checkpoint given by
     mistake is binary."""

@@ -17,8 +17,9 @@ Layouts (as the corpora ship them):
 - tedlium: stm/TALK.stm ("TALK 1 SPEAKER START END <LABEL> TEXT") and sph/TALK.sph; each segment is a manifest
   line with the talk's path and an `offset`; "ignore_time_segment_in_scoring" lines are skipped
 - fsdd: recordings/DIGIT_SPEAKER_INDEX.wav (the digit spelled out is the transcript)
-- csv: a CSV file with a header naming an audio column (audio_filepath, path, file, wav_filename) and a
-  text column (text, transcript, sentence); paths relative to the file
+- csv: a CSV (or TSV, semicolon- or bar-separated) file with a header naming an audio column (audio_filepath,
+  path, file, wav_filename, audio, ...) and a text column (text, sentence, transcript, ...), or without a header
+  (audio, text in each row); paths relative to the file, other columns kept as fields
 - kaldi: a Kaldi or ESPnet data folder: wav.scp (paths, or a sph2pipe/flac/sox/ffmpeg command decoding one file,
   parsed and never run), text, and segments and utt2spk when present; a segment is a line with an `offset`, a
   picked channel is cut into OUT/audio/ as wav
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import re
@@ -136,20 +138,41 @@ def fsdd(src: Path, out: Path, split: str) -> Iterator[Row]:
         yield wav, DIGIT_WORDS[int(digit)], {"speaker": speaker, "split": "test" if int(index) < 5 else "train"}
 
 
+CSV_AUDIO = ("audio_filepath", "path", "file", "wav_filename", "audio", "filename", "file_name", "wav", "audio_path",
+             "filepath")  # the audio column's names, looked for in this order (any case)
+
+
 def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
-    reader = csv.DictReader(text_lines(src))
-    names = reader.fieldnames or []
-    audio = next((c for c in ("audio_filepath", "path", "file", "wav_filename") if c in names), None)
-    text = next((c for c in ("text", "transcript", "sentence") if c in names), None)
-    if audio is None or text is None:
-        raise CorpusLayoutError(f"{src}: the header needs an audio column (audio_filepath, path, file, "
-                                f"wav_filename) and a text column (text, transcript, sentence); it has "
-                                f"{', '.join(names)}")
-    for row in reader:
-        if row[audio] is None or row[text] is None:  # a row with fewer cells than the header
+    """A table of audio paths (relative to it) and transcripts: comma-, semicolon-, tab- or bar-separated, with a
+    header naming the two columns (CSV_AUDIO, PARQUET_TEXT; any case; other columns kept as fields), or without a
+    header when its first row's first cell is an audio file and a transcript follows."""
+    lines = text_lines(src)
+    first = next(lines, "")
+    try:
+        dialect: Any = csv.Sniffer().sniff(first, delimiters=",;\t|")
+    except csv.Error:  # one column, or nothing to tell by
+        dialect = csv.excel_tab if src.suffix.lower() == ".tsv" else csv.excel
+    head = next(csv.reader([first], dialect), [])
+    if len(head) >= 2 and head[0] and (src.parent / head[0]).is_file():  # no header: audio, then text
+        rows: Iterator[dict[str, Any]] = csv.DictReader(itertools.chain([first], lines), ["audio", "text"], "more",
+                                                        dialect=dialect)
+        audio, text = "audio", "text"
+    else:
+        rows = csv.DictReader(lines, head, dialect=dialect)
+        folded = {name.strip().lower(): name for name in head}
+        audio = next((folded[c] for c in CSV_AUDIO if c in folded), None)
+        text = next((folded[c] for c in PARQUET_TEXT if c in folded), None)
+        if audio is None or text is None:
+            raise CorpusLayoutError(f"{src}: the header needs an audio column ({', '.join(CSV_AUDIO)}) and a text "
+                                    f"column ({', '.join(PARQUET_TEXT)}), or no header and audio, text in each row; "
+                                    f"it has {', '.join(head)}")
+    for row in rows:
+        if row.get(audio) is None or row.get(text) is None:  # a row with fewer cells than the header
             yield src, None, {SKIP: f"a row without {audio} or {text}"}
             continue
-        yield src.parent / row[audio], row[text], {}
+        extra = {k.strip(): v for k, v in row.items() if isinstance(k, str) and k not in (audio, text)
+                 and k.strip() not in _MANIFEST_KEYS | {"offset"} and isinstance(v, str) and v.strip()}
+        yield src.parent / row[audio].strip(), row[text], extra
 
 
 def kaldi(src: Path, out: Path, split: str) -> Iterator[Row]:

@@ -39,19 +39,22 @@ DEFAULT_SHAPES = 8  # data.fixed_shapes when graphs or torch.compile are on and 
 
 def step_shapes(cfg: Config, comps: Any, utts: list[Any], device: torch.device) -> tuple[BatchShapes | None, bool]:
     """The batch shapes training pads to and whether CUDA graphs replay the model (`trainer.cuda_graphs`): auto
-    captures on a CUDA device when the training durations are known up front (a manifest) and torch.compile is
-    off; on insists (a clear error where it cannot); off never. Graphs need fixed shapes: data.fixed_shapes=0
-    then means 8. So does trainer.compile from a manifest, on any device: torch.compile specializes its kernels
-    on the frames, and a batch of each new length would compile again."""
+    captures on a CUDA device when the training durations are known up front (a manifest) and torch.compile and
+    activation checkpointing are off; on insists (a clear error where it cannot); off never. Graphs need fixed
+    shapes: data.fixed_shapes=0 then means 8. So does trainer.compile from a manifest, on any device:
+    torch.compile specializes its kernels on the frames, and a batch of each new length would compile again."""
     mode, count = cfg.trainer.cuda_graphs, cfg.data.fixed_shapes
     if isinstance(mode, bool):  # YAML reads on/off as booleans
         mode = "on" if mode else "off"
     if mode not in MODES:
         raise ConfigError(f"trainer.cuda_graphs: {mode!r} is unknown; use auto, on or off")
     fixed = getattr(comps.model, "graph_safe", True)  # a model that decides something per batch on the host is not
-    graphs = mode != "off" and device.type == "cuda" and bool(utts) and not cfg.trainer.compile and fixed
+    recompute = cfg.trainer.activation_checkpointing
+    graphs = (mode != "off" and device.type == "cuda" and bool(utts) and not cfg.trainer.compile and fixed
+              and not recompute)
     if mode == "on" and not graphs:
         why = ("a CUDA device" if device.type != "cuda" else "trainer.compile=false" if cfg.trainer.compile
+               else "trainer.activation_checkpointing=false" if recompute
                else f"a model whose forward is the same every batch ({cfg.model.name} draws one per batch)"
                if not fixed else "the training durations up front (a manifest, not a shard index)")
         raise ConfigError(f"trainer.cuda_graphs=on needs {why}; use trainer.cuda_graphs=auto or off")

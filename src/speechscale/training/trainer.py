@@ -47,6 +47,7 @@ from .precision import Precision, resolve_device, resolve_precision
 from .preflight import check_fresh, check_writable, resolve_alphabet, resolve_pieces
 from .prescan import prescan
 from .progress import RunProgress, planned_steps
+from .recompute import recompute_blocks
 from .runlog import RunLog, trace_samples, train_row, write_run_config
 from .state import TrainingState, checkpoint_dict, rank_part, restore
 from .step import StepTally, build_train_step, placeholder_batch
@@ -121,6 +122,11 @@ class Trainer:
             frozen = freeze(self.model, t.freeze)
             log.info("trainer.freeze: %d of %d parameter values do not train (%s)", frozen,
                      sum(p.numel() for p in self.model.parameters()), ", ".join(t.freeze))
+        if t.activation_checkpointing:  # before DDP and any compile wrap the model
+            blocks = recompute_blocks(self.model)
+            if self.rank == 0:
+                log.info("trainer.activation_checkpointing: %d blocks recompute their activations in the backward "
+                         "pass", blocks)
         self.precision = Precision(resolve_precision(t.precision, self.device), self.device,
                                    init_scale=t.loss_scale_init, min_scale=t.min_loss_scale)
         self.n_params = n_params = sum(p.numel() for p in self.model.parameters())

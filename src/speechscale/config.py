@@ -192,8 +192,8 @@ class TrainerConfig:
     compile: bool = False              # torch.compile the model's forward (meant for the conv models)
     cuda_graphs: str | bool = "auto"   # auto (on a GPU) | on | off: CUDA graphs per batch shape (docs/training.md)
     activation_checkpointing: bool = False  # each block (conformer and wav2letter+ blocks, recurrent layers) keeps
-    # only its inputs and runs again in the backward pass: less memory for a larger batch, about one more forward
-    # of compute, the same gradients; not with CUDA graphs (auto turns them off)
+    # only its inputs and runs again in the backward pass: less memory for a larger batch, each block's forward run
+    # twice, the same gradients; not with CUDA graphs (auto turns them off)
     grad_accum: int = 1                # batches (micro-batches) per optimizer step; DDP syncs on the last only
     checkpoint_every_steps: int = 0    # also write a checkpoint every N steps, without validating (0 = off)
     checkpoint_every_minutes: float = 0.0  # also write one once this much wall time passed since the last (0 = off;

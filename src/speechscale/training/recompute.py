@@ -2,7 +2,7 @@
 its inputs in the forward pass and runs again in the backward pass to get what its gradients need.
 
 Memory for the activations of a batch falls from every layer's intermediate tensors to the blocks' inputs, at the
-cost of about one more forward pass. The recomputed forward draws the same dropout masks (the RNG state is kept
+cost of each block's forward run twice. The recomputed forward draws the same dropout masks (the RNG state is kept
 with the inputs), so losses and gradients equal those of the plain model: this trades time for memory, nothing
 else. The stacks are the conformer's and wav2letter+'s blocks and the recurrent layers of DeepSpeech2 and
 LSTM-CTC; parameters and checkpoints are unchanged.

@@ -97,8 +97,13 @@ def test_a_line_that_is_not_utf8_is_skipped_not_read_with_its_accents_replaced(c
     assert rep.reasons == {"not UTF-8": 1} and "line 2: not UTF-8" in rep.summary()
     assert [u.line for u in read_manifest(corpus / "m.jsonl", lines=[2])[0]] == [3, 4]  # the line keeps its place
     (corpus / "u16.jsonl").write_bytes((good.decode() + "\n").encode("utf-16"))
-    with pytest.raises(ManifestError, match=r"u16.jsonl: not a UTF-8 JSONL manifest \(it holds NUL bytes: UTF-16\?\)"):
+    with pytest.raises(ManifestError, match=r"u16.jsonl: not a UTF-8 JSONL manifest \(UTF-16\?\); convert it"):
         read_manifest(corpus / "u16.jsonl")
+    (corpus / "u16le.jsonl").write_bytes((good.decode() + "\n").encode("utf-16-le"))  # no byte-order mark
+    with pytest.raises(ManifestError, match=r"u16le.jsonl: not a UTF-8 JSONL manifest \(UTF-16\?\)"):
+        read_manifest(corpus / "u16le.jsonl")
+    with pytest.raises(ManifestError, match=r"a.wav: not a JSONL manifest: it holds NUL bytes \(an audio or other"):
+        read_manifest(corpus / "a.wav")
 
 
 def test_a_noise_list_that_is_not_utf8_text_is_one_line(tmp_path):

@@ -135,8 +135,11 @@ def iter_manifest(path: str | Path, report: SkipReport, **select: Any) -> Iterat
     with path.open("rb") as f:
         head = f.read(8192)
     if b"\x00" in head:
-        raise ManifestError(f"{path}: not a UTF-8 JSONL manifest (it holds NUL bytes: UTF-16?); convert it, e.g. "
-                            f"iconv -f utf-16 -t utf-8 {path.name}")
+        if any(head[:len(head) // 2 * 2].decode(code, "replace").lstrip("\ufeff \r\n").startswith("{")
+               for code in ("utf-16-le", "utf-16-be")):  # JSON lines in UTF-16
+            raise ManifestError(f"{path}: not a UTF-8 JSONL manifest (UTF-16?); convert it, e.g. iconv -f utf-16 -t "
+                                f"utf-8 {path.name}")
+        raise ManifestError(f"{path}: not a JSONL manifest: it holds NUL bytes (an audio or other binary file?)")
     return _utterances(path, report, **select)
 
 

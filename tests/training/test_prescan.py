@@ -54,6 +54,7 @@ def test_prescan_over_the_memory_budget_stops_before_training_with_one_line(ldc4
     assert proc.returncode == 3
     last = [x for x in proc.stderr.splitlines() if x.strip()][-1]
     assert last.startswith("speechscale train: stopped: pre-scan: a batch of") and "data.batch_seconds" in last
+    assert last.endswith("or set trainer.activation_checkpointing=true")  # the advice names recomputation too
     assert not (tmp_path / "checkpoints").exists()
 
 

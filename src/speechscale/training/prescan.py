@@ -94,7 +94,8 @@ def prescan(trainer: "Trainer") -> dict[str, Any]:
     model, device = trainer.model, trainer.device
     saved = copy.deepcopy(model.state_dict())
     advice = (f"lower data.batch_seconds (now {d.batch_seconds:g}) or data.max_duration (now {d.max_duration:g})"
-              f"{'' if trainer.precision.mode != 'fp32' else ', or train in trainer.precision=bf16'}")
+              f"{'' if trainer.precision.mode != 'fp32' else ', or train in trainer.precision=bf16'}"
+              f"{'' if t.activation_checkpointing else ', or set trainer.activation_checkpointing=true'}")
     what = f"pre-scan: a batch of {len(batch)} x {seconds:.1f} s on {device}"
     _reset_peak(device)
     try:

@@ -12,7 +12,8 @@
 #   the loader or the step, speechscale train with features.device=loader and cuda side by side); then
 #   train,evalgraphs (eval of the trained ds2-large on yesno x 20, eager against --graphs), ctc56 (CTC captured in a
 #   graph through cuDNN's device-length path, benchmarks/ctc_graph.py), fused56 (bias-free recurrent layers as one
-#   exact fused bidirectional call); the next lease, two calls: probe56,fused56,ctc56 then tests56,train,evalgraphs
+#   exact fused bidirectional call), recompute56 (activation checkpointing's memory and step rate); the next lease,
+#   15 minutes in all: probe56,fused56,ctc56,tests56 in one call, then recompute56,train,evalgraphs if time is left
 # Carry .whl and .gpudata (see env.sh). Each part has its own time limit, so one failing part keeps the others.
 set -uo pipefail
 out=${1:?usage: graphs.sh OUT [PARTS]}
@@ -73,7 +74,7 @@ train() {  # $1: trainer.deterministic, $2: steps, $3: the metrics file to keep,
         trainer.deterministic="$1" trainer.out_dir="/tmp/train-graphs-${3%.jsonl}" trainer.progress=false
     cp "/tmp/train-graphs-${3%.jsonl}/metrics.jsonl" "$out/$3"
 }
-if has train || has train-det || has nccl || has trainfeat; then  # yesno x 20 (1,200 files, 2.1 h), batches of 32; 2 shapes; audio_s_per_s per 6 steps
+if has train || has train-det || has nccl || has trainfeat || has recompute56; then  # yesno x 20 (1,200 files, 2.1 h), batches of 32; 2 shapes; audio_s_per_s per 6 steps
     python3 - <<'EOF2'
 import json
 from pathlib import Path
@@ -156,6 +157,19 @@ fi
 if has ctc56; then  # can CTC join the graph: the trainer's CTC; cuDNN's with device lengths and masked_ctc, eager and
     # captured, at the conformer's frames for 10 s (251) and ds2-large's (501), 32 rows, 150 labels; a process each
     timeout 120 python3 -m benchmarks.ctc_graph --frames 251,501 | tee "$out/ctc-graph.jsonl"
+fi
+if has recompute56; then  # activation checkpointing on the GPU, eager both ways (graphs stay off with it): the
+    # pre-scan's peak memory (its log line) and the step rate of 12 steps each, ds2-large in bf16 on yesno x 20
+    for rc in false true; do
+        timeout 150 python3 -m speechscale.cli train --config yesno data.root=../shared/data/yesno \
+            data.train_manifest=/tmp/yesno20.jsonl data.train_slice=[] data.batch_seconds=215 data.max_batch_size=32 \
+            data.fixed_shapes=2 data.num_workers=12 augment.word_crop=0 model.name=ds2-large \
+            features.sample_rate=16000 trainer.device=cuda trainer.precision=bf16 trainer.cuda_graphs=off \
+            trainer.prescan=true trainer.activation_checkpointing=$rc trainer.max_epochs=1 trainer.max_steps=12 \
+            trainer.log_every=6 trainer.out_dir=/tmp/train-recompute-$rc trainer.progress=false 2>&1 \
+            | grep -E "pre-scan|activation_checkpointing" | tee -a "$out/recompute.log"
+        cp /tmp/train-recompute-$rc/metrics.jsonl "$out/recompute-$rc-metrics.jsonl"
+    done
 fi
 if has evalgraphs; then  # eval on yesno x 20 (1,200 files) with the `train` part's ds2-large, eager and --graphs
     # interleaved twice; each line: the mode, the whole command's seconds (start-up and load included), WER

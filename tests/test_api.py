@@ -168,6 +168,15 @@ def test_transcribe_takes_a_folder_as_every_audio_file_under_it(ldc_checkpoint, 
         assert code == 1 and written == [f"a/a.{suffix}", f"b/a.{suffix}", f"z.{suffix}"]  # none for broken.flac
         assert f"{folder / 'z.wav'}\t{tmp_path / fmt / ('z.' + suffix)}" in out.splitlines() and "broken.flac" in out
     assert (tmp_path / "text" / "z.txt").read_text() == LDC_TEXT + "\n"
+    # --skip-existing: a job resumed passes over the outputs that are there and writes the rest
+    (tmp_path / "text" / "z.txt").write_text("kept\n")
+    (tmp_path / "text" / "b" / "a.txt").unlink()
+    code, out, err = main_cli(capsys, "transcribe", "--checkpoint", str(ldc_checkpoint), "--out-dir",
+                              str(tmp_path / "text"), "--skip-existing", str(folder))
+    assert (tmp_path / "text" / "z.txt").read_text() == "kept\n" and (tmp_path / "text" / "b" / "a.txt").is_file()
+    assert f"{folder / 'z.wav'}\t{tmp_path / 'text' / 'z.txt'} (there already)" in out.splitlines()
+    assert f"{folder / 'b' / 'a.wav'}\t{tmp_path / 'text' / 'b' / 'a.txt'}" in out.splitlines() and code == 1
+    assert not list((tmp_path / "text").rglob(".*.tmp.*"))  # each file written whole, no temp left
     assert json.loads((tmp_path / "json" / "b" / "a.json").read_text()) == {"file": str(folder / "b" / "a.wav"),
                                                                             **rows[0]} | {"file": rows[0]["file"]}
     (tmp_path / "none").mkdir()

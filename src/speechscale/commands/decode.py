@@ -264,8 +264,11 @@ def transcribe(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..decoding.metrics import ErrorRate
     from ..serving.transcribe import Transcriber, transcribe_files
+    from ..storage.files import write_bytes
 
     fmt = "json" if args.json else args.format
+    if args.stream and args.skip_existing:
+        raise ConfigError("--skip-existing goes with --out-dir; a stream (--stream) prints as it goes")
     if args.stream:
         if args.graphs:
             raise ConfigError("--graphs runs whole batches; a stream (--stream) runs the model's streaming step")
@@ -279,6 +282,14 @@ def transcribe(args: argparse.Namespace) -> int:
         raise ConfigError("- (the file on standard input) can be named once")
     args.files, names = _files_in_folders(args.files)
     outputs = _output_paths(args.files, fmt, args.out_dir, args.manifest, names)
+    if args.skip_existing and not outputs:
+        raise ConfigError("--skip-existing passes over inputs whose output file is there: it goes with --out-dir")
+    if args.skip_existing:  # a job resumed: what was written whole before stays (each file is renamed into place)
+        for f in [f for f in args.files if outputs[f].exists()]:
+            print(f"{f}\t{outputs[f]} (there already)", flush=True)
+            args.files.remove(f)
+        if not args.files:
+            return 0
     refs = _references(args.manifest)
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend,
                       decoder=decoder_config(args), device=args.device, graphs=args.graphs)
@@ -310,7 +321,7 @@ def transcribe(args: argparse.Namespace) -> int:
         elif fmt in ("srt", "vtt"):
             _write_subtitles(f, res, fmt, outputs.get(f) if outputs is not None else None)
         elif outputs is not None:  # --out-dir: a file each
-            outputs[f].write_text(json.dumps(res) + "\n" if fmt == "json" else res["text"] + "\n", encoding="utf-8")
+            write_bytes(outputs[f], (json.dumps(res) if fmt == "json" else res["text"]).encode() + b"\n")
             print(f"{f}\t{outputs[f]}", flush=True)
         else:
             print(f"{f}\t{res['text']}", flush=True)
@@ -347,7 +358,9 @@ def _write_subtitles(f: str, res: dict[str, Any], fmt: str, out: Path | None) ->
     if out is None:
         print(text, end="", flush=True)
         return
-    out.write_text(text, encoding="utf-8")
+    from ..storage.files import write_bytes
+
+    write_bytes(out, text.encode())  # whole or not at all: --skip-existing trusts a file that is there
     print(f"{f}\t{out}", flush=True)
 
 
@@ -630,6 +643,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="write each FILE's output to DIR/NAME.txt (.json, .srt or .vtt, as --format says; a folder's "
                         "files under their paths in it) instead of standard output (needed for several files' "
                         "subtitles)")
+    r.add_argument("--skip-existing", action="store_true",
+                   help="--out-dir: pass over inputs whose output file is there already (a folder's job resumed "
+                        "after an interruption; each file is written whole)")
     r.add_argument("--chunk-seconds", type=chunk_seconds, default=None, metavar="auto|SECONDS",
                    help="long audio is cut at its pauses into chunks of at most this length (>= 1; default auto: "
                         "1.5 times the 90th-percentile length of the model's training utterances, from its card, "

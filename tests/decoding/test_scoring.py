@@ -16,6 +16,16 @@ def test_score_checkpoint_gives_what_eval_prints(ldc_checkpoint, tmp_path, cli):
                                  "--json", *args).stdout.strip().splitlines()[-1])
         scores, res, _ = score_checkpoint(str(ldc_checkpoint), str(manifest), dcfg)
         assert scores == {k: printed[k] for k in scores} and res.utterances == printed["utterances"] > 0
+        # how much audio was scored and how fast: the manifest's durations to a hop (10 ms) an utterance
+        durations = sum(json.loads(x)["duration"] for x in manifest.read_text().splitlines())
+        assert abs(printed["audio_seconds"] - durations) <= 0.01 * printed["utterances"] + 0.01
+        assert printed["seconds"] > 0  # rtfx from the unrounded figures: the printed ones agree to their rounding
+        assert abs(printed["rtfx"] - printed["audio_seconds"] / printed["seconds"]) <= 0.05 * printed["rtfx"] + 0.1
+    shards = tmp_path / "shards"  # a shard stream: counted alike
+    cli("-q", "data", "shard", str(manifest), "--out", str(shards))
+    printed = json.loads(cli("-q", "eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(shards / "index.jsonl"),
+                             "--json").stdout.strip().splitlines()[-1])
+    assert abs(printed["audio_seconds"] - durations) <= 0.01 * printed["utterances"] + 0.01
 
 
 def test_loading_a_checkpoint_for_inference_leaves_the_compiler_unimported(ldc_checkpoint):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,8 +56,13 @@ def evaluate(args: argparse.Namespace) -> int:
 
         check_graphs_device(args.device)  # before the checkpoint is read
         wrap = FixedShapeForward
+    start = time.perf_counter()
     scores, res, loader = score_checkpoint(args.checkpoint, args.manifest, dcfg, args.batch_seconds, args.device,
                                            args.attention_chunk, wrap)
+    seconds = time.perf_counter() - start  # the model's and the data's loading included
+    fx = loader.dataset.features
+    audio = res.frames * fx.hop_length / fx.cfg.sample_rate  # the audio scored (to a hop an utterance), how fast
+    scores.update(audio_seconds=round(audio, 2), seconds=round(seconds, 2), rtfx=round(audio / seconds, 1))
     if args.details:
         _write_details(args.details, res, loader)
     out = {**scores, "manifest": str(args.manifest), "checkpoint": str(args.checkpoint), "decoder": args.decoder,
@@ -75,6 +81,9 @@ def evaluate(args: argparse.Namespace) -> int:
         return 0
     print(f"{'manifest':<12}{out['manifest']}\n{'utterances':<12}{out['utterances']}\n"
           f"{'skipped':<12}{out['skipped']}\n{'WER':<12}{100 * out['wer']:.2f} %\n{'CER':<12}{100 * out['cer']:.2f} %")
+    if "rtfx" in out:
+        print(f"{'audio':<12}{out['audio_seconds'] / 3600:.3g} h in {out['seconds']:.1f} s ({out['rtfx']:g} x real "
+              f"time, loading included)")
     for field, groups in out.get("by", {}).items():
         width = max(len(field), *(len(name) for name in groups)) + 2
         print(f"\n{field:<{width}}{'utterances':>10}{'words':>8}{'WER':>10}{'CER':>10}")

@@ -27,6 +27,7 @@ class EvalResult:
     refs: dict[int, str] = field(default_factory=dict)  # dataset index -> reference (normalized)
     metric: ErrorRate = field(default_factory=ErrorRate)  # the counts behind wer/cer (summed over ranks)
     loss_sum: float = 0.0  # CTC loss per target token, summed over utterances (the training loss's measure)
+    frames: int = 0  # feature frames scored (the audio's length in hops)
 
 
 @torch.no_grad()
@@ -48,6 +49,7 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: Tokenizer, device: torch
     refs: dict[int, str] = {}
     reasons: Counter = Counter()
     loss_sum = 0.0
+    frames = 0
     ctc = ctc_criterion()
     try:
         for batch in loader:
@@ -55,6 +57,7 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: Tokenizer, device: torch
             reasons.update(batch.skipped)
             if len(batch) == 0:
                 continue
+            frames += int(batch.feat_lens.sum())  # before the batch moves: no device sync
             batch = batch.to(device)
             with autocast():
                 logits, out_lens = (forward or model)(batch.feats, batch.feat_lens)
@@ -70,4 +73,4 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: Tokenizer, device: torch
     finally:
         model.train(was_training)
     return EvalResult(metric.wer, metric.cer, metric.utterances, sum(reasons.values()), dict(reasons), hyps, refs,
-                      metric, loss_sum)
+                      metric, loss_sum, frames)

@@ -264,3 +264,25 @@ def test_a_torch_tensor_is_transcribed_as_the_same_samples_in_an_array(ldc_check
         model.transcribe(torch.zeros(1600, dtype=torch.int64), sample_rate=rate)
     with pytest.raises(ValueError, match="non-finite"):
         model.transcribe(torch.full((1600,), float("nan")), sample_rate=rate)
+
+
+def test_evaluate_scores_a_manifest_as_eval_does(ldc_checkpoint, tmp_path, capsys):
+    """A notebook had to shell out to `speechscale eval` for a WER."""
+    manifest = shared("ldc93s1", "manifest.jsonl")
+    code, out, _ = main_cli(capsys, "eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(manifest), "--json",
+                            "--decoder", "beam", "--beam-width", "4")
+    printed = json.loads(out)
+    for decoder in ("greedy", "beam"):
+        got = speechscale.load(ldc_checkpoint, device="cpu", decoder=decoder, beam_width=4).evaluate(manifest)
+        want = score_checkpoint(str(ldc_checkpoint), str(manifest))[0] if decoder == "greedy" else printed
+        assert got == {k: want[k] for k in got} and got["utterances"] == 3, decoder
+    model = speechscale.load(ldc_checkpoint, device="cpu")
+    with pytest.raises(ValueError, match="manifest not found"):
+        model.evaluate(tmp_path / "none.jsonl")
+    with pytest.raises(ValueError, match="batch_seconds must be a positive number"):
+        model.evaluate(manifest, batch_seconds=0)
+    onnx = tmp_path / "m.onnx"
+    assert main_cli(capsys, "-q", "export", "--checkpoint", str(ldc_checkpoint), "--format", "onnx", "--out",
+                    str(onnx))[0] == 0
+    with pytest.raises(ValueError, match=r"evaluate scores a checkpoint, not an export \(onnx; "):
+        speechscale.load(onnx).evaluate(manifest)

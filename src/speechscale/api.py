@@ -18,6 +18,9 @@
     >>> wav, rate = soundfile.read("data/ldc93s1/LDC93S1.wav", dtype="float32")
     >>> model.transcribe(wav, sample_rate=rate).text   # an array (any rate: it is resampled)
     'she had your dark suit in greasy wash water all year'
+    >>> scores = model.evaluate("data/ldc93s1/manifest.jsonl")   # WER and CER on a manifest, as `speechscale eval`
+    >>> scores["wer"], scores["utterances"]
+    (0.0, 3)
     >>> aligned = model.align(wav, "She had your dark suit in greasy wash water all year!", sample_rate=rate)
     >>> aligned.words[-1].word, aligned.words[-1].start < aligned.words[-1].end <= aligned.duration
     ('year', True)
@@ -150,6 +153,20 @@ class Model:
             check_written_digits(language)
         wavs = [self._waveform(a, sample_rate) for a in audios]
         return [Transcript.from_dict(written(r, language) if digits else r) for r in self._asr.transcribe_batch(wavs)]
+
+    def evaluate(self, manifest: str | Path, batch_seconds: float = 120.0) -> dict[str, Any]:
+        """WER and CER on a manifest or shard index through this model's decoder (`speechscale eval --json`): wer,
+        cer, utterances, skipped, skipped_reasons. A checkpoint; an export raises ValueError."""
+        from .decoding.scoring import manifest_loader, score_loaded
+
+        if self.backend != "torch":
+            raise ValueError(f"evaluate scores a checkpoint, not an export ({self.backend}; speechscale eval takes the "
+                             "checkpoint it was exported from)")
+        if not (isinstance(batch_seconds, (int, float)) and 0 < batch_seconds < float("inf")):
+            raise ValueError(f"batch_seconds must be a positive number of seconds, got {batch_seconds!r}")
+        comps = self._asr.comps
+        loader, report = manifest_loader(comps, str(manifest), batch_seconds)
+        return score_loaded(comps, loader, report, self._decoder)[0]
 
     def align(self, audio: str | Path | np.ndarray, text: str, sample_rate: int | None = None,
               segment_seconds: float = 120.0) -> Transcript:

@@ -79,8 +79,8 @@ class StreamingSession:
         self.stream.keep_logits = value
 
     def accept(self, samples: np.ndarray) -> list[Event]:
-        """Mono samples (floats, or 8/16/32-bit PCM) at the stream's rate -> a Final for each phrase that ended,
-        then a Partial with the current phrase's text when it changed."""
+        """Mono samples (an array or a tensor: floats, or 8/16/32-bit PCM) at the stream's rate -> a Final for each
+        phrase that ended, then a Partial with the current phrase's text when it changed."""
         self.stream.push(as_waveform(samples))
         self.recognizer.decode_streams([self.stream])
         return self.stream.events()

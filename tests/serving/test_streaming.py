@@ -156,6 +156,18 @@ def test_models_that_need_the_whole_utterance_are_refused_in_one_line():
         assert reason in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_stream_takes_tensors_as_the_same_samples(comps):
+    """A stream fed torch tensors (int16 PCM, float32) gives the events an array's samples give."""
+    pcm, _ = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="int16")
+    runs = []
+    for wrap in (np.asarray, torch.from_numpy):
+        session = StreamingSession(comps)
+        events = [e for i in range(0, len(pcm), 1600) for e in session.accept(wrap(pcm[i:i + 1600]))]
+        runs.append(([e.to_dict() if hasattr(e, "to_dict") else repr(e) for e in events + session.finish()],
+                     session.text))
+    assert runs[0] == runs[1] and runs[0][1]
+
+
 def test_a_pause_ends_a_phrase_with_word_times_from_the_stream_start(comps):
     """Speech, 1.5 s of silence, speech: with an endpoint of 0.4 s the stream's events split where the model's
     output goes quiet, finals carry increasing word times inside the stream, and their texts are the transcript.

@@ -46,6 +46,27 @@ def test_bench_train_uses_a_given_peak_and_rejects_unknown_precisions(cli):
 
 
 @pytest.mark.slow
+def test_bench_train_activation_checkpointing_both_runs_each_mode_plain_and_recomputed(cli):
+    """The recomputed twin trains exactly as the plain one (no dropout: the two draw their masks at different
+    points of one generator): the same losses to the bit, its activations a fraction, its speed relative to the
+    plain row's; the two side-by-side comparisons at once, and with CUDA graphs, are one line each."""
+    m = str(shared("ldc93s1", "manifest.jsonl"))
+    args = ["bench", "train", "--model", "lstm-ctc-tiny", "--model-overrides", "{dropout: 0.0}", "--batch-size", "2",
+            "--seconds", "1", "--steps", "2", "--warmup", "1", "--manifest", m, "--device", "cpu"]
+    plain, recomputed = [json.loads(x) for x in cli(*args, "--activation-checkpointing", "both").stdout.splitlines()]
+    assert (plain["precision"], recomputed["precision"]) == ("fp32", "fp32")
+    assert "activation_checkpointing" not in plain and recomputed["activation_checkpointing"] is True
+    assert (recomputed["first_loss"], recomputed["final_loss"]) == (plain["first_loss"], plain["final_loss"])
+    assert 0 < recomputed["activations_mb"] * 4 < plain["activations_mb"]
+    ratio = recomputed["audio_seconds_per_second"] / plain["audio_seconds_per_second"]
+    assert recomputed["recompute_speed"] == pytest.approx(ratio, rel=0.01) and "recompute_speed" not in plain
+    for extra, said in [(["--activation-checkpointing", "both", "--compile", "both"], "one side-by-side comparison"),
+                        (["--activation-checkpointing", "on", "--graphs", "both"], "CUDA graphs stay off with it")]:
+        proc = cli(*args, *extra, check=False)
+        assert proc.returncode == 2 and said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
 def test_bench_train_compile_both_runs_each_mode_eager_and_compiled_side_by_side(cli):
     """The compiled twin starts from the same weights on the same batch: the same first loss (to float rounding;
     a model without dropout, whose masks the two draw differently); its speed-up is its rate over the eager row's."""

@@ -29,6 +29,7 @@ from ..models.rnn import BIDIRECTIONAL_SCHEMES, set_bidirectional_scheme
 from ..training.graphs import GraphedModel
 from ..training.optim import build_optimizer
 from ..training.precision import Precision, resolve_device
+from ..training.recompute import recompute_blocks, saved_bytes
 from ..training.step import TrainStep
 from .harness import interleave, keeps_torch_threads
 
@@ -154,6 +155,7 @@ def bench_modes(precisions: list[str], graphs: str, schemes: list[str], cuda: bo
 
 
 COMPILED = " compiled"  # the key suffix of a compiled mode run beside its eager twin (compile_model="both")
+RECOMPUTED = " recomputed"  # ... of a mode with activation checkpointing beside its plain twin (recompute="both")
 
 
 def _set_tf32(on: bool) -> None:
@@ -164,14 +166,20 @@ def _set_tf32(on: bool) -> None:
 class _Mode:
     """One mode's model, optimizer and timers (mode: a precision, optionally "+graphs"; see mode_parts)."""
 
-    def __init__(self, mode: str, cfg: Config, device: torch.device, compile_mode: str | None) -> None:
+    def __init__(self, mode: str, cfg: Config, device: torch.device, compile_mode: str | None,
+                 recompute: bool = False) -> None:
         mode, _, self.scheme = mode.partition("@")
         precision, self.tf32, self.graphed = mode_parts(mode)
         if self.graphed and device.type != "cuda":
             raise ValueError(f"bench mode {mode!r}: CUDA graphs need a CUDA device")
+        if self.graphed and recompute:
+            raise ValueError(f"bench mode {mode!r}: CUDA graphs stay off with activation checkpointing")
         torch.manual_seed(0)
         self.comps = build_components(cfg)
         self.model = self.comps.model.to(device).train()
+        self.recompute = recompute
+        if recompute:
+            recompute_blocks(self.model)
         if self.scheme:  # the padded path's bidirectional scheme (what graphed steps run)
             set_bidirectional_scheme(self.model, self.scheme)
         self.forward = self.model if compile_mode is None else torch.compile(
@@ -193,6 +201,15 @@ class _Mode:
         self.losses: list[float] = []
 
 
+def _activation_bytes(m: _Mode, clips: list[Any], comps: Any, dev: torch.device) -> int:
+    """Bytes autograd keeps for one forward of mode `m`'s model on the bench's batch (training.recompute's
+    saved_bytes), in the mode's precision; the graph is dropped after."""
+    feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)
+    lens = torch.full((len(clips),), feats.shape[-1], dtype=torch.long)
+    with m.precision.autocast():
+        return saved_bytes(lambda: m.model(feats, lens))
+
+
 @keeps_torch_threads
 def bench_config(model: str, overrides: dict[str, Any] | None = None) -> Config:
     """The config a training bench of preset `model` runs: its recommended features, `overrides` applied."""
@@ -203,21 +220,29 @@ def bench_config(model: str, overrides: dict[str, Any] | None = None) -> Config:
 def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2.0, steps: int = 5,
                 warmup: int = 2, manifest: str | None = None, threads: int = 0,
                 overrides: dict[str, Any] | None = None, precisions: tuple[str, ...] = ("fp32",),
-                device: str = "auto", peak_tflops: float | None = None, compile_model: bool | str = False
-                ) -> list[dict[str, Any]]:
-    """Time `steps` training steps per precision after `warmup`, interleaved; one result dict per mode.
-    `compile_model`: torch.compile's mode (True: its default), or "both": each mode eager and compiled (default
-    mode), the compiled row with its `compile_speedup` over the eager one."""
+                device: str = "auto", peak_tflops: float | None = None, compile_model: bool | str = False,
+                recompute: str = "off") -> list[dict[str, Any]]:
+    """Time `steps` training steps per precision after `warmup`, interleaved; one result dict per mode, with the
+    bytes of activations autograd keeps for one step (`activations_mb`). `compile_model`: torch.compile's mode
+    (True: its default), or "both": each mode eager and compiled (default mode), the compiled row with its
+    `compile_speedup` over the eager one. `recompute`: activation checkpointing off, on, or "both": each mode plain
+    and recomputed, the recomputed row with its `recompute_speed` relative to the plain one."""
+    if recompute not in ("off", "on", "both"):
+        raise ValueError(f"recompute: off, on or both, not {recompute!r}")
     if threads:
         torch.set_num_threads(threads)
     dev = resolve_device(device)
     cfg = bench_config(model, overrides)
     compile_mode = "default" if compile_model is True else (compile_model or None)  # e.g. "reduce-overhead"
+    if compile_mode == "both" and recompute == "both":
+        raise ValueError("compile both and recompute both: one side-by-side comparison at a time")
     if compile_mode == "both":  # each precision eager, then compiled: "fp32" and "fp32 compiled"
-        modes = {f"{p}{suffix}": _Mode(p, cfg, dev, mode) for p in precisions
-                 for suffix, mode in (("", None), (COMPILED, "default"))}
+        variants = [("", None, recompute == "on"), (COMPILED, "default", recompute == "on")]
+    elif recompute == "both":  # each precision plain, then recomputed: "fp32" and "fp32 recomputed"
+        variants = [("", compile_mode, False), (RECOMPUTED, compile_mode, True)]
     else:
-        modes = {p: _Mode(p, cfg, dev, compile_mode) for p in precisions}
+        variants = [("", compile_mode, recompute == "on")]
+    modes = {f"{p}{suffix}": _Mode(p, cfg, dev, mode, rc) for p in precisions for suffix, mode, rc in variants}
     comps = next(iter(modes.values())).comps
     clips = _clips(manifest, comps.features.cfg.sample_rate, seconds, batch_size, seed=0)
     tgt, tgt_lens = targets(comps, seconds, batch_size, dev)
@@ -250,7 +275,7 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
     results = []
     base = None
     for key, m in modes.items():
-        st, p = stats[key], key.removesuffix(COMPILED)
+        st, p = stats[key], key.removesuffix(COMPILED).removesuffix(RECOMPUTED)
         step_s = st.median  # the median step: one slow step (a page fault, a neighbour) does not move it
         fwd, bwd = m.model.flops(frames)  # type: ignore[operator]
         step_flops = batch_size * (fwd + bwd)
@@ -290,6 +315,11 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
         if key.endswith(COMPILED):  # its eager twin ran beside it
             res["compile_speedup"] = round(res["audio_seconds_per_second"]
                                            / results[-1]["audio_seconds_per_second"], 3)
+        if m.recompute:
+            res["activation_checkpointing"] = True
+        if key.endswith(RECOMPUTED):  # its plain twin ran beside it
+            res["recompute_speed"] = round(res["audio_seconds_per_second"]
+                                           / results[-1]["audio_seconds_per_second"], 3)
         if m.scheme:
             res["rnn_scheme"] = m.scheme
         if dev.type == "cuda":
@@ -306,6 +336,8 @@ def bench_train(model: str = "ds2-tiny", batch_size: int = 8, seconds: float = 2
                 res["gpu_busy_fraction"] = round(res["gpu_busy_ms"] / res["ms_per_step"], 3)
             except Exception as e:  # the profile is an extra column: its failure must not lose the timings
                 res["gpu_profile_error"] = f"{type(e).__name__}: {e}"
+        # after the timings and the device's peak memory, which this extra forward must not move
+        res["activations_mb"] = round(_activation_bytes(m, clips, comps, dev) / 2 ** 20, 1)
         base = base or (res if key == "fp32" else None)
         if base is not None:
             res["speedup_vs_fp32"] = round(res["audio_seconds_per_second"] / base["audio_seconds_per_second"], 3)

@@ -38,8 +38,13 @@ def train(args: argparse.Namespace) -> int:
 
     from ..bench.audio import checked_manifest
     from ..bench.throughput import bench_config, bench_modes, bench_train
+    from ..config import ConfigError
     from ..recipe import check_recipe
 
+    if args.activation_checkpointing == "both" and args.compile == "both":
+        raise ConfigError("--compile both and --activation-checkpointing both: one side-by-side comparison at a time")
+    if args.activation_checkpointing != "off" and (args.graphs != "off" or "+graphs" in args.precision):
+        raise ConfigError("--activation-checkpointing runs eager steps: CUDA graphs stay off with it (--graphs off)")
     manifest = str(checked_manifest(args.manifest)) if args.manifest else None
     precisions = bench_modes(args.precision.split(","), args.graphs, args.rnn_scheme,
                              args.device != "cpu" and torch.cuda.is_available())
@@ -50,7 +55,8 @@ def train(args: argparse.Namespace) -> int:
     for model in models:
         for res in bench_train(model, args.batch_size, args.seconds, args.steps, args.warmup, manifest,
                                args.threads, overrides=overrides, precisions=precisions, device=args.device,
-                               peak_tflops=args.peak_tflops, compile_model=args.compile):
+                               peak_tflops=args.peak_tflops, compile_model=args.compile,
+                               recompute=args.activation_checkpointing):
             print(json.dumps(res), flush=True)
     return 0
 
@@ -226,6 +232,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                     choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "both"],
                     help="torch.compile the model (optionally a mode: reduce-overhead adds CUDA graphs; both: each "
                          "mode eager and compiled, side by side)")
+    bt.add_argument("--activation-checkpointing", default="off", choices=["off", "on", "both"],
+                    help="recompute each block's activations in the backward pass (trainer.activation_checkpointing); "
+                         "both: each mode plain and recomputed, side by side")
     bt.set_defaults(func=train)
     bs = command(bsub, "scaling", "data-parallel throughput with 1..N processes, comm time and bytes, as JSON")
     bs.add_argument("--model", default="ds2-tiny", help="preset name(s), comma-separated")

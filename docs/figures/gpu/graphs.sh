@@ -160,7 +160,7 @@ if has ctc56; then  # can CTC join the graph: the trainer's CTC; cuDNN's with de
 fi
 if has recompute56; then  # activation checkpointing on the GPU, eager both ways (graphs stay off with it): the
     # pre-scan's peak memory (its log line) and the step rate of 12 steps each, ds2-large in bf16 on yesno x 20;
-    # first the bench's side-by-side rows (recompute_speed, activations_mb, peak_mem_mb) for ds2-large and conformer
+    # first the bench's side-by-side rows (recompute_speed, activations_mb) for ds2-large and conformer
     bench 120 --model ds2-large,conformer --precision bf16 --batch-size 32 --steps 4 \
         --activation-checkpointing both | tee "$out/recompute-bench.jsonl"
     for rc in false true; do

@@ -25,6 +25,34 @@ def _weights(out):
     return torch.load(out / "checkpoints" / "last.pt", weights_only=True)
 
 
+def _movable_corpus(tmp_path):
+    """(folder, manifest): 12 lines of LDC93S1 whose audio lies in a folder a test can move away (an outage)."""
+    import json
+    import shutil
+
+    from tests.conftest import shared
+
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    shutil.copy(shared("ldc93s1", "LDC93S1.wav"), audio / "a.wav")
+    row = json.loads(shared("ldc93s1", "manifest.jsonl").read_text().splitlines()[0])
+    m = tmp_path / "m.jsonl"
+    m.write_text((json.dumps({**row, "audio_filepath": str(audio / "a.wav")}) + "\n") * 12)
+    return audio, m
+
+
+def _resume_reads_the_epoch_once(tmp_path, args, out, rows, stopped_at):
+    """trainer.resume=auto from `stopped_at` runs to its 60 steps, and the epoch it resumed in read every utterance
+    once (`rows`: the first run's traces): none lost to the outage."""
+    run(torchrun(2, [*args, "trainer.resume=auto"]), tmp_path / "log2")
+    assert latest_step(out) == 60
+    resumed = [r for r in trace(out) if r["resumed_at"] == stopped_at and r["step"] > stopped_at]
+    epoch = next(r["epoch"] for r in resumed)
+    read = [i for r in rows + resumed if r["epoch"] == epoch and (r in resumed or r["step"] <= stopped_at)
+            for i in r["ids"]]
+    assert sorted(read) == list(range(12))
+
+
 # grad_accum=2 only: DDP without accumulation trains the same way in test_resume's allreduce-shards legs, the
 # first legs of test_elastic and test_nodes' stuck-node job (issue #20 §4: one torchrun of 2 ranks fewer)
 @pytest.mark.parametrize("accum", [2])
@@ -93,17 +121,7 @@ def test_data_gone_under_two_ranks_stops_both_in_one_line_and_a_resume_finishes(
     with nothing read (a rank in step with others writes no checkpoint alone), torchrun ends non-zero without a
     process left or a hang, and with the audio back trainer.resume=auto continues from the last checkpoint to the
     planned step."""
-    import json
-    import shutil
-
-    from tests.conftest import shared
-
-    audio = tmp_path / "audio"
-    audio.mkdir()
-    shutil.copy(shared("ldc93s1", "LDC93S1.wav"), audio / "a.wav")
-    row = json.loads(shared("ldc93s1", "manifest.jsonl").read_text().splitlines()[0])
-    m = tmp_path / "m.jsonl"
-    m.write_text((json.dumps({**row, "audio_filepath": str(audio / "a.wav")}) + "\n") * 12)
+    audio, m = _movable_corpus(tmp_path)
     out = tmp_path / "run"
     args = train_args(m, out, "trainer.max_epochs=0", "trainer.max_steps=60", "trainer.checkpoint_every_steps=2",
                       "data.max_unreadable_batches=3")
@@ -124,30 +142,14 @@ def test_data_gone_under_two_ranks_stops_both_in_one_line_and_a_resume_finishes(
     assert stopped_at == max(r["step"] for r in rows if r["ids"])
     assert any(not r["ids"] and r["step"] % 2 == 0 for r in rows), "no checkpoint step fell amid them"
     (tmp_path / "away").rename(audio)
-    run(torchrun(2, [*args, "trainer.resume=auto"]), tmp_path / "log2")
-    assert latest_step(out) == 60
-    resumed = [r for r in trace(out) if r["resumed_at"] == stopped_at and r["step"] > stopped_at]
-    epoch = next(r["epoch"] for r in resumed)
-    read = [i for r in rows + resumed if r["epoch"] == epoch and (r in resumed or r["step"] <= stopped_at)
-            for i in r["ids"]]
-    assert sorted(read) == list(range(12))  # that epoch read every utterance once: none lost to the outage
+    _resume_reads_the_epoch_once(tmp_path, args, out, rows, stopped_at)
 
 
 def test_a_sigterm_amid_unreadable_batches_under_two_ranks_resumes_before_them(tmp_path):
     """SIGTERM while the audio is away under DDP (data.max_unreadable_batches=0: skipped and counted, no stop of
     its own): the stop writes no checkpoint past the batches no rank could read, so with the audio back
     trainer.resume=auto reads that epoch's every utterance once. (A checkpoint at the signal resumed past them.)"""
-    import json
-    import shutil
-
-    from tests.conftest import shared
-
-    audio = tmp_path / "audio"
-    audio.mkdir()
-    shutil.copy(shared("ldc93s1", "LDC93S1.wav"), audio / "a.wav")
-    row = json.loads(shared("ldc93s1", "manifest.jsonl").read_text().splitlines()[0])
-    m = tmp_path / "m.jsonl"
-    m.write_text((json.dumps({**row, "audio_filepath": str(audio / "a.wav")}) + "\n") * 12)
+    audio, m = _movable_corpus(tmp_path)
     out = tmp_path / "run"
     args = train_args(m, out, "trainer.max_epochs=0", "trainer.max_steps=60", "trainer.checkpoint_every_steps=2",
                       "data.max_unreadable_batches=0")
@@ -166,10 +168,4 @@ def test_a_sigterm_amid_unreadable_batches_under_two_ranks_resumes_before_them(t
     stopped_at = latest_step(out)
     assert stopped_at <= max(r["step"] for r in rows if r["ids"])  # a checkpoint from before the outage
     (tmp_path / "away").rename(audio)
-    run(torchrun(2, [*args, "trainer.resume=auto"]), tmp_path / "log2")
-    assert latest_step(out) == 60
-    resumed = [r for r in trace(out) if r["resumed_at"] == stopped_at and r["step"] > stopped_at]
-    epoch = next(r["epoch"] for r in resumed)
-    read = [i for r in rows + resumed if r["epoch"] == epoch and (r in resumed or r["step"] <= stopped_at)
-            for i in r["ids"]]
-    assert sorted(read) == list(range(12))  # that epoch read every utterance once: none lost to the outage
+    _resume_reads_the_epoch_once(tmp_path, args, out, rows, stopped_at)

@@ -11,7 +11,7 @@ from .args import check_not_an_input, out_file_or_url
 
 def average(args: argparse.Namespace) -> int:
     from ..storage.averaging import average_checkpoints, ema_checkpoint, newest_steps
-    from ..storage.checkpoints import CheckpointError, save_checkpoint
+    from ..storage.checkpoints import CheckpointError, checkpoints_folder, save_checkpoint
 
     given = sum(bool(x) for x in (args.checkpoints, args.last, args.ema))
     if given != 1:
@@ -27,8 +27,7 @@ def average(args: argparse.Namespace) -> int:
     else:
         if args.last and not args.dir:
             raise CheckpointError("speechscale average: --last N needs --dir (a run's checkpoints folder)")
-        inside = Path(args.dir or "") / "checkpoints"  # a run folder: its checkpoints folder
-        paths = newest_steps(str(inside) if inside.is_dir() else args.dir, args.last) if args.last else args.checkpoints
+        paths = newest_steps(str(checkpoints_folder(args.dir)), args.last) if args.last else args.checkpoints
         check_not_an_input(args.out, paths, "--out")
         ckpt = average_checkpoints(paths)
     save_checkpoint(args.out, ckpt)

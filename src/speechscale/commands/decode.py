@@ -294,9 +294,10 @@ def transcribe(args: argparse.Namespace) -> int:
     if args.skip_existing and not outputs:
         raise ConfigError("--skip-existing passes over inputs whose output file is there: it goes with --out-dir")
     if args.skip_existing:  # a job resumed: what was written whole before stays (each file is renamed into place)
-        for f in [f for f in args.files if outputs[f].exists()]:
+        there = {f for f in args.files if outputs[f].exists()}
+        for f in (f for f in args.files if f in there):
             print(f"{f}\t{outputs[f]} (there already)", flush=True)
-            args.files.remove(f)
+        args.files = [f for f in args.files if f not in there]
         if not args.files:
             return 0
     refs = _references(args.manifest)
@@ -394,11 +395,13 @@ def _output_paths(files: list[str], fmt: str, out_dir: Path | None, manifest: st
         raise ConfigError("--manifest prints references and WER beside the text; --out-dir writes a file for each input")
     suffix = fmt if subtitles else {"text": "txt", "json": "json"}[fmt]
     paths: dict[str, Path] = {}
+    taken: set[Path] = set()  # a folder's thousands of files: each name looked up once
     for f in files:
         out = out_dir / f"{'stdin' if f == '-' else (names or {}).get(f, Path(f).stem)}.{suffix}"
-        if out in paths.values():
+        if out in taken:
             raise ConfigError(f"two inputs named {out.stem!r} would both write {out}; transcribe them apart")
         paths[f] = out
+        taken.add(out)
     for parent in {p.parent for p in paths.values()}:
         parent.mkdir(parents=True, exist_ok=True)
     return paths

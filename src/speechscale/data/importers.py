@@ -166,12 +166,13 @@ def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
             raise CorpusLayoutError(f"{src}: the header needs an audio column ({', '.join(CSV_AUDIO)}) and a text "
                                     f"column ({', '.join(PARQUET_TEXT)}), or no header and audio, text in each row; "
                                     f"it has {', '.join(head)}")
+    own = _MANIFEST_KEYS | {"offset"}  # what the manifest line sets itself
     for row in rows:
         if row.get(audio) is None or row.get(text) is None:  # a row with fewer cells than the header
             yield src, None, {SKIP: f"a row without {audio} or {text}"}
             continue
         extra = {k.strip(): v for k, v in row.items() if isinstance(k, str) and k not in (audio, text)
-                 and k.strip() not in _MANIFEST_KEYS | {"offset"} and isinstance(v, str) and v.strip()}
+                 and k.strip() not in own and isinstance(v, str) and v.strip()}
         yield src.parent / row[audio].strip(), row[text], extra
 
 

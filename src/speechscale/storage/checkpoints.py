@@ -116,6 +116,12 @@ def damaged_record(data: bytes) -> str | None:
 POINTER = "latest"
 
 
+def checkpoints_folder(path: str | Path) -> str | Path:
+    """A run folder's (`trainer.out_dir`) checkpoints/ folder, else `path` as it is (a checkpoints folder, a URL)."""
+    inside = Path(path) / "checkpoints"
+    return inside if not storage.is_remote(path) and inside.is_dir() else path
+
+
 def model_path(path: str | Path) -> str | Path:
     """`path` itself (a URL as it is), or for a run folder (`trainer.out_dir`) its checkpoints/best.pt, else its
     last.pt; ConfigError for a folder that holds neither."""

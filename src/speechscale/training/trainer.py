@@ -31,6 +31,7 @@ from ..distributed.straggler import Straggler
 from ..storage.cards import build_card, data_summary, write_card
 from ..storage.checkpoints import (
     CheckpointWriteError,
+    checkpoints_folder,
     error_line,
     load_checkpoint,
     newest_checkpoint,
@@ -200,9 +201,8 @@ class Trainer:
         the newest in another run's folder (or its checkpoints folder) for a folder."""
         if where == "auto":
             return newest_checkpoint(self.ckpt_dir)
-        folder = Path(where)
-        if not storage.is_remote(where) and folder.is_dir():
-            found = newest_checkpoint(folder / "checkpoints" if (folder / "checkpoints").is_dir() else folder)
+        if not storage.is_remote(where) and Path(where).is_dir():
+            found = newest_checkpoint(checkpoints_folder(where))
             if found is None:
                 raise ConfigError(f"trainer.resume={where}: a folder without a checkpoint to resume from")
             return found

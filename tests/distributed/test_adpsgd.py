@@ -260,9 +260,12 @@ def test_training_with_adpsgd_learns_logs_consensus_and_stops_cleanly(tmp_path, 
     assert steps[1] < min(n for r, n in enumerate(steps) if r != 1)  # the 3x slower learner read less
     ckpt = torch.load(out / "checkpoints" / "last.pt", weights_only=True)
     assert_saved_average(ckpt, nproc)
-    # the last validation's distance is the saved learners' (last.pt is written right after it), and they differ
+    # the last validation's distance is the saved learners' (last.pt is written right after it)
     assert val[-1]["consensus_distance"] == pytest.approx(consensus_distance(ckpt), rel=1e-4)
-    assert consensus_distance(ckpt) > 0
+    # and the learners drift apart between syncs. A sync whose drain runs two rounds with no step between them
+    # brings a ring of four to exact consensus (pairs (0,1),(2,3), then (1,2),(3,0)), so one sync may show 0: it
+    # failed once that way; the run as a whole must show the drift
+    assert any(r["consensus_distance"] > 0 for r in val)
 
 
 def _loader_workers(pid: int) -> list[int]:

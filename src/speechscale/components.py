@@ -13,7 +13,7 @@ from .data.features import FeatureExtractor
 from .data.text import TextNormalizer, Tokenizer, build_tokenizer
 from .models.registry import build_model
 from .models.streaming import StreamingModel, streaming_card
-from .storage.checkpoints import CheckpointError, error_line
+from .storage.errors import ModelFileError, error_line
 
 
 @dataclass
@@ -82,14 +82,14 @@ def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | 
     lengths, strides, the streaming interface's sizes), for a runtime that brings its own weights.
 
     The description comes from a file, so it is checked before anything is allocated: it is parsed and the
-    model built on the meta device (a bad key, type or shape is a CheckpointError in one line), and with
+    model built on the meta device (a bad key, type, range or shape is a ModelFileError in one line), and with
     `weights` every tensor's shape must match, so a corrupt description cannot ask for a huge model. The
     weights are then assigned to that model, never first drawn at random and overwritten."""
     try:
         with torch.device("meta"):
             comps = _build(desc)
     except Exception as e:
-        raise CheckpointError(f"the checkpoint's model description is not valid: {error_line(e)}") from None
+        raise ModelFileError(f"the checkpoint's model description is not valid: {error_line(e)}") from None
     if weights is None:
         return comps
     own = comps.model.state_dict()
@@ -97,7 +97,7 @@ def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | 
     found = {k: tuple(v.shape) for k, v in weights.items() if isinstance(v, torch.Tensor)}
     if expected != found:
         wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
-        raise CheckpointError(f"the checkpoint's weights do not match its model description "
+        raise ModelFileError(f"the checkpoint's weights do not match its model description "
                               f"({len(wrong)} tensor(s) differ, e.g. {wrong[0]})")
     # each tensor in the dtype the architecture declares (a checkpoint's own may differ), on the CPU
     comps.model.load_state_dict({k: weights[k].to("cpu", own[k].dtype) for k in own}, assign=True)
@@ -118,17 +118,88 @@ def _check_materialized(model: nn.Module) -> None:
 
 
 def _build(desc: dict[str, Any]) -> Components:
+    if not isinstance(desc, dict) or not isinstance(desc.get("config", desc.get("meta")), dict):
+        raise ValueError("no config mapping in it")
     if "meta" not in desc:
-        comps = build_components(from_dict(Config, desc["config"]))
+        cfg = from_dict(Config, desc["config"])
+        check_bounds(cfg.features, cfg.text.alphabet, cfg.text.piece_list, cfg.model.name, cfg.model.overrides)
+        comps = build_components(cfg)
     else:
         meta = desc["meta"]
+        for key in ("normalizer", "tokenizer", "features", "model_overrides"):
+            if not isinstance(meta.get(key), dict):
+                raise ValueError(f"its meta.{key} is not a mapping")
+        features_cfg = from_dict(FeatureConfig, meta["features"], where="checkpoint.features")
+        tok = meta["tokenizer"]
+        check_bounds(features_cfg, tok.get("alphabet", ""), tok.get("piece_list") or [], meta.get("model_name"),
+                     meta["model_overrides"])
         normalizer = TextNormalizer(**meta["normalizer"])
-        tokenizer = build_tokenizer(**meta["tokenizer"])
-        features = FeatureExtractor(from_dict(FeatureConfig, meta["features"], where="checkpoint.features"))
+        tokenizer = build_tokenizer(**tok)
+        features = FeatureExtractor(features_cfg)
         model = build_model(meta["model_name"], meta["model_overrides"], features.num_features, tokenizer.vocab_size)
         resolve_normalize(features.cfg, model)
         comps = Components(normalizer, tokenizer, features, model, meta["model_name"], meta["model_overrides"])
     return comps
+
+
+# What a model description may ask for before anything is built: far past every preset, far short of what would
+# exhaust a machine while the model is assembled (a description from a stranger could ask for 10^5 layers).
+MAX_COUNT = 256           # layers, blocks, heads, repeats, list entries
+MAX_WIDTH = 1 << 16       # any other integer of the architecture (widths, kernels, strides, contexts)
+MAX_ALPHABET = 4096
+MAX_PIECES = 1 << 16
+COUNT_KEYS = ("layers", "rnn_layers", "heads", "repeat", "stack")
+
+
+def check_bounds(features: FeatureConfig, alphabet: Any, pieces: Any, model_name: Any, overrides: Any) -> None:
+    """ValueError (one line) when a description's values are out of the range any model has: the feature window and
+    bins, the alphabet and word pieces, and every number of the architecture (counts up to MAX_COUNT, other integers
+    up to MAX_WIDTH, lists up to MAX_COUNT entries, finite floats)."""
+    import dataclasses
+    import math
+
+    from .config import ConfigError
+    from .models.registry import model_config
+
+    f = features
+    checks = [(1000 <= f.sample_rate <= 384_000, f"features.sample_rate={f.sample_rate} is not in [1000, 384000]"),
+              (0 < f.window_ms <= 1000 and 0 < f.hop_ms <= 1000, "features.window_ms and hop_ms must be in (0, 1000]"),
+              (1 <= f.n_mels <= 1024, f"features.n_mels={f.n_mels} is not in [1, 1024]"),
+              (isinstance(alphabet, str) and 0 < len(alphabet) <= MAX_ALPHABET,
+               f"the alphabet must be 1 to {MAX_ALPHABET} characters"),
+              (isinstance(pieces, list) and len(pieces) <= MAX_PIECES
+               and all(isinstance(p, str) and len(p) <= 64 for p in pieces),
+               f"the word pieces must be at most {MAX_PIECES} strings of at most 64 characters"),
+              (isinstance(model_name, str) and isinstance(overrides, dict), "the model's name and overrides")]
+    for ok, msg in checks:
+        if not ok:
+            raise ValueError(msg)
+    try:
+        arch = dataclasses.asdict(model_config(model_name, overrides))
+    except ConfigError:
+        raise
+    except Exception as e:  # a constructor's complaint about a value of the wrong kind
+        raise ValueError(f"model {model_name} with overrides {str(overrides)[:80]}: {e}") from None
+    stack: list[tuple[str, Any]] = [(f"model {model_name}", arch)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            if len(value) > MAX_COUNT:
+                raise ValueError(f"{where} lists {len(value)} entries, more than {MAX_COUNT}")
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+        elif isinstance(value, bool) or isinstance(value, str):
+            continue
+        elif isinstance(value, int):
+            most = MAX_COUNT if where.rsplit(".", 1)[-1] in COUNT_KEYS else MAX_WIDTH
+            if not -1 <= value <= most:
+                raise ValueError(f"{where}={value} is out of range (at most {most})")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{where}={value} is not a finite number")
+    repeats = sum(b.get("repeat", 1) for b in arch.get("blocks", []) if isinstance(b, dict))
+    if repeats > MAX_COUNT:
+        raise ValueError(f"model {model_name}'s blocks repeat to {repeats} layers, more than {MAX_COUNT}")
 
 
 def components_from_checkpoint(state: dict[str, Any]) -> Components:

@@ -355,12 +355,10 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not key.strip():
             raise ConfigError(f"override {item!r}: empty key")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except RecursionError:
-            raise ConfigError(f"override {key.strip()}=...: nested too deeply to read") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"override {item!r}: value is not valid YAML ({str(e).splitlines()[0]}); "
-                              f"quote the whole argument if it holds spaces") from e
+            value = safe_yaml(raw, f"override {key.strip()}") if raw != "" else ""
+        except ConfigError as e:
+            hint = "; quote the whole argument if it holds spaces" if "not valid YAML" in str(e) else ""
+            raise ConfigError(f"{str(e)[:300]}{hint}") from None
         _set_path(tree, key.strip(), value)
     return tree
 
@@ -418,6 +416,25 @@ def resolve_data_paths(cfg: Config) -> Config:
     return cfg
 
 
+def _read_config_text(p: Path) -> str:
+    """A config file's text, read only from a regular file and only up to MAX_YAML_CHARS (a FIFO or /dev/zero given
+    as a config would block or never end)."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot be read ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ConfigError(f"{p}: not a regular file; a config is read from a file")
+        data = f.read(4 * MAX_YAML_CHARS + 1)
+    if len(data) > 4 * MAX_YAML_CHARS:
+        raise ConfigError(f"{p}: larger than a config may be ({MAX_YAML_CHARS} characters)")
+    return data.decode("utf-8")
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Read a YAML recipe (a file, or a built-in recipe's name) and apply overrides: keys and types are
     checked, relative data paths read from data.root, values are not checked (that is `recipe.load_recipe`,
@@ -426,18 +443,71 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     if path is not None:
         p = recipe_path(path)
         try:
-            tree = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from e
+            tree = safe_yaml(_read_config_text(p), str(p)) or {}
         except UnicodeDecodeError:
             raise ConfigError(f"{p}: not a YAML text file (a checkpoint is not a recipe; its run's config.json is: "
                               "--config RUN/config.json)") from None
-        except RecursionError:
-            raise ConfigError(f"{p}: nested too deeply to read") from None
         if not isinstance(tree, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of sections")
     tree = apply_overrides(tree, overrides or [])
     return resolve_data_paths(from_dict(Config, tree))
+
+
+MAX_YAML_CHARS = 1 << 20   # a recipe is a few KB
+MAX_YAML_NODES = 100_000   # values once its aliases are expanded
+MAX_YAML_DEPTH = 64
+
+
+def safe_yaml(text: str, where: str) -> Any:
+    """`yaml.safe_load(text)` for text that may come from a stranger: its size, its nesting and what its aliases
+    expand to are bounded before any value is built (nested aliases, "billion laughs", would otherwise be walked
+    for minutes); a recursive alias is refused. ConfigError naming `where` in one line."""
+    if len(text) > MAX_YAML_CHARS:
+        raise ConfigError(f"{where}: {len(text)} characters, more than a config may have ({MAX_YAML_CHARS})")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, where)
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply to read") from None
+    finally:
+        loader.dispose()
+
+
+def _check_expansion(root: yaml.Node, where: str) -> None:
+    """ConfigError when the node graph under `root`, aliases expanded, holds more than MAX_YAML_NODES values, nests
+    deeper than MAX_YAML_DEPTH or refers to itself. Each node is sized once (memoized), so this is linear in the
+    document however much its aliases expand."""
+    size: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth) once known
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if key in size:
+            continue
+        children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else \
+            list(node.value) if isinstance(node, yaml.SequenceNode) else []
+        if not done:
+            if key in open_:
+                raise ConfigError(f"{where}: an alias refers to a node that holds it (a recursive document)")
+            open_.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in size)
+            continue
+        open_.discard(key)
+        values = 1 + sum(size[id(c)][0] for c in children)
+        depth = 1 + max((size[id(c)][1] for c in children), default=0)
+        if values > MAX_YAML_NODES:
+            raise ConfigError(f"{where}: its aliases expand to more than {MAX_YAML_NODES} values; refused")
+        if depth > MAX_YAML_DEPTH:
+            raise ConfigError(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep; refused")
+        size[key] = (values, depth)
 
 
 def parse_json(text: str | bytes) -> Any:

@@ -251,18 +251,11 @@ def choice(allowed: Callable[[], tuple[str, ...]] | tuple[str, ...]) -> Callable
 
 def yaml_mapping(text: str | None, flag: str) -> dict[str, Any]:
     """A YAML mapping given on the command line, or {}; ConfigError in one line otherwise."""
-    import yaml
-
-    from ..config import ConfigError
+    from ..config import ConfigError, safe_yaml
 
     if not text:
         return {}
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{flag}: not valid YAML ({str(e).splitlines()[0]})") from None
-    except RecursionError:
-        raise ConfigError(f"{flag}: nested too deeply to read") from None
+    value = safe_yaml(text, flag)
     if not isinstance(value, dict):
         raise ConfigError(f"{flag}: expected a mapping such as '{{rnn_layers: 4}}', got {text!r}")
     return value

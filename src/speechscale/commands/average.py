@@ -30,9 +30,11 @@ def average(args: argparse.Namespace) -> int:
         paths = newest_steps(str(checkpoints_folder(args.dir)), args.last) if args.last else args.checkpoints
         check_not_an_input(args.out, paths, "--out")
         ckpt = average_checkpoints(paths)
+    from ..components import components_from_checkpoint
+
+    comps = components_from_checkpoint(ckpt)  # the result is a model that loads, before anything is written
     save_checkpoint(args.out, ckpt)
-    print(json.dumps({"out": str(args.out), "averaged_from": ckpt["averaged_from"],
-                      "model": ckpt["config"]["model"]["name"]}))
+    print(json.dumps({"out": str(args.out), "averaged_from": ckpt["averaged_from"], "model": comps.model_name}))
     return 0
 
 

@@ -136,13 +136,13 @@ def load_audio(path: str | Path, sample_rate: int, max_seconds: float | None = N
 
 
 def _remote_bytes(url: str) -> bytes:
-    """The bytes at `url`: http(s) through data.fetch (bounded in size and time, retried where that helps), any
+    """The bytes at `url`: http(s) through storage.fetch (bounded in size and time, retried where that helps), any
     other protocol through fsspec. AudioError, in one line, when they cannot be read."""
     try:
         if url.split("://", 1)[0].lower() in ("http", "https"):
             import tempfile
 
-            from .fetch import Policy, fetch
+            from ..storage.fetch import Policy, fetch
 
             with tempfile.TemporaryDirectory() as tmp:
                 dest = Path(tmp) / "audio"

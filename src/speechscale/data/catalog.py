@@ -9,13 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .manifest import ManifestError
+from ..storage.fetch import DownloadError  # noqa: F401 - the catalog's users name it from here
 
 MB = 1 << 20  # the catalog's sizes are MiB
-
-
-class DownloadError(ManifestError):
-    """A download, checksum or archive that failed (one line; what to do is in it)."""
 
 
 @dataclass

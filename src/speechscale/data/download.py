@@ -4,7 +4,7 @@ DIR/manifest.jsonl, ready for a recipe's `data.root=DIR`.
     speechscale data download yesno --out data/yesno
     speechscale train --config yesno data.root=data/yesno
 
-Staged, then committed: each file is fetched to DIR/downloads/FILE.part (data/fetch.py: bounded by the catalog's
+Staged, then committed: each file is fetched to DIR/downloads/FILE.part (storage/fetch.py: bounded by the catalog's
 size for it, continued after a cut, retried where that helps), checked against its published checksum (md5 or
 sha256; a corpus without one says so and prints the sha256 to pin with --checksum) and against its kind (a tar, a
 zip, audio, text: an HTML error page is refused and removed, so the next run fetches again). Archives are unpacked
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import parse_json
+from ..storage.fetch import Policy, fetch
 from .catalog import CORPORA, MB, NO_URL, Corpus, DownloadError, Source, corpus
-from .fetch import Policy, fetch
 
 __all__ = ["CORPORA", "NO_URL", "Corpus", "DownloadError", "Source", "corpus", "download", "fetch", "unpack",
            "verify"]

@@ -75,7 +75,11 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path, int8: bool =
         raise ConfigError("--int8 goes with --format onnx (onnxruntime quantizes the file)")
     from ..extras import require
     from ..storage.checkpoints import load_checkpoint
+    from .runtime import detect_backend
 
+    if detect_backend(out) != fmt:  # a file is run by what its name says, never by its contents
+        raise ConfigError(f"--out {out}: name {'an ONNX export .onnx' if fmt == 'onnx' else 'a TorchScript export .ts'}"
+                          f"{'' if fmt == 'onnx' else ' (or .torchscript)'}; speechscale runs a model file by its name")
     if fmt == "onnx":
         require("onnx", "export", "export --format onnx")  # before any work
     state = load_checkpoint(checkpoint)

@@ -16,7 +16,16 @@ import torch
 
 from ..components import Components, components_from_description
 from ..config import ConfigError, parse_json
-from ..storage.checkpoints import damaged_record
+from ..storage.errors import ModelFileError
+from ..storage.untrusted import (
+    archive_prefix,
+    archive_records,
+    is_torchscript,
+    limits,
+    read_model_bytes,
+    regular_file_size,
+    walk,
+)
 from .exporter import CRC_KEY, META_KEY, metadata_tail
 
 log = logging.getLogger(__name__)
@@ -50,25 +59,16 @@ class ExportedModel:
             if "stream_step" in self.description:
                 raise ConfigError(f"{path}: a streaming step (export --streaming): run it with `speechscale "
                                   "transcribe --stream --checkpoint FILE`")
+            check_outputs(path, self.description, self.session.get_outputs()[0].shape)
         elif backend == "torchscript":
-            data = path.read_bytes()  # read once: checked, then loaded from memory
-            damaged = damaged_record(data)
-            if damaged:
-                raise ConfigError(f"{path} is damaged: its record {damaged} does not match the CRC-32 written with it "
-                                  f"(the bytes changed after it was exported); export it again")
-            extra = {f"{META_KEY}.json": ""}
+            data, self.description = torchscript_description(path)  # checked before any of its code runs
+            components_from_description(self.description)  # its description valid and in range, nothing run yet
             try:
                 with warnings.catch_warnings():  # torch.jit's deprecation notice: still the TorchScript loader
                     warnings.simplefilter("ignore", DeprecationWarning)
-                    self.module = torch.jit.load(io.BytesIO(data), map_location=self.device, _extra_files=extra)
+                    self.module = torch.jit.load(io.BytesIO(data), map_location=self.device)
             except Exception as e:  # torch.jit raises RuntimeError or ValueError on foreign files
-                raise ConfigError(f"{path}: not a TorchScript file ({type(e).__name__})") from None
-            if not extra[f"{META_KEY}.json"]:
-                raise ConfigError(f"{path}: not a TorchScript file written by speechscale export")
-            try:
-                self.description = parse_json(extra[f"{META_KEY}.json"])
-            except ValueError:
-                raise ConfigError(f"{path}: its speechscale model description is not JSON") from None
+                raise ModelFileError(f"{path}: not a TorchScript file ({type(e).__name__})") from None
         else:
             raise ConfigError(f"backend must be onnx or torchscript for an exported model, not {backend!r}")
 
@@ -88,25 +88,71 @@ class ExportedModel:
             return self.module(feats, lengths)
 
 
+def check_outputs(path: Path, description: dict[str, Any], shape: list[Any]) -> None:
+    """ModelFileError unless the graph's output (B, T', V) has as many symbols V as the description's alphabet (a
+    shorter alphabet would index past it when decoding); the description is checked as a checkpoint's is."""
+    comps = components_from_description(description)
+    vocab = shape[-1] if shape else None
+    if not isinstance(vocab, int) or vocab != comps.tokenizer.vocab_size:
+        raise ModelFileError(f"{path}: its graph outputs {vocab} symbols, its description's alphabet "
+                             f"{comps.tokenizer.vocab_size}; not a file speechscale export wrote")
+
+
+def torchscript_description(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """A TorchScript file's bytes (bounded) and the speechscale description in its archive, read as a zip record,
+    without loading (loading runs its code): ModelFileError for a damaged archive or one without the description."""
+    data = read_model_bytes(path, "TorchScript file")
+    archive = archive_records(data, path, "TorchScript file")
+    if not is_torchscript(archive):
+        raise ModelFileError(f"{path}: not a TorchScript file (no code in its archive); a checkpoint is read by its "
+                             "name: give it a name that does not end in .ts or .torchscript")
+    prefix = archive_prefix(archive, path)
+    name = f"{prefix}/extra/{META_KEY}.json"
+    if name not in archive.namelist():
+        raise ModelFileError(f"{path}: not a TorchScript file written by speechscale export (no model description); "
+                             "refused without running its code")
+    if archive.getinfo(name).file_size > MAX_DESCRIPTION_BYTES:
+        raise ModelFileError(f"{path}: its model description is larger than any speechscale writes")
+    try:
+        description = parse_json(archive.read(name))
+    except ValueError:
+        raise ModelFileError(f"{path}: its speechscale model description is not JSON") from None
+    if not isinstance(description, dict):
+        raise ModelFileError(f"{path}: its model description is not the JSON speechscale export writes")
+    for _ in walk(description, path, tensors=False):
+        pass
+    return data, description
+
+
+MAX_DESCRIPTION_BYTES = 16 << 20
+
+
 def onnx_session(path: Path, providers: list[Any], usage: str) -> tuple[Any, dict[str, Any]]:
     """An onnxruntime session of the file at `path` and the model description its metadata holds ({} for an
     ONNX file that holds none), the file checked against the CRC-32 export wrote into it first (`onnx_damage`)."""
     from ..extras import require
 
     ort = require("onnxruntime", "export", usage)
-    damage = onnx_damage(path) if path.is_file() else None
+    size = regular_file_size(path, "ONNX file")
+    if size > limits().max_bytes:
+        raise ModelFileError(f"{path}: {size} bytes, over the {limits().max_bytes >> 20} MB a model file may have "
+                             "(SPEECHSCALE_MAX_MODEL_MB raises it)")
+    damage = onnx_damage(path)
     if damage:
         raise ConfigError(f"{path} is damaged: {damage} (the bytes changed after it was exported); export it again")
     try:
         session = ort.InferenceSession(str(path), providers=providers)
     except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, InvalidArgument, Fail, ...)
         raise ConfigError(f"{path}: not an ONNX file ({type(e).__name__})") from None
+    meta = session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}")
     try:
-        description = parse_json(session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}"))
+        description = parse_json(meta) if len(meta) <= MAX_DESCRIPTION_BYTES else None
     except ValueError:
         description = None
     if not isinstance(description, dict):
-        raise ConfigError(f"{path}: its model description is not the JSON speechscale export writes")
+        raise ModelFileError(f"{path}: its model description is not the JSON speechscale export writes")
+    for _ in walk(description, path, tensors=False):
+        pass
     return session, description
 
 
@@ -174,44 +220,31 @@ def _description(head: bytes) -> bytes | None:
     return head[at:] if len(head) - at == length else None
 
 
+EXPORT_SUFFIXES = {".onnx": "onnx", ".ts": "torchscript", ".torchscript": "torchscript"}
+
+
 def detect_backend(path: str | Path) -> str:
-    """The runtime a model file needs, from its contents: onnx (a protobuf named .onnx), torchscript (a zip
-    archive holding TorchScript code) or torch (a speechscale checkpoint). A URL's from its name: .onnx, .ts or
-    .torchscript for an export, else a checkpoint."""
-    import zipfile
+    """The runtime a model file needs, from its name alone, never its contents (a TorchScript file runs code when
+    loaded, so running it is the choice its name states): .onnx for onnx, .ts or .torchscript for torchscript (a
+    URL's path likewise), anything else a checkpoint (torch)."""
+    from urllib.parse import urlparse
 
     from ..storage import is_remote
 
-    if is_remote(path):
-        from urllib.parse import urlparse
-
-        suffix = PurePosixPath(urlparse(str(path)).path).suffix.lower()
-        return {".onnx": "onnx", ".ts": "torchscript", ".torchscript": "torchscript"}.get(suffix, "torch")
-    path = Path(path)
-    if path.suffix.lower() == ".onnx":
-        return "onnx"
-    if path.is_file() and zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as z:
-            if any(n.endswith("/constants.pkl") or "/code/" in n for n in z.namelist()):
-                return "torchscript"
-    return "torch"
+    name = urlparse(str(path)).path if is_remote(path) else str(path)
+    return EXPORT_SUFFIXES.get(PurePosixPath(name).suffix.lower(), "torch")
 
 
 @contextmanager
 def exported_file(path: str | Path) -> Iterator[Path]:
     """An exported model's local file: `path` itself, or a URL's bytes in a temporary file for the block (onnxruntime
     and torch.jit read local files); errors inside name the URL, not the copy."""
-    from ..storage import is_remote, read_bytes
+    from ..storage import is_remote
 
     if not is_remote(path):
         yield Path(path)
         return
-    try:
-        data = read_bytes(path)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such exported model") from None
-    except Exception as e:  # fsspec raises per-backend types
-        raise ConfigError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+    data = read_model_bytes(path, "exported model")
     with tempfile.TemporaryDirectory(prefix="speechscale-export-") as folder:
         local = Path(folder) / (PurePosixPath(str(path)).name or "model")
         local.write_bytes(data)
@@ -235,13 +268,11 @@ def card_of_file(path: str | Path) -> dict[str, Any]:
         return {**card, "streaming": comps.streaming_card()}  # the model's own, whatever its config says now
     with exported_file(path) as local:
         if backend == "onnx":  # read, not run: a streaming step's file carries its card too
-            if not local.is_file():
-                raise ConfigError(f"{local}: no such exported model")
             _, description = onnx_session(local, ["CPUExecutionProvider"], "an ONNX model")
             if not description:
-                raise ConfigError(f"{local}: not an ONNX file written by speechscale export (no model description)")
-        else:
-            description = ExportedModel(local, backend).description
+                raise ModelFileError(f"{local}: not an ONNX file written by speechscale export (no model description)")
+        else:  # read from its archive: its code never runs for a card
+            _, description = torchscript_description(local)
     card = description.get("card")
     if not isinstance(card, dict):
         raise ConfigError(f"{path}: exported before model cards; export its checkpoint again")

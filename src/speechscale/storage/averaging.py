@@ -9,8 +9,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from . import files as storage
-from .checkpoints import CheckpointError, load_checkpoint
+from .checkpoints import CheckpointError, ModelFileError, load_checkpoint
 
 MODEL_KEYS = ("features", "text", "model")  # config sections that must agree for weights to be averaged
 FORMAT_VERSION = 3
@@ -59,6 +61,14 @@ def ema_checkpoint(path: str) -> dict[str, Any]:
     ckpt = load_checkpoint(path)
     if "ema" not in ckpt:
         raise CheckpointError(f"{path}: holds no EMA weights (train with trainer.ema_decay, e.g. 0.999)")
-    model = {k: ckpt["ema"]["weights"][k].to(v.dtype) for k, v in ckpt["model"].items()}
-    return {"format_version": FORMAT_VERSION, "config": ckpt["config"], "model": model,
-            "averaged_from": [f"{path} (EMA, decay {ckpt['ema']['decay']})"]}
+    ema, model = ckpt["ema"], ckpt["model"]
+    weights = ema.get("weights")
+    if not isinstance(weights, dict) or set(weights) != set(model) or any(
+            not isinstance(weights[k], torch.Tensor) or weights[k].shape != v.shape for k, v in model.items()):
+        raise ModelFileError(f"{path}: its EMA weights are not the model's tensors (names or shapes differ)")
+    decay = ema.get("decay")
+    if not isinstance(decay, float) or not 0 <= decay < 1:
+        raise ModelFileError(f"{path}: its EMA decay {str(decay)[:20]} is not a number in [0, 1)")
+    return {"format_version": FORMAT_VERSION, "config": ckpt["config"],
+            "model": {k: weights[k].to(v.dtype) for k, v in model.items()},
+            "averaged_from": [f"{path} (EMA, decay {decay})"]}

@@ -11,14 +11,22 @@ from __future__ import annotations
 import io
 import logging
 import pickle
+import re
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import files as storage
+from .errors import CheckpointError, CheckpointWriteError, ModelFileError, error_line  # noqa: F401 - named from here
+from .untrusted import (
+    POINTER_BYTES,
+    archive_records,
+    check_layout,
+    read_model_bytes,
+    scan_archive,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,82 +41,29 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     storage.write_bytes(path, _serialize(state))
 
 
-class CheckpointError(RuntimeError):
-    """The checkpoint is missing, torn or not a speechscale checkpoint."""
-
-
-class CheckpointWriteError(CheckpointError):
-    """A checkpoint could not be written (a full disk, a quota, a lost mount): the run stops on every rank."""
-
-
 REQUIRED_KEYS = ("model", "config")  # what every speechscale checkpoint holds
 
 
-def error_line(e: BaseException) -> str:
-    """The first line of an exception's message, or its type when the message is blank."""
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
-
-
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
-    """Load a checkpoint (local path or fsspec URL) with `weights_only=True` (never unpickles code)."""
-    try:
-        data = storage.read_bytes(path)
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint not found: {path}") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"{path}: is a directory, not a checkpoint file") from None
-    except Exception as e:
-        raise CheckpointError(f"cannot read checkpoint {path}: {error_line(e)}") from e
+    """Load a checkpoint (local path or URL) that may come from a stranger: its bytes bounded (a regular file, or a
+    URL read with timeouts), its archive and structure checked before torch builds anything (untrusted.py), then
+    `torch.load(weights_only=True)`, which never unpickles code. ModelFileError in one line otherwise."""
+    data = read_model_bytes(path, "checkpoint")
     if not data:
-        raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
-    if not data.startswith((b"PK\x03\x04", b"\x80")):  # neither torch's zip format nor its legacy pickle
-        raise CheckpointError(f"{path} is not a checkpoint: not a file torch.save writes (a checkpoint is the .pt "
-                              "file `speechscale train` writes)")
-    damaged = damaged_record(data)
-    if damaged:
-        raise CheckpointError(f"{path} is damaged: its record {damaged} does not match the CRC-32 written with it "
-                              f"(the bytes changed after it was saved); resume=auto passes over such files")
+        raise ModelFileError(f"{path}: empty file (0 bytes), not a checkpoint")
+    archive = archive_records(data, path)
+    check_layout(scan_archive(data, archive, path), path)
     try:
         with warnings.catch_warnings():  # torch's note on foreign pickle protocols adds nothing here
             warnings.simplefilter("ignore")
             state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:  # weights_only refused an object: never unpickle it
-        raise CheckpointError(f"{path} is not a speechscale checkpoint: it holds Python objects other than "
-                              f"tensors and plain data, which speechscale never unpickles") from None
+        raise ModelFileError(f"{path} is not a speechscale checkpoint: it holds Python objects other than "
+                             f"tensors and plain data, which speechscale never unpickles") from None
     except Exception as e:
-        raise CheckpointError(f"{path} is not a speechscale checkpoint (torch cannot read it: {error_line(e)}); "
-                              f"a torn write? resume=auto passes over such files") from e
-    missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
-    if missing:
-        raise CheckpointError(f"{path} is not a speechscale checkpoint (no {', '.join(missing)} in it)")
+        raise ModelFileError(f"{path} is not a speechscale checkpoint (torch cannot read it: {error_line(e)}); "
+                             f"a torn write? resume=auto passes over such files") from e
     return state
-
-
-def damaged_record(data: bytes) -> str | None:
-    """The first record of torch's zip format in `data` whose bytes fail the CRC-32 the writer stored (torch.load
-    does not check them: a flipped bit loads as a changed weight); None when all hold, or for the legacy format.
-    A record stored with CRC 0 is not checked (torch.serialization.set_crc32_options(False) writes no CRCs); a zip
-    too broken to list is left to torch.load's own error."""
-    if not data.startswith(b"PK\x03\x04"):
-        return None
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except Exception:  # noqa: BLE001 - a torn file: torch.load names it
-        return None
-    with archive:
-        for record in archive.infolist():
-            if record.CRC == 0 and record.file_size:
-                continue
-            try:
-                with archive.open(record) as f:  # zipfile compares the CRC when the record's end is read
-                    while f.read(1 << 22):
-                        pass
-            except zipfile.BadZipFile:
-                return record.filename
-            except Exception:  # noqa: BLE001 - torn inside a record: torch.load names it
-                return None
-    return None
 
 
 # ---- a directory of checkpoints: keep the last K, a pointer to the newest, resume from the newest good one
@@ -134,25 +89,21 @@ def model_path(path: str | Path) -> str | Path:
         return path
     for name in ("best.pt", "last.pt"):
         if (path / "checkpoints" / name).is_file():
+            confined(path, path / "checkpoints" / name)
             return path / "checkpoints" / name
     raise ConfigError(f"{path}: a folder without checkpoints/best.pt or checkpoints/last.pt; give a run folder or "
                       "a checkpoint or exported file")
 
 
 def holds_training_state(path: str | Path) -> bool:
-    """Whether local `path` is a checkpoint a run resumes from (it holds the training state): reading it maps the
-    tensors without loading them."""
-    p = Path(path)
+    """Whether local `path` is a checkpoint a run resumes from (it holds the training state): its structure is read
+    as load_checkpoint checks it, no tensor built."""
     try:
-        with p.open("rb") as f:
-            if f.read(4) != b"PK\x03\x04":
-                return False
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            state = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # unreadable, or not torch's: not a run's checkpoint
+        data = read_model_bytes(path, "checkpoint")
+        tree = scan_archive(data, archive_records(data, path), path).tree
+    except CheckpointError:  # unreadable, or not torch's: not a run's checkpoint
         return False
-    return isinstance(state, dict) and "training" in state
+    return isinstance(tree, dict) and "training" in tree
 
 
 def _step_name(step: int) -> str:
@@ -195,16 +146,14 @@ def newest_checkpoint(ckpt_dir: str | Path) -> tuple[str, dict[str, Any]] | None
 
     `last.pt` is written as a copy of the newest step file: on an object store (or a disk without hard links) a
     separate copy, which may be whole where the step file's bytes were damaged."""
-    names: list[str] = []
-    pointer = storage.join(ckpt_dir, POINTER)
-    if storage.exists(pointer):
-        names.append(storage.read_bytes(pointer).decode().strip())
+    names = [n for n in [_pointed(ckpt_dir)] if n]
     names = list(dict.fromkeys(names + list(reversed(storage.list_names(ckpt_dir, "step-*.pt")))))
     names = list(dict.fromkeys(names[:1] + ["last.pt"] + names[1:]))  # in order, without repeats
     older: tuple[str, dict[str, Any]] | None = None  # last.pt when a step file left is newer: the last resort
     for i, name in enumerate(names):
         path = storage.join(ckpt_dir, name)
         try:
+            confined(ckpt_dir, path)
             state = load_checkpoint(path)
         except CheckpointError as e:
             log.warning("passing over %s: %s", path, e)
@@ -214,6 +163,39 @@ def newest_checkpoint(ckpt_dir: str | Path) -> tuple[str, dict[str, Any]] | None
             continue
         return path, state
     return older
+
+
+CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}\.pt")
+
+
+def _pointed(ckpt_dir: str | Path) -> str | None:
+    """The file name the folder's `latest` pointer holds, when it is one: a plain name of a .pt file in the folder
+    (never a path, so a stranger's run folder cannot point elsewhere); None, with a warning, otherwise."""
+    pointer = storage.join(ckpt_dir, POINTER)
+    try:
+        if not storage.exists(pointer):
+            return None
+        raw = storage.read_bytes(pointer)[:POINTER_BYTES + 1]
+        name = raw.decode().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        log.warning("passing over the pointer %s: %s", pointer, error_line(e))
+        return None
+    if len(raw) > POINTER_BYTES or not CHECKPOINT_NAME.fullmatch(name):
+        log.warning("passing over the pointer %s: it names %r, not a checkpoint file in its folder", pointer,
+                    name[:80])
+        return None
+    return name
+
+
+def confined(folder: str | Path, path: str | Path) -> None:
+    """ModelFileError unless local `path`, links resolved, lies inside `folder` (a run folder's files may not lead
+    out of it); URLs are confined by their names alone."""
+    if storage.is_remote(path):
+        return
+    inside = Path(folder).resolve()
+    target = Path(path).resolve()
+    if target != inside and inside not in target.parents:
+        raise ModelFileError(f"{path}: a link out of its run folder (to {str(target)[:120]}); refused")
 
 
 def _step_of(name: str) -> int:

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from ..components import components_from_description, describe
 from ..config import Config, ConfigError, to_dict
 from ..data.pieces import WORD_START
 from ..models.registry import model_config
@@ -122,6 +123,10 @@ def init_weights(model: nn.Module, path: str, cfg: Config) -> None:
         raise ConfigError(f"trainer.init_from: {e}") from None
     if "config" not in ckpt:
         raise ConfigError(f"trainer.init_from: {path} is an older checkpoint format without its config")
+    try:
+        components_from_description(describe(ckpt))  # its config typed and in range before any of it is used
+    except ConfigError as e:
+        raise ConfigError(f"trainer.init_from: {path}: {e}") from None
     wrong = _differences(ckpt["config"], cfg)
     if wrong:
         raise ConfigError(f"trainer.init_from: {path} was trained with {'; '.join(wrong)}")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..data.dataset import SKIP_REASONS
-from ..storage.checkpoints import CheckpointError
+from ..storage.checkpoints import CheckpointError, ModelFileError, error_line
 from ..storage.seeds import derive_seed, rng_state, seed_everything, set_rng_state
 
 if TYPE_CHECKING:
@@ -61,7 +61,20 @@ class TrainingState:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainingState":
-        state = cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+        """The state a checkpoint holds, every field typed and in range (ValueError in one line otherwise): the
+        positions present and counts from 0, the counters named and counted."""
+        from ..config import from_dict
+
+        if not isinstance(d, dict):
+            raise ValueError(f"the training state is a {type(d).__name__}, not a mapping")
+        missing = [k for k in ("epoch", "step", "consumed", "samples_seen") if k not in d]
+        if missing:
+            raise ValueError(f"the training state has no {', '.join(missing)}")
+        state = from_dict(cls, {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}, where="training")
+        if min(state.epoch, state.step, state.consumed, state.samples_seen) < 0 or math.isnan(state.best_wer):
+            raise ValueError("the training state's positions must be counts from 0 and its best WER a number")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in state.counters.values()):
+            raise ValueError("the training state's counters must be counts")
         state.counters = {**_counters(), **state.counters}  # older checkpoints lack newer counters
         return state
 
@@ -84,6 +97,8 @@ def read_training(ckpt: dict[str, Any], path: str) -> tuple[TrainingState, list[
         raise CheckpointError(f"{path} holds weights only (an averaged or EMA checkpoint), no training state to resume: "
                               f"start a run from its weights with trainer.init_from")
     if version >= 3:
+        if not isinstance(ckpt["ranks"], list):
+            raise ValueError("its ranks are not the list a run writes")
         return TrainingState.from_dict(ckpt["training"]), list(ckpt["ranks"])
     if version == 2:
         training = TrainingState(epoch=ckpt["epoch"], step=ckpt["step"], consumed=int(ckpt["sampler"]["consumed"]),
@@ -117,15 +132,47 @@ def restore(ckpt: dict[str, Any], path: str, model: "nn.Module", optimizer: "tor
     """Load a checkpoint into this rank's model, optimizer, scaler, strategy and RNG streams; returns the
     training state, the number of ranks that wrote it and this rank's data position. On another number of
     ranks, each rank starts fresh RNG streams derived from the step (the data order does not depend on them)."""
-    training, ranks = read_training(ckpt, path)
-    model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    precision.load_state_dict(ckpt.get("precision", {}))
-    same = len(ranks) == strategy.world_size
-    mine = ranks[strategy.rank] if same else ranks[0]
-    strategy.load_rank_state(mine.get("strategy", {}) if same else {}, model, optimizer)
-    if same:
-        set_rng_state(mine["rng"])
-    else:
-        seed_everything(derive_seed(seed, "process", strategy.rank, training.step))
-    return training, len(ranks), data_part(ranks, strategy.rank, strategy.world_size)
+    try:
+        training, ranks = read_training(ckpt, path)
+        if not ranks or not all(isinstance(r, dict) for r in ranks):
+            raise ValueError("its ranks are not the list of mappings a run writes")
+        check_optimizer_state(optimizer, ckpt["optimizer"])
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        precision.load_state_dict(ckpt.get("precision") or {})
+        same = len(ranks) == strategy.world_size
+        mine = ranks[strategy.rank] if same else ranks[0]
+        strategy.load_rank_state(mine.get("strategy", {}) if same else {}, model, optimizer)
+        if same:
+            set_rng_state(mine["rng"])
+        else:
+            seed_everything(derive_seed(seed, "process", strategy.rank, training.step))
+        return training, len(ranks), data_part(ranks, strategy.rank, strategy.world_size)
+    except CheckpointError:
+        raise
+    except Exception as e:  # a field of the wrong kind or shape: a stranger's file, or another run's
+        raise ModelFileError(f"{path}: its training state cannot be resumed here ({error_line(e)[:200]})") from None
+
+
+def check_optimizer_state(optimizer: "torch.optim.Optimizer", state: Any) -> None:
+    """ValueError unless `state` is an optimizer state this optimizer can take: the same groups with as many
+    parameters, and each parameter's tensors (moments, buffers) of that parameter's shape (torch.optim loads
+    mismatched shapes without a word, and the next step fails)."""
+    import torch
+
+    if not isinstance(state, dict) or not isinstance(state.get("param_groups"), list) \
+            or not isinstance(state.get("state"), dict):
+        raise ValueError("its optimizer state is not the mapping of state and param_groups torch writes")
+    groups = optimizer.param_groups
+    saved = state["param_groups"]
+    if len(saved) != len(groups) or any(not isinstance(g, dict) or not isinstance(g.get("params"), list)
+                                        or len(g["params"]) != len(own["params"]) for g, own in zip(saved, groups)):
+        raise ValueError("its optimizer state is for other parameter groups than this model's")
+    shapes = {i: p.shape for g, own in zip(saved, groups) for i, p in zip(g["params"], own["params"])}
+    for key, values in state["state"].items():
+        if key not in shapes or not isinstance(values, dict):
+            raise ValueError(f"its optimizer state names parameter {str(key)[:20]}, which this model does not have")
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor) and value.dim() and value.shape != shapes[key]:
+                raise ValueError(f"its optimizer's {name} for parameter {key} has shape {list(value.shape)}, the "
+                                 f"parameter {list(shapes[key])}")

@@ -21,7 +21,7 @@ import torch
 
 from .. import storage
 from .._compat import deterministic_algorithms, drop_loader_workers, loader_worker_died
-from ..components import build_components
+from ..components import build_components, components_from_description, describe
 from ..config import Config, ConfigError, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
 from ..data.features import GLOBAL_STATS_UTTERANCES, WITH_TRAINING_SET_STATS, pooled_prior
@@ -209,6 +209,7 @@ class Trainer:
         return where, load_checkpoint(where)
 
     def _resume(self, path: str, ckpt: dict[str, Any]) -> None:
+        components_from_description(describe(ckpt))  # its config typed and in range before any of it is used
         wrong = resume_differences(ckpt.get("config", {}), self.cfg)
         if wrong:
             raise ConfigError(f"{path} was trained with {'; '.join(wrong)}: resume it with its own settings, or start "

@@ -1,4 +1,5 @@
-"""One file over HTTP(S) for `data download`, held to what the catalog says it is: bounded in size and time,
+"""One file over HTTP(S) for `data download` (and audio and model files behind a URL), held to what the catalog
+says it is: bounded in size and time,
 continued where an earlier try stopped (a Range request whose Content-Range is checked), retried where a retry can
 help (a cut connection, a timeout after progress, 5xx and 429 with backoff and Retry-After), never past a 4xx,
 redirected only to http(s) (and, when asked, only to the catalog's hosts). Every failure is one DownloadError line.
@@ -17,9 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .catalog import DownloadError
+from ..config import ConfigError
 
 CHUNK = 1 << 16
+
+
+class DownloadError(ConfigError):
+    """A download, checksum or archive that failed (one line; what to do is in it)."""
 
 
 @dataclass

@@ -24,7 +24,7 @@ def test_importing_the_package_loads_no_torch():
 
     code = "import sys, speechscale; print('torch' in sys.modules, sorted(speechscale.__all__))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False ['Model', 'Transcript', 'Word', '__version__', 'load', 'train']"
+    assert out.strip() == "False ['Model', 'ModelFileError', 'Transcript', 'Word', '__version__', 'load', 'train']"
 
 
 def test_a_checkpoint_carries_its_card_and_info_prints_it(ldc_checkpoint, capsys, tmp_path):

@@ -76,7 +76,8 @@ def describe(state: dict[str, Any]) -> dict[str, Any]:
     return {"config": state["config"]}
 
 
-def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | None = None) -> Components:
+def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | None = None,
+                                where: str = "the checkpoint") -> Components:
     """Components from a model description (`describe`): with `weights`, the model holds them, in eval mode;
     without, the model is its architecture only, on the meta device (what needs no weights works: output
     lengths, strides, the streaming interface's sizes), for a runtime that brings its own weights.
@@ -89,7 +90,8 @@ def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | 
         with torch.device("meta"):
             comps = _build(desc)
     except Exception as e:
-        raise ModelFileError(f"the checkpoint's model description is not valid: {error_line(e)}") from None
+        said = str(e).strip().splitlines()[0] if isinstance(e, ValueError) and str(e).strip() else error_line(e)
+        raise ModelFileError(f"{where}: its model description is not valid: {said[:300]}") from None
     if weights is None:
         return comps
     own = comps.model.state_dict()
@@ -97,7 +99,7 @@ def components_from_description(desc: dict[str, Any], weights: dict[str, Any] | 
     found = {k: tuple(v.shape) for k, v in weights.items() if isinstance(v, torch.Tensor)}
     if expected != found:
         wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
-        raise ModelFileError(f"the checkpoint's weights do not match its model description "
+        raise ModelFileError(f"{where}: its weights do not match its model description "
                               f"({len(wrong)} tensor(s) differ, e.g. {wrong[0]})")
     # each tensor in the dtype the architecture declares (a checkpoint's own may differ), on the CPU
     comps.model.load_state_dict({k: weights[k].to("cpu", own[k].dtype) for k in own}, assign=True)
@@ -202,10 +204,10 @@ def check_bounds(features: FeatureConfig, alphabet: Any, pieces: Any, model_name
         raise ValueError(f"model {model_name}'s blocks repeat to {repeats} layers, more than {MAX_COUNT}")
 
 
-def components_from_checkpoint(state: dict[str, Any]) -> Components:
+def components_from_checkpoint(state: dict[str, Any], where: str = "the checkpoint") -> Components:
     """Components with weights loaded, in eval mode, from a loaded checkpoint dict: built from its config
     (format 3), or from the `meta` block that format 2 stored beside it; `card` the checkpoint's."""
-    comps = components_from_description(describe(state), state["model"])
+    comps = components_from_description(describe(state), state["model"], where)
     comps.card = state.get("card") or {}
     return comps
 
@@ -214,7 +216,7 @@ def load_components(path: str | Path, device: str = "cpu") -> Components:
     """Read a checkpoint file (weights_only) and build its components, the model on `device` (auto|cpu|cuda[:N])."""
     from .storage.checkpoints import load_checkpoint
 
-    comps = components_from_checkpoint(load_checkpoint(path))
+    comps = components_from_checkpoint(load_checkpoint(path), str(path))
     comps.model.to(resolve_device(device, "--device"))
     return comps
 

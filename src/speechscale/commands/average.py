@@ -23,16 +23,18 @@ def average(args: argparse.Namespace) -> int:
                               f"--last N --dir {folders[0]}")
     if args.ema:
         run = Path(args.ema) / "checkpoints" / "last.pt"  # a run folder: its newest EMA
-        ckpt = ema_checkpoint(str(run) if run.is_file() else args.ema)
+        source = str(run) if run.is_file() else args.ema
+        ckpt = ema_checkpoint(source)
     else:
         if args.last and not args.dir:
             raise CheckpointError("speechscale average: --last N needs --dir (a run's checkpoints folder)")
         paths = newest_steps(str(checkpoints_folder(args.dir)), args.last) if args.last else args.checkpoints
         check_not_an_input(args.out, paths, "--out")
         ckpt = average_checkpoints(paths)
+        source = str(paths[-1])  # whose config the result keeps
     from ..components import components_from_checkpoint
 
-    comps = components_from_checkpoint(ckpt)  # the result is a model that loads, before anything is written
+    comps = components_from_checkpoint(ckpt, source)  # a model that loads, before it is written
     save_checkpoint(args.out, ckpt)
     print(json.dumps({"out": str(args.out), "averaged_from": ckpt["averaged_from"], "model": comps.model_name}))
     return 0

@@ -196,7 +196,7 @@ def stream(args: argparse.Namespace) -> int:
                               "--chunk FRAMES)")
         from ..components import components_from_description
 
-        comps = components_from_description(step.description)
+        comps = components_from_description(step.description, where=str(args.checkpoint))
     else:
         comps = load_components(args.checkpoint, args.device)
     source = args.files[0]

@@ -83,7 +83,7 @@ def export_model(checkpoint: str | Path, fmt: str, out: str | Path, int8: bool =
     if fmt == "onnx":
         require("onnx", "export", "export --format onnx")  # before any work
     state = load_checkpoint(checkpoint)
-    comps = components_from_checkpoint(state)
+    comps = components_from_checkpoint(state, str(checkpoint))
     parameters = sum(p.numel() for p in comps.model.parameters())
     card = with_streaming(card_of_checkpoint(state, lambda: parameters), comps)
     card, int8_summary = with_int8(card, comps.model, comps.model_name) if int8 else (card, {})

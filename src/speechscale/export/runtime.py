@@ -41,8 +41,8 @@ class ExportedModel:
         path = Path(path)
         self.device = device or torch.device("cpu")
         if not path.is_file():
-            raise ConfigError(f"{path}: no such exported model")
-        self.backend = backend
+            raise ModelFileError(f"{path}: no such exported model")
+        self.backend, self.path = backend, path
         if backend == "onnx":
             providers: list[Any] = ["CPUExecutionProvider"]
             if self.device.type == "cuda":
@@ -55,14 +55,14 @@ class ExportedModel:
                 providers.insert(0, ("CUDAExecutionProvider", {"device_id": self.device.index or 0}))
             self.session, self.description = onnx_session(path, providers, "an ONNX model")
             if not self.description:
-                raise ConfigError(f"{path}: not an ONNX file written by speechscale export (no model description)")
+                raise ModelFileError(f"{path}: not an ONNX file written by speechscale export (no model description)")
             if "stream_step" in self.description:
-                raise ConfigError(f"{path}: a streaming step (export --streaming): run it with `speechscale "
+                raise ModelFileError(f"{path}: a streaming step (export --streaming): run it with `speechscale "
                                   "transcribe --stream --checkpoint FILE`")
             check_outputs(path, self.description, self.session.get_outputs()[0].shape)
         elif backend == "torchscript":
             data, self.description = torchscript_description(path)  # checked before any of its code runs
-            components_from_description(self.description)  # its description valid and in range, nothing run yet
+            components_from_description(self.description, where=str(path))  # in range; nothing run yet
             try:
                 with warnings.catch_warnings():  # torch.jit's deprecation notice: still the TorchScript loader
                     warnings.simplefilter("ignore", DeprecationWarning)
@@ -75,7 +75,7 @@ class ExportedModel:
     def components(self) -> Components:
         """Normalizer, tokenizer and features from the file's model description; the model is its architecture
         only, on the meta device (this file holds the weights); `card` the file's."""
-        comps = components_from_description(self.description)
+        comps = components_from_description(self.description, where=str(self.path))
         comps.card = self.description.get("card") or {}
         return comps
 
@@ -91,7 +91,7 @@ class ExportedModel:
 def check_outputs(path: Path, description: dict[str, Any], shape: list[Any]) -> None:
     """ModelFileError unless the graph's output (B, T', V) has as many symbols V as the description's alphabet (a
     shorter alphabet would index past it when decoding); the description is checked as a checkpoint's is."""
-    comps = components_from_description(description)
+    comps = components_from_description(description, where=str(path))
     vocab = shape[-1] if shape else None
     if not isinstance(vocab, int) or vocab != comps.tokenizer.vocab_size:
         raise ModelFileError(f"{path}: its graph outputs {vocab} symbols, its description's alphabet "
@@ -133,17 +133,17 @@ def onnx_session(path: Path, providers: list[Any], usage: str) -> tuple[Any, dic
     from ..extras import require
 
     ort = require("onnxruntime", "export", usage)
-    size = regular_file_size(path, "ONNX file")
+    size = regular_file_size(path, "exported model")
     if size > limits().max_bytes:
         raise ModelFileError(f"{path}: {size} bytes, over the {limits().max_bytes >> 20} MB a model file may have "
                              "(SPEECHSCALE_MAX_MODEL_MB raises it)")
     damage = onnx_damage(path)
     if damage:
-        raise ConfigError(f"{path} is damaged: {damage} (the bytes changed after it was exported); export it again")
+        raise ModelFileError(f"{path} is damaged: {damage} (the bytes changed after it was exported); export it again")
     try:
         session = ort.InferenceSession(str(path), providers=providers)
     except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, InvalidArgument, Fail, ...)
-        raise ConfigError(f"{path}: not an ONNX file ({type(e).__name__})") from None
+        raise ModelFileError(f"{path}: not an ONNX file ({type(e).__name__})") from None
     meta = session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}")
     try:
         description = parse_json(meta) if len(meta) <= MAX_DESCRIPTION_BYTES else None
@@ -251,7 +251,7 @@ def exported_file(path: str | Path) -> Iterator[Path]:
         try:
             yield local
         except ConfigError as e:
-            raise ConfigError(str(e).replace(str(local), str(path))) from None
+            raise type(e)(str(e).replace(str(local), str(path))) from None
 
 
 def card_of_file(path: str | Path) -> dict[str, Any]:
@@ -263,17 +263,26 @@ def card_of_file(path: str | Path) -> dict[str, Any]:
         from ..storage.checkpoints import load_checkpoint
 
         state = load_checkpoint(path)
-        comps = components_from_checkpoint(state)
+        comps = components_from_checkpoint(state, str(path))
         card = card_of_checkpoint(state, lambda: sum(p.numel() for p in comps.model.parameters()))
         return {**card, "streaming": comps.streaming_card()}  # the model's own, whatever its config says now
     with exported_file(path) as local:
         if backend == "onnx":  # read, not run: a streaming step's file carries its card too
-            _, description = onnx_session(local, ["CPUExecutionProvider"], "an ONNX model")
+            session, description = onnx_session(local, ["CPUExecutionProvider"], "an ONNX model")
             if not description:
                 raise ModelFileError(f"{local}: not an ONNX file written by speechscale export (no model description)")
+            if "stream_step" in description:
+                from .stream_runtime import step_problem
+
+                problem = step_problem(description["stream_step"], [i.name for i in session.get_inputs()])
+                if problem:
+                    raise ModelFileError(f"{local}: its streaming step's description {problem}")
+                components_from_description(description, where=str(local))
+            else:
+                check_outputs(local, description, session.get_outputs()[0].shape)
         else:  # read from its archive: its code never runs for a card
             _, description = torchscript_description(local)
     card = description.get("card")
     if not isinstance(card, dict):
-        raise ConfigError(f"{path}: exported before model cards; export its checkpoint again")
+        raise ModelFileError(f"{path}: exported before model cards; export its checkpoint again")
     return card

@@ -7,13 +7,17 @@ export --format onnx --streaming` writes (through onnxruntime), for serving.reco
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..config import ConfigError, parse_json
+from ..components import components_from_description
+from ..config import parse_json
+from ..storage.errors import ModelFileError
+from ..storage.untrusted import limits, regular_file_size
 from .exporter import META_KEY
 
 
@@ -50,13 +54,17 @@ class OnnxStep:
         from .runtime import onnx_session
 
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such ONNX streaming step")
         self.session, desc = onnx_session(path, ["CPUExecutionProvider"], "an ONNX streaming step")
         if "stream_step" not in desc:
-            raise ConfigError(f"{path}: not a streaming step (export it with `speechscale export --streaming`)")
+            raise ModelFileError(f"{path}: not a streaming step (export it with `speechscale export --streaming`)")
         self.description = desc
         spec = desc["stream_step"]
+        inputs = [i.name for i in self.session.get_inputs()]
+        problem = step_problem(spec, inputs)
+        if problem:
+            raise ModelFileError(f"{path}: its streaming step's description {problem}; not a file speechscale export "
+                                 "wrote")
+        components_from_description(desc, where=str(path))  # the model it describes typed and in range
         self.chunk, self.shapes = spec["chunk"], spec["state"]  # shapes of one row's state
         self.lookahead = spec.get("lookahead", 0)  # frames read after the chunk (models.streaming)
 
@@ -71,11 +79,44 @@ class OnnxStep:
         return torch.from_numpy(logits), torch.from_numpy(ok), [torch.from_numpy(s) for s in state]
 
 
+MAX_STEP_FRAMES = 4096          # a chunk's or lookahead's frames
+MAX_STATE_VALUES = 1 << 24      # one stream's state, all tensors together
+
+
+def step_problem(spec: Any, inputs: list[str]) -> str | None:
+    """What in a streaming step's description is not what export writes (None when it is): a chunk and lookahead
+    of frames in range, and a state of named tensor shapes, each an input of the graph, bounded in size (the
+    recognizer allocates them per stream)."""
+    if not isinstance(spec, dict):
+        return "is not a mapping"
+    chunk, lookahead, state = spec.get("chunk"), spec.get("lookahead", 0), spec.get("state")
+    count = (int,)
+    if not isinstance(chunk, count) or isinstance(chunk, bool) or not 1 <= chunk <= MAX_STEP_FRAMES:
+        return f"has chunk {str(chunk)[:20]}, not a number of frames in [1, {MAX_STEP_FRAMES}]"
+    if not isinstance(lookahead, count) or isinstance(lookahead, bool) or not 0 <= lookahead <= MAX_STEP_FRAMES:
+        return f"has lookahead {str(lookahead)[:20]}, not a number of frames in [0, {MAX_STEP_FRAMES}]"
+    if not isinstance(state, dict):
+        return "has no state mapping"
+    total = 0
+    for name, shape in state.items():
+        if name not in inputs:
+            return f"names state {str(name)[:40]!r}, which is not an input of its graph"
+        if not isinstance(shape, list) or not shape or not all(
+                isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_STATE_VALUES for n in shape):
+            return f"gives state {str(name)[:40]!r} the shape {str(shape)[:40]}, not a list of sizes"
+        total += math.prod(shape[1:])
+    if total > MAX_STATE_VALUES:
+        return f"asks for {total} state values a stream, more than {MAX_STATE_VALUES}"
+    return None
+
+
 def is_stream_step(path: str | Path) -> bool:
     """Whether `path` is an ONNX streaming step (by its metadata)."""
     try:
         import onnx
 
+        if regular_file_size(Path(path), "ONNX file") > limits().max_bytes:
+            return False  # onnx_session refuses it in one line
         meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
         return "stream_step" in parse_json(meta.get(META_KEY, "{}"))
     except Exception:  # noqa: BLE001 - anything else is not one

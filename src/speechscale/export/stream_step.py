@@ -48,7 +48,7 @@ def export_stream_step(checkpoint: str | Path, out: str | Path, chunk: int = STE
     usage = "export --format onnx --streaming"
     require("onnx", "export", usage)  # before any work
     state = load_checkpoint(checkpoint)
-    comps = components_from_checkpoint(state)
+    comps = components_from_checkpoint(state, str(checkpoint))
     model = comps.model.eval()
     problem = streaming_problem(model, comps.features.cfg, comps.model_name)  # the rule the recognizer applies
     if problem:

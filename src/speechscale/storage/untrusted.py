@@ -28,7 +28,7 @@ from .files import is_remote
 MB = 1 << 20
 MAX_PICKLE_BYTES = 64 * MB   # a checkpoint's structure (data.pkl); ds2-large with its optimizer state holds ~0.2 MB
 MAX_RECORDS = 100_000        # records in one archive (a tensor's storage is one)
-MAX_NODES = 2_000_000        # plain-data values visited when the structure is read out, shared references repeated
+MAX_NODES = 1_000_000        # plain-data values visited when the structure is read out, shared references repeated
 MAX_DEPTH = 64               # nesting of plain data
 POINTER_BYTES = 256          # a run folder's `latest` pointer
 MAX_CODE_BYTES = 16 * MB     # one compressed code record of a TorchScript archive, inflated
@@ -37,7 +37,8 @@ MAX_RATIO = 200              # ... and how much it may inflate
 
 @dataclass(frozen=True)
 class Limits:
-    """What one model file may cost; SPEECHSCALE_MAX_MODEL_MB and SPEECHSCALE_MAX_PARAMETERS raise them."""
+    """What one model file may cost; SPEECHSCALE_MAX_MODEL_MB, SPEECHSCALE_MAX_PARAMETERS and
+    SPEECHSCALE_MODEL_URL_TIMEOUT (seconds) set them."""
 
     max_bytes: int          # the file itself
     max_parameters: int     # the model's parameters (the tensors under `model`)
@@ -60,7 +61,8 @@ def limits() -> Limits:
         return value
 
     return Limits(max_bytes=int(number("SPEECHSCALE_MAX_MODEL_MB", 4096) * MB),
-                  max_parameters=int(number("SPEECHSCALE_MAX_PARAMETERS", 1e9)))
+                  max_parameters=int(number("SPEECHSCALE_MAX_PARAMETERS", 1e9)),
+                  url_timeout=number("SPEECHSCALE_MODEL_URL_TIMEOUT", 15.0))
 
 
 # ---- bytes: a regular file or a URL, bounded in size and time
@@ -97,7 +99,7 @@ def regular_file_size(path: Path, what: str = "model file") -> int:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise ModelFileError(f"{path}: no such {what}") from None
+        raise ModelFileError(_not_found(path, what)) from None
     except OSError as e:
         raise ModelFileError(f"{path}: cannot be read ({error_line(e)})") from None
     if stat.S_ISDIR(st.st_mode):
@@ -138,13 +140,17 @@ def _remote_bytes(url: str, bound: int, what: str) -> bytes:
     except ModelFileError:
         raise
     except FileNotFoundError:
-        raise ModelFileError(f"{url}: no such {what}") from None
+        raise ModelFileError(_not_found(url, what)) from None
     except Exception as e:  # fsspec's backends raise their own types (a missing s3fs is an ImportError)
         raise ModelFileError(_shortened(f"{url}: cannot be read ({error_line(e)})")) from None
     if len(data) > bound:
         raise ModelFileError(f"{url}: more than the {bound >> 20} MB a {what} may have (SPEECHSCALE_MAX_MODEL_MB "
                              "raises it)")
     return data
+
+
+def _not_found(path: str | Path, what: str) -> str:
+    return f"{what} not found: {path}" if what == "checkpoint" else f"{path}: no such {what}"
 
 
 def _shortened(text: str, most: int = 300) -> str:
@@ -214,6 +220,18 @@ def damaged_in(archive: zipfile.ZipFile) -> str | None:
         except Exception:  # noqa: BLE001 - torn inside a record: the structure check names it
             return None
     return None
+
+
+def record_bytes(data: bytes, record: zipfile.ZipInfo) -> bytes:
+    """A stored record's bytes, sliced from the archive's (zipfile's own read would refuse a record torch wrote with
+    CRC 0, and the CRCs were checked where stored)."""
+    if record.compress_type != zipfile.ZIP_STORED:
+        raise ModelFileError(f"its record {_shortened(record.filename, 80)} is compressed")
+    at = record.header_offset
+    if data[at:at + 4] != b"PK\x03\x04":
+        raise ModelFileError(f"its record {_shortened(record.filename, 80)} has no local header where listed")
+    begin = at + 30 + int.from_bytes(data[at + 26:at + 28], "little") + int.from_bytes(data[at + 28:at + 30], "little")
+    return data[begin:begin + record.compress_size]
 
 
 def is_torchscript(archive: zipfile.ZipFile) -> bool:
@@ -371,7 +389,11 @@ def scan_archive(data: bytes, archive: zipfile.ZipFile, path: str | Path) -> Str
                              f"{MAX_PICKLE_BYTES >> 20} MB")
     records = {n[len(prefix) + 6:]: r.file_size for n, r in info.items() if n.startswith(f"{prefix}/data/")}
     try:
-        tree = _Scan(archive.read(pkl), records).load()
+        structure = record_bytes(data, pkl)
+    except ModelFileError as e:
+        raise ModelFileError(f"{path}: {e}") from None
+    try:
+        tree = _Scan(structure, records).load()
     except pickle.UnpicklingError as e:
         raise ModelFileError(f"{path} is not a speechscale checkpoint: {_shortened(str(e), 200)}") from None
     except RecursionError:
@@ -443,7 +465,7 @@ def check_layout(structure: Structure, path: str | Path) -> None:
     if missing:
         raise ModelFileError(f"{path} is not a speechscale checkpoint (no {', '.join(missing)} in it)")
     model = tree["model"]
-    if not isinstance(model, dict) or not model:
+    if not isinstance(model, dict):
         raise ModelFileError(f"{path}: its model is {_kind(model)}, not the mapping of tensors speechscale writes")
     bad = next((k for k, v in model.items() if not isinstance(k, str) or not isinstance(v, TensorRef)), None)
     if bad is not None:

@@ -124,7 +124,7 @@ def init_weights(model: nn.Module, path: str, cfg: Config) -> None:
     if "config" not in ckpt:
         raise ConfigError(f"trainer.init_from: {path} is an older checkpoint format without its config")
     try:
-        components_from_description(describe(ckpt))  # its config typed and in range before any of it is used
+        components_from_description(describe(ckpt), where=path)  # its config typed and in range before any of it is used
     except ConfigError as e:
         raise ConfigError(f"trainer.init_from: {path}: {e}") from None
     wrong = _differences(ckpt["config"], cfg)

@@ -209,7 +209,7 @@ class Trainer:
         return where, load_checkpoint(where)
 
     def _resume(self, path: str, ckpt: dict[str, Any]) -> None:
-        components_from_description(describe(ckpt))  # its config typed and in range before any of it is used
+        components_from_description(describe(ckpt), where=str(path))  # typed and in range before use
         wrong = resume_differences(ckpt.get("config", {}), self.cfg)
         if wrong:
             raise ConfigError(f"{path} was trained with {'; '.join(wrong)}: resume it with its own settings, or start "

@@ -127,6 +127,21 @@ def test_an_endless_body_stops_at_the_catalogs_size_and_is_removed(tmp_path, cap
     _repaired(capsys, out, mirror)
 
 
+@pytest.mark.parametrize("long_name", ["waves_yesno/" + "n" * 5025 + ".wav", "waves_yesno/" + "d/" * 600 + "x.wav"])
+def test_a_member_with_a_name_no_file_system_takes_is_one_short_line_and_leaves_nothing(tmp_path, capsys, mirror,
+                                                                                      long_name):
+    """A 5,037-byte member name (after three good files) gave a 5,124-character line and left the three unpacked in
+    the folder: now one line of at most 300 characters, and no file of the archive stays."""
+    good = [_file(f"waves_yesno/0_0_0_0_1_1_1_{i}.wav", b"RIFF") for i in range(3)]
+    data = _tar([*good, _file(long_name, b"x")])
+    out = tmp_path / "yesno"
+    code, _, err = _run(capsys, "yesno", out, mirror({YESNO: [("body", data)]}), *_pin(data))
+    assert code == 2 and len(err) == 1 and len(err[0]) <= 300 and "longer than a file system takes" in err[0], err
+    _nothing_complete(out)
+    assert not [f for f in out.rglob("*") if f.is_file()], list(out.rglob("*"))
+    _repaired(capsys, out, mirror)
+
+
 def test_markers_planted_in_an_archive_are_refused_and_the_next_run_is_not_fooled(tmp_path, capsys, mirror):
     planted = _tar([_file(".downloaded.json", b'{"corpus": "yesno", "files": []}'),
                     _file("manifest.jsonl", b'{"audio_filepath": "x.wav", "duration": 1, "text": "yes"}\n'),

@@ -280,3 +280,58 @@ def test_sigterm_drains_streams_in_flight_without_losing_a_final(streaming_check
     finally:
         kill_group(proc)
     assert "Traceback" not in log.read_text()
+
+
+def test_a_streams_send_is_given_up_at_the_idle_limit_when_that_is_shorter():
+    """A stream that neither sends nor reads is idle, whatever waits to be sent to it: with the idle limit under the
+    send timeout, a send the client does not read is given up at the idle limit (three such clients held every slot
+    until the 10 s send timeout, past a 5 s idle limit)."""
+    from types import SimpleNamespace
+
+    from speechscale.serving.transport import protocols
+
+    for idle, send, want in ((5.0, 10.0, 5.0), (3.0, 2.0, 2.0)):
+        limits = SimpleNamespace(stream_idle_s=idle, stream_send_timeout_s=send, header_timeout_s=2.0, max_pending=8)
+        assert protocols(limits)[1].send_timeout_s == want
+
+
+def test_a_flood_of_one_sample_messages_is_closed_while_real_time_streams_go_on(streaming_checkpoint, tmp_path):
+    """Beside two real-time streams, 2,000 one-sample messages on one stream each waited a batch round (minutes,
+    neither answered nor closed); now a stream sending more than 200 messages a second of audio is closed (1008)
+    within 15 s, and the next stream is served."""
+    import threading
+
+    proc, url = start_server(streaming_checkpoint, tmp_path / "serve.log", "--max-streams", "4", "--stream-idle", "10",
+                             "--max-connections", "16")
+    port = int(url.rsplit(":", 1)[1])
+    audio = speech(speech_files(), 1.0)
+    try:
+        stop = threading.Event()
+
+        def real_time(c: Conn) -> None:
+            while not stop.is_set():
+                c.send(frame(0x2, audio[:1600].tobytes()))
+                time.sleep(0.1)
+
+        feeders = [Conn(port) for _ in range(2)]
+        threads = []
+        for c in feeders:
+            c.start()
+            threads.append(threading.Thread(target=real_time, args=(c,), daemon=True))
+            threads[-1].start()
+        flood = Conn(port)
+        flood.start()
+        started = time.monotonic()
+        flood.send(b"".join(frame(0x2, audio[i:i + 1].tobytes()) for i in range(2000)) + text({"type": "end"}))
+        code, why = flood.close_code(15)
+        took = time.monotonic() - started
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
+        assert code == 1008 and "audio messages a second of audio" in why and took < 15, (code, why, took)
+        s = Conn(port)
+        assert s.start()["type"] == "ready"
+        for c in [*feeders, flood, s]:
+            c.close()
+    finally:
+        kill_group(proc)

@@ -85,12 +85,24 @@ def check_kind(path: Path, kind: str) -> None:
                             "command again, or check --mirror)")
 
 
+MAX_NAME = 255     # bytes of one part of a member's path (what file systems take)
+MAX_PATH = 1024    # bytes of a member's whole path
+
+
+def _shown(name: str) -> str:
+    """A member's name as an error line shows it: quoted, at most 80 characters."""
+    return repr(name if len(name) <= 80 else name[:60] + "..." + name[-17:])
+
+
 def _member_name(name: str, archive: str) -> str:
     parts = Path(name).parts
     if not name or name.startswith(("/", "\\")) or (parts and ":" in parts[0]) or ".." in parts:
-        raise DownloadError(f"{archive}: member {name!r} would be written outside the corpus's folder; refused")
+        raise DownloadError(f"{archive}: member {_shown(name)} would be written outside the corpus's folder; refused")
     if parts and parts[0] in RESERVED:
-        raise DownloadError(f"{archive}: member {name!r} has a name the tool keeps for itself; refused")
+        raise DownloadError(f"{archive}: member {_shown(name)} has a name the tool keeps for itself; refused")
+    if len(name.encode(errors="replace")) > MAX_PATH or any(len(p.encode(errors="replace")) > MAX_NAME for p in parts):
+        raise DownloadError(f"{archive}: member {_shown(name)} has a name of {len(name)} characters, longer than a "
+                            f"file system takes ({MAX_NAME} bytes a part); refused")
     return name
 
 
@@ -117,7 +129,7 @@ def unpack(archive: Path, kind: str, stage: Path, bound: int, written: int = 0) 
                 for m in tar:  # every header first: names, kinds and declared sizes, before any write
                     _member_name(m.name, name)
                     if not (m.isfile() or m.isdir()):
-                        raise DownloadError(f"{name}: member {m.name!r} is not a regular file or folder; refused")
+                        raise DownloadError(f"{name}: member {_shown(m.name)} is not a regular file or folder; refused")
                     declared += max(m.size, BLOCK)
                     if declared > bound:
                         raise DownloadError(f"{name}: declares more than the {bound // MB} MB the catalog allows; "
@@ -135,7 +147,7 @@ def unpack(archive: Path, kind: str, stage: Path, bound: int, written: int = 0) 
                     _member_name(i.filename, name)
                     mode = (i.external_attr >> 16) & 0o170000
                     if mode not in (0, 0o100000, 0o040000):
-                        raise DownloadError(f"{name}: member {i.filename!r} is not a regular file or folder; refused")
+                        raise DownloadError(f"{name}: member {_shown(i.filename)} is not a regular file or folder; refused")
                 if written + sum(max(i.file_size, BLOCK) for i in infos) > bound:
                     raise DownloadError(f"{name}: declares more than the {bound // MB} MB the catalog allows; refused")
                 for i in infos:
@@ -149,7 +161,10 @@ def unpack(archive: Path, kind: str, stage: Path, bound: int, written: int = 0) 
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, ValueError) as e:
         if isinstance(e, DownloadError):
             raise
-        raise DownloadError(f"{name}: a corrupt archive ({type(e).__name__}: {e})") from None
+        raise DownloadError(f"{name}: a corrupt archive ({type(e).__name__}: {str(e)[:160]})") from None
+    except OSError as e:  # a name or size the file system refuses, a full disk
+        raise DownloadError(f"{name}: could not be unpacked ({e.strerror or type(e).__name__}"
+                            f"{': ' + _shown(str(e.filename)) if e.filename else ''})") from None
     return written
 
 
@@ -247,6 +262,7 @@ def _run(spec: Corpus, name: str, out: Path, mirror: str, pinned: dict[str, str]
                 written = unpack(dest, src.kind, stage, bound, written)
             except DownloadError:
                 dest.unlink()  # refused: the next run fetches it again
+                shutil.rmtree(stage, ignore_errors=True)  # and nothing of it stays in the folder
                 raise
     report = spec.make_manifest(stage, downloads)
     _commit(stage, out)

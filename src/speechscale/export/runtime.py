@@ -59,10 +59,10 @@ class ExportedModel:
             if "stream_step" in self.description:
                 raise ModelFileError(f"{path}: a streaming step (export --streaming): run it with `speechscale "
                                   "transcribe --stream --checkpoint FILE`")
-            check_outputs(path, self.description, self.session.get_outputs()[0].shape)
+            self._comps = check_outputs(path, self.description, self.session.get_outputs()[0].shape)
         elif backend == "torchscript":
             data, self.description = torchscript_description(path)  # checked before any of its code runs
-            components_from_description(self.description, where=str(path))  # in range; nothing run yet
+            self._comps = components_from_description(self.description, where=str(path))  # in range; nothing run
             try:
                 with warnings.catch_warnings():  # torch.jit's deprecation notice: still the TorchScript loader
                     warnings.simplefilter("ignore", DeprecationWarning)
@@ -75,7 +75,7 @@ class ExportedModel:
     def components(self) -> Components:
         """Normalizer, tokenizer and features from the file's model description; the model is its architecture
         only, on the meta device (this file holds the weights); `card` the file's."""
-        comps = components_from_description(self.description, where=str(self.path))
+        comps = self._comps  # built when the file was checked
         comps.card = self.description.get("card") or {}
         return comps
 
@@ -88,7 +88,7 @@ class ExportedModel:
             return self.module(feats, lengths)
 
 
-def check_outputs(path: Path, description: dict[str, Any], shape: list[Any]) -> None:
+def check_outputs(path: Path, description: dict[str, Any], shape: list[Any]) -> Components:
     """ModelFileError unless the graph's output (B, T', V) has as many symbols V as the description's alphabet (a
     shorter alphabet would index past it when decoding); the description is checked as a checkpoint's is."""
     comps = components_from_description(description, where=str(path))
@@ -96,6 +96,7 @@ def check_outputs(path: Path, description: dict[str, Any], shape: list[Any]) -> 
     if not isinstance(vocab, int) or vocab != comps.tokenizer.vocab_size:
         raise ModelFileError(f"{path}: its graph outputs {vocab} symbols, its description's alphabet "
                              f"{comps.tokenizer.vocab_size}; not a file speechscale export wrote")
+    return comps
 
 
 def torchscript_description(path: Path) -> tuple[bytes, dict[str, Any]]:

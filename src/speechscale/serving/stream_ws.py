@@ -16,7 +16,8 @@ The protocol, in order:
 
 Limits, as the HTTP side has them: the Host (and an Origin, when sent) must be on the allow-list (else the
 handshake is refused, 403); at most `max_streams` at once (more are closed with 1013, try again later); a stream
-longer than `stream_max_seconds` of audio or idle for `stream_idle_s` is closed (1008); a message over
+longer than `stream_max_seconds` of audio, idle for `stream_idle_s` (neither sending nor reading), or sending more
+than MESSAGES_PER_S audio messages a second of audio (past the first FREE_MESSAGES) is closed (1008); a message over
 `stream_max_frame_bytes` is closed (1009) while it is read, and none is compressed; a model that cannot stream, a
 malformed or out-of-order message is closed with 1003 or 1007 and a reason in words, never internals; while the
 service drains (serving/drain.py) a new stream is closed with 1001 and an open one, once told to close, gets the
@@ -128,6 +129,12 @@ async def _receive(ws: WebSocket, limits: Any, closing: asyncio.Future | None = 
     return message
 
 
+# A stream's audio messages are bounded by the audio they carry: each waits for a batch round of its own, so a
+# client sending one sample a message would hold the server for minutes of work per second of audio.
+FREE_MESSAGES = 50
+MESSAGES_PER_S = 200
+
+
 def _json(text: str | None, what: str) -> Any:
     """A text message's JSON, or Closed(1007): not JSON, or nested too deeply to parse."""
     try:
@@ -193,7 +200,7 @@ async def _run(ws: WebSocket, limits: Any, closing: asyncio.Event, batcher: Stre
     await ws.send_json({"type": "ready", "model": batcher.recognizer.comps.model_name, "sample_rate": rate})
     dtype, scale = ENCODINGS[encoding]
     width = np.dtype(dtype).itemsize
-    seconds = 0.0
+    seconds, messages = 0.0, 0
     drained = asyncio.ensure_future(closing.wait())  # one waiter for the stream's life, not one per message
     try:
         while True:
@@ -210,8 +217,12 @@ async def _run(ws: WebSocket, limits: Any, closing: asyncio.Event, batcher: Stre
                 if not np.isfinite(samples).all():
                     raise Closed(1007, "the audio holds non-finite samples")
                 seconds += len(samples) / rate
+                messages += 1
                 if seconds > limits.stream_max_seconds:
                     raise Closed(1008, f"the stream is over the limit of {limits.stream_max_seconds:g} s of audio")
+                if messages > FREE_MESSAGES + MESSAGES_PER_S * seconds:  # each message costs a batch round
+                    raise Closed(1008, f"more than {MESSAGES_PER_S} audio messages a second of audio; send larger "
+                                       "blocks (20-100 ms each)")
                 events = await _decode(batcher, stream, samples)
                 if every and not (events and isinstance(events[-1], Partial)):
                     events.append(Partial(stream.decoder.phrase))

@@ -193,7 +193,9 @@ def protocols(limits: Any) -> tuple[type[GuardedHTTP], type[GuardedWebSocket]]:
     """HTTP and WebSocket protocol classes for one server under `limits` (serving.server.Limits)."""
     http = type("HTTP", (GuardedHTTP,), {"header_timeout_s": limits.header_timeout_s,
                                           "max_pending": limits.max_pending, "pending": {}})
-    ws = type("WebSocket", (GuardedWebSocket,), {"send_timeout_s": limits.stream_send_timeout_s})
+    # a stream whose client neither sends nor reads is idle, whatever waits to be sent to it
+    ws = type("WebSocket", (GuardedWebSocket,), {"send_timeout_s": min(limits.stream_send_timeout_s,
+                                                                        limits.stream_idle_s)})
     return http, ws
 
 

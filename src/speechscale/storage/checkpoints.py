@@ -1,4 +1,4 @@
-"""Checkpoints: plain data and tensors only, written atomically, loaded with `weights_only=True`.
+"""Checkpoints: plain data and tensors only, written atomically, read back by a reader that builds nothing else.
 
 A checkpoint holds the weights, the config as a dict (which describes the model, its features and text),
 the optimizer state, the loss scaler, the training state (epoch, step, data position) and every rank's RNG
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
-import pickle
 import re
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +22,8 @@ from .untrusted import (
     POINTER_BYTES,
     archive_records,
     check_layout,
+    read_archive,
     read_model_bytes,
-    scan_archive,
 )
 
 log = logging.getLogger(__name__)
@@ -44,26 +42,17 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
 REQUIRED_KEYS = ("model", "config")  # what every speechscale checkpoint holds
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
-    """Load a checkpoint (local path or URL) that may come from a stranger: its bytes bounded (a regular file, or a
-    URL read with timeouts), its archive and structure checked before torch builds anything (untrusted.py), then
-    `torch.load(weights_only=True)`, which never unpickles code. ModelFileError in one line otherwise."""
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint (local path or URL) that may come from a stranger, on the CPU: its bytes bounded (a regular
+    file, or a URL read with timeouts), its archive checked record by record, and its structure read by a reader
+    that knows only mappings, tensors and plain data, each tensor checked against its bytes before it is made
+    (untrusted.py; torch.load's weights_only list allows more). ModelFileError in one line otherwise."""
     data = read_model_bytes(path, "checkpoint")
     if not data:
         raise ModelFileError(f"{path}: empty file (0 bytes), not a checkpoint")
-    archive = archive_records(data, path)
-    check_layout(scan_archive(data, archive, path), path)
-    try:
-        with warnings.catch_warnings():  # torch's note on foreign pickle protocols adds nothing here
-            warnings.simplefilter("ignore")
-            state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError:  # weights_only refused an object: never unpickle it
-        raise ModelFileError(f"{path} is not a speechscale checkpoint: it holds Python objects other than "
-                             f"tensors and plain data, which speechscale never unpickles") from None
-    except Exception as e:
-        raise ModelFileError(f"{path} is not a speechscale checkpoint (torch cannot read it: {error_line(e)}); "
-                             f"a torn write? resume=auto passes over such files") from e
-    return state
+    structure = read_archive(data, archive_records(data, path), path)
+    check_layout(structure, path)
+    return structure.tree
 
 
 # ---- a directory of checkpoints: keep the last K, a pointer to the newest, resume from the newest good one
@@ -100,7 +89,7 @@ def holds_training_state(path: str | Path) -> bool:
     as load_checkpoint checks it, no tensor built."""
     try:
         data = read_model_bytes(path, "checkpoint")
-        tree = scan_archive(data, archive_records(data, path), path).tree
+        tree = read_archive(data, archive_records(data, path), path).tree
     except CheckpointError:  # unreadable, or not torch's: not a run's checkpoint
         return False
     return isinstance(tree, dict) and "training" in tree

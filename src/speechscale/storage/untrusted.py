@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+import torch
+
 from .errors import ModelFileError, error_line
 from .files import is_remote
 
@@ -81,11 +83,13 @@ def read_model_bytes(path: str | Path, what: str = "model file") -> bytes:
                              "(SPEECHSCALE_MAX_MODEL_MB raises it)")
     try:
         with open(local, "rb", opener=_opener) as f:
-            data = f.read(size + 1)
+            data = f.read(size)  # exactly: a read of more would copy the whole file once it shrinks the buffer
+            grew = f.read(1)
     except OSError as e:
         raise ModelFileError(f"{path}: cannot be read ({error_line(e)})") from None
-    if len(data) != size:
-        raise ModelFileError(f"{path}: changed while it was read ({size} bytes, then {len(data)}); read it again")
+    if len(data) != size or grew:
+        raise ModelFileError(f"{path}: changed while it was read ({size} bytes, then {len(data) + len(grew)}); read "
+                             "it again")
     return data
 
 
@@ -222,7 +226,7 @@ def damaged_in(archive: zipfile.ZipFile) -> str | None:
     return None
 
 
-def record_bytes(data: bytes, record: zipfile.ZipInfo) -> bytes:
+def record_bytes(data: bytes, record: zipfile.ZipInfo) -> memoryview:
     """A stored record's bytes, sliced from the archive's (zipfile's own read would refuse a record torch wrote with
     CRC 0, and the CRCs were checked where stored)."""
     if record.compress_type != zipfile.ZIP_STORED:
@@ -231,7 +235,7 @@ def record_bytes(data: bytes, record: zipfile.ZipInfo) -> bytes:
     if data[at:at + 4] != b"PK\x03\x04":
         raise ModelFileError(f"its record {_shortened(record.filename, 80)} has no local header where listed")
     begin = at + 30 + int.from_bytes(data[at + 26:at + 28], "little") + int.from_bytes(data[at + 28:at + 30], "little")
-    return data[begin:begin + record.compress_size]
+    return memoryview(data)[begin:begin + record.compress_size]  # no copy
 
 
 def is_torchscript(archive: zipfile.ZipFile) -> bool:
@@ -263,20 +267,8 @@ class _StorageType:
 @dataclass(frozen=True)
 class _Storage:
     key: str
-    itemsize: int
     numel: int
-
-
-class TensorRef:
-    """A tensor as the structure describes it: dtype name, shape, element count and the bytes it claims."""
-
-    __slots__ = ("dtype", "shape", "numel", "nbytes")
-
-    def __init__(self, dtype: str, shape: tuple[int, ...], numel: int, nbytes: int) -> None:
-        self.dtype, self.shape, self.numel, self.nbytes = dtype, shape, numel, nbytes
-
-    def __setstate__(self, state: Any) -> None:  # a BUILD on a tensor: torch.save never writes one
-        raise pickle.UnpicklingError("a tensor with state set after it was built")
+    values: Any  # the record's bytes as a 1-D tensor of the storage's dtype
 
 
 _STORAGE_DTYPES: dict[str, Any] = {}
@@ -284,8 +276,6 @@ _STORAGE_DTYPES: dict[str, Any] = {}
 
 def _storage_dtypes() -> dict[str, Any]:
     if not _STORAGE_DTYPES:
-        import torch
-
         _STORAGE_DTYPES.update({
             "BFloat16Storage": torch.bfloat16, "BoolStorage": torch.bool, "ByteStorage": torch.uint8,
             "CharStorage": torch.int8, "DoubleStorage": torch.float64, "FloatStorage": torch.float32,
@@ -295,23 +285,24 @@ def _storage_dtypes() -> dict[str, Any]:
     return _STORAGE_DTYPES
 
 
-class _Scan(pickle._Unpickler):  # the pure-Python unpickler: its memo is a dict (the C one allocates by index)
-    """Reads a checkpoint's structure without building a tensor: storages are checked against their records,
-    tensor views against their storages, and any other global is refused by name."""
+class _Reader(pickle._Unpickler):  # the pure-Python unpickler: its memo is a dict (the C one allocates by index)
+    """Reads a checkpoint's structure as torch.load would, knowing only ordered mappings, typed storages and tensor
+    views: each storage is checked against its record before its bytes are taken, each view against its storage
+    before it is made, and any other global is refused by name (never imported)."""
 
-    def __init__(self, data: bytes, records: dict[str, int]) -> None:
-        super().__init__(io.BytesIO(data))
-        self.records = records  # storage key -> record bytes
+    def __init__(self, data: bytes, pkl: memoryview, records: dict[str, zipfile.ZipInfo]) -> None:
+        super().__init__(io.BytesIO(pkl))  # type: ignore[arg-type]
+        self.data, self.records = data, records  # the archive's bytes; storage key -> its record
+        self.storages: dict[str, _Storage] = {}
 
     def find_class(self, module: str, name: str) -> Any:
         dotted = f"{module}.{name}"
         if dotted == "collections.OrderedDict":
             return OrderedDict
         if module == "torch" and name in _STORAGES:
-            dtype = _storage_dtypes()[name]
-            return _StorageType(name, _element_size(dtype))
+            return _StorageType(name, _element_size(_storage_dtypes()[name]))
         if dotted == "torch._utils._rebuild_tensor_v2":
-            return self._tensor
+            return _tensor
         if dotted == "torch._utils._rebuild_parameter":
             return _parameter
         raise pickle.UnpicklingError(f"it names {_shortened(dotted, 80)}, which a speechscale checkpoint never holds "
@@ -322,35 +313,42 @@ class _Scan(pickle._Unpickler):  # the pure-Python unpickler: its memo is a dict
                 and isinstance(pid[2], str) and isinstance(pid[4], int) and pid[4] >= 0):
             raise pickle.UnpicklingError("a storage reference torch.save does not write")
         kind, key, numel = pid[1], pid[2], pid[4]
-        if key not in self.records:
+        record = self.records.get(key)
+        if record is None:
             raise pickle.UnpicklingError(f"a storage whose record data/{_shortened(key, 40)} is not in the archive")
-        if self.records[key] != numel * kind.itemsize:
+        if record.file_size != numel * kind.itemsize:
             raise pickle.UnpicklingError(f"storage data/{_shortened(key, 40)} claims {numel} elements of "
-                                         f"{kind.itemsize} bytes; its record holds {self.records[key]} bytes")
-        return _Storage(key, kind.itemsize, numel)
+                                         f"{kind.itemsize} bytes; its record holds {record.file_size} bytes")
+        if key not in self.storages:
+            dtype = _storage_dtypes()[kind.name]
+            raw = bytearray(record_bytes(self.data, record))  # one copy: writable, owned by the tensor
+            values = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+            self.storages[key] = _Storage(key, numel, values)
+        return self.storages[key]
 
-    @staticmethod
-    def _tensor(storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any = False, hooks: Any = None,
-                metadata: Any = None) -> TensorRef:
-        ints = (isinstance(offset, int) and isinstance(size, tuple) and isinstance(stride, tuple)
-                and len(size) == len(stride) and len(size) <= 16
-                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (offset, *size, *stride)))
-        if not isinstance(storage, _Storage) or not ints:
-            raise pickle.UnpicklingError("a tensor whose storage, offset, shape or strides are not torch.save's")
-        if hooks or metadata:
-            raise pickle.UnpicklingError("a tensor with hooks or metadata, which a checkpoint never holds")
-        numel = math.prod(size)
-        if numel:
-            span = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1  # elements the view reaches
-            if span > storage.numel or numel > storage.numel:
-                raise pickle.UnpicklingError(f"a tensor of shape {list(size)[:8]} claims {numel} elements over a "
-                                             f"storage of {storage.numel} (a view larger than its bytes)")
-        name = next(k for k, v in _storage_dtypes().items() if _element_size(v) == storage.itemsize)
-        return TensorRef(name.removesuffix("Storage"), size, numel, numel * storage.itemsize)
+
+def _tensor(storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any = False, hooks: Any = None,
+            metadata: Any = None) -> torch.Tensor:
+    """A view of `storage` as torch.save described it, once it is shown to lie inside the storage."""
+    ints = (isinstance(offset, int) and isinstance(size, tuple) and isinstance(stride, tuple)
+            and len(size) == len(stride) and len(size) <= 16
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (offset, *size, *stride)))
+    if not isinstance(storage, _Storage) or not ints or not isinstance(requires_grad, bool):
+        raise pickle.UnpicklingError("a tensor whose storage, offset, shape or strides are not torch.save's")
+    if hooks or metadata:
+        raise pickle.UnpicklingError("a tensor with hooks or metadata, which a checkpoint never holds")
+    numel = math.prod(size)
+    if numel:
+        span = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1  # elements the view reaches
+        if span > storage.numel or numel > storage.numel:
+            raise pickle.UnpicklingError(f"a tensor of shape {list(size)[:8]} claims {numel} elements over a "
+                                         f"storage of {storage.numel} (a view larger than its bytes)")
+    t = storage.values.as_strided(size, stride, offset if numel else 0)
+    return t.requires_grad_() if requires_grad and t.is_floating_point() else t
 
 
 def _parameter(data: Any, requires_grad: Any = False, hooks: Any = None, *state: Any) -> Any:
-    if not isinstance(data, TensorRef) or hooks or state:
+    if not isinstance(data, torch.Tensor) or hooks or state:
         raise pickle.UnpicklingError("a parameter that is not a plain tensor")
     return data
 
@@ -360,25 +358,23 @@ _ELEMENT_SIZES: dict[Any, int] = {}
 
 def _element_size(dtype: Any) -> int:
     if dtype not in _ELEMENT_SIZES:
-        import torch
-
         _ELEMENT_SIZES[dtype] = torch.empty(0, dtype=dtype).element_size()
     return _ELEMENT_SIZES[dtype]
 
 
 @dataclass
 class Structure:
-    """A checkpoint's structure as read by the scan: plain data with TensorRef for each tensor."""
+    """A checkpoint as read: plain data and tensors, checked."""
 
     tree: Any
     parameters: int      # elements of the tensors under `model`
     tensor_bytes: int    # bytes all tensors claim, shared references counted each time
 
 
-def scan_archive(data: bytes, archive: zipfile.ZipFile, path: str | Path) -> Structure:
-    """The checked structure of torch archive `archive` (its bytes `data`), before torch.load: only ordered mappings,
-    tensors and plain data; every storage the size of its record; every view within its storage; the plain data
-    within MAX_NODES and MAX_DEPTH when read out."""
+def read_archive(data: bytes, archive: zipfile.ZipFile, path: str | Path) -> Structure:
+    """The checkpoint held by torch archive `archive` (its bytes `data`), read in place of torch.load: only ordered
+    mappings, tensors and plain data; every storage the size of its record; every view within its storage; the
+    plain data within MAX_NODES and MAX_DEPTH when read out; little-endian, as torch writes it here."""
     prefix = archive_prefix(archive, path)
     info = {r.filename: r for r in archive.infolist()}
     pkl = info.get(f"{prefix}/data.pkl")
@@ -387,13 +383,16 @@ def scan_archive(data: bytes, archive: zipfile.ZipFile, path: str | Path) -> Str
     if pkl.file_size > MAX_PICKLE_BYTES:
         raise ModelFileError(f"{path}: its structure (data.pkl) is {pkl.file_size >> 20} MB, more than a checkpoint's "
                              f"{MAX_PICKLE_BYTES >> 20} MB")
-    records = {n[len(prefix) + 6:]: r.file_size for n, r in info.items() if n.startswith(f"{prefix}/data/")}
+    order = info.get(f"{prefix}/byteorder")
+    records = {n[len(prefix) + 6:]: r for n, r in info.items() if n.startswith(f"{prefix}/data/")}
     try:
+        if order is not None and bytes(record_bytes(data, order)) != b"little":
+            raise ModelFileError("its tensors are not little-endian")
         structure = record_bytes(data, pkl)
     except ModelFileError as e:
         raise ModelFileError(f"{path}: {e}") from None
     try:
-        tree = _Scan(structure, records).load()
+        tree = _Reader(data, structure, records).load()
     except pickle.UnpicklingError as e:
         raise ModelFileError(f"{path} is not a speechscale checkpoint: {_shortened(str(e), 200)}") from None
     except RecursionError:
@@ -404,13 +403,14 @@ def scan_archive(data: bytes, archive: zipfile.ZipFile, path: str | Path) -> Str
     budget = 4 * len(data) + MB
     tensor_bytes = 0
     for value, _ in walk(tree, path):
-        if isinstance(value, TensorRef):
-            tensor_bytes += value.nbytes
+        if isinstance(value, torch.Tensor):
+            tensor_bytes += value.numel() * value.element_size()
             if tensor_bytes > budget:
                 raise ModelFileError(f"{path}: its tensors claim more bytes than the file holds (shared references "
                                      "read out many times); refused")
     model = tree.get("model") if isinstance(tree, dict) else None
-    parameters = sum(v.numel for v in model.values() if isinstance(v, TensorRef)) if isinstance(model, dict) else 0
+    parameters = sum(v.numel() for v in model.values() if isinstance(v, torch.Tensor)) if isinstance(model, dict) \
+        else 0
     return Structure(tree, parameters, tensor_bytes)
 
 
@@ -419,7 +419,7 @@ PLAIN = (str, int, float, bool, type(None), bytes)
 
 def walk(tree: Any, path: str | Path, tensors: bool = True) -> Iterator[tuple[Any, int]]:
     """Every value of `tree` with its depth, as a reader that copies it out would visit them (shared references each
-    time): ModelFileError past MAX_NODES or MAX_DEPTH, or at a value that is not plain data (nor a TensorRef, when
+    time): ModelFileError past MAX_NODES or MAX_DEPTH, or at a value that is not plain data (nor a tensor, when
     `tensors`)."""
     stack: list[tuple[Any, int]] = [(tree, 0)]
     seen = 0
@@ -440,7 +440,7 @@ def walk(tree: Any, path: str | Path, tensors: bool = True) -> Iterator[tuple[An
                 stack.append((v, depth + 1))
         elif isinstance(value, (list, tuple, set, frozenset)):
             stack.extend((v, depth + 1) for v in value)
-        elif isinstance(value, TensorRef):
+        elif isinstance(value, torch.Tensor):
             if not tensors:
                 raise ModelFileError(f"{path}: a tensor where only plain data belongs; refused")
         elif not isinstance(value, PLAIN):
@@ -467,7 +467,7 @@ def check_layout(structure: Structure, path: str | Path) -> None:
     model = tree["model"]
     if not isinstance(model, dict):
         raise ModelFileError(f"{path}: its model is {_kind(model)}, not the mapping of tensors speechscale writes")
-    bad = next((k for k, v in model.items() if not isinstance(k, str) or not isinstance(v, TensorRef)), None)
+    bad = next((k for k, v in model.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)), None)
     if bad is not None:
         raise ModelFileError(f"{path}: its model holds {_kind(model[bad])} under {_shortened(str(bad), 60)!r}, "
                              "where only tensors belong")
@@ -490,7 +490,7 @@ def check_layout(structure: Structure, path: str | Path) -> None:
 
 def _kind(value: Any) -> str:
     """What a value is, as a refusal names it."""
-    if isinstance(value, TensorRef):
+    if isinstance(value, torch.Tensor):
         return "a tensor"
     name = type(value).__name__
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}" if value is not None else "null"

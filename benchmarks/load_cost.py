@@ -3,7 +3,7 @@ checked readers against the readers before them (a CRC-32 pass, then torch.load(
 its session or torch.jit.load and the components its description builds, as transcribe needs them), best of N,
 each pair interleaved.
 
-    python -m benchmarks.load_cost --run RUN_FOLDER [--repeats 7] [--out docs/figures/load-cost.json]
+    python -m benchmarks.load_cost --run RUN_FOLDER [--repeats 7] [--out docs/figures/bench-all/load-cost.json]
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, Callable
+
+from benchmarks.checkout import pin_commit
 
 
 def _crc_pass(data: bytes) -> None:
@@ -93,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
+    pin_commit()
+    began = time.perf_counter()
     torch.set_num_threads(1)
     last = Path(args.run) / "checkpoints" / "last.pt"
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,11 +117,12 @@ def main(argv: list[str] | None = None) -> int:
                                               lambda: ExportedModel(ts, "torchscript").components()),
         }
         rows = _best(pairs, args.repeats)
-    doc = {"bench": "load-cost", "command": "python -m benchmarks.load_cost --run RUN", "repeats": args.repeats,
-           "threads": 1, "rows": rows}
     if args.out:
+        from speechscale.bench.harness import write_json
+
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        write_json(Path(args.out), [{"file": name, **row} for name, row in rows.items()],
+                   settings={"repeats": args.repeats, "threads": 1}, seconds=time.perf_counter() - began)
     return 0
 
 

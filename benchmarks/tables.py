@@ -678,6 +678,12 @@ def _pool_gap(res: dict[str, Any]) -> str:
     return f"a drawn pause of {low:g}-{high:g} s between two"
 
 
+def _load_cost(res: list[dict[str, Any]]) -> str:
+    """Reading model files through the checked reader against the readers before it (benchmarks/load_cost.py)."""
+    return _md(["file", "before (s)", "checked (s)", "checked / before"],
+               [[r["file"], f"{r['before_s']:.3f}", f"{r['checked_s']:.3f}", f"{r['ratio']:.2f}"] for r in res])
+
+
 def _serving(name: str) -> Callable[[Any], str]:
     def render(res: Any) -> str:
         from .serving_tables import RENDERERS
@@ -701,7 +707,8 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "pieces-demo": _pieces, "pieces-demo-long": _pieces, "int8": _int8,
                                            "selftrain-demo": _selftrain, "longform-demo": _longform,
                                            "chunking-demo": _chunking, "chunking-demo-connected": _chunking,
-                                           "chunking-yesno": _chunking, "loader-remote": _remote_shards}
+                                           "chunking-yesno": _chunking, "loader-remote": _remote_shards,
+                                           "load-cost": _load_cost}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

@@ -170,3 +170,20 @@ def test_a_loader_still_keeps_its_persistent_iterator_where_compat_drops_it():
     assert loader_worker_died(ConnectionResetError(104, "Connection reset by peer"))  # its batch's fd, in transit
     assert not loader_worker_died(RuntimeError("CUDA out of memory")) and not loader_worker_died(ValueError("x"))
     assert "DataLoader worker (pid(s) {pids_str}) exited unexpectedly" in Path(dataloader.__file__).read_text()
+
+
+def test_torch_save_still_names_its_tensors_by_the_rebuild_functions_the_checked_reader_knows():
+    """storage/untrusted.py reads checkpoints by these names alone: a torch whose pickle names others would make
+    every checkpoint it writes refused."""
+    import io
+    import pickletools
+    import zipfile
+
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(2, 3)[:, 1], "p": nn.Parameter(torch.ones(2))}, buf)
+    with zipfile.ZipFile(buf) as z:
+        pkl = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+    named = {arg.replace(" ", ".") for op, arg, _ in pickletools.genops(pkl) if op.name == "GLOBAL"}
+    assert {_compat.TENSOR_REBUILD, _compat.PARAMETER_REBUILD} <= named
+    assert all(n in (_compat.TENSOR_REBUILD, _compat.PARAMETER_REBUILD, "collections.OrderedDict")
+               or n.startswith("torch.") and n.endswith("Storage") for n in named), named

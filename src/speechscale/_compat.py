@@ -80,6 +80,14 @@ def set_request_body(request: Any, body: bytes) -> None:
 DDP_CONSTRUCTOR_IMPORTS = ("torch._dynamo.utils",)
 
 
+# -- The names torch.save's pickle gives its tensors -----------------------------------------------------------------
+# storage/untrusted.py reads a checkpoint without torch.load and knows only these rebuild functions (a tensor view of
+# a storage, a parameter); a torch that writes others makes every checkpoint it saves refused by name, which
+# tests/test_compat.py catches first.
+TENSOR_REBUILD = "torch._utils._rebuild_tensor_v2"
+PARAMETER_REBUILD = "torch._utils._rebuild_parameter"
+
+
 # -- A loader worker that died --------------------------------------------------------------------------------------
 # torch reports a worker process that exited (killed by the OOM killer, say) as a RuntimeError whose message is all
 # that tells it from an error the worker raised itself (those arrive as their own type). A worker killed just after it

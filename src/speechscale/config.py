@@ -355,7 +355,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not key.strip():
             raise ConfigError(f"override {item!r}: empty key")
         try:
-            value = safe_yaml(raw, f"override {key.strip()}") if raw != "" else ""
+            value = safe_yaml(raw, f"override {key.strip()}=...") if raw != "" else ""
         except ConfigError as e:
             hint = "; quote the whole argument if it holds spaces" if "not valid YAML" in str(e) else ""
             raise ConfigError(f"{str(e)[:300]}{hint}") from None

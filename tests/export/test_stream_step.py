@@ -118,3 +118,39 @@ def test_export_streaming_and_transcribe_stream_run_the_step_from_the_command_li
     code, _, err = main_cli(capsys, "export", "--checkpoint", str(streaming_checkpoint), "--format", "torchscript",
                             "--streaming", "--out", str(tmp_path / "x.ts"))
     assert code == 2 and "--format onnx" in err
+
+
+@pytest.mark.parametrize("junk, words", [
+    ({"chunk": 10 ** 9}, "has chunk 1000000000"),
+    ({"state": {"h": [1, 1 << 20, 1 << 20]}}, "names state 'h', which is not an input"),
+    ("a string", "is not a mapping"),
+])
+def test_a_streaming_step_with_a_junk_description_is_one_line_before_any_state(streaming_checkpoint, tmp_path,
+                                                                               capsys, junk, words):
+    """A step file whose description asks for a chunk of 10^9 frames, a state of 10^12 values or is not a mapping
+    (from a stranger, or another tool): transcribe --stream and info refuse it in one line, before a stream
+    allocates its state."""
+    import json
+
+    import onnx
+
+    from tests.conftest import main_cli
+
+    out = tmp_path / "step.onnx"
+    export_stream_step(streaming_checkpoint, out)
+    model = onnx.load(str(out))
+    kept = [(p.key, p.value) for p in model.metadata_props if p.key != "speechscale.crc32"]
+    del model.metadata_props[:]
+    for key, value in kept:
+        if key == "speechscale":
+            desc = json.loads(value)
+            desc["stream_step"] = {**desc["stream_step"], **junk} if isinstance(junk, dict) else junk
+            value = json.dumps(desc)
+        model.metadata_props.add(key=key, value=value)
+    bad = tmp_path / "junk.onnx"
+    onnx.save(model, str(bad))
+    path = str(shared("ldc93s1", "LDC93S1.wav"))
+    for command in (["transcribe", "--stream", "--no-realtime", "--checkpoint", str(bad), path], ["info", str(bad)]):
+        code, _, err = main_cli(capsys, *command)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and words in lines[0] and "junk.onnx" in lines[0], err

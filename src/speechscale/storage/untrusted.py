@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 import torch
 
+from .._compat import PARAMETER_REBUILD, TENSOR_REBUILD
 from .errors import ModelFileError, error_line
 from .files import is_remote
 
@@ -301,9 +302,9 @@ class _Reader(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
             return OrderedDict
         if module == "torch" and name in _STORAGES:
             return _StorageType(name, _element_size(_storage_dtypes()[name]))
-        if dotted == "torch._utils._rebuild_tensor_v2":
+        if dotted == TENSOR_REBUILD:
             return _tensor
-        if dotted == "torch._utils._rebuild_parameter":
+        if dotted == PARAMETER_REBUILD:
             return _parameter
         raise pickle.UnpicklingError(f"it names {_shortened(dotted, 80)}, which a speechscale checkpoint never holds "
                                      "(refused without running or building it)")

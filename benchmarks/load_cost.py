@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import sys
 import tempfile
 import time
 import warnings
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         from speechscale.bench.harness import write_json
 
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        write_json(Path(args.out), [{"file": name, **row} for name, row in rows.items()],
+        command = ["python", "-m", "benchmarks.load_cost", *(sys.argv[1:] if argv is None else argv)]
+        write_json(Path(args.out), [{"file": name, **row} for name, row in rows.items()], command=command,
                    settings={"repeats": args.repeats, "threads": 1}, seconds=time.perf_counter() - began)
     return 0
 

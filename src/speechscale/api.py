@@ -67,11 +67,15 @@ class Transcript:
     text: str
     duration: float
     words: list[Word] = field(default_factory=list)
+    speech_covered: float | None = None  # align: the share of the audio's speech its words cover
+    untimed: list[list[float]] | None = None  # align: [start, end] s of speech no word of the text covers
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Transcript":
-        """From the service's JSON shape ({"text", "duration", "words": [{"word", "start", ...}]})."""
-        return cls(d["text"], d["duration"], [Word(**w) for w in d.get("words", [])])
+        """From the service's JSON shape ({"text", "duration", "words": [{"word", "start", ...}]}, and align's
+        speech_covered and untimed)."""
+        return cls(d["text"], d["duration"], [Word(**w) for w in d.get("words", [])], d.get("speech_covered"),
+                   d.get("untimed"))
 
     def subtitles(self, fmt: str = "srt", **rules: Any) -> str:
         """The transcript as an SRT or WebVTT file's text (`transcribe --format srt|vtt`); `rules`: line_chars,
@@ -83,7 +87,9 @@ class Transcript:
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape `speechscale transcribe --json` and the service write (a word's unknown fields left out)."""
         words = [{k: v for k, v in asdict(w).items() if v is not None} for w in self.words]
-        return {"text": self.text, "duration": self.duration, "words": words}
+        said = {"speech_covered": self.speech_covered, "untimed": self.untimed}
+        return {"text": self.text, "duration": self.duration, "words": words,
+                **{k: v for k, v in said.items() if v is not None}}
 
 
 class Model:
@@ -172,8 +178,9 @@ class Model:
               segment_seconds: float = 120.0) -> Transcript:
         """`text`, the known transcript of `audio` (a file, or a mono waveform at `sample_rate`), timed on it (`speechscale
         align`; audio longer than `segment_seconds` a segment at a time): a Transcript of the normalized text whose
-        words carry start, end and a confidence. ValueError (serving.align.AlignError) when the text cannot be aligned
-        to the audio."""
+        words carry start, end and a confidence, with the share of the speech they cover and the stretches of speech
+        no word times (`speech_covered`, `untimed`: a text that leaves words out). ValueError
+        (serving.align.AlignError) when the text cannot be aligned to the audio."""
         from .serving.align import align_waveform
 
         res = align_waveform(self._asr, self._waveform(audio, sample_rate), text, segment_seconds)

@@ -157,11 +157,40 @@ def test_csv_import_reads_tsv_semicolons_other_column_names_and_no_header(tmp_pa
         utts, _ = read_manifest(tmp_path / name[:4] / "manifest.jsonl")
         assert [os.path.basename(u.audio_path) for u in utts] == ["a.wav", "b.wav"], name
         assert utts[1].text == "nine" and utts[0].text == ("nine said twice" if name == "plain.csv" else "nine")
-        speakers = [u.extra.get("client_id", u.extra.get("Speaker", u.extra.get("speaker"))) for u in utts]
+        speakers = [u.extra.get("client_id", u.extra.get("speaker")) for u in utts]
         assert speakers == ([None, None] if name == "plain.csv" else ["u1", "u2"]), name
     (tmp_path / "words.csv").write_text("recording,words\na.wav,nine\n")  # neither a known header nor a file first
     code, _, err = main_cli(capsys, "data", "import", "csv", str(tmp_path / "words.csv"), "--out", str(tmp_path / "w"))
     assert code != 0 and "or no header and audio, text in each row; it has recording, words" in err
+
+
+def test_csv_import_tells_the_separator_from_many_rows_lowers_column_names_and_keeps_absolute_paths(tmp_path,
+                                                                                                    capsys):
+    """A headerless TSV whose first transcript holds commas was read as comma-separated (one line sniffed); a
+    `Speaker` column stayed `Speaker`, so `data split --by speaker` found no field; an absolute audio path became
+    ../../.. relative to the output, which broke when the manifest moved."""
+    from speechscale.data.manifest import read_manifest
+
+    wav, sr = _digit(9)
+    for name in ("a.wav", "b.wav", "c.wav"):
+        sf.write(tmp_path / name, wav, sr)
+    (tmp_path / "rows.tsv").write_text("a.wav\tNine, nine, nine, nine\nb.wav\tnine\nc.wav\tnine nine\n")
+    (tmp_path / "rows.txt").write_text("a.wav\tNine, nine, nine, nine\nb.wav\tnine\nc.wav\tnine nine\n")
+    for name in ("rows.tsv", "rows.txt"):  # by its extension, and by its rows without one
+        code, out, err = main_cli(capsys, "data", "import", "csv", str(tmp_path / name), "--out", str(tmp_path / name[-3:]))
+        assert code == 0 and json.loads(out)["kept"] == 3, (name, err)
+        utts, _ = read_manifest(tmp_path / name[-3:] / "manifest.jsonl")
+        assert [u.text for u in utts] == ["nine nine nine nine", "nine", "nine nine"], name
+    (tmp_path / "abs.csv").write_text(f"Path,Text,Speaker\n{tmp_path / 'a.wav'},nine,Ann\nb.wav,nine,Bob\n")
+    out_dir = tmp_path / "deep" / "er" / "out"
+    code, out, err = main_cli(capsys, "data", "import", "csv", str(tmp_path / "abs.csv"), "--out", str(out_dir))
+    assert code == 0, err
+    lines = [json.loads(x) for x in (out_dir / "manifest.jsonl").read_text().splitlines()]
+    assert lines[0]["audio_filepath"] == str(tmp_path / "a.wav") and not os.path.isabs(lines[1]["audio_filepath"])
+    assert [x.get("speaker") for x in lines] == ["Ann", "Bob"] and not any("Speaker" in x for x in lines)
+    code, out, err = main_cli(capsys, "data", "split", str(out_dir / "manifest.jsonl"), "--out", str(tmp_path / "s"),
+                              "--by", "speaker", "--dev", "0.5", "--test", "0")
+    assert code == 0, err
 
 
 def test_a_csv_with_a_byte_order_mark_imports_and_one_not_in_utf8_or_binary_is_one_line(tmp_path, capsys):

@@ -3,6 +3,7 @@ still augment with the right epoch."""
 import json
 import shutil
 
+import pytest
 import torch
 
 from speechscale.components import build_components
@@ -65,3 +66,28 @@ def test_persistent_workers_augment_with_each_batchs_epoch(tmp_path):
     assert cached == reference  # the same speed factors as in the main process, epoch by epoch
     assert reference[1] != reference[2]  # and they do change between epochs
     assert torch.utils.data.get_worker_info() is None
+
+
+def test_every_line_selecting_key_a_shard_index_cannot_take_is_named_at_once(tmp_path, capsys):
+    """A recipe's train and validation slices (yesno's) with shard indexes in their place were refused one at a
+    time, without saying the recipe set them: now all of them in one line, with how to clear them."""
+    import json
+
+    from speechscale.config import ConfigError, DataConfig
+    from speechscale.data.loading import check_line_keys
+    from tests.conftest import main_cli, shared
+
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"audio_filepath": str(shared("ldc93s1", "LDC93S1.wav")), "duration": 2.92,
+                                    "text": "she had"}) + "\n")
+    code, _, err = main_cli(capsys, "data", "shard", str(manifest), "--out", str(tmp_path / "s"))
+    assert code == 0, err
+    index = str(tmp_path / "s" / "index.jsonl")
+    with pytest.raises(ConfigError) as e:
+        check_line_keys(DataConfig(train_manifest=index, val_manifest=index, train_slice=[0, 31], val_slice=[31],
+                                   filter={"speaker": "a"}))
+    said = str(e.value)
+    for key in ("data.filter={'speaker': 'a'}", "data.train_slice=[0, 31]", "data.val_slice=[31]", "a recipe",
+                "data.train_slice=[] data.val_slice=[]"):
+        assert key in said, said
+    check_line_keys(DataConfig(train_manifest=index, val_manifest=str(manifest), val_slice=[0, 1]))  # a manifest may

@@ -38,7 +38,9 @@ def test_counts_quantiles_rates_and_fields_match_a_recomputation(tmp_path):
     assert [s["letters_per_s"] for s in stats["slowest"]] == sorted(s["letters_per_s"] for s in stats["slowest"])
     assert stats["fields"]["speaker"] == len({r["speaker"] for r in rows})
     assert stats["longer_than_s"]["20"] == {"utterances": 0, "hours": 0.0}
-    by = corpus_stats([str(path)], top=2, by="speaker")["by"]
+    by = corpus_stats([str(path)], top=2, by="speaker")["by"]["speaker"]
+    both = corpus_stats([str(path)], top=2, by=["speaker", "room"])["by"]  # --by repeated: each field kept
+    assert list(both) == ["speaker", "room"] and both["speaker"] == by and both["room"]["values"] == 1
     hours = {}
     for r in rows:
         hours[r["speaker"]] = hours.get(r["speaker"], 0.0) + r["duration"] / 3600

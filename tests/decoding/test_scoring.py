@@ -83,3 +83,28 @@ def test_eval_by_a_manifest_key_scores_each_group_as_jiwer_does(ldc_checkpoint, 
         code, _, err = main_cli(capsys, "eval", "--checkpoint", str(tmp_path / "none.pt"), "--manifest", str(manifest),
                                 *bad)  # the manifest is read before the checkpoint
         assert code == 2 and said in err and "or --by duration" in err and err.count("\n") == 1, err
+
+
+def test_eval_details_on_a_shard_index_names_each_utterances_shard_and_member(ldc_checkpoint, tmp_path, capsys):
+    """eval --details on a shard index wrote "audio": null and no member for every utterance: now its shard and
+    its member's key, each utterance once."""
+    import tarfile
+
+    from tests.conftest import main_cli
+
+    text = "she had your dark suit in greasy wash water all year"
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps({"audio_filepath": str(shared("ldc93s1", name)), "duration": 2.92,
+                                            "text": text}) + "\n"
+                                for name in ("LDC93S1.wav", "LDC93S1_pcms16le_1_8000.wav", "LDC93S1.wav")))
+    code, _, err = main_cli(capsys, "data", "shard", str(manifest), "--out", str(tmp_path / "shards"), "--shard-size", "2")
+    assert code == 0, err
+    code, _, err = main_cli(capsys, "eval", "--checkpoint", str(ldc_checkpoint), "--manifest",
+                            str(tmp_path / "shards" / "index.jsonl"), "--details", str(tmp_path / "d.jsonl"))
+    assert code == 0, err
+    details = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
+    in_tars = []
+    for shard in sorted((tmp_path / "shards").glob("shard-*.tar")):
+        with tarfile.open(shard) as tar:
+            in_tars += [(shard.name, m.name.split(".")[0]) for m in tar.getmembers() if m.name.endswith(".json")]
+    assert [(d["audio"].rsplit("/", 1)[-1], d["member"]) for d in details] == in_tars

@@ -275,3 +275,32 @@ def test_out_manifest_resumes_a_killed_run_without_losing_or_repeating_a_line(ld
     assert code == 0 and [r.get("written") for r in results[:2]] == ["already", "already"]
     assert results[-1]["this_run"]["kept"] == 0 and results[-1]["kept"] == 4
     assert sorted(out.read_text().splitlines() + rejected.read_text().splitlines()) == full
+
+
+def test_a_partial_transcript_is_flagged_and_its_segments_over_untimed_speech_are_rejected(ldc_checkpoint, tmp_path,
+                                                                                         cli):
+    """A transcript of a fifth of the recording's words aligned at high confidence without a word: align now says
+    how much of the speech its words cover and which stretches no word times (a warning line too), and
+    --out-manifest rejects the segments that hold such speech rather than train them as the words it has."""
+    words = "she had your dark suit in greasy wash water all year"
+    twice = np.concatenate([load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)] * 2)
+    sf.write(tmp_path / "twice.wav", twice, 16000)
+    whole = json.loads(cli("align", "--checkpoint", str(ldc_checkpoint), str(tmp_path / "twice.wav"), "--text",
+                           f"{words} {words}").stdout)
+    assert whole["speech_covered"] >= 0.9 and whole["untimed"] == []
+    part = cli("align", "--checkpoint", str(ldc_checkpoint), str(tmp_path / "twice.wav"), "--text", "she had your dark")
+    res = json.loads(part.stdout)
+    assert res["speech_covered"] < 0.6 and res["untimed"], res
+    assert "of the speech" in part.stderr and "warning" in part.stderr
+    duration = len(twice) / 16000
+    assert all(0 <= a < b <= duration + 1e-3 and b - a >= 0.5 for a, b in res["untimed"])
+    assert all(not (w["start"] < b and w["end"] > a) for w in res["words"] for a, b in res["untimed"])
+    (tmp_path / "m.jsonl").write_text(json.dumps({"audio_filepath": "twice.wav", "duration": duration,
+                                                  "text": "she had your dark"}) + "\n")
+    cli("-q", "align", "--checkpoint", str(ldc_checkpoint), "--manifest", str(tmp_path / "m.jsonl"),
+        "--out-manifest", str(tmp_path / "out.jsonl"), "--max-seconds", "3")
+    rejected = [json.loads(x) for x in (tmp_path / "out.rejected.jsonl").read_text().splitlines()]
+    kept = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert any(r["rejected"] == "untimed speech" for r in rejected)
+    for line in kept:  # no kept line holds untimed speech
+        assert all(not (line["offset"] < b and line["offset"] + line["duration"] > a) for a, b in res["untimed"])

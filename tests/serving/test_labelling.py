@@ -260,3 +260,19 @@ def test_resume_writes_only_the_segments_a_killed_run_left_unwritten(ldc_checkpo
     assert res["this_run"]["kept"] == 2 and res["kept"] == 5
     again = json.loads(cli(*args, "--resume").stdout)  # everything there: nothing new
     assert again["this_run"]["kept"] == 0 and len(_lines(out)) == 5
+
+
+def test_a_utf16_or_binary_manifest_is_one_line_as_every_reader_says_it(ldc_checkpoint, tmp_path, cli):
+    """label skipped every line of a UTF-16 manifest (each "not UTF-8") where eval and train say in one line what
+    the file is: now it says so too, before any work."""
+    row = json.dumps({"audio_filepath": str(shared("ldc93s1", "LDC93S1.wav")), "text": "she"}) + "\n"
+    (tmp_path / "u16.jsonl").write_bytes(row.encode("utf-16"))
+    (tmp_path / "wav.jsonl").write_bytes(shared("ldc93s1", "LDC93S1.wav").read_bytes())
+    for name, words in (("u16.jsonl", "UTF-16"), ("wav.jsonl", "NUL bytes")):
+        for command in (["label", "--checkpoint", str(ldc_checkpoint), str(tmp_path / name), "--out",
+                         str(tmp_path / "out.jsonl")],
+                        ["eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(tmp_path / name)]):
+            result = cli(*command, check=False)
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 2 and len(lines) == 1 and words in lines[0], (command[0], result.stderr)
+    assert not (tmp_path / "out.jsonl").exists()

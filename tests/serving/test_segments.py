@@ -117,3 +117,89 @@ def test_a_trailing_pause_is_found_at_rates_whose_frames_are_not_whole_milliseco
     pauses = audio_pauses([{"word": "one", "start": 0.5, "end": 2.0}], wav, rate)
     assert pauses[0] == pytest.approx((0.0, 0.5), abs=frame) and pauses[1][1] == wav.shape[0] / rate
     assert pauses[1][0] == pytest.approx(2.0, abs=frame)  # the silence after the word reaches the recording's end
+
+
+def _padded_twice(tmp_path, floor: float):
+    """LDC93S1 twice (16 kHz), after 0.6 s and between them 0.8 s of near-silence (white noise of std `floor`), then
+    0.5 s of it: (path, samples, rate, where sound starts, the text said). Where sound starts is found from the
+    samples alone (the first past 0.3 % of full scale: the silence's noise stays under 0.15 %), not from the code under
+    test."""
+    import numpy as np
+    import soundfile as sf
+
+    from tests.conftest import shared
+
+    wav, rate = sf.read(shared("ldc93s1", "LDC93S1.wav"), dtype="float32")
+    rng = np.random.default_rng(0)
+
+    def quiet(seconds):
+        return (rng.standard_normal(int(seconds * rate)) * floor).astype(np.float32)
+
+    audio = np.concatenate([quiet(0.6), wav, quiet(0.8), wav, quiet(0.5)])
+    path = tmp_path / "twice.wav"
+    sf.write(path, audio, rate)
+    onset = int(np.flatnonzero(np.abs(audio) > LOUD)[0]) / rate
+    text = "She had your dark suit in greasy wash water all year."
+    return path, audio, rate, onset, [text, text]
+
+
+LOUD = 0.003  # a sample past this is sound (the inserted silence's noise stays under half of it)
+
+
+def _loud(audio, rate, start, end) -> bool:
+    """Whether [start, end] s of `audio` holds speech: a sample past a third of the recording's peak (LDC93S1's words
+    reach it; its breaths and the silences stay far under)."""
+    import numpy as np
+
+    return bool(np.abs(audio[int(start * rate):int(end * rate)]).max(initial=0.0) > np.abs(audio).max() / 3)
+
+
+@pytest.mark.parametrize("floor", [1e-5, 3e-4])
+def test_align_and_label_cut_no_silent_segment_and_each_word_lies_in_the_segment_that_holds_it(ldc_checkpoint,
+                                                                                              tmp_path, cli, floor):
+    """A real recording with leading, inner and trailing silence (digital, then a noise floor): align --out-manifest
+    cut a silent first segment (0.0-0.3 s) and labelled it with the file's first word, which the segment holding the
+    spoken word lost; label added a word there. Now every segment holds sound, the first begins at most EDGE_S before
+    the speech, align's segments spell the transcript's words once each in order, and label's lines too hold
+    sound."""
+    import json
+
+    path, audio, rate, onset, said = _padded_twice(tmp_path, floor)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"audio_filepath": path.name, "duration": len(audio) / rate,
+                                    "text": " ".join(said)}) + "\n")
+    aligned = tmp_path / "aligned.jsonl"
+    cli("-q", "align", "--checkpoint", str(ldc_checkpoint), "--manifest", str(manifest), "--out-manifest",
+        str(aligned), "--max-seconds", "3")
+    labelled = tmp_path / "labelled.jsonl"
+    cli("-q", "label", "--checkpoint", str(ldc_checkpoint), str(path), "--out", str(labelled), "--max-seconds", "3")
+    for out in (aligned, labelled):
+        lines = [json.loads(x) for x in out.read_text().splitlines()]
+        rejected = out.with_name(out.stem + ".rejected.jsonl")
+        every = lines + [json.loads(x) for x in rejected.read_text().splitlines()]
+        assert len(every) >= 2, out
+        for line in every:
+            assert _loud(audio, rate, line["offset"], line["offset"] + line["duration"]), (out.name, line)
+        first = min(every, key=lambda x: x["offset"])
+        assert first["offset"] >= onset - EDGE_S - 0.02, (out.name, first, onset)
+    words = " ".join(x["text"] for x in sorted((json.loads(x) for x in aligned.read_text().splitlines()),
+                                                key=lambda x: x["offset"]))
+    assert words == " ".join(said).lower().replace(".", "")
+
+
+def test_transcribed_words_lie_in_the_audio_and_its_subtitles_start_with_the_speech(ldc_checkpoint, tmp_path, cli):
+    """transcribe's words ended up to a frame past the recording and its first word (and first subtitle) started in
+    the silence before any speech, from the space said before it: every word now lies within the recording and
+    starts where there is sound, and the first cue starts at the speech."""
+    import json
+
+    import srt
+
+    path, audio, rate, onset, _ = _padded_twice(tmp_path, 1e-5)
+    res = json.loads(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", str(path)).stdout)
+    duration = len(audio) / rate
+    assert res["words"] and all(0 <= w["start"] <= w["end"] <= duration for w in res["words"])
+    assert res["words"][0]["start"] >= onset - 0.02
+    cues = list(srt.parse(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--format", "srt",
+                              str(path)).stdout))
+    assert cues[0].start.total_seconds() >= onset - 0.02 and cues[-1].end.total_seconds() <= duration + 1e-3

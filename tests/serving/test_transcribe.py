@@ -206,3 +206,13 @@ def test_a_clip_shorter_than_its_manifest_says_is_skipped_and_counted_in_eval(ld
     res = json.loads(cli("eval", "--checkpoint", str(ldc_checkpoint), "--manifest", str(tmp_path / "m.jsonl"),
                          "--json").stdout)
     assert res["utterances"] == 1 and res["skipped"] == 1 and res["skipped_reasons"] == {"too_short": 1}
+
+
+def test_json_with_a_subtitle_format_is_refused_in_one_line(ldc_checkpoint, cli):
+    """transcribe --json --format vtt printed JSON without a word about the format it dropped."""
+    wav = str(shared("ldc93s1", "LDC93S1.wav"))
+    for fmt in ("vtt", "srt"):
+        result = cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", "--format", fmt, wav, check=False)
+        assert result.returncode == 2 and f"--format {fmt} writes subtitles" in result.stderr and not result.stdout
+    assert json.loads(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--json", "--format", "json",
+                          wav).stdout)["text"]

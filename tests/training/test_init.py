@@ -61,13 +61,16 @@ def test_a_missing_checkpoint_is_a_one_line_error(tmp_path):
 GERMAN = "' zyxwvutsrqponmlkjihgfedcbaäöüß"  # the source's letters in another order, four new ones, no "-"
 
 
-def test_another_alphabet_keeps_each_known_symbols_trained_output(source, tmp_path):
+def test_another_alphabet_keeps_each_known_symbols_trained_output(source, tmp_path, caplog):
     """A run in another language starts from the source's weights; each symbol both alphabets have keeps its
-    output, a new one starts as a fresh model's, and nothing else changes."""
+    output, a new one starts as a fresh model's, and nothing else changes. The log names what is new and, when
+    every old symbol carries over, says none is dropped (it printed `not carried over: ''`)."""
     saved = load_checkpoint(source)
     old = saved["config"]["text"]["alphabet"]
     args = [f"text.alphabet={GERMAN!r}", "text.digits_language=de", "trainer.max_steps=2"]
-    tuned = Trainer(ldc_config(tmp_path / "tuned", *args, f"trainer.init_from={source}"))
+    with caplog.at_level("INFO", logger="speechscale.training.init"):
+        tuned = Trainer(ldc_config(tmp_path / "tuned", *args, f"trainer.init_from={source}"))
+    assert "not carried over: none" in caplog.text and "''" not in caplog.text
     fresh = Trainer(ldc_config(tmp_path / "fresh", *args))
     head = output_layer(tuned.model, len(GERMAN) + 1)
     assert head == "fc.0"  # ds2-tiny without fc_hidden: one linear layer after the recurrent stack

@@ -105,8 +105,7 @@ def data_stats(args: argparse.Namespace) -> int:
                 print(f"{name + ' spoken':<22}{row['letters_per_s']:>6} letters/s  {row['where']}")
         for field, n in stats["fields"].items():
             print(f"{'field ' + field:<22}{n} distinct values")
-        if "by" in stats:
-            b = stats["by"]
+        for b in stats.get("by", {}).values():
             for row in b["largest"]:
                 print(f"{b['field'] + ' ' + row['value']:<22}{row['utterances']} utterances, {row['hours']} h")
             if b["others"]["values"]:
@@ -223,7 +222,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
                                 "that may not fit their audio), fields")
     dt.add_argument("sources", nargs="+", help="JSONL manifests or shard indexes, counted together")
     dt.add_argument("--top", type=positive(int), default=5, help="the fastest and slowest spoken utterances to name")
-    dt.add_argument("--by", default=None, help="a manifest field (speaker, say): its values with the most hours")
+    dt.add_argument("--by", action="append", default=None, metavar="KEY",
+                    help="a manifest field (speaker, say): its values with the most hours (repeat it for several)")
     dt.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
     dt.set_defaults(func=data_stats)
     dp = command(dsub, "split", "a manifest -> OUT/train.jsonl, dev.jsonl, test.jsonl (--by speaker: each speaker "

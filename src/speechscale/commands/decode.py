@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ..serving.segments import MIN_SPEECH
 from .args import (
     DecoderDefaults,
     Parser,
@@ -27,19 +28,29 @@ from .args import (
 
 
 def _write_details(path: str, res: Any, loader: Any) -> None:
-    """eval --details: one JSON line per utterance with reference, hypothesis, WER and the word alignment; from a
-    manifest also its line number and the segment's `offset` when it has one (segments of a talk share a file)."""
+    """eval --details: one JSON line per utterance with reference, hypothesis, WER and the word alignment, and where
+    it is: from a manifest its audio, line number and the segment's `offset` when it has one (segments of a talk
+    share a file); from a shard index its shard and member key."""
     from ..decoding.metrics import ErrorRate, align_words
 
     utts = getattr(loader.dataset, "utts", None)
+    index = getattr(loader.dataset, "index", None)  # a shard index's utterances: a member of a shard each
+    members: dict[int, list[Any]] = {}
     with open(path, "w", encoding="utf-8") as f:
         for i in sorted(res.hyps):
             m = ErrorRate()
             m.update([res.refs[i]], [res.hyps[i]])
-            where = {} if not utts else {"line": utts[i].line, **({} if utts[i].offset is None else
-                                                                   {"offset": utts[i].offset})}
-            row = {"index": i, "audio": utts[i].audio_path if utts else None, **where, "reference": res.refs[i],
-                   "hypothesis": res.hyps[i], "wer": round(m.wer, 4), "alignment": align_words(res.refs[i], res.hyps[i])}
+            if utts:
+                where = {"audio": utts[i].audio_path, "line": utts[i].line,
+                         **({} if utts[i].offset is None else {"offset": utts[i].offset})}
+            elif index is not None:
+                shard, j = index.locate(i)
+                key = members.setdefault(shard, index.members(shard))[j][0]
+                where = {"audio": index.shards[shard].url, "member": key}
+            else:
+                where = {"audio": None}
+            row = {"index": i, **where, "reference": res.refs[i], "hypothesis": res.hyps[i], "wer": round(m.wer, 4),
+                   "alignment": align_words(res.refs[i], res.hyps[i])}
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
@@ -275,6 +286,8 @@ def transcribe(args: argparse.Namespace) -> int:
     from ..serving.transcribe import Transcriber, transcribe_files
     from ..storage.files import write_bytes
 
+    if args.json and args.format not in ("text", "json"):  # text is --format's default: not a choice made
+        raise ConfigError(f"--json prints JSON; --format {args.format} writes subtitles: give one")
     fmt = "json" if args.json else args.format
     if args.stream and args.skip_existing:
         raise ConfigError("--skip-existing goes with --out-dir; a stream (--stream) prints as it goes")
@@ -431,9 +444,9 @@ def align(args: argparse.Namespace) -> int:
                           f"{MIN_SEGMENT_SECONDS:g} s long")
     if args.out_manifest is not None:
         _check_out_manifest(args)
-    elif (args.max_seconds, args.min_confidence, args.resume) != (30.0, 0.0, False):
-        raise ConfigError("--max-seconds, --min-confidence and --resume shape the lines --out-manifest writes: give "
-                          "it too")
+    elif (args.max_seconds, args.min_confidence, args.min_speech, args.resume) != (30.0, 0.0, MIN_SPEECH, False):
+        raise ConfigError("--max-seconds, --min-confidence, --min-speech and --resume shape the lines --out-manifest "
+                          "writes: give it too")
     from ..data.audio import AudioError
     from ..data.manifest import Utterance, read_manifest
 
@@ -466,6 +479,14 @@ def align(args: argparse.Namespace) -> int:
         except (AudioError, AlignError) as e:
             failed += 1
             res = {"file": str(f), "error": str(e)}
+        else:
+            if res["speech_covered"] < COVERED_WARN:
+                import sys
+
+                spans = ", ".join(f"{a:g}-{b:g} s" for a, b in res["untimed"][:3])
+                print(f"warning: {f}: the transcript covers {100 * res['speech_covered']:.0f} % of the speech"
+                      + (f"; no word times {spans}" if spans else "") + " (is the text the whole recording's?)",
+                      file=sys.stderr, flush=True)
         if cut is not None and "error" not in res:
             print(json.dumps(cut.write(u, res, wav, asr.sample_rate)), flush=True)
             continue
@@ -479,6 +500,9 @@ def align(args: argparse.Namespace) -> int:
     if cut is not None:
         print(json.dumps(cut.close(asr.comps.normalizer)), flush=True)
     return 1 if failed or skipped else 0
+
+
+COVERED_WARN = 0.8  # align warns when its transcript's words cover less of the recording's speech
 
 
 def _check_out_manifest(args: argparse.Namespace) -> None:
@@ -506,6 +530,7 @@ class _SegmentWriter:
         from ..serving.labelling import Counts, rejected_path, segment_place, whole_lines
 
         self.out, self.max_seconds, self.min_confidence = args.out_manifest, args.max_seconds, args.min_confidence
+        self.min_speech = args.min_speech
         self.out.parent.mkdir(parents=True, exist_ok=True)
         # recording -> (offset, N) of each segment line written: a last line cut short is cut off its file first
         self.written: dict[str, list[tuple[float, int]]] = {}
@@ -534,17 +559,18 @@ class _SegmentWriter:
     def write(self, u: Any, res: dict[str, Any], wav: Any, rate: int) -> dict[str, Any]:
         """Write the lines of one aligned recording (or manifest segment: `u`), its audio `wav` at `rate`, but those
         written already; what it gave."""
-        from ..serving.labelling import segment_lines
-        from ..serving.segments import audio_pauses, cut_at_pauses
+        from ..serving.labelling import segment_lines, with_speech
+        from ..serving.segments import cut_at_pauses, in_speech
 
         before = self.counts.kept
         row = {"audio_filepath": str(Path(u.audio_path).resolve()), **u.extra}
-        words = res["words"]  # timed in `wav`: in the segment when `u` has an offset
-        cut = cut_at_pauses(words, res["duration"], self.max_seconds, audio_pauses(words, wav, rate))
+        words, pauses, runs = in_speech(res["words"], wav, rate)  # timed in `wav`: in the segment when `u` has one
+        cut = with_speech(cut_at_pauses(words, res["duration"], self.max_seconds, pauses), runs, res["untimed"])
         shift = u.offset or 0.0
         have = self._offsets(u)[0]
         lines = segment_lines(row, cut, self.max_seconds, self.min_confidence, self.counts,
-                              written={s.start for s in cut if round(s.start + shift, 3) in have})
+                              written={s.start for s in cut if round(s.start + shift, 3) in have},
+                              min_speech=self.min_speech)
         for line, keep in lines:
             line["offset"] = round(line["offset"] + shift, 3)
             (self.keep if keep else self.drop).write(json.dumps(line, ensure_ascii=False) + "\n")
@@ -552,7 +578,7 @@ class _SegmentWriter:
             handle.flush()
             os.fsync(handle.fileno())
         return {"file": res["file"], "duration": res["duration"], "segments": len(cut),
-                "kept": self.counts.kept - before}
+                "kept": self.counts.kept - before, "speech_covered": res["speech_covered"], "untimed": res["untimed"]}
 
     def close(self, normalize: Any) -> dict[str, Any]:
         """Close the files; labelling's summary of them."""
@@ -705,6 +731,8 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     a.add_argument("--min-confidence", type=probability, default=0.0,
                    help="--out-manifest: keep a segment whose words' mean alignment confidence is at least this (a "
                         "transcript that does not match its audio aligns with low confidence)")
+    a.add_argument("--min-speech", type=probability, default=MIN_SPEECH,
+                   help="--out-manifest: keep a segment when at least this share of it is sound (the rest quiet)")
     a.add_argument("--resume", action="store_true",
                    help="--out-manifest: go on from the lines its files hold (after a crash or kill): a recording "
                         "whose lines are all written is skipped, one cut short gets the lines it lacks")

@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any, Callable
 
+from ..serving.segments import MIN_SPEECH
 from .args import (
     check_not_an_input,
     chunk_seconds,
@@ -49,7 +50,7 @@ def label(args: argparse.Namespace) -> int:
 
     with tqdm(total=len(rows), desc="label", unit="file", disable=args.quiet or not sys.stderr.isatty()) as bar:
         counts = label(asr, rows, args.out, args.min_confidence, args.max_seconds, args.batch_size, args.resume,
-                       bar.update, segment=not args.no_segment)
+                       bar.update, segment=not args.no_segment, min_speech=args.min_speech)
     print(json.dumps({**summary(args.out, asr.comps.normalizer), "this_run": vars(counts),
                       **({"part": f"{args.part[0]}/{args.part[1]}"} if args.part else {})}))
     return 0
@@ -74,6 +75,9 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--min-confidence", type=probability, default=0.0,
                    help="keep a transcript whose confidence (the mean of its words': the CTC path's mean probability "
                         "over each word's frames) is at least this")
+    p.add_argument("--min-speech", type=probability, default=MIN_SPEECH,
+                   help="a segment cut from a longer recording is kept when at least this share of it is sound (the "
+                        "rest quiet); a share under it is silence that would be trained as words")
     p.add_argument("--max-seconds", type=positive(float), default=30.0,
                    help="a longer recording is cut at its pauses into segments of at most this, a line each with an "
                         "offset into it and `segment` K/N (training's data.max_duration; recordings up to 3 hours)")

@@ -142,16 +142,30 @@ CSV_AUDIO = ("audio_filepath", "path", "file", "wav_filename", "audio", "filenam
              "filepath")  # the audio column's names, looked for in this order (any case)
 
 
+SNIFF_LINES = 50  # rows the separator is told from
+
+
+class Absolute(type(Path())):  # type: ignore[misc]
+    """An audio path the source gave absolute: the manifest keeps it so (relative to the output it would break when
+    the manifest moves)."""
+
+
 def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
     """A table of audio paths (relative to it) and transcripts: comma-, semicolon-, tab- or bar-separated, with a
-    header naming the two columns (CSV_AUDIO, PARQUET_TEXT; any case; other columns kept as fields), or without a
-    header when its first row's first cell is an audio file and a transcript follows."""
+    header naming the two columns (CSV_AUDIO, PARQUET_TEXT; any case; other columns kept as fields, named in lower
+    case), or without a header when its first row's first cell is an audio file and a transcript follows. The
+    separator is told from the first SNIFF_LINES rows (a .tsv file's is a tab when its first row holds one); an
+    absolute audio path stays absolute in the manifest, a relative one is read from the table's folder."""
     lines = text_lines(src)
-    first = next(lines, "")
-    try:
-        dialect: Any = csv.Sniffer().sniff(first, delimiters=",;\t|")
-    except csv.Error:  # one column, or nothing to tell by
-        dialect = csv.excel_tab if src.suffix.lower() == ".tsv" else csv.excel
+    sample = list(itertools.islice(lines, SNIFF_LINES))  # the separator from many rows, not one
+    lines = itertools.chain(sample[1:], lines)
+    first = sample[0] if sample else ""
+    dialect: Any = csv.excel_tab if src.suffix.lower() == ".tsv" and "\t" in first else None  # the name says
+    if dialect is None:
+        try:
+            dialect = csv.Sniffer().sniff("".join(sample), delimiters=",;\t|")
+        except csv.Error:  # one column, or nothing to tell by
+            dialect = csv.excel_tab if src.suffix.lower() == ".tsv" else csv.excel
     head = next(csv.reader([first], dialect), [])
     if len(head) >= 2 and head[0] and (src.parent / head[0]).is_file():  # no header: audio, then text
         rows: Iterator[dict[str, Any]] = csv.DictReader(itertools.chain([first], lines), ["audio", "text"], "more",
@@ -171,9 +185,10 @@ def csv_file(src: Path, out: Path, split: str) -> Iterator[Row]:
         if row.get(audio) is None or row.get(text) is None:  # a row with fewer cells than the header
             yield src, None, {SKIP: f"a row without {audio} or {text}"}
             continue
-        extra = {k.strip(): v for k, v in row.items() if isinstance(k, str) and k not in (audio, text)
-                 and k.strip() not in own and isinstance(v, str) and v.strip()}
-        yield src.parent / row[audio].strip(), row[text], extra
+        extra = {k.strip().lower(): v for k, v in row.items() if isinstance(k, str) and k not in (audio, text)
+                 and k.strip().lower() not in own and isinstance(v, str) and v.strip()}
+        given = Path(row[audio].strip())
+        yield (Absolute(given) if given.is_absolute() else src.parent / given), row[text], extra
 
 
 def kaldi(src: Path, out: Path, split: str) -> Iterator[Row]:
@@ -461,7 +476,8 @@ def _record(n: int, audio: Path | Span, raw: str | None, extra: dict[str, Any], 
     elif duration < min_duration or (max_duration and duration > max_duration):
         report.skip(n, "duration out of bounds", f"{duration:.2f} s")
     else:
-        return {"audio_filepath": os.path.relpath(audio, out), **timing, "text": text, **extra}
+        path = str(audio) if isinstance(audio, Absolute) else os.path.relpath(audio, out)
+        return {"audio_filepath": path, **timing, "text": text, **extra}
     return None
 
 

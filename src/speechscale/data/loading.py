@@ -269,10 +269,27 @@ class TrainingData:
     seconds: dict[str, float] | None      # the training utterances' median, 90th-percentile and longest durations
 
 
+def check_line_keys(data: DataConfig) -> None:
+    """One ConfigError listing every key that selects manifest lines (filter, train_slice, val_filter, val_slice)
+    set for a source that is a shard index, which takes none: a recipe sets some (yesno's slices), and a user who
+    points it at shards learns of them all at once, with how to clear them."""
+    streamed = data.mix and all(is_shard_index(m) for m in data.mix) or is_shard_index(data.train_manifest)
+    keys = [("data.filter", data.filter, streamed), ("data.train_slice", data.train_slice, streamed),
+            ("data.val_filter", data.val_filter, is_shard_index(data.val_manifest)),
+            ("data.val_slice", data.val_slice, is_shard_index(data.val_manifest))]
+    wrong = [(k, v) for k, v, shards in keys if shards and v]
+    if wrong:
+        set_ = ", ".join(f"{k}={v}" for k, v in wrong)
+        clear = " ".join(f"{k}={'{}' if isinstance(v, dict) else '[]'}" for k, v in wrong)
+        raise ConfigError(f"{set_} select manifest lines, and a shard index takes none (a recipe may set them): clear "
+                          f"them with {clear}")
+
+
 def training_data(data: DataConfig, augment: AugmentConfig, seed: int, comps: "Components", rank: int, world: int,
                   make_plan: Callable[[Units], BatchPlan], pin_memory: bool = False) -> TrainingData:
     """Validated sources, the batch bound checked, and both loaders for this rank. `make_plan` (the strategy's)
     turns the epoch's batches into this rank's plan: lockstep rounds, or claims of asynchronous learners."""
+    check_line_keys(data)
     val_loader, _, val_n = eval_loader(data.val_manifest, comps, data, rank, world, data.val_filter, data.val_slice,
                                        pin_memory)
     if data.mix and all(is_shard_index(m) for m in data.mix) or is_shard_index(data.train_manifest):

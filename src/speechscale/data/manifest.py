@@ -132,6 +132,14 @@ def iter_manifest(path: str | Path, report: SkipReport, **select: Any) -> Iterat
                                                                          if inside else ""))
     if not path.is_file():
         raise ManifestError(f"manifest not found: {path}")
+    check_encoding(path)
+    return _utterances(path, report, **select)
+
+
+def check_encoding(path: Path) -> None:
+    """ManifestError in one line when the file at `path` is not UTF-8 text to read line by line: JSON lines in UTF-16
+    (named so, with how to convert them), or another binary file (NUL bytes in its first 8 KiB). Every reader of a
+    manifest calls it before its first line."""
     with path.open("rb") as f:
         head = f.read(8192)
     if b"\x00" in head:
@@ -140,7 +148,6 @@ def iter_manifest(path: str | Path, report: SkipReport, **select: Any) -> Iterat
             raise ManifestError(f"{path}: not a UTF-8 JSONL manifest (UTF-16?); convert it, e.g. iconv -f utf-16 -t "
                                 f"utf-8 {path.name}")
         raise ManifestError(f"{path}: not a JSONL manifest: it holds NUL bytes (an audio or other binary file?)")
-    return _utterances(path, report, **select)
 
 
 def manifest_lines(path: Path) -> Iterator[tuple[int, str | None]]:

@@ -35,9 +35,11 @@ def _rows(source: str, report: SkipReport) -> Iterator[tuple[float, str, str, di
         yield u.duration, u.raw_text, f"{source} line {u.line}", u.extra
 
 
-def corpus_stats(sources: list[str], top: int = 5, by: str | None = None) -> dict[str, Any]:
+def corpus_stats(sources: list[str], top: int = 5, by: str | list[str] | None = None) -> dict[str, Any]:
     """The statistics of the utterances in `sources` (manifests or shard indexes) together; `top`: how many of the
-    fastest and slowest spoken transcripts (and, with `by`, of that field's values with the most hours) to name."""
+    fastest and slowest spoken transcripts (and, for each field of `by`, of its values with the most hours) to
+    name; `by` in the result maps each field to its values, as eval's `--by` does."""
+    fields_by = [by] if isinstance(by, str) else list(dict.fromkeys(by or []))
     durations = DurationCounts()
     rates = np.zeros(4001, dtype=np.int64)  # letters per second in 0.01 steps up to 40
     count, seconds, shortest = 0, 0.0, float("inf")
@@ -46,7 +48,7 @@ def corpus_stats(sources: list[str], top: int = 5, by: str | None = None) -> dic
     slowest: list[tuple[float, int, str]] = []
     fields: dict[str, set[str]] = {}
     skipped: dict[str, int] = {}
-    groups: dict[str, list[float]] = {}  # a `by` value -> [utterances, seconds]
+    groups: dict[str, dict[str, list[float]]] = {f: {} for f in fields_by}  # field -> its value -> [utts, seconds]
     tie = itertools.count()
     for source in sources:
         report = SkipReport(source)
@@ -72,12 +74,12 @@ def corpus_stats(sources: list[str], top: int = 5, by: str | None = None) -> dic
                 seen = fields.setdefault(name, set())
                 if len(seen) <= MAX_VALUES:
                     seen.add(repr(value))
-            if by is not None:
-                value = str(extra[by]) if by in extra else "(none)"
-                if value in groups or len(groups) < MAX_VALUES:
-                    group = groups.setdefault(value, [0, 0.0])
+            for field, values in groups.items():
+                value = str(extra[field]) if field in extra else "(none)"
+                if value in values or len(values) < MAX_VALUES:
+                    group = values.setdefault(value, [0, 0.0])
                 else:
-                    group = groups.setdefault("(the rest)", [0, 0.0])
+                    group = values.setdefault("(the rest)", [0, 0.0])
                 group[0] += 1
                 group[1] += duration
         for reason, n in report.reasons.items():
@@ -97,7 +99,7 @@ def corpus_stats(sources: list[str], top: int = 5, by: str | None = None) -> dic
         "fields": {name: len(seen) if len(seen) <= MAX_VALUES else f"more than {MAX_VALUES}"
                    for name, seen in sorted(fields.items())},
         "skipped": skipped,
-        **({"by": _groups(by, groups, top)} if by is not None else {}),
+        **({"by": {field: _groups(field, values, top) for field, values in groups.items()}} if groups else {}),
     }
 
 

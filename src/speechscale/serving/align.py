@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..decoding.alignment import SPACE_LEAD_S, ctc_align, lead_frames, path_words
+from .segments import in_speech
 from .transcribe import Transcriber
 
 MAX_ALIGN_SECONDS = 3 * 3600.0
@@ -93,7 +94,34 @@ def align_waveform(asr: Transcriber, wav: np.ndarray, text: str, segment_seconds
             w["start"] = round(starts[first], 3)
             w["end"] = round(min(duration, starts[last] + lengths[last]), 3)
             timed.append(w)
-    return {"text": normalized, "duration": round(duration, 3), "words": timed}
+    timed, _, runs = in_speech(timed, wav, asr.sample_rate)  # each word where the audio has speech
+    return {"text": normalized, "duration": round(duration, 3), "words": timed, **coverage(timed, runs, duration)}
+
+
+UNTIMED_S = 0.5  # speech at least this long that no word of the transcript covers is named
+
+
+def coverage(words: list[dict[str, Any]], runs: np.ndarray, duration: float) -> dict[str, Any]:
+    """How much of a recording's speech (what is not in its quiet `runs`, s) the timed `words` cover: `speech_covered`
+    (a share; 1.0 for a recording without speech) and `untimed`, the stretches of speech of at least UNTIMED_S that
+    no word covers ([start, end] s): a transcript that leaves words out aligns what it has with high confidence."""
+    edges = np.concatenate([[0.0], runs.reshape(-1), [duration]]).reshape(-1, 2)  # (S, 2) sound between quiet runs
+    speech = [(float(a), float(b)) for a, b in edges if b - a > 1e-9]
+    spans = sorted((w["start"], w["end"]) for w in words if "start" in w and w["end"] > w["start"])
+    total = sum(b - a for a, b in speech)
+    covered, untimed = 0.0, []
+    for a, b in speech:
+        at = a  # the stretch's speech is untimed from here until the next word
+        for s0, s1 in spans:
+            if s1 <= at or s0 >= b:
+                continue
+            if s0 - at >= UNTIMED_S:
+                untimed.append([round(at, 3), round(s0, 3)])
+            covered += min(s1, b) - max(s0, at)
+            at = max(at, min(s1, b))
+        if b - at >= UNTIMED_S:
+            untimed.append([round(at, 3), round(b, 3)])
+    return {"speech_covered": round(covered / total, 4) if total else 1.0, "untimed": untimed}
 
 
 def segment_cuts(log_probs: torch.Tensor, words: list[str], tokenizer: Any, frames: int) -> list[tuple[int, int]]:

@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar, Union
 
 
@@ -56,3 +56,14 @@ class Final:
 
 
 Event = Union[Partial, Final]
+
+
+def within(event: Event, seconds: float) -> Event:
+    """`event` with its words' times inside the first `seconds` of audio (the last output frame reaches past the audio
+    by up to a frame's length)."""
+    if not isinstance(event, Final) or all(w.end is None or w.end <= seconds for w in event.words):
+        return event
+    words = [w if w.end is None or w.end <= seconds else
+             Word(w.word, min(w.start, round(seconds, 3)) if w.start is not None else None, round(seconds, 3),
+                  w.confidence) for w in event.words]
+    return replace(event, words=words)

@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..config import ConfigError, parse_json
 from ..data.audio import AudioTooLong, audio_files_under, load_audio
-from ..data.manifest import MAX_DURATION_S, OFFSET, manifest_lines
+from ..data.manifest import MAX_DURATION_S, OFFSET, check_encoding, manifest_lines
 from ..data.shards import is_shard_index
-from .segments import Segment, audio_pauses, confidence, cut_at_pauses
+from .segments import MIN_SPEECH, Segment, confidence, cut_at_pauses, in_speech, speech_share
 from .transcribe import Transcriber, transcribe_files
 
 REJECTED_SUFFIX = ".rejected.jsonl"
@@ -79,6 +79,7 @@ def gather(paths: list[str]) -> Sources:
 
 
 def _manifest_rows(path: Path, found: Sources, add: Callable[[dict[str, Any]], None]) -> None:
+    check_encoding(path)  # a UTF-16 or binary file is one line, as every reader of a manifest says it
     for lineno, raw in manifest_lines(path):
         if raw is not None and not raw.strip():
             continue
@@ -225,11 +226,14 @@ class Counts:
     unreadable: int = 0
     kept_seconds: float = 0.0
     segmented: int = 0  # recordings cut into segments
+    little_speech: int = 0  # segments under min_speech
+    untimed: int = 0  # segments holding speech their transcript does not time (align)
 
 
 def label(asr: Transcriber, rows: list[dict[str, Any]], out: Path, min_confidence: float = 0.0,
           max_seconds: float = 30.0, batch_size: int = 8, resume: bool = False,
-          progress: Callable[[int], None] | None = None, segment: bool = True) -> Counts:
+          progress: Callable[[int], None] | None = None, segment: bool = True,
+          min_speech: float = MIN_SPEECH) -> Counts:
     """Transcribe `rows` (gather's) with `asr` and append each to `out` (text, duration, confidence, the row's own
     keys) when its confidence is at least `min_confidence`, else to rejected_path(out) with the reason. A recording
     longer than `max_seconds` is cut at its pauses into segments of at most that, each its own line (with `segment`;
@@ -271,7 +275,7 @@ def label(asr: Transcriber, rows: list[dict[str, Any]], out: Path, min_confidenc
             wav = long_audio.pop(key, None)
             if wav is not None and "error" not in res and res["words"]:
                 lines = _cut(asr, row, res, wav, max_seconds, min_confidence, counts,
-                             have.partial.get(source_key(row), set()))
+                             have.partial.get(source_key(row), set()), min_speech)
             else:
                 lines = [_line(row, res, min_confidence, key in too_long, counts)]
             for line, kept in lines:
@@ -287,21 +291,33 @@ def label(asr: Transcriber, rows: list[dict[str, Any]], out: Path, min_confidenc
 
 
 def _cut(asr: Transcriber, row: dict[str, Any], res: dict[str, Any], wav: Any, max_seconds: float,
-         min_confidence: float, counts: Counts, written: set[float]) -> list[tuple[dict[str, Any], bool]]:
+         min_confidence: float, counts: Counts, written: set[float],
+         min_speech: float) -> list[tuple[dict[str, Any], bool]]:
     """The lines of a long recording (`res`: its transcript) cut at its pauses, each segment decoded again alone; one
     rejected line when its words carry no times to cut at (a decoder found no CTC path of its text)."""
     if not all("start" in w for w in res["words"]):
         counts.too_long += 1
         return [({**row, "rejected": "too long", "error": "its words carry no times to cut it at"}, False)]
-    cut = cut_at_pauses(res["words"], res["duration"], max_seconds, audio_pauses(res["words"], wav, asr.sample_rate))
-    return segment_lines(row, decode_alone(asr, wav, cut), max_seconds, min_confidence, counts, written)
+    words, pauses, runs = in_speech(res["words"], wav, asr.sample_rate)
+    cut = with_speech(cut_at_pauses(words, res["duration"], max_seconds, pauses), runs)
+    return segment_lines(row, decode_alone(asr, wav, cut), max_seconds, min_confidence, counts, written, min_speech)
+
+
+def with_speech(segments: list[Segment], runs: Any, untimed: list[list[float]] = ()) -> list[Segment]:
+    """`segments` with the share of each that is sound (segments.speech_share over the recording's quiet `runs`) and
+    the seconds of each that the `untimed` stretches of speech ([start, end] s: align's) take."""
+    for seg in segments:
+        seg.speech = speech_share(seg.start, seg.end, runs)
+        seg.untimed = round(sum(max(0.0, min(b, seg.end) - max(a, seg.start)) for a, b in untimed), 3)
+    return segments
 
 
 def segment_lines(row: dict[str, Any], segments: list[Segment], max_seconds: float, min_confidence: float,
-                  counts: Counts, written: Iterable[float] = ()) -> list[tuple[dict[str, Any], bool]]:
+                  counts: Counts, written: Iterable[float] = (),
+                  min_speech: float = 0.0) -> list[tuple[dict[str, Any], bool]]:
     """The manifest lines of a recording's `segments` (`row`: its `audio_filepath` and keys to carry), each with
-    whether it is kept (some text, at least `min_confidence`, not longer than `max_seconds`); segments whose offset
-    `written` holds are left out. `counts` updated."""
+    whether it is kept (some text, at least `min_confidence`, not longer than `max_seconds`, at least `min_speech`
+    of it sound where it was measured); segments whose offset `written` holds are left out. `counts` updated."""
     written = set(written)
     counts.segmented += 1
     own = {k: v for k, v in row.items() if k not in ("audio_filepath", REFERENCE)}  # a reference is the whole's
@@ -310,8 +326,9 @@ def segment_lines(row: dict[str, Any], segments: list[Segment], max_seconds: flo
         if seg.start in written:
             continue
         line = {"audio_filepath": row["audio_filepath"], OFFSET: seg.start, "duration": seg.duration,
-                "text": seg.text, "confidence": seg.confidence, SEGMENT: f"{k}/{len(segments)}", **own}
-        lines.append(_judge(line, seg, max_seconds, min_confidence, counts))
+                "text": seg.text, "confidence": seg.confidence, SEGMENT: f"{k}/{len(segments)}",
+                **({"speech": seg.speech} if seg.speech is not None else {}), **own}
+        lines.append(_judge(line, seg, max_seconds, min_confidence, counts, min_speech))
     return lines
 
 
@@ -323,13 +340,19 @@ def decode_alone(asr: Transcriber, wav: Any, segments: list[Segment]) -> list[Se
     results = asr.transcribe_batch([wav[round(s.start * rate):round(s.end * rate)] for s in segments])
     return [Segment(s.start, s.end, [{**w, **({"start": round(w["start"] + s.start, 3),
                                                "end": round(w["end"] + s.start, 3)} if "start" in w else {})}
-                                     for w in res["words"]]) for s, res in zip(segments, results)]
+                                     for w in res["words"]], s.speech) for s, res in zip(segments, results)]
 
 
 def _judge(line: dict[str, Any], seg: Segment, max_seconds: float, min_confidence: float,
-           counts: Counts) -> tuple[dict[str, Any], bool]:
-    """A segment's line, kept unless it is longer than `max_seconds` (one word that long), says nothing, or is under
-    the bound."""
+           counts: Counts, min_speech: float = 0.0) -> tuple[dict[str, Any], bool]:
+    """A segment's line, kept unless it is longer than `max_seconds` (one word that long), says nothing, is under
+    the confidence bound, or is mostly silence (under `min_speech` sound)."""
+    if seg.speech is not None and seg.speech < min_speech:
+        counts.little_speech += 1
+        return {**line, "rejected": "little speech"}, False
+    if seg.untimed:
+        counts.untimed += 1
+        return {**line, "rejected": "untimed speech", "untimed_s": seg.untimed}, False
     if not seg.words:
         counts.empty += 1
         return {**line, "rejected": "no text"}, False

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 from ..models.streaming import UNKNOWN, streaming_problem
-from .events import Event
+from .events import Event, within
 from .phrases import PhraseDecoder
 from .stream_features import Cut, FrontEnd, spectra
 
@@ -52,11 +52,13 @@ class Stream:
     keep_logits: list[torch.Tensor] | None = None  # every decided frame's logits, when set to [] (tests)
     digits: str = ""                      # its finals and whole text sent with numbers in digits (decoding.digits),
                                           # for a model spelling this language ("" = as spoken)
+    received: int = 0                     # samples pushed, at the stream's rate
 
     def push(self, samples: Any) -> None:
         """Mono float samples at the stream's rate (any number): their feature frames wait for the next step."""
         if self.closed:
             raise ValueError("the stream is finished")
+        self.received += len(samples)
         self._add(self.front(samples))
 
     def close(self) -> None:
@@ -78,7 +80,7 @@ class Stream:
         if self.done and not self.ended:
             out += self.decoder.end()
             self.ended = True
-        return out
+        return [within(e, self.received / self.front.in_rate) for e in out]
 
     @property
     def done(self) -> bool:

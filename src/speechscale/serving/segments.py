@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 EDGE_S = 0.3  # a segment keeps at most this much of the pause before its first word and after its last
+MIN_SPEECH = 0.1  # a segment with less of it sound is silence with a label, not a training example
 
 
 @dataclass
@@ -24,6 +25,8 @@ class Segment:
     start: float
     end: float
     words: list[dict[str, Any]]
+    speech: float | None = None  # the share of it that is sound (speech_share), where the audio was measured
+    untimed: float = 0.0  # seconds of speech in it that no word of a known transcript covers (align's `untimed`)
 
     @property
     def duration(self) -> float:
@@ -79,7 +82,49 @@ def word_gaps(words: list[dict[str, Any]], duration: float) -> list[tuple[float,
     return gaps + [(words[-1]["end"], max(words[-1]["end"], duration))]
 
 
-def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> list[tuple[float, float]]:
+def in_speech(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> tuple[list[dict[str, Any]],
+                                                                               list[tuple[float, float]], np.ndarray]:
+    """The words moved to where the audio (T,) float32 at `rate` has speech, the pauses around them
+    (audio_pauses) and the recording's quiet runs (merged_runs, s). A word whose start lies in a quiet run starts
+    where the run ends (a CTC model times a first word from the space said before it, which may lie in the
+    silence before any speech), one whose end lies in a quiet run ends where it begins, and a word that lies wholly
+    in a quiet run shrinks to the next sound's onset; starts stay in order. Copies: `words` are not changed."""
+    duration = wav.shape[0] / rate
+    runs = merged_runs(quiet_runs(wav, rate))
+    moved: list[dict[str, Any]] = []
+    for w in words:
+        start, end = float(w["start"]), float(w["end"])
+        k = int(np.searchsorted(runs[:, 0], start, "right")) - 1  # the run that begins at or before the start
+        if k >= 0 and start < runs[k, 1]:  # the start lies in a quiet run: the word begins after it
+            start = float(runs[k, 1])
+        k = int(np.searchsorted(runs[:, 0], end, "left")) - 1  # the run that begins before the end
+        if k >= 0 and runs[k, 0] > start and end <= runs[k, 1]:  # the end lies in a quiet run after the start
+            end = float(runs[k, 0])
+        start = min(max(start, moved[-1]["start"] if moved else 0.0), duration)
+        moved.append({**w, "start": round(start, 3), "end": round(min(max(end, start), duration), 3)})
+    return moved, audio_pauses(moved, wav, rate, runs), runs
+
+
+def merged_runs(runs: np.ndarray) -> np.ndarray:
+    """Quiet runs (R, 2) s with those that a sound of at most CLICK_S parts joined into one (a click or a tap inside a
+    pause leaves it one pause)."""
+    if len(runs) < 2:
+        return runs
+    first = np.concatenate([[True], runs[1:, 0] - runs[:-1, 1] > CLICK_S + 1e-9])  # begins a merged run
+    last = np.concatenate([first[1:], [True]])
+    return np.stack([runs[first, 0], runs[last, 1]], axis=1)
+
+
+def speech_share(start: float, end: float, runs: np.ndarray) -> float:
+    """The share of [start, end] s that lies outside the quiet `runs` (R, 2) s: how much of a segment is sound."""
+    if end <= start:
+        return 0.0
+    quiet = np.clip(np.minimum(runs[:, 1], end) - np.maximum(runs[:, 0], start), 0.0, None).sum() if len(runs) else 0.0
+    return round(float(1.0 - quiet / (end - start)), 4)
+
+
+def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int,
+                 runs: np.ndarray | None = None) -> list[tuple[float, float]]:
     """The pauses around `words` as the audio (T,) float32 at `rate` has them: before word j, the longest quiet run
     that begins between the starts of words j - 1 and j (a CTC model may say a word's last letter late, after the
     pause that ends it; a word's own quiet stretches are shorter), whole up to the next word's start (a model may say
@@ -91,7 +136,7 @@ def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> lis
     frame = max(1, int(FRAME_S * rate))  # samples, as quiet_runs reads them
     if wav.shape[0] < frame:
         return word_gaps(words, duration)
-    runs = quiet_runs(wav, rate)
+    runs = quiet_runs(wav, rate) if runs is None else runs
     end = wav.shape[0] // frame * frame / rate  # the last whole frame's end
     lead = (0.0, min(float(runs[0, 1]), words[0]["start"])) if len(runs) and runs[0, 0] == 0 else (0.0, 0.0)
     tail = (max(float(runs[-1, 0]), words[-1]["start"]), duration) if len(runs) and runs[-1, 1] >= end - 1e-9 else \
@@ -102,6 +147,7 @@ def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> lis
 
 FRAME_S = 0.01
 QUIET = 0.3
+CLICK_S = 0.05  # a sound no longer than this between two quiet runs is a click, not speech: one pause holds them
 
 
 def quiet_runs(wav: np.ndarray, rate: int) -> np.ndarray:

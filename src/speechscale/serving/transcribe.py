@@ -21,7 +21,7 @@ import torch
 from ..components import load_components, resolve_device
 from ..data.audio import AudioError, load_audio
 from ..data.dataset import pad_features
-from .segments import FRAME_S, quiet_runs
+from .segments import CLICK_S, FRAME_S, in_speech, quiet_runs
 
 
 def split_points(wav: np.ndarray, sample_rate: int, chunk_s: float, search_s: float = 2.0) -> list[int]:
@@ -53,7 +53,6 @@ MAX_AUTO_CHUNK_SECONDS = 30.0
 TRAINING_SPAN = 1.5  # auto: chunks up to this many times the training utterances' 90th-percentile duration
 MIN_PAUSE_S = 0.1  # a quiet run this long or longer is a pause to cut at
 EDGE_S = 0.2  # a chunk keeps at most this much of the pause before it and after it
-CLICK_S = 0.05  # a sound no longer than this between two quiet runs is a click, not speech: one pause holds them
 
 
 def check_chunk_seconds(seconds: float | None) -> None:
@@ -231,6 +230,9 @@ class Transcriber:
             res = results[w]
             res["text"] = f"{res['text']} {text}".strip() if text else res["text"]
             res["words"] += self.decoder.words(log_probs[i], int(out_lens[i]), text, frame_s[i], offset)
+        for res, wav in zip(results, wavs):  # timed words where the audio has speech, none past its end
+            if res["words"] and all("start" in w for w in res["words"]):
+                res["words"] = in_speech(res["words"], wav, self.sample_rate)[0]
         return results
 
     def transcribe(self, wav: np.ndarray) -> str:

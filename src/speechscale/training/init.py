@@ -87,6 +87,8 @@ def output_units(text: dict[str, Any]) -> list[str]:
 
 
 def _listed(units: list[str], most: int = 20) -> str:
+    if not units:
+        return "none"
     return repr("".join(units)) if all(len(u) == 1 for u in units) else \
         ", ".join(map(repr, units[:most])) + (f" and {len(units) - most} more" if len(units) > most else "")
 

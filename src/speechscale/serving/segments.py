@@ -87,8 +87,10 @@ def in_speech(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> tuple[
     """The words moved to where the audio (T,) float32 at `rate` has speech, the pauses around them
     (audio_pauses) and the recording's quiet runs (merged_runs, s). A word whose start lies in a quiet run starts
     where the run ends (a CTC model times a first word from the space said before it, which may lie in the
-    silence before any speech), one whose end lies in a quiet run ends where it begins, and a word that lies wholly
-    in a quiet run shrinks to the next sound's onset; starts stay in order. Copies: `words` are not changed."""
+    silence before any speech), one whose end lies in a quiet run ends where it begins, a word that lies wholly
+    in a quiet run shrinks to the next sound's onset, and one whose times span a pause of SPLIT_S or more keeps the
+    loudest of the sounds it parts (a click or a breath before the pause is not the word); starts stay in order.
+    Copies: `words` are not changed."""
     duration = wav.shape[0] / rate
     runs = merged_runs(quiet_runs(wav, rate))
     moved: list[dict[str, Any]] = []
@@ -100,9 +102,25 @@ def in_speech(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> tuple[
         k = int(np.searchsorted(runs[:, 0], end, "left")) - 1  # the run that begins before the end
         if k >= 0 and runs[k, 0] > start and end <= runs[k, 1]:  # the end lies in a quiet run after the start
             end = float(runs[k, 0])
+        start, end = _loudest_part(wav, rate, runs, start, end)
         start = min(max(start, moved[-1]["start"] if moved else 0.0), duration)
         moved.append({**w, "start": round(start, 3), "end": round(min(max(end, start), duration), 3)})
     return moved, audio_pauses(moved, wav, rate, runs), runs
+
+
+SPLIT_S = 0.15  # a quiet run this long inside a word's times parts two sounds, of which the word is one
+
+
+def _loudest_part(wav: np.ndarray, rate: int, runs: np.ndarray, start: float, end: float) -> tuple[float, float]:
+    """(start, end) s of the loudest sound of [start, end] when quiet runs of at least SPLIT_S part it (a word timed
+    from a click or a breath before a pause, across the pause, to the speech after it); else as given."""
+    inside = runs[(runs[:, 0] > start) & (runs[:, 1] < end) & (runs[:, 1] - runs[:, 0] >= SPLIT_S)]
+    if not len(inside):
+        return start, end
+    bounds = [start, *inside.reshape(-1), end]
+    parts = [(bounds[i], bounds[i + 1]) for i in range(0, len(bounds), 2)]  # the sounds between the runs
+    energy = [float(np.square(wav[int(a * rate):int(b * rate)]).sum()) for a, b in parts]
+    return parts[int(np.argmax(energy))]
 
 
 def merged_runs(runs: np.ndarray) -> np.ndarray:

@@ -684,6 +684,19 @@ def _load_cost(res: list[dict[str, Any]]) -> str:
                [[r["file"], f"{r['before_s']:.3f}", f"{r['checked_s']:.3f}", f"{r['ratio']:.2f}"] for r in res])
 
 
+def _segments_yesno(res: list[dict[str, Any]]) -> str:
+    """align, label and transcribe on yesno's held-out recordings (benchmarks/segments_yesno.py)."""
+    rows = []
+    for r in res:
+        if r["tool"] == "transcribe":
+            rows.append([r["tool"], r["recordings"], "-", "-", "-", r["words_past_end"]])
+        else:
+            rows.append([r["tool"], r["recordings"], r["segments"], r["silent_segments"],
+                         f"{r['recordings_words_exact']} of {r['recordings']}", "-"])
+    return _md(["command", "recordings", "segments", "segments without speech", "recordings whose segments spell "
+                "their eight words", "words past the end"], rows)
+
+
 def _serving(name: str) -> Callable[[Any], str]:
     def render(res: Any) -> str:
         from .serving_tables import RENDERERS
@@ -708,7 +721,7 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "selftrain-demo": _selftrain, "longform-demo": _longform,
                                            "chunking-demo": _chunking, "chunking-demo-connected": _chunking,
                                            "chunking-yesno": _chunking, "loader-remote": _remote_shards,
-                                           "load-cost": _load_cost}
+                                           "load-cost": _load_cost, "segments-yesno": _segments_yesno}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

@@ -122,8 +122,9 @@ def test_a_word_piece_model_streams_the_offline_words_with_their_times(streaming
         for final, lo, hi in zip(finals, [0, *session.boundaries], session.boundaries):
             words = word_times(log_probs[lo:hi], hi - lo, comps.tokenizer, session.frame_s, lo * session.frame_s)
             assert [w.word for w in final.words] == [w["word"] for w in words] == final.text.split()
-            for s, o in zip(final.words, words):
-                assert (s.start, s.end) == pytest.approx((o["start"], o["end"]), abs=1e-6)
+            for s, o in zip(final.words, words):  # no word ends past the audio the stream received
+                end = min(o["end"], round(len(audio) / 16000, 3))
+                assert (s.start, s.end) == pytest.approx((min(o["start"], end), end), abs=1e-6)
 
 
 @pytest.mark.parametrize("units", ["pieces", "characters"])

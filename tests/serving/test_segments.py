@@ -203,3 +203,24 @@ def test_transcribed_words_lie_in_the_audio_and_its_subtitles_start_with_the_spe
     cues = list(srt.parse(cli("transcribe", "--checkpoint", str(ldc_checkpoint), "--format", "srt",
                               str(path)).stdout))
     assert cues[0].start.total_seconds() >= onset - 0.02 and cues[-1].end.total_seconds() <= duration + 1e-3
+
+
+def test_a_word_timed_across_a_pause_from_a_click_keeps_the_loud_sound_after_it():
+    """yesno's recordings open with a faint click, then half a second of quiet, then the first word; the model times
+    the word from the click, across the quiet, so the cut after it fell in that quiet and the word's segment was the
+    click. The word keeps the loud sound, and the pause after it is the one after that sound."""
+    import numpy as np
+
+    from speechscale.serving.segments import in_speech
+
+    rate, rng = 16000, np.random.default_rng(3)
+    wav = np.zeros(3 * rate, np.float32)
+    for a, b, level in ((0.0, 0.19, 0.01), (0.65, 1.0, 0.2), (1.2, 1.55, 0.2), (1.8, 2.1, 0.2)):
+        wav[int(a * rate):int(b * rate)] = rng.normal(0, level, int(b * rate) - int(a * rate))
+    words = [{"word": "yes", "start": 0.01, "end": 1.01}, {"word": "yes", "start": 1.19, "end": 1.55},
+             {"word": "no", "start": 1.78, "end": 2.1}]
+    moved, pauses, _ = in_speech(words, wav, rate)
+    assert moved[0]["start"] == pytest.approx(0.65, abs=0.011) and moved[0]["end"] == pytest.approx(1.0, abs=0.011)
+    assert pauses[1] == pytest.approx((1.0, 1.2), abs=0.011)
+    segs = cut_at_pauses(moved, 3.0, max_seconds=1.0, pauses=pauses)
+    assert [s.text for s in segs] == ["yes", "yes", "no"] and segs[0].start >= 0.65 - EDGE_S - 0.011

@@ -88,8 +88,9 @@ def in_speech(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> tuple[
     (audio_pauses) and the recording's quiet runs (merged_runs, s). A word whose start lies in a quiet run starts
     where the run ends (a CTC model times a first word from the space said before it, which may lie in the
     silence before any speech), one whose end lies in a quiet run ends where it begins, a word that lies wholly
-    in a quiet run shrinks to the next sound's onset, and one whose times span a pause of SPLIT_S or more keeps the
-    loudest of the sounds it parts (a click or a breath before the pause is not the word); starts stay in order.
+    in a quiet run moves, as long, to the next sound's onset (ending by the next word's start), and one whose
+    times span a pause of SPLIT_S or more keeps the loudest of the sounds it parts (a click or a breath before the
+    pause is not the word); starts stay in order.
     Copies: `words` are not changed."""
     duration = wav.shape[0] / rate
     runs = merged_runs(quiet_runs(wav, rate))
@@ -98,13 +99,18 @@ def in_speech(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> tuple[
         start, end = float(w["start"]), float(w["end"])
         k = int(np.searchsorted(runs[:, 0], start, "right")) - 1  # the run that begins at or before the start
         if k >= 0 and start < runs[k, 1]:  # the start lies in a quiet run: the word begins after it
+            if end <= runs[k, 1]:  # wholly in it: moved on, as long as it was
+                end = float(runs[k, 1]) + end - start
             start = float(runs[k, 1])
         k = int(np.searchsorted(runs[:, 0], end, "left")) - 1  # the run that begins before the end
         if k >= 0 and runs[k, 0] > start and end <= runs[k, 1]:  # the end lies in a quiet run after the start
             end = float(runs[k, 0])
         start, end = _loudest_part(wav, rate, runs, start, end)
         start = min(max(start, moved[-1]["start"] if moved else 0.0), duration)
-        moved.append({**w, "start": round(start, 3), "end": round(min(max(end, start), duration), 3)})
+        moved.append({**w, "start": start, "end": min(max(end, start), duration)})
+    for a, b in zip(moved, moved[1:]):  # a word moved on ends where the next begins
+        a["end"] = max(a["start"], min(a["end"], b["start"]))
+    moved = [{**w, "start": round(w["start"], 3), "end": round(w["end"], 3)} for w in moved]
     return moved, audio_pauses(moved, wav, rate, runs), runs
 
 

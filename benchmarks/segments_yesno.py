@@ -32,7 +32,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 def measure(checkpoint: str, work: Path, max_seconds: float = 3.0) -> dict[str, Any]:
     """The counts for align, label and transcribe (module doc)."""
-    root = shared_data("yesno")
+    root = shared_data("yesno").resolve()  # the paths align and label write are absolute
     rows = [json.loads(x) for x in (root / "manifest.jsonl").read_text().splitlines()][HELD_OUT:]
     manifest = work / "held-out.jsonl"
     manifest.write_text("".join(json.dumps({**r, "audio_filepath": str(root / r["audio_filepath"])}) + "\n"
@@ -53,6 +53,7 @@ def measure(checkpoint: str, work: Path, max_seconds: float = 3.0) -> dict[str, 
             path = str(root / r["audio_filepath"])
             wav, rate = sf.read(path, dtype="float32")
             mine = sorted((s for s in segments if s["audio_filepath"] == path), key=lambda s: s["offset"])
+            assert mine, f"no segment of {path}"  # every recording is cut: a count over none would say nothing
             for s in mine:
                 part = wav[int(s["offset"] * rate):int((s["offset"] + s["duration"]) * rate)]
                 silent += not np.abs(part).max(initial=0.0) > np.abs(wav).max() / 3

@@ -80,6 +80,8 @@ class Stream:
         if self.done and not self.ended:
             out += self.decoder.end()
             self.ended = True
+        if not self.closed:  # more audio follows: a word may end a frame past what has come so far
+            return out
         return [within(e, self.received / self.front.in_rate) for e in out]
 
     @property

@@ -110,8 +110,26 @@ def in_speech(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> tuple[
         moved.append({**w, "start": start, "end": min(max(end, start), duration)})
     for a, b in zip(moved, moved[1:]):  # a word moved on ends where the next begins
         a["end"] = max(a["start"], min(a["end"], b["start"]))
+    _share_onsets(moved, [max(float(w["end"]) - float(w["start"]), 0.0) for w in words])
     moved = [{**w, "start": round(w["start"], 3), "end": round(w["end"], 3)} for w in moved]
     return moved, audio_pauses(moved, wav, rate, runs), runs
+
+
+def _share_onsets(words: list[dict[str, Any]], lengths: list[float]) -> None:
+    """Words moved to the same onset (a model that timed them in the quiet before it) share the time from there to
+    the last one's end, in proportion to the lengths they were timed with, in order (in place)."""
+    i = 0
+    while i < len(words):
+        j = i
+        while j + 1 < len(words) and words[j + 1]["start"] == words[i]["start"]:
+            j += 1
+        if j > i:
+            start, end, total = words[i]["start"], words[j]["end"], sum(lengths[i:j + 1]) or 1.0
+            for k in range(i, j + 1):
+                words[k]["start"] = start
+                start = words[k]["end"] = start + (end - words[i]["start"]) * lengths[k] / total
+            words[j]["end"] = end
+        i = j + 1
 
 
 SPLIT_S = 0.15  # a quiet run this long inside a word's times parts two sounds, of which the word is one
@@ -152,17 +170,20 @@ def audio_pauses(words: list[dict[str, Any]], wav: np.ndarray, rate: int,
     """The pauses around `words` as the audio (T,) float32 at `rate` has them: before word j, the longest quiet run
     that begins between the starts of words j - 1 and j (a CTC model may say a word's last letter late, after the
     pause that ends it; a word's own quiet stretches are shorter), whole up to the next word's start (a model may say
-    a word's first letter early, inside the pause before it); before the first word and after the last, the quiet
-    run that reaches the recording's edge (none: an empty pause at the edge). Quiet: a FRAME_S frame's energy under
-    the level QUIET of the way from the recording's quiet floor to its loud speech. An empty pause at the later
-    word's start where there is none."""
+    a word's first letter early, inside the pause before it); before the first word, the last quiet run that ends
+    by its start (a click before it stays out of its segment), else the one that reaches the recording's start; after
+    the last, the quiet run that reaches the recording's end (none: an empty pause at the edge). Quiet: a FRAME_S
+    frame's energy under the level QUIET of the way from the recording's quiet floor to its loud speech. An empty
+    pause at the later word's start where there is none."""
     duration = wav.shape[0] / rate
     frame = max(1, int(FRAME_S * rate))  # samples, as quiet_runs reads them
     if wav.shape[0] < frame:
         return word_gaps(words, duration)
     runs = quiet_runs(wav, rate) if runs is None else runs
     end = wav.shape[0] // frame * frame / rate  # the last whole frame's end
-    lead = (0.0, min(float(runs[0, 1]), words[0]["start"])) if len(runs) and runs[0, 0] == 0 else (0.0, 0.0)
+    before = runs[runs[:, 1] <= words[0]["start"] + 1e-9] if len(runs) else runs  # quiet runs before the first word
+    lead = (float(before[-1, 0]), float(before[-1, 1])) if len(before) else \
+        (0.0, min(float(runs[0, 1]), words[0]["start"])) if len(runs) and runs[0, 0] == 0 else (0.0, 0.0)
     tail = (max(float(runs[-1, 0]), words[-1]["start"]), duration) if len(runs) and runs[-1, 1] >= end - 1e-9 else \
         (duration, duration)
     after = [w["start"] for w in words[2:]] + [duration]  # where the run before word j may reach at most

@@ -346,13 +346,10 @@ def decode_alone(asr: Transcriber, wav: Any, segments: list[Segment]) -> list[Se
 def _judge(line: dict[str, Any], seg: Segment, max_seconds: float, min_confidence: float,
            counts: Counts, min_speech: float = 0.0) -> tuple[dict[str, Any], bool]:
     """A segment's line, kept unless it is longer than `max_seconds` (one word that long), says nothing, is under
-    the confidence bound, or is mostly silence (under `min_speech` sound)."""
+    the confidence bound, is mostly silence (under `min_speech` sound), or holds speech its text does not time."""
     if seg.speech is not None and seg.speech < min_speech:
         counts.little_speech += 1
         return {**line, "rejected": "little speech"}, False
-    if seg.untimed:
-        counts.untimed += 1
-        return {**line, "rejected": "untimed speech", "untimed_s": seg.untimed}, False
     if not seg.words:
         counts.empty += 1
         return {**line, "rejected": "no text"}, False
@@ -362,6 +359,9 @@ def _judge(line: dict[str, Any], seg: Segment, max_seconds: float, min_confidenc
     if seg.confidence < min_confidence:
         counts.low_confidence += 1
         return {**line, "rejected": "low confidence"}, False
+    if seg.untimed:
+        counts.untimed += 1
+        return {**line, "rejected": "untimed speech", "untimed_s": seg.untimed}, False
     counts.kept += 1
     counts.kept_seconds += seg.duration
     return line, True

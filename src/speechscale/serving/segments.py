@@ -89,11 +89,13 @@ def in_speech(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> tuple[
     where the run ends (a CTC model times a first word from the space said before it, which may lie in the
     silence before any speech), one whose end lies in a quiet run ends where it begins, a word that lies wholly
     in a quiet run moves, as long, to the next sound's onset (ending by the next word's start), and one whose
-    times span a pause of SPLIT_S or more keeps the loudest of the sounds it parts (a click or a breath before the
-    pause is not the word); starts stay in order.
+    times span a pause of SPLIT_S or more keeps one of the sounds it parts (_word_part: the first when it goes on
+    from the previous word, else the loudest: a click or a breath before the pause is not the word); starts stay in
+    order.
     Copies: `words` are not changed."""
     duration = wav.shape[0] / rate
     runs = merged_runs(quiet_runs(wav, rate))
+    level = frame_levels(wav, rate)[0]
     moved: list[dict[str, Any]] = []
     for w in words:
         start, end = float(w["start"]), float(w["end"])
@@ -105,7 +107,8 @@ def in_speech(words: list[dict[str, Any]], wav: np.ndarray, rate: int) -> tuple[
         k = int(np.searchsorted(runs[:, 0], end, "left")) - 1  # the run that begins before the end
         if k >= 0 and runs[k, 0] > start and end <= runs[k, 1]:  # the end lies in a quiet run after the start
             end = float(runs[k, 0])
-        start, end = _loudest_part(wav, rate, runs, start, end)
+        joined = bool(moved) and start - moved[-1]["end"] <= JOINED_S
+        start, end = _word_part(level, runs, start, end, joined)
         start = min(max(start, moved[-1]["start"] if moved else 0.0), duration)
         moved.append({**w, "start": start, "end": min(max(end, start), duration)})
     for a, b in zip(moved, moved[1:]):  # a word moved on ends where the next begins
@@ -133,18 +136,36 @@ def _share_onsets(words: list[dict[str, Any]], lengths: list[float]) -> None:
 
 
 SPLIT_S = 0.15  # a quiet run this long inside a word's times parts two sounds, of which the word is one
+JOINED_S = 0.05  # a word that starts this close to the previous one's end goes on from it
 
 
-def _loudest_part(wav: np.ndarray, rate: int, runs: np.ndarray, start: float, end: float) -> tuple[float, float]:
-    """(start, end) s of the loudest sound of [start, end] when quiet runs of at least SPLIT_S part it (a word timed
-    from a click or a breath before a pause, across the pause, to the speech after it); else as given."""
+def _word_part(level: np.ndarray, runs: np.ndarray, start: float, end: float, joined: bool) -> tuple[float, float]:
+    """(start, end) s of the part of [start, end] that is the word, when quiet runs of at least SPLIT_S part it: when
+    it goes on from the previous word (`joined`), the first part (a model says a word's last letter late, after the
+    pause that ends it); else the loudest (a first word timed from a click or a breath before a pause, across it, to
+    the speech after it); as given when nothing parts it. `level`: each FRAME_S frame's energy (dB)."""
     inside = runs[(runs[:, 0] > start) & (runs[:, 1] < end) & (runs[:, 1] - runs[:, 0] >= SPLIT_S)]
-    if not len(inside):
+    if not len(inside) or not len(level):
         return start, end
     bounds = [start, *inside.reshape(-1), end]
     parts = [(bounds[i], bounds[i + 1]) for i in range(0, len(bounds), 2)]  # the sounds between the runs
-    energy = [float(np.square(wav[int(a * rate):int(b * rate)]).sum()) for a, b in parts]
+    if joined:
+        return parts[0]
+    energy = [float(np.power(10.0, level[int(a / FRAME_S):max(int(a / FRAME_S) + 1, int(b / FRAME_S))] / 10).sum())
+              for a, b in parts]
     return parts[int(np.argmax(energy))]
+
+
+def frame_levels(wav: np.ndarray, rate: int) -> tuple[np.ndarray, float, float]:
+    """Each FRAME_S frame's energy (dB) of `wav` (T,), and its 5th and 95th percentiles (the quiet floor, loud
+    speech), as quiet_runs measures them."""
+    frame = max(1, int(FRAME_S * rate))
+    n = wav.shape[0] // frame
+    if n == 0:
+        return np.zeros(0), 0.0, 0.0
+    frames = wav[:n * frame].reshape(n, frame)  # (n, frame): a view
+    level = 10 * np.log10(np.einsum("ij,ij->i", frames, frames) / frame + 1e-10)  # (n,) dB
+    return level, float(np.percentile(level, 5)), float(np.percentile(level, 95))
 
 
 def merged_runs(runs: np.ndarray) -> np.ndarray:
@@ -200,12 +221,9 @@ def quiet_runs(wav: np.ndarray, rate: int) -> np.ndarray:
     FRAME_S frames whose energy lies under the level QUIET of the way from the recording's quiet floor (its 5th
     percentile, dB) to its loud speech (95th). None in a recording of one level throughout."""
     frame = max(1, int(FRAME_S * rate))
-    n = wav.shape[0] // frame
-    if n == 0:
+    level, floor, loud = frame_levels(wav, rate)
+    if not len(level):
         return np.zeros((0, 2))
-    frames = wav[:n * frame].reshape(n, frame)  # (n, frame): a view
-    level = 10 * np.log10(np.einsum("ij,ij->i", frames, frames) / frame + 1e-10)  # (n,) dB
-    floor, loud = np.percentile(level, 5), np.percentile(level, 95)
     quiet = np.concatenate([[False], level < floor + QUIET * (loud - floor), [False]])
     edges = np.flatnonzero(quiet[1:] != quiet[:-1])  # quiet runs [edges[2i], edges[2i+1]) in frames
     return edges.reshape(-1, 2) * (frame / rate)  # (R, 2) s

@@ -138,8 +138,9 @@ def test_data_gone_under_two_ranks_stops_both_in_one_line_and_a_resume_finishes(
         assert f"rank {rank}: stopped at epoch" in said, said[-3000:]
     assert "speechscale train: stopped: 3 batches in a row had no utterance that could be read" in said
     rows = list(trace(out))
-    stopped_at = latest_step(out)  # no checkpoint amid the unreadable batches: the last one before them
-    assert stopped_at == max(r["step"] for r in rows if r["ids"])
+    stopped_at = latest_step(out)  # no checkpoint amid the unreadable batches: the newest one before them
+    last_read = max(r["step"] for r in rows if r["ids"])  # the audio goes at any moment: any step may be the last
+    assert last_read - 2 < stopped_at <= last_read  # (checkpoint_every_steps=2; ranks in step write none alone)
     assert any(not r["ids"] and r["step"] % 2 == 0 for r in rows), "no checkpoint step fell amid them"
     (tmp_path / "away").rename(audio)
     _resume_reads_the_epoch_once(tmp_path, args, out, rows, stopped_at)

@@ -43,6 +43,11 @@ class FeatureConfig:
     global_stats: list[float] = field(default_factory=list)  # normalize=global, running; written by training: the
                                        # training set's per-bin mean, then std (2 x features values)
     remove_dc: bool = False            # subtract the waveform's mean first (some recorders add a DC offset)
+    window_periodic: bool = False      # a periodic (DFT-even) Hamming window, as librosa's window="hamming" makes it
+                                       # (deepspeech.pytorch); false: the symmetric one
+    stft_pad: str = "reflect"          # the signal's ends, half a window each: reflect (torch.stft) | zeros (librosa
+                                       # 0.9, deepspeech.pytorch)
+    normalize_eps: float = 1e-5        # added to the deviation a normalization divides by (deepspeech.pytorch: 0)
     preemphasis: float = 0.0           # x[t] - a * x[t-1] before the STFT (0 = off; Kaldi uses 0.97)
     speaker_prior: list[float] = field(default_factory=list)  # normalize=speaker; written by training: the
                                        # training speakers' pooled per-bin mean, then std (2 x features values)

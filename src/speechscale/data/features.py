@@ -24,6 +24,7 @@ WITH_TRAINING_SET_STATS = ("global", "running")  # normalizations that read feat
 # where training computes features: the loader's workers (CPU), or the training step on its device (the loader
 # then ships waveforms: FeatureExtractor.batch)
 FEATURE_DEVICES = ("loader", "cuda", "cpu")
+STFT_PADS = ("reflect", "zeros")
 
 
 class SpeakerStats:
@@ -107,6 +108,12 @@ def _mel_filterbank(n_freqs: int, n_mels: int, sample_rate: int) -> torch.Tensor
     return torch.clamp(torch.minimum(up, down), min=0.0)  # (n_mels, n_freqs)
 
 
+def _deviation(std: torch.Tensor, eps: float) -> torch.Tensor:
+    """What a normalization divides by: the deviation plus features.normalize_eps (a zero deviation, a silent input,
+    divides by 1 when eps is 0)."""
+    return std + eps if eps > 0 else torch.where(std > 0, std, torch.ones_like(std))
+
+
 class FeatureExtractor:
     """Waveform (T,) -> features (F, frames). Its config travels in the checkpoint."""
 
@@ -120,10 +127,15 @@ class FeatureExtractor:
         # there the window would come from torch's Python references, whose first call imports the compiler
         # (dynamo) in every eval, transcribe or export process
         with torch.device("cpu"):
-            self.window = torch.hamming_window(self.win_length, periodic=False)
+            self.window = torch.hamming_window(self.win_length, periodic=cfg.window_periodic)
             self.mel = _mel_filterbank(n_freqs, cfg.n_mels, cfg.sample_rate) if cfg.kind == "logmel" else None
         self.num_features = cfg.n_mels if cfg.kind == "logmel" else n_freqs
         self._device_consts: dict[torch.device, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        if cfg.stft_pad not in STFT_PADS:
+            raise ConfigError(f"features.stft_pad={cfg.stft_pad!r} is unknown; use {' or '.join(STFT_PADS)}")
+        if not 0.0 <= cfg.normalize_eps <= 1.0:
+            raise ConfigError(f"features.normalize_eps={cfg.normalize_eps} is not in [0, 1]")
+        self.eps = cfg.normalize_eps
         if cfg.global_stats and len(cfg.global_stats) != 2 * self.num_features:
             raise ConfigError(f"features.global_stats holds {len(cfg.global_stats)} values; these features need "
                               f"{2 * self.num_features} (a per-bin mean, then std) or none")
@@ -151,7 +163,8 @@ class FeatureExtractor:
         if self.cfg.preemphasis > 0 and wav.shape[0] > 1:
             wav = torch.cat([wav[:1], wav[1:] - self.cfg.preemphasis * wav[:-1]])  # (T,)
         spec = torch.stft(wav, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
-                          window=self.window, center=True, return_complex=True)  # (F, frames)
+                          window=self.window, center=True, return_complex=True,
+                          pad_mode="constant" if self.cfg.stft_pad == "zeros" else "reflect")  # (F, frames)
         return self.compress(spec.abs())
 
     def compress(self, mag: torch.Tensor) -> torch.Tensor:
@@ -164,19 +177,19 @@ class FeatureExtractor:
         """(F, T) raw features -> normalized as features.normalize says."""
         mode = self._mode()
         if mode == "utterance":
-            return (feats - feats.mean()) / (feats.std() + 1e-5)
+            return (feats - feats.mean()) / _deviation(feats.std(), self.eps)
         if mode == "speaker":
             stats = speaker if speaker is not None and speaker.frames > 0 else self._alone(feats)
             if stats is not None:
                 level_free = feats - feats.mean()  # as SpeakerStats.add saw it
-                return (level_free - stats.mean[:, None]) / (stats.std[:, None] + 1e-5)
+                return (level_free - stats.mean[:, None]) / _deviation(stats.std[:, None], self.eps)
         if mode == "global":
             mean, std = self._global(feats.device)
-            return (feats - mean[:, None]) / (std[:, None] + 1e-5)
+            return (feats - mean[:, None]) / _deviation(std[:, None], self.eps)
         if mode == "running":
             return self.running(feats[None])[0][0]
         if mode in ("feature", "speaker"):  # per-bin mean/variance over the utterance's frames (CMVN)
-            return (feats - feats.mean(dim=1, keepdim=True)) / (feats.std(dim=1, keepdim=True) + 1e-5)
+            return (feats - feats.mean(dim=1, keepdim=True)) / _deviation(feats.std(dim=1, keepdim=True), self.eps)
         return feats
 
     def batch(self, waves: torch.Tensor, lengths: torch.Tensor, draws: torch.Tensor | None = None,
@@ -194,10 +207,14 @@ class FeatureExtractor:
             waves = waves - (waves * inside).sum(1, keepdim=True) / lens
         if self.cfg.preemphasis > 0 and s > 1:
             waves = torch.cat([waves[:, :1], waves[:, 1:] - self.cfg.preemphasis * waves[:, :-1]], dim=1)
-        pad = self.n_fft // 2  # each row reflected at its own ends, as torch.stft(center=True) pads one signal
-        j = (torch.arange(s + 2 * pad, device=dev) - pad)[None].abs()  # (1, S + 2 pad)
-        j = torch.where(j >= lens, 2 * (lens - 1) - j, j).clamp(0, s - 1)  # (B, S + 2 pad)
-        spec = torch.stft(waves.gather(1, j), n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
+        pad = self.n_fft // 2  # each row padded at its own ends, as torch.stft(center=True) pads one signal
+        at = (torch.arange(s + 2 * pad, device=dev) - pad)[None]  # (1, S + 2 pad)
+        j = at.abs()
+        j = torch.where(j >= lens, 2 * (lens - 1) - j, j).clamp(0, s - 1)  # (B, S + 2 pad) reflected
+        padded = waves.gather(1, j)
+        if self.cfg.stft_pad == "zeros":
+            padded = padded * ((at >= 0) & (at < lens)).to(padded.dtype)
+        spec = torch.stft(padded, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
                           window=window, center=False, return_complex=True)  # (B, n_fft // 2 + 1, T)
         feats = torch.log(mel @ spec.abs().pow(2) + 1e-6) if mel is not None else torch.log1p(spec.abs())  # (B, F, T)
         t = feats.shape[-1]
@@ -218,10 +235,10 @@ class FeatureExtractor:
             n = m.sum(dims, keepdim=True) * (feats.shape[1] if mode == "utterance" else 1)
             mean = (feats * m).sum(dims, keepdim=True) / n
             std = ((feats - mean).pow(2) * m).sum(dims, keepdim=True).div(n - 1).sqrt()  # unbiased, as Tensor.std
-            return (feats - mean) / (std + 1e-5)
+            return (feats - mean) / _deviation(std, self.eps)
         if mode == "global":
             mean, std = self._global(feats.device)
-            return ((feats - mean[None, :, None]) / (std[None, :, None] + 1e-5)) * m  # padding stays zero
+            return ((feats - mean[None, :, None]) / _deviation(std[None, :, None], self.eps)) * m  # padding stays zero
         if mode == "running":
             return self.running(feats, valid)[0]
         return feats
@@ -255,7 +272,7 @@ class FeatureExtractor:
         off = (feats.double() - mean.double()[None, :, None]) * m  # (B, F, T) less the training set's mean
         sums = carry[0][:, :, None] + off.cumsum(2)  # (B, F, T) over the row's frames up to each
         counts = carry[1][:, None, None] + m.cumsum(2)  # (B, 1, T)
-        out = (off - sums / (counts + self.cfg.running_prior_frames)) * m / (std.double()[None, :, None] + 1e-5)
+        out = (off - sums / (counts + self.cfg.running_prior_frames)) * m / _deviation(std.double()[None, :, None], self.eps)
         return out.to(feats.dtype), (sums[:, :, -1], counts[:, 0, -1])
 
     def _mode(self) -> str:

@@ -50,7 +50,8 @@ def digits_language_known(language: str) -> bool:
 
 
 class TextNormalizer:
-    """Lower-case, fold accents the alphabet does not spell, spell or drop digits, turn punctuation into spaces,
+    """Lower-case (upper-case for an alphabet of capitals only, as deepspeech.pytorch's), fold accents the alphabet
+    does not spell, spell or drop digits, turn punctuation into spaces,
     squeeze spaces.
 
     A letter the alphabet holds is kept as it is ("ä" with a German alphabet); any other loses its accents ("é"
@@ -66,6 +67,9 @@ class TextNormalizer:
         self.digits = digits
         self.digits_language = digits_language
         self._keep = None if alphabet is None else set(alphabet)
+        # an alphabet of capitals only (deepspeech.pytorch's labels) spells text in capitals
+        self._upper = alphabet is not None and any(c.isupper() for c in alphabet) and not any(
+            c.islower() for c in alphabet)
         self._folds = _CharMap(self._fold)  # str.translate tables, filled in as characters are met
         self._spaces = _CharMap(self._spaced)
         self._read = NumberReader(digits_language)
@@ -74,7 +78,8 @@ class TextNormalizer:
         """`c` itself when the alphabet spells it (or there is no alphabet), else its letters without accents."""
         if self._keep is None or c in self._keep:
             return c
-        return "".join(x for x in unicodedata.normalize("NFKD", c) if not unicodedata.combining(x)).lower()
+        folded = "".join(x for x in unicodedata.normalize("NFKD", c) if not unicodedata.combining(x))
+        return folded.upper() if self._upper else folded.lower()
 
     def _digits(self, text: str) -> str:
         if self.digits == "keep":
@@ -92,10 +97,13 @@ class TextNormalizer:
         return c in self._keep or c.isalnum()  # an out-of-alphabet letter stays so that validation can flag it
 
     def __call__(self, text: str) -> str:
-        text = unicodedata.normalize("NFC", text.translate(_APOSTROPHES)).lower()
+        text = unicodedata.normalize("NFC", text.translate(_APOSTROPHES))
+        text = text.upper() if self._upper else text.lower()
         if not text.isascii():  # an ASCII character never decomposes
             text = text.translate(self._folds)
         text = self._digits(text)
+        if self._upper:  # numbers are read out in small letters
+            text = text.upper()
         text = text.replace("-", " ").translate(self._spaces)
         text = _QUOTE_MARK.sub(" ", text)  # quote marks, not apostrophes
         return re.sub(r"\s+", " ", text).strip()

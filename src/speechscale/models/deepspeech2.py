@@ -42,6 +42,7 @@ class DS2Config:
                                         # a graphed GPU step run each layer as one exact fused bidirectional call
     lookahead: int = 20                 # future frames of the lookahead conv (unidirectional only)
     fc_hidden: int = 0                  # an extra FC layer before the output (0 = none)
+    fc_bias: bool = True                # the output layer's bias (deepspeech.pytorch's has none: its norm shifts)
     dropout: float = 0.0                # between recurrent layers
 
 
@@ -109,7 +110,7 @@ class DeepSpeech2(nn.Module):
         if cfg.fc_hidden > 0:
             fc += [nn.Linear(size, cfg.fc_hidden), _activation(cfg.activation)]
             size = cfg.fc_hidden
-        fc.append(nn.Linear(size, vocab_size))
+        fc.append(nn.Linear(size, vocab_size, bias=cfg.fc_bias))
         self.fc = nn.Sequential(*fc)
 
     @staticmethod

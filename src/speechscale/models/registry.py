@@ -37,6 +37,10 @@ MODELS: dict[str, tuple[type, Callable[..., nn.Module], dict[str, Any]]] = {
         "conv": [{"channels": 16, "kernel": [21, 11], "stride": [2, 2]},
                  {"channels": 16, "kernel": [11, 11], "stride": [2, 1]}],
         "rnn_layers": 3, "rnn_hidden": 256, "bidirectional": False, "lookahead": 20}),
+    # deepspeech.pytorch's DeepSpeech (its defaults: 5 bidirectional LSTM layers of 1024, summed directions, an output
+    # layer without bias); `speechscale import deepspeech-pytorch` sets the sizes of the file it reads
+    "deepspeech-pytorch": (DS2Config, DeepSpeech2, {"conv": _CONV_DS2, "rnn_type": "lstm", "rnn_layers": 5,
+                                                    "rnn_hidden": 1024, "fc_bias": False}),
     # OpenSeq2Seq's w2lplus_large (the W2LConfig default); meant for 64 log-mel features.
     "wav2letter+": (W2LConfig, Wav2LetterPlus, {}),
     "wav2letter+-tiny": (W2LConfig, Wav2LetterPlus, {"blocks": [

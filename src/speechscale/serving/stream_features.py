@@ -44,7 +44,7 @@ def spectra(features: Any, cuts: list[Cut]) -> list[torch.Tensor]:
 
 class StreamFeatures:
     """Waveform samples at the model's rate -> feature frames, as FeatureExtractor computes them for the whole
-    signal (torch.stft with center=True: reflected at both ends; pre-emphasis carried across chunks)."""
+    signal (torch.stft with center=True: reflected at both ends, or zeros; pre-emphasis carried across chunks)."""
 
     def __init__(self, features: Any) -> None:
         self.fx = features
@@ -65,7 +65,8 @@ class StreamFeatures:
         self.received += len(samples)
         if len(self.head) <= self.pad:
             self.head = np.concatenate([self.head, samples[: self.pad + 1 - len(self.head)]])
-        if self.received <= self.pad:  # the reflection at the start needs pad + 1 samples (as torch.stft does)
+        zeros = self.fx.cfg.stft_pad == "zeros"
+        if self.received <= self.pad and not (zeros and final and self.received):  # a reflection needs pad + 1 samples
             return None
         if final:
             total = self.received // self.hop + 1
@@ -75,12 +76,14 @@ class StreamFeatures:
             return None
         first = self.frames * self.hop - self.pad  # sample index of the first window's start
         last = (total - 1) * self.hop - self.pad + self.n_fft  # one past the last window's end
-        idx = np.arange(first, last)
-        idx = np.where(idx < 0, -idx, idx)  # the reflection at the start
+        at = np.arange(first, last)
+        idx = np.where(at < 0, -at, at)  # the reflection at the start
         idx = np.where(idx >= self.received, 2 * (self.received - 1) - idx, idx)  # ... and at the end (final)
         seg = np.where(idx <= self.pad, self.head[np.minimum(idx, len(self.head) - 1)], 0.0)
         inside = idx >= self.start
         seg = np.where(inside, self.wav[np.clip(idx - self.start, 0, len(self.wav) - 1)], seg).astype(np.float32)
+        if zeros:  # features.stft_pad=zeros: nothing before the start nor after the end
+            seg = np.where((at >= 0) & (at < self.received), seg, 0.0).astype(np.float32)
         cut = Cut(seg, total - self.frames)
         self.frames = total
         keep_from = max(0, self.frames * self.hop - self.pad - self.start)  # later windows start at or after this

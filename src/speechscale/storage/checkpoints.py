@@ -17,9 +17,11 @@ from typing import Any
 import torch
 
 from . import files as storage
+from .deepspeech_pytorch import LIGHTNING, is_deepspeech_pytorch, to_checkpoint
 from .errors import CheckpointError, CheckpointWriteError, ModelFileError, error_line  # noqa: F401 - named from here
 from .untrusted import (
     POINTER_BYTES,
+    Structure,
     archive_records,
     check_layout,
     read_archive,
@@ -50,7 +52,13 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     data = read_model_bytes(path, "checkpoint")
     if not data:
         raise ModelFileError(f"{path}: empty file (0 bytes), not a checkpoint")
-    structure = read_archive(data, archive_records(data, path), path)
+    structure = read_archive(data, archive_records(data, path), path, LIGHTNING)
+    if is_deepspeech_pytorch(structure.tree):  # deepspeech.pytorch's, read as ours
+        structure = Structure(to_checkpoint(structure.tree, path, data), 0, structure.tensor_bytes)
+        structure.parameters = sum(v.numel() for v in structure.tree["model"].values())
+    elif structure.foreign:
+        raise ModelFileError(f"{path} is not a speechscale checkpoint: it names {structure.foreign[0]}, which a "
+                             "speechscale checkpoint never holds (refused without running or building it)")
     check_layout(structure, path)
     return structure.tree
 

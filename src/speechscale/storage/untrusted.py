@@ -18,9 +18,9 @@ import stat
 import tempfile
 import zipfile
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
@@ -291,13 +291,21 @@ class _Reader(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
     views: each storage is checked against its record before its bytes are taken, each view against its storage
     before it is made, and any other global is refused by name (never imported)."""
 
-    def __init__(self, data: bytes, pkl: memoryview, records: dict[str, zipfile.ZipInfo]) -> None:
+    def __init__(self, data: bytes, pkl: memoryview, records: dict[str, zipfile.ZipInfo],
+                 foreign: Callable[[str], Any] | None = None) -> None:
         super().__init__(io.BytesIO(pkl))  # type: ignore[arg-type]
         self.data, self.records = data, records  # the archive's bytes; storage key -> its record
         self.storages: dict[str, _Storage] = {}
+        self.foreign = foreign  # another tool's names -> inert stand-ins (None: a speechscale checkpoint's only)
+        self.foreign_seen: list[str] = []  # the foreign names the structure used, in order
 
     def find_class(self, module: str, name: str) -> Any:
+        module = "builtins" if module == "__builtin__" else module  # protocol 2 names Python 2's module
         dotted = f"{module}.{name}"
+        stand_in = self.foreign(dotted) if self.foreign is not None else None
+        if stand_in is not None:
+            self.foreign_seen.append(dotted)
+            return stand_in
         if dotted == "collections.OrderedDict":
             return OrderedDict
         if module == "torch" and name in _STORAGES:
@@ -308,6 +316,20 @@ class _Reader(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
             return _parameter
         raise pickle.UnpicklingError(f"it names {_shortened(dotted, 80)}, which a speechscale checkpoint never holds "
                                      "(refused without running or building it)")
+
+    def load_build(self) -> None:
+        """BUILD sets the state of an ordered mapping (its attributes, as torch's state dicts carry `_metadata`) or of a
+        stand-in that takes one; on anything else (a rebuild function, a storage type) it is refused."""
+        state, inst = self.stack.pop(), self.stack[-1]
+        if type(inst) is OrderedDict and isinstance(state, dict) and all(isinstance(k, str) for k in state):
+            inst.__dict__.update(state)
+        elif getattr(type(inst), "takes_state", False):  # a foreign stand-in (Foreign)
+            inst.__setstate__(state)
+        else:
+            raise pickle.UnpicklingError(f"it sets the state of {_kind(inst)}, which no checkpoint does")
+
+    dispatch = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+    dispatch[pickle.BUILD[0]] = load_build
 
     def persistent_load(self, pid: Any) -> _Storage:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], _StorageType)
@@ -370,12 +392,24 @@ class Structure:
     tree: Any
     parameters: int      # elements of the tensors under `model`
     tensor_bytes: int    # bytes all tensors claim, shared references counted each time
+    foreign: list[str] = field(default_factory=list)  # another tool's names its structure used (read_archive)
 
 
-def read_archive(data: bytes, archive: zipfile.ZipFile, path: str | Path) -> Structure:
+class Foreign(Protocol):
+    """The names another tool's checkpoints hold (storage/deepspeech_pytorch.py): an inert stand-in for each one it
+    knows (None for the rest, which are refused), and the tree turned into plain data and tensors once read."""
+
+    def stand_in(self, dotted: str) -> Any: ...
+
+    def plain(self, tree: Any) -> Any: ...
+
+
+def read_archive(data: bytes, archive: zipfile.ZipFile, path: str | Path, foreign: Foreign | None = None) -> Structure:
     """The checkpoint held by torch archive `archive` (its bytes `data`), read in place of torch.load: only ordered
     mappings, tensors and plain data; every storage the size of its record; every view within its storage; the
-    plain data within MAX_NODES and MAX_DEPTH when read out; little-endian, as torch writes it here."""
+    plain data within MAX_NODES and MAX_DEPTH when read out; little-endian, as torch writes it here. `foreign`: the
+    names another tool's checkpoints hold besides, each read as an inert stand-in and turned into plain data
+    (Structure.foreign lists those met)."""
     prefix = archive_prefix(archive, path)
     info = {r.filename: r for r in archive.infolist()}
     pkl = info.get(f"{prefix}/data.pkl")
@@ -393,7 +427,12 @@ def read_archive(data: bytes, archive: zipfile.ZipFile, path: str | Path) -> Str
     except ModelFileError as e:
         raise ModelFileError(f"{path}: {e}") from None
     try:
-        tree = _Reader(data, structure, records).load()
+        reader = _Reader(data, structure, records, foreign.stand_in if foreign is not None else None)
+        tree = reader.load()
+        if foreign is not None and reader.foreign_seen:
+            tree = foreign.plain(tree)
+    except ModelFileError:
+        raise
     except pickle.UnpicklingError as e:
         raise ModelFileError(f"{path} is not a speechscale checkpoint: {_shortened(str(e), 200)}") from None
     except RecursionError:
@@ -412,7 +451,7 @@ def read_archive(data: bytes, archive: zipfile.ZipFile, path: str | Path) -> Str
     model = tree.get("model") if isinstance(tree, dict) else None
     parameters = sum(v.numel() for v in model.values() if isinstance(v, torch.Tensor)) if isinstance(model, dict) \
         else 0
-    return Structure(tree, parameters, tensor_bytes)
+    return Structure(tree, parameters, tensor_bytes, reader.foreign_seen)
 
 
 PLAIN = (str, int, float, bool, type(None), bytes)

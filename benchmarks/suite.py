@@ -93,9 +93,10 @@ LONG_BENCHES = tuple(LONG_SETTINGS)
 # loader-remote: benchmarks/remote_shards.py (shards read over HTTP with a round trip, and the loader from them)
 # load-cost: benchmarks/load_cost.py (model files read as a stranger's, against the readers before)
 # segments-yesno: benchmarks/segments_yesno.py (align, label and transcribe on yesno's held-out recordings)
+# dspt-streaming: benchmarks/dspt_streaming.py (a deepspeech.pytorch model's streams against its offline text)
 EXTERNAL_BENCHES = ("demo-conformer-streaming", "align", "align-long", "transfer-de", "pieces-demo", "pieces-demo-long",
                     "int8", "selftrain-demo", "longform-demo", "chunking-demo", "chunking-demo-connected",
-                    "chunking-yesno", "loader-remote", "load-cost", "segments-yesno")
+                    "chunking-yesno", "loader-remote", "load-cost", "segments-yesno", "dspt-streaming")
 
 # `bench all --gpu`: what only a GPU shows, run on a lent one (not by `bench all` on the CPU machine).
 # Full-size presets on 10 s windows of real speech, every precision interleaved step by step; "fp32" is

@@ -697,6 +697,14 @@ def _segments_yesno(res: list[dict[str, Any]]) -> str:
                 "their eight words", "words past the end"], rows)
 
 
+def _dspt_streaming(res: list[dict[str, Any]]) -> str:
+    """A deepspeech.pytorch model's streamed text against its own offline text (benchmarks/dspt_streaming.py)."""
+    return _md(["statistics over", "their mean / deviation", "recording", "CER against deepspeech.pytorch's offline "
+                "text", "frames whose best symbol differs"],
+               [[r["stats"], f"{r['mean']:.3f} / {r['std']:.3f}", r["recording"], f"{100 * r['cer']:.1f} %",
+                 f"{100 * r['frames_other_symbol']:.1f} %"] for r in res])
+
+
 def _serving(name: str) -> Callable[[Any], str]:
     def render(res: Any) -> str:
         from .serving_tables import RENDERERS
@@ -721,7 +729,8 @@ RENDER: dict[str, Callable[[Any], str]] = {"train": _train, "loader": _loader, "
                                            "selftrain-demo": _selftrain, "longform-demo": _longform,
                                            "chunking-demo": _chunking, "chunking-demo-connected": _chunking,
                                            "chunking-yesno": _chunking, "loader-remote": _remote_shards,
-                                           "load-cost": _load_cost, "segments-yesno": _segments_yesno}
+                                           "load-cost": _load_cost, "segments-yesno": _segments_yesno,
+                                           "dspt-streaming": _dspt_streaming}
 
 
 def render(name: str, doc: dict[str, Any]) -> str:

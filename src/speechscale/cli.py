@@ -44,11 +44,26 @@ def _exit_without_teardown() -> None:
 
 atexit.register(_exit_without_teardown)
 
-from .commands import average, bench, data, decode, export, info, label, plan, recipes, rendezvous, report, serve, train  # noqa: E402
+from .commands import (  # noqa: E402,E501
+    average,
+    bench,
+    data,
+    decode,
+    export,
+    info,
+    label,
+    migrate,
+    plan,
+    recipes,
+    rendezvous,
+    report,
+    serve,
+    train,
+)
 from .commands.args import Parser  # noqa: E402
 
 # the subcommands, in the order `speechscale --help` lists them
-COMMANDS = (recipes, data, train, rendezvous, decode, label, info, serve, export, average, report, plan, bench)
+COMMANDS = (recipes, data, train, rendezvous, decode, label, info, serve, export, average, migrate, report, plan, bench)
 
 log = logging.getLogger("speechscale")
 

@@ -40,6 +40,9 @@ class FeatureConfig:
                                        # utterances) | global (per bin, the training set's: streams) | running
                                        # (global, its mean updated by the utterance's frames so far: streams) |
                                        # none | auto (global for a model that streams, else utterance)
+    stream_normalize: str = ""         # how a stream normalizes where `normalize` needs the whole utterance: global
+                                       # | running | none ("": as `normalize`); deepspeech.pytorch's imported models
+                                       # stream with global statistics from `speechscale import ... --stats`
     global_stats: list[float] = field(default_factory=list)  # normalize=global, running; written by training: the
                                        # training set's per-bin mean, then std (2 x features values)
     remove_dc: bool = False            # subtract the waveform's mean first (some recorders add a DC offset)

@@ -93,9 +93,10 @@ def check_recipe(cfg: Config) -> None:
          "features.normalize=utterance, feature or none there, or features.device=loader"),
         (len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet,
          "text.alphabet must be non-empty without repeated characters"),
-        (all(c.lower() == c for c in cfg.text.alphabet) and unicodedata.is_normalized("NFC", cfg.text.alphabet),
-         f"text.alphabet={cfg.text.alphabet!r} must be lower case, each accented letter one composed character "
-         "(Unicode NFC): the text is normalized so before it is spelled"),
+        ((all(c.lower() == c for c in cfg.text.alphabet) or all(c.upper() == c for c in cfg.text.alphabet))
+         and unicodedata.is_normalized("NFC", cfg.text.alphabet),
+         f"text.alphabet={cfg.text.alphabet!r} must be lower case (or capitals only, as deepspeech.pytorch's), each "
+         "accented letter one composed character (Unicode NFC): the text is normalized so before it is spelled"),
         (cfg.text.digits != "spell" or digits_language_known(cfg.text.digits_language),
          f"text.digits_language={cfg.text.digits_language!r} is not a language num2words spells numbers in "
          "(en, de, fr, es, it, pt, nl, pl, ru, ...)"),

@@ -65,7 +65,7 @@ def test_the_normalizer_travels_with_its_language():
     assert again("12") == norm("12") == "двенадцать" and TextNormalizer()("12") == "twelve"
 
 
-@pytest.mark.parametrize("override,said", [("text.alphabet=ABC ", "must be lower case"),
+@pytest.mark.parametrize("override,said", [("text.alphabet=AbC ", "must be lower case"),
                                            ("text.alphabet=abu\u0308 ", "one composed character"),
                                            ("text.digits_language=xx", "not a language num2words spells")])
 def test_a_text_config_that_cannot_match_the_normalized_text_is_one_line(capsys, override, said):
@@ -117,3 +117,12 @@ def test_an_alphabet_that_lost_its_space_says_so(tmp_path, capsys):
                             f"trainer.out_dir={tmp_path}", "text.alphabet=abcdefghijklmnopqrstuvwxyz' ")
     assert code == 2 and err.count("\n") == 1, err
     assert "no usable utterances" in err and "text.alphabet has no space" in err, err
+
+
+def test_an_alphabet_of_capitals_spells_text_in_capitals():
+    """deepspeech.pytorch's labels are capitals: text (its digits read out too) is normalized into them."""
+    from speechscale.data.text import TextNormalizer
+
+    caps = TextNormalizer("'ABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+    assert caps("She had 12 cafés, didn't she?") == "SHE HAD TWELVE CAFES DIDN'T SHE"
+    assert TextNormalizer()("She had 12 cafés") == "she had twelve cafes"

@@ -25,6 +25,7 @@ WITH_TRAINING_SET_STATS = ("global", "running")  # normalizations that read feat
 # then ships waveforms: FeatureExtractor.batch)
 FEATURE_DEVICES = ("loader", "cuda", "cpu")
 STFT_PADS = ("reflect", "zeros")
+STREAM_NORMALIZATIONS = ("", "global", "running", "none")  # features.stream_normalize: what a stream can compute
 
 
 class SpeakerStats:
@@ -91,6 +92,21 @@ def global_stats(raws: Iterable[torch.Tensor]) -> list[float]:
     return pooled_prior({"all": stats})
 
 
+def utterance_level_stats(raws: Iterable[torch.Tensor]) -> list[float]:
+    """One mean and one deviation over every value of these raw features (F, T_i), as normalize=utterance computes
+    them for one utterance but over all of them, as features.global_stats (F copies of the mean, then of the
+    deviation): what a model normalized per utterance streams with (features.stream_normalize=global)."""
+    total, square, count, bins = 0.0, 0.0, 0, 0
+    for raw in raws:
+        x = raw.double()
+        total, square, count, bins = total + float(x.sum()), square + float(x.pow(2).sum()), count + x.numel(), raw.shape[0]
+    if not count:
+        raise ConfigError("no audio to compute the statistics from")
+    mean = total / count
+    std = math.sqrt(max(0.0, square / count - mean * mean) * count / max(1, count - 1))  # unbiased, as Tensor.std
+    return [round(mean, 5)] * bins + [round(std, 5)] * bins
+
+
 def _mel_filterbank(n_freqs: int, n_mels: int, sample_rate: int) -> torch.Tensor:
     """(n_mels, n_freqs) triangular filters on the HTK mel scale."""
     def hz_to_mel(f: torch.Tensor) -> torch.Tensor:
@@ -136,6 +152,11 @@ class FeatureExtractor:
         if not 0.0 <= cfg.normalize_eps <= 1.0:
             raise ConfigError(f"features.normalize_eps={cfg.normalize_eps} is not in [0, 1]")
         self.eps = cfg.normalize_eps
+        if cfg.stream_normalize not in STREAM_NORMALIZATIONS:
+            raise ConfigError(f"features.stream_normalize={cfg.stream_normalize!r} is unknown; use global, running or "
+                              "none (or nothing: as features.normalize)")
+        if cfg.stream_normalize in WITH_TRAINING_SET_STATS and not cfg.global_stats:
+            raise ConfigError(f"features.stream_normalize={cfg.stream_normalize} needs features.global_stats")
         if cfg.global_stats and len(cfg.global_stats) != 2 * self.num_features:
             raise ConfigError(f"features.global_stats holds {len(cfg.global_stats)} values; these features need "
                               f"{2 * self.num_features} (a per-bin mean, then std) or none")
@@ -173,9 +194,10 @@ class FeatureExtractor:
             return torch.log(self.mel @ mag.pow(2) + 1e-6)  # (n_mels, F) @ (F, frames) -> (n_mels, frames)
         return torch.log1p(mag)
 
-    def normalize(self, feats: torch.Tensor, speaker: SpeakerStats | None = None) -> torch.Tensor:
-        """(F, T) raw features -> normalized as features.normalize says."""
-        mode = self._mode()
+    def normalize(self, feats: torch.Tensor, speaker: SpeakerStats | None = None, mode: str | None = None
+                  ) -> torch.Tensor:
+        """(F, T) raw features -> normalized as features.normalize (or `mode`, one of NORMALIZATIONS) says."""
+        mode = mode or self._mode()
         if mode == "utterance":
             return (feats - feats.mean()) / _deviation(feats.std(), self.eps)
         if mode == "speaker":
@@ -247,9 +269,10 @@ class FeatureExtractor:
                        ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         """A stream's next raw frames (F, n) -> normalized as `normalize` normalizes them in the whole signal, and
         what the stream carries to its next frames (`running`'s sums; None at its start). For the normalizations
-        that work frame by frame (global, running, none)."""
-        if self._mode() != "running":
-            return self.normalize(raw), carry
+        that work frame by frame (global, running, none): features.stream_normalize, else features.normalize."""
+        mode = self.stream_mode
+        if mode != "running":
+            return self.normalize(raw, mode=mode), carry
         feats, carry = self.running(raw[None], carry=carry)
         return feats[0], carry
 
@@ -272,8 +295,14 @@ class FeatureExtractor:
         off = (feats.double() - mean.double()[None, :, None]) * m  # (B, F, T) less the training set's mean
         sums = carry[0][:, :, None] + off.cumsum(2)  # (B, F, T) over the row's frames up to each
         counts = carry[1][:, None, None] + m.cumsum(2)  # (B, 1, T)
-        out = (off - sums / (counts + self.cfg.running_prior_frames)) * m / _deviation(std.double()[None, :, None], self.eps)
+        deviation = _deviation(std.double()[None, :, None], self.eps)
+        out = (off - sums / (counts + self.cfg.running_prior_frames)) * m / deviation
         return out.to(feats.dtype), (sums[:, :, -1], counts[:, 0, -1])
+
+    @property
+    def stream_mode(self) -> str:
+        """How a stream normalizes: features.stream_normalize, else as features.normalize."""
+        return self.cfg.stream_normalize or self._mode()
 
     def _mode(self) -> str:
         """features.normalize; auto (which a model's components resolve first: components.resolve_normalize) is
@@ -285,7 +314,7 @@ class FeatureExtractor:
         training has not written them."""
         stats = self.cfg.global_stats
         if not stats:
-            raise ConfigError(f"features.normalize={self._mode()} needs the training set's statistics "
+            raise ConfigError(f"features.normalize={self.stream_mode} needs the training set's statistics "
                               "(features.global_stats), which training computes; this config has none")
         f = len(stats) // 2
         both = torch.tensor(stats, dtype=torch.float32, device=device)

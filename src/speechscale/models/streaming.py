@@ -60,9 +60,13 @@ def streaming_problem(model: Any, features: Any, name: str) -> str | None:
     problem = model.streaming_problem()
     if problem:
         return f"{name} {problem}"
-    if features.normalize not in ("none", "global", "running") or features.remove_dc:
+    mode = features.stream_normalize or features.normalize
+    if mode not in ("none", "global", "running") or features.remove_dc:
         return (f"{name} normalizes its features over the whole utterance (features.normalize={features.normalize}"
-                f"{', remove_dc' if features.remove_dc else ''}); streaming needs features.normalize=global, running or none")
+                f"{', remove_dc' if features.remove_dc else ''}); streaming needs features.normalize (or "
+                "stream_normalize) global, running or none"
+                + ("; `speechscale import deepspeech-pytorch --stats MANIFEST` gives it statistics to stream with"
+                   if name == "deepspeech-pytorch" else ""))
     return None
 
 
@@ -74,5 +78,8 @@ def streaming_card(model: Any, features: Any, name: str) -> dict[str, Any]:
     if problem:
         return {"streams": False, "why": problem}
     hop_ms = 1000 * features.hop_length / features.cfg.sample_rate
+    cfg = features.cfg
+    other = cfg.stream_normalize and cfg.stream_normalize != cfg.normalize  # streams normalize otherwise than files
     return {"streams": True, "reads_ahead_ms": round(model.stream_reads_ahead * hop_ms, 3),
-            "frame_ms": round(model.stream_stride * hop_ms, 3)}
+            "frame_ms": round(model.stream_stride * hop_ms, 3),
+            **({"normalize": cfg.stream_normalize, "offline_normalize": cfg.normalize} if other else {})}

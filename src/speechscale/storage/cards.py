@@ -87,6 +87,10 @@ def render_markdown(card: dict[str, Any]) -> str:
     if "wer" in v:
         lines.append(f"- **Validation** ({v.get('manifest')}, {v.get('utterances')} utterances, step {v.get('step')}): "
                      f"WER {100 * v['wer']:.2f} %, CER {100 * v['cer']:.2f} %")
+    if card.get("imported"):
+        imp = card["imported"]
+        lines.append(f"- **Imported from:** {imp.get('from')} (`{imp.get('file')}`, epoch {imp.get('epoch')}, step "
+                     f"{imp.get('global_step')}); kept: {imp.get('kept')}; not kept: {imp.get('dropped')}")
     if card.get("versions"):
         lines.append("- **Versions:** " + ", ".join(f"{k} {x}" for k, x in card["versions"].items()))
     if card.get("weights"):
@@ -107,6 +111,9 @@ def streaming_line(s: dict[str, Any]) -> str:
             f"a step is 100 ms of audio unless set, rounded up to whole {s['frame_ms']:g} ms frames)")
     if s.get("export") == "offline":
         line += "; this file runs whole utterances (`export --streaming` writes the step)"
+    if s.get("normalize"):
+        line += (f"; streams use features.normalize={s['normalize']} (files: {s.get('offline_normalize')}), so a "
+                 "stream's text may differ from a file's")
     return line
 
 

@@ -203,6 +203,7 @@ def to_checkpoint(tree: dict[str, Any], path: str | Path, data: bytes | None = N
         raise ModelFileError(f"{where}: its labels are not distinct single characters with the blank {BLANK!r}")
     model = _model_overrides(hp["model_cfg"], sd, where)
     features = _features(hp["spect_cfg"], where)
+    _check_shapes(sd, model, features, len(labels), where)
     weights = _weights(sd, model, labels, where)
     alphabet = "".join(c for c in labels if c != BLANK)
     cfg = to_dict(Config())
@@ -254,6 +255,31 @@ def _model_overrides(model_cfg: Any, sd: dict[str, torch.Tensor], where: str) ->
             raise ModelFileError(f"{where}: a lookahead of {context} frames; speechscale's lookahead reads 2 or more")
         overrides["lookahead"] = context - 1  # deepspeech.pytorch's kernel is `context` frames: this one and the rest
     return overrides
+
+
+def _check_shapes(sd: dict[str, torch.Tensor], model: dict[str, Any], features: dict[str, Any], classes: int,
+                  where: str) -> None:
+    """ModelFileError unless every tensor deepspeech.pytorch's DeepSpeech holds has the shape its configs give it."""
+    h, gates = model["rnn_hidden"], {"lstm": 4, "gru": 3}[model["rnn_type"]]
+    freq = int(features["sample_rate"] * features["window_ms"] / 1000) // 2 + 1
+    for k, p in ((41, 20), (21, 10)):  # the conv front end's frequency axis
+        freq = (freq + 2 * p - k) // 2 + 1
+    norm = {f"{n}.{p}": (c,) for n, c in (("conv.seq_module.1", 32), ("conv.seq_module.4", 32), ("fc.0.module.0", h),
+                                            *((f"rnns.{i}.batch_norm.module", h) for i in range(1, model["rnn_layers"])))
+            for p in ("weight", "bias", "running_mean", "running_var")}
+    want = {"conv.seq_module.0.weight": (32, 1, 41, 11), "conv.seq_module.3.weight": (32, 32, 21, 11),
+            "conv.seq_module.0.bias": (32,), "conv.seq_module.3.bias": (32,), **norm, "fc.0.module.1.weight": (classes, h)}
+    for i in range(model["rnn_layers"]):
+        for d in ("", "_reverse") if model["bidirectional"] else ("",):
+            want.update({f"rnns.{i}.rnn.weight_ih_l0{d}": (gates * h, 32 * freq if i == 0 else h),
+                         f"rnns.{i}.rnn.weight_hh_l0{d}": (gates * h, h), f"rnns.{i}.rnn.bias_ih_l0{d}": (gates * h,),
+                         f"rnns.{i}.rnn.bias_hh_l0{d}": (gates * h,)})
+    if not model["bidirectional"]:
+        want["lookahead.0.conv.weight"] = (h, 1, model["lookahead"] + 1)
+    for name, shape in want.items():
+        if name in sd and tuple(sd[name].shape) != shape:
+            raise ModelFileError(f"{where}: its weights do not fit its model_cfg and spect_cfg ({name} is "
+                                 f"{list(sd[name].shape)}, they give {list(shape)})")
 
 
 def _features(spect_cfg: Any, where: str) -> dict[str, Any]:

@@ -74,6 +74,18 @@ def test_the_fixture_recordings_give_deepspeech_pytorchs_probabilities_frames_te
     assert api.transcribe(str(fixture("audio", "LDC93S1.wav"))).text == "SHE HAD YOUR DARK SUIT IN GREASY WASH WATER ALL YEAR"
 
 
+def test_eval_and_info_take_the_checkpoint_itself(tmp_path, capsys):
+    """The reference in small letters and with punctuation is normalized into the model's capitals."""
+    manifest = tmp_path / "ldc.jsonl"
+    manifest.write_text(json.dumps({"audio_filepath": str(fixture("audio", "LDC93S1.wav")), "duration": 2.92,
+                                    "text": "She had your dark suit in greasy wash water all year."}) + "\n")
+    code, printed, err = main_cli(capsys, "eval", "--checkpoint", str(fixture("bidirectional_gru.ckpt")), "--manifest",
+                                  str(manifest), "--json")
+    assert code == 0 and json.loads(printed)["wer"] == 0.0, err
+    code, printed, err = main_cli(capsys, "info", str(fixture("unidirectional_lstm.ckpt")))
+    assert code == 0 and "Imported from:** deepspeech.pytorch" in printed and "epoch 60" in printed, err
+
+
 # ---- an independent restatement of deepspeech.pytorch's DeepSpeech and its spectrogram, from its published code
 
 

@@ -10,7 +10,7 @@ import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 
@@ -86,6 +86,18 @@ def shared(*parts: str) -> Path:
     return p
 
 
+def speech_files() -> list[Path]:
+    """Speech a stream test sends: JFK, then the LDC93S1 sentence."""
+    return [shared("jfk", "jfk.flac"), shared("ldc93s1", "LDC93S1.wav")]
+
+
+def exactness_files() -> list[Path]:
+    """20 real files at 8, 16 and 44.1 kHz, 0.3-11 s, on which a stream must give the offline output."""
+    fsdd = sorted(shared("fsdd", "recordings").glob("*_jackson_4*.wav"))[:12]
+    yesno = sorted(shared("yesno").glob("*.wav"))[::15]
+    return [*fsdd, *yesno, *sorted(shared("ldc93s1").glob("*.wav")), shared("jfk", "jfk.flac")]
+
+
 def data_root(name: str) -> str:
     """The override that points a built-in recipe at corpus `name` in ../shared/data (data.root=...)."""
     return f"data.root={shared(name)}"
@@ -101,11 +113,6 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600, check: bool = Tr
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
-
-
-def run_benchmarks(*args: str, **kwargs: Any) -> subprocess.CompletedProcess:
-    """Run the workshop's `python -m benchmarks ARGS` from the checkout as a real process (as `run_cli`)."""
-    return run_cli(*args, module="benchmarks", **kwargs)
 
 
 def main_cli(capsys, *args: str, main: Callable[[list[str]], int] | None = None) -> tuple[int, str, str]:
@@ -125,29 +132,12 @@ def main_cli(capsys, *args: str, main: Callable[[list[str]], int] | None = None)
     return code, out, err
 
 
-def main_benchmarks(capsys, *args: str) -> tuple[int, str, str]:
-    """The workshop's `python -m benchmarks ARGS` in this process (as `main_cli`)."""
-    from benchmarks.__main__ import main
-
-    return main_cli(capsys, *args, main=main)
-
-
 @pytest.fixture
 def cli(capsys):
     """`speechscale ARGS` in this process (`main_cli`), answered as `run_cli` answers: returncode, stdout,
     stderr; `check` asserts a zero exit. It spares the 2 s torch import of a process per command."""
     def call(*args: str, check: bool = True) -> SimpleNamespace:
         code, out, err = main_cli(capsys, *args)
-        assert not check or code == 0, err
-        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
-    return call
-
-
-@pytest.fixture
-def workshop(capsys):
-    """The workshop's `python -m benchmarks ARGS` in this process, answered as the `cli` fixture answers."""
-    def call(*args: str, check: bool = True) -> SimpleNamespace:
-        code, out, err = main_benchmarks(capsys, *args)
         assert not check or code == 0, err
         return SimpleNamespace(returncode=code, stdout=out, stderr=err)
     return call

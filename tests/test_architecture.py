@@ -83,3 +83,12 @@ def test_the_docstring_examples_run(tmp_path):
     finally:
         os.chdir(cwd)
     assert not failed, failed
+
+
+def test_no_product_test_imports_the_workshop():
+    """benchmarks/ is this repository's own figures: only tests/evidence (its tests) imports it, so the product's
+    tests stand without it."""
+    tests = ROOT / "tests"
+    found = [str(p.relative_to(ROOT)) for p in tests.rglob("*.py") if "evidence" not in p.relative_to(tests).parts
+             and re.search(r"^\s*(from|import)\s+benchmarks\b", p.read_text(), re.M)]
+    assert not found, f"product tests importing benchmarks/: {found}"

@@ -1,10 +1,8 @@
 """The live-transcription benchmark against a real server process and real WebSocket clients."""
 import pytest
 
-from benchmarks import tables
-from benchmarks.shared import exactness_files, speech_files
 from speechscale.bench.stream import bench_stream, exactness
-from tests.conftest import shared
+from tests.conftest import exactness_files, shared, speech_files
 
 
 @pytest.mark.slow  # real processes end to end (make test runs it; make test-fast does not)
@@ -24,9 +22,6 @@ def test_bench_stream_times_every_chunk_refuses_one_too_many_and_counts_memory(s
     assert (m["streams"], m["abandoned"], m["failed"]) == (8, 2, 0)
     assert [k for k, _ in m["rss_mb_by_streams"]] == [2, 4, 6, 8] and m["warm_after"] == 8
     assert m["growth_mb"] == round(m["rss_mb_end"] - m["rss_mb_warm"], 1) and m["rss_mb_end"] > 50
-    table = tables.render("stream", {"results": res, "provenance": {"machine": "m", "date": "d", "commit": "c", "torch": "t",
-                                                                    "command": "x"}, "seconds": 1})
-    assert f"| 2 | 60 | {level['p50_ms']:,.0f} ms |" in table and "closed with 1013, goal 1013: reached" in table
 
 
 def test_the_bench_counts_streamed_texts_equal_to_the_offline_ones(streaming_checkpoint):

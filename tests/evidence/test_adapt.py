@@ -12,7 +12,8 @@ from benchmarks.decoding import split_manifest
 from speechscale.decoding.metrics import ErrorRate
 from speechscale.recipe import load_recipe
 from speechscale.training.trainer import Trainer
-from tests.conftest import main_benchmarks, main_cli, shared
+from tests.conftest import main_cli, shared
+from tests.evidence.conftest import main_benchmarks
 from tests.training.tiny import NARROW
 
 WORDS = "eight five four nine one seven six three two zero".split()

@@ -4,7 +4,8 @@ import pytest
 
 from benchmarks import tables
 from benchmarks.suite import SETTINGS
-from tests.conftest import run_benchmarks, shared
+from tests.conftest import shared
+from tests.evidence.conftest import run_benchmarks
 
 pytestmark = [pytest.mark.slow, pytest.mark.protocol]  # `benchmarks all`, real multi-process benchmark
 

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from benchmarks.convergence import _settings, bench_convergence, load_runs, summarize
-from tests.conftest import run_benchmarks, shared
+from tests.conftest import shared
+from tests.evidence.conftest import run_benchmarks
 
 
 def _run(strategy, seed, wer):

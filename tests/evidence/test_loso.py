@@ -15,7 +15,8 @@ from benchmarks.loso import (
     fold_train,
     summarize,
 )
-from tests.conftest import ROOT, run_benchmarks, shared
+from tests.conftest import ROOT, shared
+from tests.evidence.conftest import run_benchmarks
 
 
 def test_each_fold_trains_on_the_other_three_speakers_and_validates_on_its_own():

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.shared import speech_files
 from speechscale.bench.audio import speech
 from speechscale.bench.rawws import Conn, close_frame, frame, text
-from tests.conftest import start_server
+from tests.conftest import speech_files, start_server
 from tests.distributed.launch import kill_group, wait_for
 
 pytestmark = pytest.mark.slow  # real servers and raw sockets

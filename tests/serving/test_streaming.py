@@ -11,7 +11,7 @@ from speechscale.config import load_config
 from speechscale.data.audio import load_audio
 from speechscale.decoding.greedy import greedy_decode
 from speechscale.serving.streaming import StreamingRefused, StreamingSession
-from tests.conftest import shared
+from tests.conftest import exactness_files, shared
 
 CHUNKS_MS = [20, 100, 320, 1000, 37, 777 / 44.1]
 LDC_WORDS = ["she", "had", "your", "dark", "suit", "in", "greasy", "wash", "water", "all", "year", "yes", "no", "dart",
@@ -19,10 +19,7 @@ LDC_WORDS = ["she", "had", "your", "dark", "suit", "in", "greasy", "wash", "wate
 
 
 def _files():
-    fsdd = sorted(shared("fsdd", "recordings").glob("*_jackson_4*.wav"))[:12]
-    yesno = sorted(shared("yesno").glob("*.wav"))[::15]
-    ldc = sorted(shared("ldc93s1").glob("*.wav"))
-    return [*fsdd, *yesno, *ldc, shared("jfk", "jfk.flac")]
+    return exactness_files()
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ and recovers, a resumed graphed run is bit-exact, yesno reaches 0 % WER in bf16 
 the configuration: what auto means, and the one-line errors."""
 import copy
 import dataclasses
-import json
 
 import pytest
 import torch
@@ -237,25 +236,6 @@ def test_a_resumed_graphed_run_is_bit_exact(tmp_path):
     resumed.fit()
     for (name, x), y in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(x, y), name
-
-
-@pytest.mark.gpu
-@needs_cuda
-@pytest.mark.slow
-def test_yesno_reaches_at_most_one_wrong_word_in_bf16_with_graphs(tmp_path):
-    from benchmarks.recipes import RECIPES, run_recipe
-    from tests.conftest import shared
-
-    shared("yesno", "manifest.jsonl")
-    row = run_recipe("yesno", RECIPES["yesno"], tmp_path, ["trainer.device=cuda", "trainer.precision=bf16",
-                                                            "trainer.cuda_graphs=on"])
-    stop = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][-1]
-    # at most one of the 29 test files' 232 words: the recipe's own spread over seeds on the CPU is 0.0-0.4 %, and
-    # bf16 with the stacked bidirectional scheme and the graphed update ends at 0.43 % on seed 1 (gpu-step.json)
-    assert row["wer"] <= 1 / 232 + 1e-9, row
-    assert stop["kind"] == "stop" and stop["graph_captures"] >= 1 and stop["unshaped_batches"] == 0
-
-
 
 
 class _Layer(torch.nn.Module):

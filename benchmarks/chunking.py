@@ -15,8 +15,8 @@ time, by each way of cutting it (the arms, interleaved per recording) and its wh
 sentences' (WER):
 - sentences: each sentence's own span cut from the recording and transcribed alone (the mark to reach);
 - fixed-20, fixed-auto: chunks of at most 20 s (the old default) or the card's length, each cut at the quietest
-  20 ms within 2 s of its limit (serving.transcribe.split_points);
-- pauses-20: cut at pauses (serving.transcribe.pause_chunks) to at most 20 s;
+  20 ms within 2 s of its limit (inference.transcribe.split_points);
+- pauses-20: cut at pauses (inference.transcribe.pause_chunks) to at most 20 s;
 - pauses-auto-untrimmed: cut at pauses to the card's length, each chunk keeping half of the pause on each side;
 - auto: what `transcribe` does by default: `Transcriber(teacher).transcribe_batch([recording])`.
 Outside the package: how this repository makes its own figure.
@@ -54,7 +54,7 @@ def with_noise(wav: np.ndarray, snr_db: float | None, seed: int) -> np.ndarray:
 def arm_chunks(arm: str, wav: np.ndarray, rate: int, spans: list[tuple[float, float, str]],
                auto_s: float) -> list[tuple[int, int]] | None:
     """The sample ranges arm `arm` transcribes (None: the auto arm, the Transcriber's own cutting)."""
-    from speechscale.serving.transcribe import pause_chunks, split_points
+    from speechscale.inference.transcribe import pause_chunks, split_points
 
     if arm == "sentences":
         return [(round(a * rate), round(b * rate)) for a, b, _ in spans]
@@ -74,7 +74,7 @@ def transcribe_arms(auto: Any, whole: Any, recordings: list[dict[str, Any]], snr
     `snr_db`: `auto` is the default Transcriber, `whole` one whose chunk length exceeds any recording (it transcribes
     each given range as it is)."""
     from speechscale.decoding.metrics import ErrorRate
-    from speechscale.serving.transcribe import pause_chunks
+    from speechscale.inference.transcribe import pause_chunks
 
     rate = auto.sample_rate
     wer = {a: ErrorRate() for a in ARMS}
@@ -104,7 +104,7 @@ def transcribe_arms(auto: Any, whole: Any, recordings: list[dict[str, Any]], snr
 def main(argv: list[str] | None = None) -> int:
     from speechscale.bench.harness import write_json
     from speechscale.data.audio import load_audio
-    from speechscale.serving.transcribe import Transcriber
+    from speechscale.inference.transcribe import Transcriber
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     pool_args(p, fine_tunes=False)

@@ -42,7 +42,7 @@ def measure(work: Path) -> list[dict[str, Any]]:
     from speechscale.components import load_components
     from speechscale.data.audio import load_audio
     from speechscale.decoding.metrics import edit_distance
-    from speechscale.serving.streaming import StreamingSession
+    from speechscale.streaming.session import StreamingSession
 
     fixture = shared_data("deepspeech_pytorch")
     expected = json.loads((fixture / "expected.json").read_text())["models"]["unidirectional_lstm"]["files"]

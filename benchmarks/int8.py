@@ -27,7 +27,7 @@ def accuracy(checkpoint: str, tmp: Path) -> dict[str, Any]:
     from speechscale.data.manifest import SkipReport, iter_manifest
     from speechscale.decoding.metrics import ErrorRate
     from speechscale.export.exporter import export_model
-    from speechscale.serving.transcribe import Transcriber
+    from speechscale.inference.transcribe import Transcriber
     from speechscale.storage.checkpoints import load_checkpoint
 
     config = load_checkpoint(checkpoint)["config"]

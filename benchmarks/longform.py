@@ -98,9 +98,9 @@ def ablation(asr: Any, recordings: list[dict[str, Any]], max_seconds: float) -> 
     each cut at the pauses in the audio and at the gaps their own times leave, and greedy's cut at the audio's pauses
     with each segment decoded again on its own (label's way): cut_quality of each."""
     from speechscale.data.audio import load_audio
-    from speechscale.serving.align import align_waveform
-    from speechscale.serving.labelling import decode_alone
-    from speechscale.serving.segments import audio_pauses, cut_at_pauses
+    from speechscale.inference.align import align_waveform
+    from speechscale.inference.segments import audio_pauses, cut_at_pauses
+    from speechscale.labelling import decode_alone
 
     lines: dict[str, list[dict[str, Any]]] = {}
     for rec in recordings:
@@ -120,7 +120,7 @@ def ablation(asr: Any, recordings: list[dict[str, Any]], max_seconds: float) -> 
 def sentences_wer(asr: Any, pool: list[dict[str, Any]]) -> float:
     """Greedy's WER (`asr`: a Transcriber) on the pool's sentences, each its own file."""
     from speechscale.decoding.metrics import ErrorRate
-    from speechscale.serving.transcribe import transcribe_files
+    from speechscale.inference.transcribe import transcribe_files
 
     wer = ErrorRate()
     for row, (_, res) in zip(pool, transcribe_files(asr, [r["audio_filepath"] for r in pool], 16)):
@@ -131,7 +131,7 @@ def sentences_wer(asr: Any, pool: list[dict[str, Any]]) -> float:
 def main(argv: list[str] | None = None) -> int:
     from speechscale.bench.harness import write_json
     from speechscale.decoding.lm import build_arpa
-    from speechscale.serving.transcribe import Transcriber
+    from speechscale.inference.transcribe import Transcriber
     from speechscale.storage.checkpoints import load_checkpoint
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

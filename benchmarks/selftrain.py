@@ -63,7 +63,7 @@ def run_writing(args: list[str], out: Path) -> dict[str, Any]:
     """A speechscale command that writes `out` and its rejected file (both removed first): its last JSON line, and
     the seconds it took."""
     from speechscale.bench.harness import run_cli
-    from speechscale.serving.labelling import rejected_path
+    from speechscale.labelling import rejected_path
 
     for f in (out, rejected_path(out)):
         f.unlink(missing_ok=True)

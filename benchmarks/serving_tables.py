@@ -57,7 +57,7 @@ def render_stream_stacks(res: list[dict[str, Any]]) -> str:
             lines.append(f"server memory over {gm['streams']} streams: {gm['growth_mb']:+.1f} against "
                          f"{wm['growth_mb']:+.1f} MB")
     return ("`bench stream` on each connection stack of `serve --ws`, one after the other in one run: *guarded* "
-            "(uvicorn's h11 and websockets sans-I/O protocols with serving/transport.py's limits) and *wsproto* "
+            "(uvicorn's h11 and websockets sans-I/O protocols with service/transport.py's limits) and *wsproto* "
             "(uvicorn's wsproto, the stack before). Real speech in real time in 100 ms chunks; latency is chunk to "
             "answer.\n\n" + _md(["stack", "streams", "p50 ms", "p95 ms", "max ms", "CPU/audio s", "failed streams",
                                  "one more stream"], rows) + "\n" + "".join(f"- guarded against wsproto, {x}\n"

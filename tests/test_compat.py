@@ -114,7 +114,7 @@ def test_one_fused_lerp_moves_every_tensor_as_lerp_does():
 
 
 def test_starlette_parses_a_form_from_a_body_the_server_read_itself():
-    """serving/server.py reads (and limits) the body, then hands it to `request.form()`: the stream is spent."""
+    """service/server.py reads (and limits) the body, then hands it to `request.form()`: the stream is spent."""
     from starlette.requests import Request
 
     body = (b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"

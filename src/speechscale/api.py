@@ -29,7 +29,7 @@
     >>> model.stream()   # a bidirectional model reads each utterance from its end too
     Traceback (most recent call last):
     ...
-    speechscale.serving.recognizer.StreamingRefused: ds2-tiny has bidirectional RNNs, which read ...from its end
+    speechscale.streaming.recognizer.StreamingRefused: ds2-tiny has bidirectional RNNs, which read ...from its end
 
 `speechscale.train` is `speechscale train --config RECIPE` with each section's keys given as a mapping
 (`trainer={"max_epochs": 3}` is `trainer.max_epochs=3`); `overrides` takes `key=value` strings as the CLI does.
@@ -45,19 +45,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .streaming.events import Word  # one Word: a transcript's and a stream's final's
+
 if TYPE_CHECKING:
-    from .serving.streaming import StreamingSession
-
-
-@dataclass(frozen=True)
-class Word:
-    """A word of a transcript: its start and end in seconds and a confidence (0-1) from the CTC alignment (the greedy
-    path, or a beam search's text aligned to the frames); None where no time is known (a live stream's beam)."""
-
-    word: str
-    start: float | None = None
-    end: float | None = None
-    confidence: float | None = None
+    from .streaming.session import StreamingSession
 
 
 @dataclass(frozen=True)
@@ -79,8 +70,8 @@ class Transcript:
 
     def subtitles(self, fmt: str = "srt", **rules: Any) -> str:
         """The transcript as an SRT or WebVTT file's text (`transcribe --format srt|vtt`); `rules`: line_chars,
-        lines, max_seconds, pause_s (serving.subtitles.make_cues)."""
-        from .serving.subtitles import make_cues, render
+        lines, max_seconds, pause_s (inference.subtitles.make_cues)."""
+        from .inference.subtitles import make_cues, render
 
         return render(make_cues(self.words, self.duration, **rules), fmt)
 
@@ -103,18 +94,35 @@ class Model:
         not an export; `transcribe --graphs`). `chunk_seconds`: long audio is cut at its pauses into chunks at most
         this long (None: the length the model's card says it trained on, `transcribe --chunk-seconds auto`)."""
         from .decoding.decoders import DecoderConfig
-        from .serving.transcribe import Transcriber
+        from .inference.transcribe import Transcriber
         from .storage.checkpoints import model_path
+        from .streaming.opener import StreamModel, is_step_file, open_streams
 
         path = model_path(path)
         self.path = str(path)
         dcfg = DecoderConfig(name=decoder, beam_width=beam_width, lm=lm or "", lexicon=lexicon or "")
+        self._decoder = dcfg
+        self._streams: StreamModel | None = None
+        if is_step_file(path):  # `export --streaming`'s file: it runs streams only
+            self._streams = open_streams(path)
+            self._asr = None
+            self.backend: str = "onnx-step"
+            self.sample_rate: int = self._streams.comps.features.cfg.sample_rate
+            self.device = "cpu"
+            return
         self._asr = Transcriber(path, chunk_seconds=chunk_seconds, backend="auto", decoder=dcfg, device=device,
                                 graphs=graphs)
-        self.backend: str = self._asr.backend
-        self._decoder = dcfg
-        self.sample_rate: int = self._asr.sample_rate
+        self.backend = self._asr.backend
+        self.sample_rate = self._asr.sample_rate
         self.device = str(self._asr.device)
+
+    @property
+    def _offline(self) -> Any:
+        """What transcribes whole recordings (inference.transcribe.Transcriber); a streaming step has none."""
+        if self._asr is None:
+            raise ValueError(f"{self.path} is a streaming step (export --streaming): it runs streams only "
+                             "(Model.stream); transcribe with the checkpoint or an offline export")
+        return self._asr
 
     @property
     def module(self) -> Any:
@@ -122,13 +130,13 @@ class Model:
         an exported file has none (ValueError)."""
         if self.backend != "torch":
             raise ValueError(f"a {self.backend} export has no nn.Module; load the checkpoint it was exported from")
-        return self._asr.comps.model
+        return self._offline.comps.model
 
     @property
     def components(self) -> Any:
         """What the model is assembled from (components.Components): `model`, `features`, `tokenizer` (the
         alphabet) and `normalizer` (the text normalization its scores use)."""
-        return self._asr.comps
+        return self._streams.comps if self._streams is not None else self._offline.comps
 
     @functools.cached_property
     def card(self) -> dict[str, Any]:
@@ -154,11 +162,12 @@ class Model:
         if isinstance(audios, (str, Path, np.ndarray, bytes)) or is_tensor(audios) or not hasattr(audios, "__iter__"):
             raise ValueError(f"transcribe_batch takes a list of files or waveforms, got one {type(audios).__name__} "
                              "(transcribe takes one)")
-        language = self._asr.comps.normalizer.digits_language
+        asr = self._offline
+        language = asr.comps.normalizer.digits_language
         if digits:
             check_written_digits(language)
         wavs = [self._waveform(a, sample_rate) for a in audios]
-        return [Transcript.from_dict(written(r, language) if digits else r) for r in self._asr.transcribe_batch(wavs)]
+        return [Transcript.from_dict(written(r, language) if digits else r) for r in asr.transcribe_batch(wavs)]
 
     def evaluate(self, manifest: str | Path, batch_seconds: float = 120.0) -> dict[str, Any]:
         """WER and CER on a manifest or shard index through this model's decoder (`speechscale eval --json`): wer,
@@ -170,7 +179,7 @@ class Model:
                              "checkpoint it was exported from)")
         if not (isinstance(batch_seconds, (int, float)) and 0 < batch_seconds < float("inf")):
             raise ValueError(f"batch_seconds must be a positive number of seconds, got {batch_seconds!r}")
-        comps = self._asr.comps
+        comps = self._offline.comps
         loader, report = manifest_loader(comps, str(manifest), batch_seconds)
         return score_loaded(comps, loader, report, self._decoder)[0]
 
@@ -180,10 +189,10 @@ class Model:
         align`; audio longer than `segment_seconds` a segment at a time): a Transcript of the normalized text whose
         words carry start, end and a confidence, with the share of the speech they cover and the stretches of speech
         no word times (`speech_covered`, `untimed`: a text that leaves words out). ValueError
-        (serving.align.AlignError) when the text cannot be aligned to the audio."""
-        from .serving.align import align_waveform
+        (inference.align.AlignError) when the text cannot be aligned to the audio."""
+        from .inference.align import align_waveform
 
-        res = align_waveform(self._asr, self._waveform(audio, sample_rate), text, segment_seconds)
+        res = align_waveform(self._offline, self._waveform(audio, sample_rate), text, segment_seconds)
         return Transcript.from_dict(res)
 
     def _waveform(self, audio: str | Path | np.ndarray, sample_rate: int | None) -> np.ndarray:
@@ -199,24 +208,28 @@ class Model:
         wav = as_waveform(audio)
         return wav if rate == self.sample_rate else resample(wav, rate, self.sample_rate)
 
-    def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30, step_ms: float = 100.0
+    def stream(self, sample_rate: int | None = None, endpoint_frames: int = 30, step_ms: float | None = None
                ) -> StreamingSession:
         """A live stream of mono audio at `sample_rate` (default: the model's): `.accept(samples)` and `.finish()`
-        return typed events (serving.events: Partial, Final with its Words), `.text` is the transcript so far.
-        A checkpoint of a streaming model (e.g. the demo_streaming recipe's); others raise with the reason. With a
-        beam or lexicon decoder, each phrase is searched incrementally as its own utterance. `step_ms`: audio per
-        model step, rounded up to whole output frames (a streaming conformer attends in chunks of those frames)."""
-        from .serving.streaming import StreamingSession
+        return typed events (streaming.events: Partial, Final with its Words), `.text` is the transcript so far.
+        A checkpoint of a streaming model (e.g. the demo_streaming recipe's), or its ONNX streaming step (`export
+        --streaming`, run by onnxruntime); others raise with the reason. With a beam or lexicon decoder, each phrase
+        is searched incrementally as its own utterance. `step_ms`: audio per model step (default 100), rounded up to
+        whole output frames (a streaming conformer attends in chunks of those frames; an ONNX step's is fixed)."""
+        from .streaming.opener import open_streams
 
-        if self.backend != "torch":
-            raise ValueError(f"streaming runs a checkpoint, not a {self.backend} export")
+        if self._streams is not None:
+            streams = self._streams if step_ms is None else open_streams(self.path, step_ms=step_ms)
+        elif self.backend != "torch":
+            raise ValueError(f"streaming runs a checkpoint or its streaming step, not a {self.backend} export")
+        else:
+            streams = open_streams(self._offline.comps, step_ms=step_ms)
         decoder = None
         if self._decoder.name != "greedy":  # a search of the stream's own, a phrase at a time
             from .decoding.decoders import build_decoder
 
-            decoder = build_decoder(self._decoder, self._asr.comps.tokenizer, self._asr.comps.normalizer)
-        return StreamingSession(self._asr.comps, sample_rate=sample_rate, endpoint_frames=endpoint_frames,
-                                decoder=decoder, chunk_ms=step_ms)
+            decoder = build_decoder(self._decoder, streams.comps.tokenizer, streams.comps.normalizer)
+        return streams.session(sample_rate=sample_rate, endpoint_frames=endpoint_frames, decoder=decoder)
 
     def __repr__(self) -> str:
         return f"speechscale.Model({self.path!r}, backend={self.backend!r}, device={self.device!r})"

@@ -9,7 +9,7 @@ from benchmarks import chunking, longform, tables
 from speechscale.data.audio import load_audio
 from speechscale.data.synth import synthesize_corpus
 from speechscale.decoding.metrics import ErrorRate
-from speechscale.serving.transcribe import Transcriber, pause_chunks
+from speechscale.inference.transcribe import Transcriber, pause_chunks
 from speechscale.training.trainer import Trainer
 from tests.conftest import shared
 from tests.training.tiny import ldc_config

@@ -9,7 +9,7 @@ import soundfile as sf
 from benchmarks import longform, tables
 from speechscale.data.synth import synthesize_corpus
 from speechscale.decoding.metrics import ErrorRate
-from speechscale.serving.transcribe import Transcriber
+from speechscale.inference.transcribe import Transcriber
 from speechscale.training.trainer import Trainer
 from tests.conftest import shared
 from tests.training.tiny import ldc_config

@@ -43,7 +43,7 @@ def test_the_onnx_step_batches_streams_of_different_files_and_rates(streaming_ch
     batches (padded to powers of two) until each ends, and each gets its own offline logits and text."""
     import soundfile as sf
 
-    from speechscale.serving.recognizer import Recognizer
+    from speechscale.streaming.recognizer import Recognizer
 
     comps = load_components(streaming_checkpoint)
     rec = Recognizer(comps, step=OnnxStep(onnx_step))
@@ -154,3 +154,39 @@ def test_a_streaming_step_with_a_junk_description_is_one_line_before_any_state(s
         code, _, err = main_cli(capsys, *command)
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and words in lines[0] and "junk.onnx" in lines[0], err
+
+
+def test_one_opener_runs_the_onnx_step_for_the_api_and_the_websocket_route(streaming_checkpoint, onnx_step, tmp_path):
+    """streaming.opener: `speechscale.load(step.onnx).stream()` and `serve --stream-step step.onnx` run the step in
+    onnxruntime, as `transcribe --stream` does, and give the offline text; the step file transcribes nothing whole."""
+    import numpy as np
+
+    import speechscale
+    from speechscale.data.audio import load_audio
+    from tests.conftest import start_server
+    from tests.distributed.launch import kill_group
+    from tests.serving.test_stream_ws import _talk
+
+    path = shared("ldc93s1", "LDC93S1.wav")
+    _, text = _offline(load_components(streaming_checkpoint), path)
+    model = speechscale.load(str(onnx_step), device="cpu")
+    assert model.backend == "onnx-step" and model.components.model_name == "ds2-streaming-tiny"
+    wav = load_audio(path, 16000)
+    session = model.stream(sample_rate=16000)
+    for piece in np.array_split(wav, 9):
+        session.accept(piece)
+    session.finish()
+    assert session.text == text
+    with pytest.raises(ValueError, match="runs streams only"):
+        model.transcribe(wav, sample_rate=16000)
+    with pytest.raises(ConfigError, match="fixed when it is exported"):
+        model.stream(step_ms=200)
+    proc, url = start_server(streaming_checkpoint, tmp_path / "serve.log", "--stream-step", str(onnx_step))
+    try:
+        pcm = (wav * 32767).round().astype("<i2").tobytes()
+        messages, code, _ = _talk(url, {"type": "start", "sample_rate": 16000, "encoding": "pcm16"},
+                                  [pcm[i:i + 3200] for i in range(0, len(pcm), 3200)])
+    finally:
+        kill_group(proc)
+    pcm_text = _offline(load_components(streaming_checkpoint), path)[1]
+    assert code == 1000 and messages[-1] == {"type": "end", "text": pcm_text}

@@ -1,4 +1,4 @@
-"""`speechscale align` (serving.align): a known transcript timed on its recording. Ground truth by construction: the
+"""`speechscale align` (inference.align): a known transcript timed on its recording. Ground truth by construction: the
 LDC93S1 sentence twice with 1.5 s of silence between lands the second copy's words 4.425 s after the first's, also
 when the audio runs through the model in chunks; long audio is aligned in segments with the times of one search;
 the sentence's own recording aligns to greedy's word times;
@@ -53,7 +53,7 @@ def test_words_are_matched_by_least_edits_also_in_a_text_that_repeats():
     missing, extra and changed words are edits; the text's tail past the heard words is free."""
     from difflib import SequenceMatcher
 
-    from speechscale.serving.align import match_words
+    from speechscale.inference.align import match_words
 
     copy = "she had your dark suit in greasy wash water all year".split()  # 11 words
     said, mid = copy * 5, copy[1:10]  # "had" ... "all"
@@ -75,8 +75,8 @@ def test_long_audio_is_aligned_a_segment_at_a_time_with_the_times_of_one_search(
     between words both texts agree on, each copy's words land at its own start, and the words are those of one
     search over the whole file to within a frame, except beside a cut. Without any point to cut at, a segment too
     big to search is one line."""
+    from speechscale.inference.transcribe import Transcriber
     from speechscale.serving import align
-    from speechscale.serving.transcribe import Transcriber
 
     wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
     gaps = [0.4, 1.8, 0.7, 1.2, 0.5, 1.5, 0.9, 0.6]

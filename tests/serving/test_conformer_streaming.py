@@ -12,8 +12,8 @@ import torch
 from speechscale.components import load_components
 from speechscale.export.stream_runtime import OnnxStep
 from speechscale.export.stream_step import export_stream_step
-from speechscale.serving.recognizer import Recognizer
 from speechscale.storage.checkpoints import load_checkpoint, save_checkpoint
+from speechscale.streaming.recognizer import Recognizer
 from tests.conftest import shared
 from tests.serving.test_streaming import CHUNKS_MS, _files, _offline, _stream
 

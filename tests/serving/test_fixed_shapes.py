@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from speechscale.components import build_components
+from speechscale.inference.graphed import FixedShapeForward, bucket_frames, bucket_rows
 from speechscale.recipe import load_recipe
-from speechscale.serving.graphed import FixedShapeForward, bucket_frames, bucket_rows
 from tests.conftest import shared
 
 

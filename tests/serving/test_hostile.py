@@ -200,8 +200,8 @@ def test_one_failing_item_fails_alone_and_a_dead_batcher_shows_in_healthz(ldc_ch
 
     import uvicorn
 
-    from speechscale.serving.server import Batcher, Limits, create_app
-    from speechscale.serving.transcribe import Transcriber
+    from speechscale.inference.transcribe import Transcriber
+    from speechscale.service.server import Batcher, Limits, create_app
 
     asr = Transcriber(str(ldc_checkpoint))
     good = sf.read(str(shared("ldc93s1", "LDC93S1.wav")), dtype="float32")[0]

@@ -10,8 +10,8 @@ import soundfile as sf
 from speechscale.data.audio import load_audio
 from speechscale.data.manifest import read_manifest
 from speechscale.decoding.metrics import ErrorRate
-from speechscale.serving.labelling import gather, part_of, written
-from speechscale.serving.transcribe import Transcriber
+from speechscale.inference.transcribe import Transcriber
+from speechscale.labelling import gather, part_of, written
 from tests.conftest import shared
 from tests.distributed.launch import kill_group, start, wait_for
 

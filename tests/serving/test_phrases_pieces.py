@@ -9,8 +9,8 @@ from speechscale.data.synth import sentence
 from speechscale.decoding.alignment import word_times
 from speechscale.decoding.decoders import DecoderConfig, build_decoder
 from speechscale.decoding.greedy import greedy_decode
-from speechscale.serving.events import Final
-from speechscale.serving.phrases import PhraseDecoder
+from speechscale.streaming.events import Final
+from speechscale.streaming.phrases import PhraseDecoder
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz' "
 
@@ -97,7 +97,7 @@ def test_a_word_piece_model_streams_the_offline_words_with_their_times(streaming
 
     from speechscale.components import load_components
     from speechscale.data.audio import load_audio
-    from speechscale.serving.streaming import StreamingSession
+    from speechscale.streaming.session import StreamingSession
     from tests.conftest import shared
 
     comps = load_components(streaming_pieces_checkpoint)

@@ -8,7 +8,7 @@ import soundfile as sf
 import torch
 
 from speechscale.components import load_components
-from speechscale.serving.recognizer import Recognizer
+from speechscale.streaming.recognizer import Recognizer
 from tests.serving.test_streaming import CHUNKS_MS, _files, _offline, _stream
 
 

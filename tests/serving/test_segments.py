@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from speechscale.serving.segments import EDGE_S, cut_at_pauses
+from speechscale.inference.segments import EDGE_S, cut_at_pauses
 
 
 def _words(rng, n, long_pauses=()):
@@ -61,7 +61,7 @@ def test_a_short_recording_is_one_segment_and_no_words_none():
 def test_pauses_come_from_the_audio_where_a_word_is_timed_late_and_none_is_invented_at_the_edges():
     import numpy as np
 
-    from speechscale.serving.segments import audio_pauses
+    from speechscale.inference.segments import audio_pauses
 
     rate = 16000
     rng = np.random.default_rng(0)
@@ -85,7 +85,7 @@ def test_a_first_letter_timed_early_inside_the_pause_leaves_its_word_after_the_c
     sentences puts it with the words after it, not before; an inner gap of a word stays no pause."""
     import numpy as np
 
-    from speechscale.serving.segments import audio_pauses
+    from speechscale.inference.segments import audio_pauses
 
     rate = 16000
     rng = np.random.default_rng(2)
@@ -106,7 +106,7 @@ def test_a_first_letter_timed_early_inside_the_pause_leaves_its_word_after_the_c
 def test_a_trailing_pause_is_found_at_rates_whose_frames_are_not_whole_milliseconds(rate):
     import numpy as np
 
-    from speechscale.serving.segments import audio_pauses, quiet_runs
+    from speechscale.inference.segments import audio_pauses, quiet_runs
 
     rng = np.random.default_rng(1)
     wav = np.zeros(int(3.0 * rate) + 7, np.float32)  # a few samples past the last whole frame
@@ -211,7 +211,7 @@ def test_a_word_timed_across_a_pause_from_a_click_keeps_the_loud_sound_after_it(
     click. The word keeps the loud sound, and the pause after it is the one after that sound."""
     import numpy as np
 
-    from speechscale.serving.segments import in_speech
+    from speechscale.inference.segments import in_speech
 
     rate, rng = 16000, np.random.default_rng(3)
     wav = np.zeros(3 * rate, np.float32)

@@ -180,8 +180,8 @@ def test_align_times_an_uploaded_transcript_as_the_cli_does_and_refuses_what_it_
     import srt
 
     from speechscale.data.audio import load_audio
-    from speechscale.serving.align import align_waveform
-    from speechscale.serving.transcribe import Transcriber
+    from speechscale.inference.align import align_waveform
+    from speechscale.inference.transcribe import Transcriber
 
     path = shared("ldc93s1", "LDC93S1.wav")
     audio, raw = path.read_bytes(), "She had your dark suit in greasy wash water all year."

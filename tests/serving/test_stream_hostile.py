@@ -287,7 +287,7 @@ def test_a_streams_send_is_given_up_at_the_idle_limit_when_that_is_shorter():
     until the 10 s send timeout, past a 5 s idle limit)."""
     from types import SimpleNamespace
 
-    from speechscale.serving.transport import protocols
+    from speechscale.service.transport import protocols
 
     for idle, send, want in ((5.0, 10.0, 5.0), (3.0, 2.0, 2.0)):
         limits = SimpleNamespace(stream_idle_s=idle, stream_send_timeout_s=send, header_timeout_s=2.0, max_pending=8)

@@ -10,7 +10,7 @@ from speechscale.components import build_components, load_components
 from speechscale.config import load_config
 from speechscale.data.audio import load_audio
 from speechscale.decoding.greedy import greedy_decode
-from speechscale.serving.streaming import StreamingRefused, StreamingSession
+from speechscale.streaming.session import StreamingRefused, StreamingSession
 from tests.conftest import exactness_files, shared
 
 CHUNKS_MS = [20, 100, 320, 1000, 37, 777 / 44.1]
@@ -100,7 +100,7 @@ def test_running_normalization_streams_exactly_with_each_streams_own_statistics(
     import dataclasses
 
     from speechscale.data.features import FeatureExtractor, global_stats
-    from speechscale.serving.recognizer import Recognizer
+    from speechscale.streaming.recognizer import Recognizer
 
     files = [shared("ldc93s1", "LDC93S1.wav"), shared("jfk", "jfk.flac"), _files()[0]]
     stats = global_stats(comps.features.raw(torch.from_numpy(load_audio(f, 16000))) for f in files)

@@ -1,4 +1,4 @@
-"""Subtitles (serving.subtitles, `transcribe --format srt|vtt`): cues break at pauses, at 7 s and where two lines of
+"""Subtitles (inference.subtitles, `transcribe --format srt|vtt`): cues break at pauses, at 7 s and where two lines of
 42 characters are full, stay inside the audio and never overlap; what they write parses with the `srt` and
 `webvtt-py` libraries to the same cues; the CLI writes them for a real recording from greedy and beam words alike,
 to standard output or a folder, and says in one line what it cannot do."""
@@ -8,7 +8,7 @@ import pytest
 import srt
 import webvtt
 
-from speechscale.serving.subtitles import make_cues, render, wrap
+from speechscale.inference.subtitles import make_cues, render, wrap
 from tests.conftest import main_cli, shared
 
 LDC = "she had your dark suit in greasy wash water all year"

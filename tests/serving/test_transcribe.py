@@ -10,7 +10,7 @@ import soundfile as sf
 
 from speechscale.config import ConfigError
 from speechscale.decoding.metrics import edit_distance
-from speechscale.serving.transcribe import EDGE_S, Transcriber, pause_chunks, split_points
+from speechscale.inference.transcribe import EDGE_S, Transcriber, pause_chunks, split_points
 from tests.conftest import shared
 
 LDC = "she had your dark suit in greasy wash water all year"

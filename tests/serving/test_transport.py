@@ -1,4 +1,4 @@
-"""serving/transport.py's protocols in a real uvicorn on loopback, under a minimal ASGI app: a WebSocket send into a
+"""service/transport.py's protocols in a real uvicorn on loopback, under a minimal ASGI app: a WebSocket send into a
 client that reads nothing fails after the send timeout and the connection goes; connections that never finish
 their headers are held apart from --max-connections, at most max_pending of them, oldest closed first."""
 import socket
@@ -9,8 +9,8 @@ import pytest
 import uvicorn
 
 from speechscale.bench.rawws import Conn
-from speechscale.serving.server import Limits
-from speechscale.serving.transport import protocols
+from speechscale.service.server import Limits
+from speechscale.service.transport import protocols
 from tests.distributed.launch import free_port
 
 

@@ -17,11 +17,11 @@ from torch import nn
 import speechscale
 from speechscale.components import load_components
 from speechscale.data.audio import load_audio
-from speechscale.serving.phrases import MAX_ENDPOINT_FRAMES
 from speechscale.storage.checkpoints import load_checkpoint
 from speechscale.storage.deepspeech_pytorch import LIGHTNING
 from speechscale.storage.errors import ModelFileError
 from speechscale.storage.untrusted import archive_records, read_archive, read_model_bytes
+from speechscale.streaming.phrases import MAX_ENDPOINT_FRAMES
 from tests.conftest import main_cli, run_cli, shared
 
 MODELS = ("bidirectional_gru", "unidirectional_lstm")

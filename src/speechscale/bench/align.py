@@ -86,8 +86,8 @@ def bench_align(checkpoints: list[str], sentences: int = 40, seed: int = 1, voic
     segments past two minutes), with the seconds it took."""
     from ..data.audio import resample
     from ..data.synth import TEST_VOICE
-    from ..serving.align import align_waveform
-    from ..serving.transcribe import Transcriber
+    from ..inference.align import align_waveform
+    from ..inference.transcribe import Transcriber
 
     asrs = [Transcriber(c) for c in checkpoints]  # every checkpoint read before any work
     rate = asrs[0].sample_rate

@@ -9,7 +9,7 @@ the features' copy to the device, the forward pass and the log-softmax, until th
 (`sync`). Modes, interleaved round after round (bench/harness.py):
   eager   - the model in eval mode under inference_mode (autocast in --precision on a GPU), lengths on the host
             (cuDNN's packed RNN path), as `eval` and `transcribe` run it;
-  graphed - the same forward captured once as a CUDA graph and replayed (serving/graphed.py), lengths on the device;
+  graphed - the same forward captured once as a CUDA graph and replayed (inference/graphed.py), lengths on the device;
   onnx    - `speechscale export`'s file on onnxruntime: its CUDA provider on a GPU (onnxruntime-gpu), else the CPU;
   onnx-int8 - `speechscale export --int8`'s file (matrix products and LSTMs with int8 weights), the same way.
 Each row also gives its largest difference from eager's log-probabilities on the valid frames.
@@ -36,14 +36,14 @@ def _runner(mode: str, comps: Any, ckpt: Path, tmp: Path, device: torch.device, 
     """One mode's callable: features (B, F, T) and lengths (B,) on the host -> log-probabilities (B, T', V)."""
     model = comps.model
     if mode == "eager":
-        from ..serving.graphed import log_probs
+        from ..inference.graphed import log_probs
 
         def eager(feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
             with torch.inference_mode():
                 return log_probs(model, feats.to(device, non_blocking=True), lengths, dtype)
         return eager
     if mode == "graphed":
-        from ..serving.graphed import GraphedForward
+        from ..inference.graphed import GraphedForward
 
         if device.type != "cuda":
             raise ValueError("graphed needs a CUDA device")

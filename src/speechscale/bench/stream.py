@@ -286,8 +286,8 @@ def exactness(checkpoint: str, files: list[Path], chunks_ms: tuple[float, ...] =
     from ..decoding.greedy import greedy_decode
     from ..export.stream_runtime import OnnxStep
     from ..export.stream_step import export_stream_step
-    from ..serving.recognizer import Recognizer
-    from ..serving.streaming import StreamingSession
+    from ..streaming.recognizer import Recognizer
+    from ..streaming.session import StreamingSession
 
     comps = load_components(checkpoint)
     model, rate = comps.model.eval(), comps.features.cfg.sample_rate

@@ -194,8 +194,8 @@ def sample_rate(text: str) -> int:
 
 
 def endpoint_frames(text: str) -> int:
-    """An argparse type: the quiet output frames that end a streamed phrase (serving.phrases' bounds)."""
-    from ..serving.phrases import MAX_ENDPOINT_FRAMES
+    """An argparse type: the quiet output frames that end a streamed phrase (streaming.phrases' bounds)."""
+    from ..streaming.phrases import MAX_ENDPOINT_FRAMES
 
     return _whole(text, 1, MAX_ENDPOINT_FRAMES, f"a whole number from 1 to {MAX_ENDPOINT_FRAMES}")
 
@@ -204,7 +204,7 @@ def chunk_seconds(text: str) -> float | None:
     """An argparse type: --chunk-seconds, `auto` (None: the length the model's card suggests) or seconds (>= 1)."""
     if text == "auto":
         return None
-    from ..serving.transcribe import MIN_CHUNK_SECONDS
+    from ..inference.transcribe import MIN_CHUNK_SECONDS
 
     try:
         seconds = float(text)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..serving.segments import MIN_SPEECH
+from ..inference.segments import MIN_SPEECH
 from .args import (
     DecoderDefaults,
     Parser,
@@ -63,7 +63,7 @@ def evaluate(args: argparse.Namespace) -> int:
     dcfg = decoder_config(args)
     wrap = None
     if args.graphs:
-        from ..serving.graphed import FixedShapeForward, check_graphs_device
+        from ..inference.graphed import FixedShapeForward, check_graphs_device
 
         check_graphs_device(args.device)  # before the checkpoint is read
         wrap = FixedShapeForward
@@ -184,32 +184,14 @@ def stream(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from ..components import load_components
     from ..config import ConfigError
-    from ..serving.streaming import StreamingRefused, StreamingSession
+    from ..streaming.opener import open_streams
+    from ..streaming.session import StreamingRefused
 
     if len(args.files) != 1:
         raise ConfigError("--stream takes one FILE (or - for raw 16-bit mono PCM on standard input)")
-    from ..serving.recognizer import step_problem
-
-    if args.step_ms is not None and (problem := step_problem(args.step_ms)):
-        raise ConfigError(f"--step-ms: {problem}")
-    from ..export.runtime import exported_file
-    from ..export.stream_runtime import OnnxStep, is_stream_step
-
-    step = None
-    if str(args.checkpoint).endswith(".onnx"):
-        with exported_file(args.checkpoint) as local:  # a URL's copied for onnxruntime to read
-            step = OnnxStep(local) if is_stream_step(local) else None
-    if step is not None:  # `export --streaming`'s file: the model's description from it, onnxruntime runs it
-        if args.step_ms is not None:
-            raise ConfigError("--step-ms: an exported step's chunk is fixed when it is exported (export --streaming "
-                              "--chunk FRAMES)")
-        from ..components import components_from_description
-
-        comps = components_from_description(step.description, where=str(args.checkpoint))
-    else:
-        comps = load_components(args.checkpoint, args.device)
+    streams = open_streams(args.checkpoint, args.device, args.step_ms, flag="--step-ms")
+    comps = streams.comps
     source = args.files[0]
     if source == "-":
         rate = args.rate or comps.features.cfg.sample_rate
@@ -238,8 +220,7 @@ def stream(args: argparse.Namespace) -> int:
             from ..decoding.decoders import build_decoder
 
             decoder = build_decoder(dcfg, comps.tokenizer, comps.normalizer)
-        session = StreamingSession(comps, sample_rate=rate, endpoint_frames=args.endpoint_frames, step=step,
-                                   decoder=decoder, chunk_ms=args.step_ms or 100.0)
+        session = streams.session(sample_rate=rate, endpoint_frames=args.endpoint_frames, decoder=decoder)
     except StreamingRefused as e:
         raise ConfigError(f"--stream: {e}") from None
     if args.digits:
@@ -254,7 +235,7 @@ def stream(args: argparse.Namespace) -> int:
     fed = 0.0
 
     def show(events: list[Any]) -> None:
-        for e in events:  # serving.events: Partial | Final
+        for e in events:  # streaming.events: Partial | Final
             e = e.in_digits(comps.normalizer.digits_language) if args.digits and e.type == "final" else e
             if args.json:
                 print(json.dumps(e.to_dict()), flush=True)
@@ -283,7 +264,7 @@ def _pcm_chunks(stream: Any, rate: int) -> Any:
 def transcribe(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..decoding.metrics import ErrorRate
-    from ..serving.transcribe import Transcriber, transcribe_files
+    from ..inference.transcribe import Transcriber, transcribe_files
     from ..storage.files import write_bytes
 
     if args.json and args.format not in ("text", "json"):  # text is --format's default: not a choice made
@@ -375,7 +356,7 @@ def _files_in_folders(files: list[str]) -> tuple[list[str], dict[str, str]]:
 
 def _write_subtitles(f: str, res: dict[str, Any], fmt: str, out: Path | None) -> None:
     """`res`'s timed words as subtitles in `fmt`: to `out` (and its name printed beside `f`'s), or to standard output."""
-    from ..serving.subtitles import make_cues, render
+    from ..inference.subtitles import make_cues, render
 
     text = render(make_cues(res["words"], res["duration"]), fmt)
     if out is None:
@@ -423,7 +404,7 @@ def _output_paths(files: list[str], fmt: str, out_dir: Path | None, manifest: st
 def align(args: argparse.Namespace) -> int:
     """`align`: each FILE's (or manifest utterance's) transcript timed on its audio."""
     from ..config import ConfigError
-    from ..serving.align import MIN_SEGMENT_SECONDS
+    from ..inference.align import MIN_SEGMENT_SECONDS
 
     if args.text is not None and args.text_file is not None:
         raise ConfigError("give the transcript once: --text \"...\" or --text-file PATH")
@@ -463,8 +444,8 @@ def align(args: argparse.Namespace) -> int:
     else:
         utts = [Utterance(args.files[0], 0.0, args.text, args.text, 0)]
     subtitles = _output_paths([u.audio_path for u in utts], args.format, args.out_dir, None, text_files=False)
-    from ..serving.align import AlignError, align_waveform
-    from ..serving.transcribe import Transcriber
+    from ..inference.align import AlignError, align_waveform
+    from ..inference.transcribe import Transcriber
 
     asr = Transcriber(args.checkpoint, chunk_seconds=args.chunk_seconds, backend=args.backend, device=args.device)
     failed, cut = 0, _SegmentWriter(args) if args.out_manifest is not None else None
@@ -508,7 +489,7 @@ COVERED_WARN = 0.8  # align warns when its transcript's words cover less of the 
 def _check_out_manifest(args: argparse.Namespace) -> None:
     """align --out-manifest: a new JSONL file, not an input, with JSON output; one line before any work."""
     from ..config import ConfigError
-    from ..serving.labelling import rejected_path
+    from ..labelling import rejected_path
 
     out = args.out_manifest
     if out.suffix != ".jsonl":
@@ -523,11 +504,11 @@ def _check_out_manifest(args: argparse.Namespace) -> None:
 
 
 class _SegmentWriter:
-    """align --out-manifest: each aligned recording cut at its pauses into training lines (serving.labelling),
+    """align --out-manifest: each aligned recording cut at its pauses into training lines (labelling),
     on disk before the next recording is aligned; with --resume, appended to what the files hold."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from ..serving.labelling import Counts, rejected_path, segment_place, whole_lines
+        from ..labelling import Counts, rejected_path, segment_place, whole_lines
 
         self.out, self.max_seconds, self.min_confidence = args.out_manifest, args.max_seconds, args.min_confidence
         self.min_speech = args.min_speech
@@ -559,8 +540,8 @@ class _SegmentWriter:
     def write(self, u: Any, res: dict[str, Any], wav: Any, rate: int) -> dict[str, Any]:
         """Write the lines of one aligned recording (or manifest segment: `u`), its audio `wav` at `rate`, but those
         written already; what it gave."""
-        from ..serving.labelling import segment_lines, with_speech
-        from ..serving.segments import cut_at_pauses, in_speech
+        from ..inference.segments import cut_at_pauses, in_speech
+        from ..labelling import segment_lines, with_speech
 
         before = self.counts.kept
         row = {"audio_filepath": str(Path(u.audio_path).resolve()), **u.extra}
@@ -582,7 +563,7 @@ class _SegmentWriter:
 
     def close(self, normalize: Any) -> dict[str, Any]:
         """Close the files; labelling's summary of them."""
-        from ..serving.labelling import summary
+        from ..labelling import summary
 
         self.keep.close()
         self.drop.close()

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Callable
 
-from ..serving.segments import MIN_SPEECH
+from ..inference.segments import MIN_SPEECH
 from .args import (
     check_not_an_input,
     chunk_seconds,
@@ -20,7 +20,7 @@ from .args import (
 
 
 def _part(text: str) -> tuple[int, int]:
-    from ..serving.labelling import parse_part
+    from ..labelling import parse_part
 
     try:
         return parse_part(text)
@@ -30,8 +30,8 @@ def _part(text: str) -> tuple[int, int]:
 
 def label(args: argparse.Namespace) -> int:
     from ..config import ConfigError
-    from ..serving.labelling import gather, label, part_of, rejected_path, summary
-    from ..serving.transcribe import Transcriber
+    from ..inference.transcribe import Transcriber
+    from ..labelling import gather, label, part_of, rejected_path, summary
 
     if args.out.suffix != ".jsonl":
         raise ConfigError(f"--out {args.out}: the manifest written is JSONL; name it NAME.jsonl")

@@ -20,14 +20,18 @@ def serve(args: argparse.Namespace) -> int:
     import torch
 
     from ..config import ConfigError
-    from ..serving.recognizer import step_problem
-    from ..serving.server import Limits
-    from ..serving.server import serve as run_server
-    from ..serving.transcribe import Transcriber
+    from ..inference.transcribe import Transcriber
+    from ..service.server import Limits
+    from ..service.server import serve as run_server
+    from ..streaming.opener import is_step_file, open_streams
+    from ..streaming.recognizer import step_problem
 
     if problem := step_problem(args.stream_step_ms):
         raise ConfigError(f"--stream-step-ms: {problem}")
     check_listen(args.host, args.port)  # before the model loads
+    if args.stream_step and not is_step_file(args.stream_step):
+        raise ConfigError(f"--stream-step: {args.stream_step} is not an ONNX streaming step (export --format onnx "
+                          "--streaming writes one)")
     # the event loop (connections, JSON) needs a core of its own: torch's threads spinning on every core starve it
     torch.set_num_threads(args.threads or max(1, len(os.sched_getaffinity(0)) - 1))
 
@@ -41,8 +45,9 @@ def serve(args: argparse.Namespace) -> int:
                     stream_step_ms=args.stream_step_ms,
                     header_timeout_s=args.header_timeout, drain_timeout_s=args.drain_timeout,
                     allowed_hosts=args.allowed_host or [], docs=args.docs)
+    streams = open_streams(args.stream_step, flag="--stream-step") if args.stream_step else None
     print(f"speechscale serve: http://{args.host}:{args.port}/ ({asr.comps.model_name})", file=sys.stderr, flush=True)
-    run_server(asr, args.host, args.port, limits, ws=args.ws)
+    run_server(asr, args.host, args.port, limits, ws=args.ws, stream_model=streams)
     return 0
 
 
@@ -51,6 +56,10 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     sv = command(sub, "serve", "an HTTP transcription service with a web page (POST /v1/transcribe, GET /healthz)")
     sv.add_argument("--checkpoint", required=True, type=model_file,
                     help="a checkpoint, a file `speechscale export` wrote, or a run folder (its best.pt)")
+    sv.add_argument("--stream-step", default=None, type=model_file,
+                    help="an ONNX streaming step (export --streaming) that WS /v1/stream runs in onnxruntime, in place "
+                         "of the checkpoint's model in PyTorch (its chunk is fixed when exported: --stream-step-ms "
+                         "does not apply)")
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     sv.add_argument("--port", type=port, default=8000, help="TCP port")
     sv.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "torchscript"],
@@ -92,7 +101,7 @@ def register(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     sv.add_argument("--drain-timeout", type=positive(float), default=20.0,
                     help="on SIGTERM, seconds open streams may go on before the server finishes them (1001)")
     sv.add_argument("--ws", default="guarded", choices=["guarded", "wsproto"],
-                    help="the connection stack: guarded (serving/transport.py), or uvicorn's wsproto without its "
+                    help="the connection stack: guarded (service/transport.py), or uvicorn's wsproto without its "
                          "limits, for comparison")
     decoder_args(sv)
     sv.set_defaults(func=serve)

@@ -40,7 +40,7 @@ def evaluate(model: torch.nn.Module, loader, tokenizer: Tokenizer, device: torch
     Batches move to `device` (default: the model's); `autocast` gives the forward pass's precision region;
     `decoder` (decoding/decoders.py) turns log-probabilities into texts (default greedy); `forward` runs the model
     instead of calling it (feats, lengths -> logits or log-probabilities, output lengths; e.g. a
-    serving.graphed.FixedShapeForward)."""
+    inference.graphed.FixedShapeForward)."""
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()

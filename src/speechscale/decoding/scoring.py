@@ -35,7 +35,7 @@ def score_checkpoint(checkpoint: str, manifest: str, decoder: DecoderConfig | No
     """WER/CER of `checkpoint` on `manifest` through `decoder` (greedy by default), batches of `batch_seconds`
     of audio (eval's default), the model on `device` (a streaming conformer attending in chunks of
     `attention_chunk` output frames, as it streams), run through `wrap(model)` when given (e.g.
-    serving.graphed.FixedShapeForward): {wer, cer, utterances, skipped, skipped_reasons} (skips of the loader
+    inference.graphed.FixedShapeForward): {wer, cer, utterances, skipped, skipped_reasons} (skips of the loader
     and of decoding together), the EvalResult and the loader."""
     comps = load_components(checkpoint, device)
     if attention_chunk is not None:

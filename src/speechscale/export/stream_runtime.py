@@ -1,5 +1,5 @@
 """A model's streaming step (models.streaming) behind one interface, in PyTorch or as the ONNX file `speechscale
-export --format onnx --streaming` writes (through onnxruntime), for serving.recognizer.Recognizer.
+export --format onnx --streaming` writes (through onnxruntime), for streaming.recognizer.Recognizer.
 
     step = OnnxStep("step.onnx")                     # or TorchStep(model)
     state = step.initial_state(batch=4)

@@ -2,7 +2,7 @@
 
 The package itself is the file layer (`storage.join`, `storage.write_bytes`, ...); `storage.checkpoints`
 reads and writes checkpoints, `storage.seeds` derives seeds and saves generator states. It imports no
-other speechscale package, so data, decoding, serving and export use it without importing training.
+other speechscale package, so data, decoding, inference, streaming, the service and export use it without importing training.
 """
 from .files import (
            check_writable,

@@ -37,7 +37,7 @@ def versions() -> dict[str, str]:
 def data_summary(manifests: list[str], utts: list[Any], seconds: dict[str, float] | None = None) -> dict[str, Any]:
     """Training data as a card states it: manifest names, utterances, hours, distinct speakers (when the
     manifest names them) of `utts` (manifest.Utterance), and `seconds`: the utterances' median, 90th-percentile and
-    longest durations (what length of audio the model knows: serving.transcribe cuts long audio to it)."""
+    longest durations (what length of audio the model knows: inference.transcribe cuts long audio to it)."""
     speakers = {str(u.extra["speaker"]) for u in utts if u.extra.get("speaker") is not None}
     return {"manifests": [Path(m).name if "://" not in m else m for m in manifests if m],
             "utterances": len(utts), "hours": round(sum(u.duration for u in utts) / 3600, 3),

@@ -5,7 +5,7 @@ chunk of feature frames ready as one batch through the model's streaming step (m
     a, b = rec.create_stream(sample_rate=8000), rec.create_stream(sample_rate=44100)
     a.push(samples_a); b.push(samples_b)                    # audio in: the stream's own front end (any thread)
     rec.decode_streams([a, b])                              # one STFT, then one batched step per round of chunks
-    events = a.events() + b.events()                        # Partial / Final (serving.events)
+    events = a.events() + b.events()                        # Partial / Final (streaming.events)
     b.close(); rec.decode_streams([b]); events = b.events() # the end: every remaining frame, the last Final
 
 A stream's text does not depend on which streams share its batches: a row of the step reads only its own state.
@@ -22,8 +22,8 @@ import torch
 
 from ..models.streaming import UNKNOWN, streaming_problem
 from .events import Event, within
+from .frontend import Cut, FrontEnd, spectra
 from .phrases import PhraseDecoder
-from .stream_features import Cut, FrontEnd, spectra
 
 
 class StreamingRefused(ValueError):

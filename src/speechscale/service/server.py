@@ -6,12 +6,12 @@
   {text, duration, words: [{word, start, end, confidence}]}; with `?format=srt` or `vtt`, subtitles instead;
   `?digits=true` writes numbers in digits (decoding/digits.py; the languages it writes, else 422).
 - `POST /v1/align`: a multipart upload of `file` and its transcript `text` -> the transcript's words timed on it
-  (serving/align.py), the same JSON or subtitles; one alignment runs at a time, `max_queue` may wait, a text longer
+  (inference/align.py), the same JSON or subtitles; one alignment runs at a time, `max_queue` may wait, a text longer
   than ALIGN_CHARS_PER_SECOND a second of audio is 413 and one that cannot be aligned 422 with the reason.
 - `GET /healthz` -> {status, model, ..., aligning (alignments in flight or waiting); with a streaming model,
   stream_rounds and stream_rows: the batched steps of live streams and the streams they held} (503 when the model's
   batcher has stopped); `GET /` -> the page.
-- `WS /v1/stream`: live transcription with a streaming model (serving/stream_ws.py has the protocol).
+- `WS /v1/stream`: live transcription with a streaming model (service/websocket.py has the protocol).
 
 Requests that arrive together are transcribed as one padded batch (up to `max_batch`, waiting at most
 `batch_ms` for company). Hostile input is refused before it costs memory or model time:
@@ -22,12 +22,12 @@ Requests that arrive together are transcribed as one padded batch (up to `max_ba
 - the queue: more than `max_queue` requests waiting for the model 503 with Retry-After; no answer within
   `request_timeout_s` 504; uvicorn refuses connections past `max_connections` (503);
 - the connection: headers not complete within `header_timeout_s` 408, and those still arriving do not count as
-  connections (serving/transport.py);
+  connections (service/transport.py);
 - the origin: a Host header outside the allow-list 400 (DNS rebinding), a cross-origin POST 403;
   `/docs` only with `docs=True`.
 Answers name the problem in words; the details (decoder messages, stack traces) go to the log only. One
 request whose audio fails in the model fails alone. No client-supplied path is ever read, only the bytes.
-A stop signal drains the service first (serving/drain.py).
+A stop signal drains the service first (service/drain.py).
 """
 from __future__ import annotations
 
@@ -47,12 +47,13 @@ from .._compat import set_request_body
 from ..data import media
 from ..data.audio import AudioError, AudioTooLong, decode_audio
 from ..decoding.digits import check_written_digits, written
-from .align import AlignError, align_waveform
+from ..inference.align import AlignError, align_waveform
+from ..inference.subtitles import make_cues, render
+from ..inference.transcribe import Transcriber
+from ..streaming.opener import StreamModel, open_streams
 from .drain import ServiceState
 from .origins import allowed_hosts, host_allowed, host_name, origin_allowed
-from .stream_ws import add_stream_route
-from .subtitles import make_cues, render
-from .transcribe import Transcriber
+from .websocket import add_stream_route
 
 log = logging.getLogger(__name__)
 SUBTITLES = {"srt": "application/x-subrip; charset=utf-8", "vtt": "text/vtt; charset=utf-8"}  # ?format= answers
@@ -151,7 +152,8 @@ def _settle(fut: asyncio.Future, result: Any = None, error: Exception | None = N
         fut.set_exception(error) if error is not None else fut.set_result(result)
 
 
-def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.0.0.1") -> Any:
+def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.0.0.1",
+               stream_model: StreamModel | None = None) -> Any:
     """The FastAPI application around a loaded Transcriber."""
     limits = limits or Limits()
     batcher = Batcher(asr, limits)
@@ -185,7 +187,8 @@ def create_app(asr: Transcriber, limits: Limits | None = None, host: str = "127.
                                            f"--allowed-host {name or 'NAME'} to allow it"}, status_code=400)
         return await call_next(request)
 
-    add_stream_route(app, asr.comps, limits, hosts, state, asr.decoder_cfg)
+    streams = stream_model or open_streams(asr.comps, step_ms=limits.stream_step_ms)
+    add_stream_route(app, streams, limits, hosts, state, asr.decoder_cfg)
 
     @app.get("/", response_class=HTMLResponse)
     async def page() -> str:
@@ -327,16 +330,17 @@ async def _read_limited(request: Request, max_bytes: int) -> bytes:
 
 
 def serve(asr: Transcriber, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None,
-          ws: str = "guarded") -> None:
-    """Run the service until a stop signal, then drain it (serving/drain.py). `ws="wsproto"`: uvicorn's wsproto
-    WebSocket and h11 without this module's connection limits (for comparison in `bench stream`)."""
+          ws: str = "guarded", stream_model: StreamModel | None = None) -> None:
+    """Run the service until a stop signal, then drain it (service/drain.py). `ws="wsproto"`: uvicorn's wsproto
+    WebSocket and h11 without this module's connection limits (for comparison in `bench stream`). `stream_model`:
+    what WS /v1/stream runs (streaming.opener; default: `asr`'s model in PyTorch)."""
     import uvicorn
 
     from .drain import DrainingServer
     from .transport import protocols
 
     limits = limits or Limits()
-    app = create_app(asr, limits, host)
+    app = create_app(asr, limits, host, stream_model)
     http, websocket = protocols(limits)
     stack: dict[str, Any] = {"http": http, "ws": websocket} if ws == "guarded" else {"http": "h11", "ws": "wsproto"}
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", limit_concurrency=limits.max_connections,

@@ -1,5 +1,5 @@
-"""`WS /v1/stream`: live transcription over a WebSocket: one recognizer for the service (serving.recognizer), a Stream
-per connection, every stream's model steps batched by one worker (serving.stream_batcher).
+"""`WS /v1/stream`: live transcription over a WebSocket: one recognizer for the service (streaming.recognizer), a Stream
+per connection, every stream's model steps batched by one worker (streaming.batcher).
 
 The protocol, in order:
 1. client: a text message `{"type": "start", "sample_rate": 16000, "encoding": "pcm16" | "float32"}`
@@ -20,9 +20,9 @@ longer than `stream_max_seconds` of audio, idle for `stream_idle_s` (neither sen
 than MESSAGES_PER_S audio messages a second of audio (past the first FREE_MESSAGES) is closed (1008); a message over
 `stream_max_frame_bytes` is closed (1009) while it is read, and none is compressed; a model that cannot stream, a
 malformed or out-of-order message is closed with 1003 or 1007 and a reason in words, never internals; while the
-service drains (serving/drain.py) a new stream is closed with 1001 and an open one, once told to close, gets the
+service drains (service/drain.py) a new stream is closed with 1001 and an open one, once told to close, gets the
 finals of the audio it sent, the end message and 1001. The connection's own limits (protocol errors 1002, a client
-that does not read 1008) are serving/transport.py's. Each stream's model work runs in a thread and the server
+that does not read 1008) are service/transport.py's. Each stream's model work runs in a thread and the server
 reads the next message only after answering the last, so a client that sends faster than the model runs, or reads
 slower, is throttled by its own connection instead of growing the server's memory. A connection's front end (the
 resampler and cutting its samples into windows) and the model's steps run in the batcher's thread (one STFT and one
@@ -40,11 +40,12 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from ..config import parse_json
 from ..data.audio import MAX_RATE, MIN_RATE
 from ..decoding.digits import check_written_digits, write_digits
-from .events import Event, Final, Partial
+from ..streaming.batcher import StreamBatcher
+from ..streaming.events import Event, Final, Partial
+from ..streaming.opener import StreamModel
+from ..streaming.phrases import MAX_ENDPOINT_FRAMES
+from ..streaming.recognizer import Stream, StreamingRefused
 from .origins import host_allowed, origin_allowed
-from .phrases import MAX_ENDPOINT_FRAMES
-from .recognizer import Recognizer, Stream, StreamingRefused
-from .stream_batcher import StreamBatcher
 
 log = logging.getLogger(__name__)
 ENCODINGS = {"pcm16": ("<i2", 32768.0), "float32": ("<f4", 1.0)}
@@ -58,13 +59,15 @@ class Closed(Exception):
         self.code, self.reason = code, reason
 
 
-def add_stream_route(app: FastAPI, comps: Any, limits: Any, hosts: list[str], state: Any,
+def add_stream_route(app: FastAPI, streams: StreamModel, limits: Any, hosts: list[str], state: Any,
                      decoder: Any = "greedy") -> None:
-    """Register `WS /v1/stream` on `app` for the model of `comps` under `limits` (serving.server.Limits), counting
-    open streams in `state` (serving.drain.ServiceState); `decoder` (the service's DecoderConfig or name): a beam
-    or lexicon search is built for each stream."""
+    """Register `WS /v1/stream` on `app` for `streams` (streaming.opener: the checkpoint's model in PyTorch, or an ONNX
+    streaming step) under `limits` (service.server.Limits), counting open streams in `state`
+    (service.drain.ServiceState); `decoder` (the service's DecoderConfig or name): a beam or lexicon search is built
+    for each stream."""
+    comps = streams.comps
     try:
-        batcher: StreamBatcher | None = StreamBatcher(Recognizer(comps, chunk_ms=limits.stream_step_ms))
+        batcher: StreamBatcher | None = StreamBatcher(streams.recognizer())
         refused = ""
     except StreamingRefused as e:
         batcher, refused = None, str(e)

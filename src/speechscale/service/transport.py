@@ -190,7 +190,7 @@ class GuardedWebSocket(WebSocketsSansIOProtocol):
 
 
 def protocols(limits: Any) -> tuple[type[GuardedHTTP], type[GuardedWebSocket]]:
-    """HTTP and WebSocket protocol classes for one server under `limits` (serving.server.Limits)."""
+    """HTTP and WebSocket protocol classes for one server under `limits` (service.server.Limits)."""
     http = type("HTTP", (GuardedHTTP,), {"header_timeout_s": limits.header_timeout_s,
                                           "max_pending": limits.max_pending, "pending": {}})
     # a stream whose client neither sends nor reads is idle, whatever waits to be sent to it

@@ -5,7 +5,7 @@ path of its text over the model's output frames (decoding.alignment).
     aligned = align_waveform(asr, wav, "She had your dark suit in greasy wash water all year.")
     aligned["words"]   # [{"word": "she", "start": 0.12, "end": 0.3, "confidence": 0.98}, ...]
 
-Long audio runs through the model in chunks cut at quiet points (serving.transcribe); their frames are aligned as
+Long audio runs through the model in chunks cut at quiet points (inference.transcribe); their frames are aligned as
 one sequence, each frame at its own chunk's time. The search holds a byte per frame and state, so audio longer than
 `segment_seconds` is aligned a segment at a time: from each cut on, the model's own greedy transcript of the next
 `segment_seconds` is matched to the text (a least-edit alignment of their words), and the audio and the text are

@@ -13,9 +13,9 @@ from typing import Any, ClassVar, Union
 
 @dataclass(frozen=True)
 class Word:
-    """A word of a final: its start and end in seconds from the stream's start and a confidence (0-1), as the offline
-    transcript's words have them (from the greedy path, or from the most likely path of a beam search's text over
-    its phrase's frames)."""
+    """A word of a transcript or of a stream's final: its start and end in seconds (from the recording's or the
+    stream's start) and a confidence (0-1) from the CTC alignment (the greedy path, or the most likely path of a beam
+    search's text over the frames); None where no time is known."""
 
     word: str
     start: float | None = None

@@ -1,5 +1,5 @@
 """The service's one worker for model steps: every stream that has audio to decide hands its Stream here; the worker
-takes all that are waiting and steps them together (serving.recognizer), so N live streams cost one batched step
+takes all that are waiting and steps them together (streaming.recognizer), so N live streams cost one batched step
 per round instead of N.
 
     batcher = StreamBatcher(recognizer)

@@ -1,6 +1,6 @@
 """Pseudo-labels: untranscribed audio written out as a training manifest of a model's own transcripts, each line with
 the transcript's confidence. Lines under a confidence bound go to a second file instead. A recording longer than the
-longest training example asked for is cut at its pauses into segments (serving.segments), a line each with an
+longest training example asked for is cut at its pauses into segments (inference.segments), a line each with an
 `offset` into it and `segment` K/N. A run appends lines as each batch is done, so an interrupted run resumes where it stopped, and
 `part` splits a corpus among processes.
 
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ..config import ConfigError, parse_json
-from ..data.audio import AudioTooLong, audio_files_under, load_audio
-from ..data.manifest import MAX_DURATION_S, OFFSET, check_encoding, manifest_lines
-from ..data.shards import is_shard_index
-from .segments import MIN_SPEECH, Segment, confidence, cut_at_pauses, in_speech, speech_share
-from .transcribe import Transcriber, transcribe_files
+from .config import ConfigError, parse_json
+from .data.audio import AudioTooLong, audio_files_under, load_audio
+from .data.manifest import MAX_DURATION_S, OFFSET, check_encoding, manifest_lines
+from .data.shards import is_shard_index
+from .inference.segments import MIN_SPEECH, Segment, confidence, cut_at_pauses, in_speech, speech_share
+from .inference.transcribe import Transcriber, transcribe_files
 
 REJECTED_SUFFIX = ".rejected.jsonl"
 REFERENCE = "reference"  # a source line's own `text`, kept under this key: how good the labels are, when it is known
@@ -404,7 +404,7 @@ def summary(out: Path, normalize: Callable[[str], str]) -> dict[str, Any]:
     rejected by reason, hours kept; where the sources carried references, the labels' WER kept and rejected and, for
     each bound in CALIBRATION, the share of transcribed lines it keeps and their WER (how to choose
     --min-confidence)."""
-    from ..decoding.metrics import ErrorRate
+    from .decoding.metrics import ErrorRate
 
     kept, seconds, reasons, scored = 0, 0.0, {}, 0
     rates = {"kept": ErrorRate(), "rejected": ErrorRate()}

@@ -1,9 +1,9 @@
 """Streaming transcription of one stream: audio in chunks of any size at any rate, text for every frame the model
-can decide (serving.recognizer with a single stream; the service batches many).
+can decide (streaming.recognizer with a single stream; the service batches many).
 
     session = StreamingSession(load_components("ckpt.pt"), sample_rate=44100)
     for chunk in chunks:                     # float32 mono samples, any length
-        for event in session.accept(chunk):  # Partial | Final (serving.events)
+        for event in session.accept(chunk):  # Partial | Final (streaming.events)
             ...
     events = session.finish()                # the rest, and the last phrase as a Final
 
@@ -13,7 +13,7 @@ resampler's, the samples that the next STFT frames overlap (and the reflection a
 carried frames and recurrent state, the running normalization's sums. A frame is decided once everything it depends
 on has arrived, so the stream's text equals the offline transcript of the whole file
 (tests/serving/test_streaming.py: real files at several rates, chunks from 20 ms to 1 s and odd sizes). Endpointing
-and decoding: serving.phrases.
+and decoding: streaming.phrases.
 
 Models that need the whole utterance (bidirectional RNNs, attention over the utterance, features normalized over
 the utterance) are refused with a one-line reason (StreamingRefused).

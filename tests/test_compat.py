@@ -19,7 +19,8 @@ SRC = ROOT / "src" / "speechscale"
 
 
 def test_no_module_but_compat_reaches_into_torch_or_starlette_privates():
-    private = re.compile(r"torch\._(?!_)|\._body\b|_flat_weights|_step_supports_amp_scaling|_disable_dynamo|_use_grad\b")
+    private = re.compile(r"torch\._(?!_)|\._body\b|_flat_weights|_step_supports_amp_scaling|_disable_dynamo|_use_grad\b"
+                         r"|uvicorn\.protocols")
     found = [f"{p.relative_to(SRC)}:{n}: {line.strip()}" for p in sorted(SRC.rglob("*.py")) if p.name != "_compat.py"
              for n, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
     assert not found, "private access outside speechscale/_compat.py:\n" + "\n".join(found)
@@ -187,3 +188,31 @@ def test_torch_save_still_names_its_tensors_by_the_rebuild_functions_the_checked
     assert {_compat.TENSOR_REBUILD, _compat.PARAMETER_REBUILD} <= named
     assert all(n in (_compat.TENSOR_REBUILD, _compat.PARAMETER_REBUILD, "collections.OrderedDict")
                or n.startswith("torch.") and n.endswith("Storage") for n in named), named
+
+
+@pytest.mark.parametrize("dotted", sorted(_compat.UVICORN_INTERNALS))
+def test_every_uvicorn_internal_the_transport_uses_is_still_there(dotted):
+    """Each attribute or method service/transport.py reads, sets or overrides is still a class attribute of uvicorn's
+    protocol, or still set as `self.NAME` in its (or a base's) code."""
+    import importlib
+    import inspect
+
+    module, name = dotted.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    code = "".join(inspect.getsource(c) for c in cls.__mro__ if c.__module__.startswith("uvicorn"))
+    gone = [a for a in _compat.UVICORN_INTERNALS[dotted] if not hasattr(cls, a) and f"self.{a} " not in code
+            and f"self.{a}:" not in code]
+    assert not gone, f"{dotted} no longer has {gone}: service/transport.py relies on them"
+
+
+def test_the_transport_uses_no_uvicorn_internal_the_list_does_not_name():
+    """Every `self.NAME` service/transport.py uses that its own classes do not define is listed."""
+    import inspect
+
+    from speechscale.service import transport
+
+    used = set(re.findall(r"self\.(\w+)", inspect.getsource(transport)))
+    own = {n for cls in (transport.GuardedHTTP, transport.GuardedWebSocket) for n in vars(cls)}
+    own |= set(re.findall(r"self\.(\w+)(?:: [^=]+)? = ", inspect.getsource(transport)))  # set by the subclasses
+    listed = {a for names in _compat.UVICORN_INTERNALS.values() for a in names}
+    assert not used - own - listed, f"uvicorn internals not in _compat.UVICORN_INTERNALS: {sorted(used - own - listed)}"

@@ -1,7 +1,7 @@
-"""Every private torch and Starlette access of the package, each with its reason, in one place.
+"""Every private torch, Starlette and uvicorn access of the package, each with its reason, in one place.
 
 tests/test_compat.py pins the behaviour each relies on: an upgrade that changes one fails there, with a message
-naming it, instead of somewhere in training or serving. No other module names a private attribute of either
+naming it, instead of somewhere in training or the service. No other module names a private attribute of them
 (a test checks the sources).
 """
 from __future__ import annotations
@@ -72,6 +72,36 @@ def set_request_body(request: Any, body: bytes) -> None:
     """Hand `body`, read (and limited) by the server itself, to Starlette's `request.form()`, which otherwise reads
     the stream again and finds it consumed."""
     request._body = body
+
+
+# -- uvicorn's protocols, subclassed for the service's connection limits ---------------------------------------------
+# uvicorn has no public hook for a deadline on a request's headers, a cap on connections still sending them, a
+# WebSocket send timeout or read backpressure from unread sends, so service/transport.py subclasses its h11 protocol
+# and its websockets sans-I/O protocol (the `websockets` library's own server offers some of these, but not inside
+# uvicorn's ASGI stack). Every attribute and method of theirs the subclasses read, set or override is listed here;
+# tests/test_compat.py fails, naming it, when one is gone from the uvicorn installed. pyproject.toml bounds uvicorn and
+# websockets to the releases this was tested with.
+UVICORN_INTERNALS: dict[str, tuple[str, ...]] = {
+    "uvicorn.protocols.http.h11_impl.H11Protocol": (
+        "connection_made", "connection_lost", "data_received", "handle_websocket_upgrade", "on_response_complete",
+        "connections", "cycle", "loop", "transport"),
+    "uvicorn.protocols.websockets.websockets_sansio_impl.WebSocketsSansIOProtocol": (
+        "pause_writing", "resume_writing", "receive", "send", "connection_lost", "data_received",
+        "send_receive_event_to_app", "handle_parser_exception", "read_paused", "queue", "writable", "disconnected",
+        "close_sent", "handshake_complete", "conn", "loop", "transport", "curr_msg_data_type", "frames",
+        "close_timer"),
+    "uvicorn.protocols.utils.ClientDisconnected": (),
+}
+
+
+def uvicorn_protocols() -> tuple[Any, Any, Any]:
+    """uvicorn's h11 HTTP protocol, its websockets sans-I/O WebSocket protocol and its ClientDisconnected (the
+    classes UVICORN_INTERNALS lists)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.utils import ClientDisconnected
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+    return H11Protocol, WebSocketsSansIOProtocol, ClientDisconnected
 
 
 # -- What DistributedDataParallel's constructor imports ------------------------------------------------------------

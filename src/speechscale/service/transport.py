@@ -19,9 +19,10 @@ import asyncio
 import logging
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.protocols.utils import ClientDisconnected
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from .._compat import uvicorn_protocols
+
+# uvicorn's own protocols; every internal of theirs used below is listed in _compat.UVICORN_INTERNALS
+H11Protocol, WebSocketsSansIOProtocol, ClientDisconnected = uvicorn_protocols()
 
 log = logging.getLogger(__name__)
 

@@ -92,3 +92,45 @@ def test_no_product_test_imports_the_workshop():
     found = [str(p.relative_to(ROOT)) for p in tests.rglob("*.py") if "evidence" not in p.relative_to(tests).parts
              and re.search(r"^\s*(from|import)\s+benchmarks\b", p.read_text(), re.M)]
     assert not found, f"product tests importing benchmarks/: {found}"
+
+
+def _imports(path: Path, module: str, modules: set[str]) -> set[str]:
+    """The package modules `module` (at `path`) imports, at its top or inside functions (TYPE_CHECKING aside)."""
+    import ast
+
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING":
+            return
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+            target = ".".join(base + [node.module] if node.module else base)
+            subs = {f"{target}.{a.name}" for a in node.names} & modules
+            found.update(subs or ({target} & modules))
+        elif isinstance(node, ast.Import):
+            found.update({a.name for a in node.names} & modules)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+    visit(ast.parse(path.read_text()))
+    return found - {module}
+
+
+def test_no_import_circle_in_the_package():
+    """No module of src/ reaches itself through its imports (those inside functions included)."""
+    paths = {".".join(p.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in SRC.rglob("*.py")}
+    graph = {m: _imports(p, m, set(paths)) for m, p in paths.items()}
+    circles = []
+    for start in graph:  # a path from each module's imports back to it
+        seen, todo = set(), [(n, [start, n]) for n in graph[start]]
+        while todo:
+            node, trail = todo.pop()
+            if node == start:
+                circles.append(" -> ".join(trail))
+                break
+            if node not in seen:
+                seen.add(node)
+                todo.extend((n, trail + [n]) for n in graph[node])
+    assert not circles, "import circles:\n" + "\n".join(sorted(circles))

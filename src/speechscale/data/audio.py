@@ -16,22 +16,9 @@ import soundfile as sf
 import soxr
 
 from ..storage.files import is_remote, read_bytes
+from .audio_bounds import MAX_CHANNELS, MAX_RATE, MIN_RATE, AudioError, AudioTooLong  # noqa: F401 - named from here
 from .media import container_format, read_media
 
-
-class AudioError(RuntimeError):
-    """The file is missing, unreadable, truncated or empty."""
-
-
-class AudioTooLong(AudioError):
-    """The audio is longer than the caller's bound (found from the header, or by decoding one frame past it)."""
-
-    def __init__(self, path: str, seconds: float, max_seconds: float) -> None:
-        super().__init__(f"{path}: {seconds:.1f} s of audio, over the bound of {max_seconds:g} s")
-        self.seconds = seconds
-
-
-MIN_RATE, MAX_RATE, MAX_CHANNELS = 4_000, 384_000, 8  # what a header may claim before anything is decoded
 MAX_REMOTE_BYTES = 2 << 30  # an audio file read from a URL
 SPAN_SLACK_S = 0.1  # a segment may end this far past its recording's end (durations written rounded)
 

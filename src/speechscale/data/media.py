@@ -42,7 +42,7 @@ def read_media(source: Any, path: str, fmt: str, max_seconds: float | None) -> t
     """(T, C) float32 and the rate of the first audio stream of `source` (a path or a binary file object) in
     container `fmt`. The header's rate, channels and duration are checked before decoding, and decoding stops one
     frame past `max_seconds`. Raises AudioError (AudioTooLong past the bound)."""
-    from .audio import MAX_CHANNELS, MAX_RATE, MIN_RATE, AudioError, AudioTooLong
+    from .audio_bounds import MAX_CHANNELS, MAX_RATE, MIN_RATE, AudioError, AudioTooLong
 
     try:
         import av

@@ -34,10 +34,9 @@ from ..components import components_from_checkpoint, describe
 from ..config import ConfigError
 from ..storage.cards import card_of_checkpoint, write_card
 from ..storage.files import written_whole
+from .metadata import CRC_KEY, META_KEY, metadata_tail  # noqa: F401 - named from here too
 
 FORMATS = ("onnx", "torchscript")
-META_KEY = "speechscale"  # ONNX metadata key / TorchScript extra file stem holding the model description
-CRC_KEY = "speechscale.crc32"  # ONNX metadata key: {"bytes": N, "crc32": C} of the N bytes before the metadata
 EXAMPLE_FRAMES = 237      # the example input's length: tests check parity at other lengths
 INT8_OPS = ("MatMul", "LSTM")  # the ONNX operators whose weights --int8 quantizes
 INT8_WEIGHTS = "int8 (matrix products and LSTMs; onnxruntime dynamic quantization); the validation figures are the " \
@@ -139,23 +138,6 @@ def write_onnx(exported: io.BytesIO, desc: str, out: Path, usage: str, int8: boo
         check = json.dumps({"bytes": tmp.stat().st_size, "crc32": zlib.crc32(desc.encode(), crc)})
         with open(tmp, "ab") as f:
             f.write(metadata_tail({META_KEY: desc, CRC_KEY: check}))
-
-
-def metadata_tail(entries: dict[str, str]) -> bytes:
-    """`entries` as a serialized ModelProto holding only metadata_props (field 14), each a StringStringEntryProto
-    (key = field 1, value = field 2): what onnx.ModelProto(metadata_props=...).SerializeToString() gives."""
-    def varint(n: int) -> bytes:
-        out = bytearray()
-        while True:
-            out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
-            n >>= 7
-            if not n:
-                return bytes(out)
-
-    def field(number: int, data: bytes) -> bytes:  # length-delimited (wire type 2)
-        return varint(number << 3 | 2) + varint(len(data)) + data
-
-    return b"".join(field(14, field(1, k.encode()) + field(2, v.encode())) for k, v in entries.items())
 
 
 def int8_weights(model: nn.Module) -> int:

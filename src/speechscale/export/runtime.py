@@ -26,7 +26,7 @@ from ..storage.untrusted import (
     regular_file_size,
     walk,
 )
-from .exporter import CRC_KEY, META_KEY, metadata_tail
+from .metadata import CRC_KEY, META_KEY, metadata_tail
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ def card_of_file(path: str | Path) -> dict[str, Any]:
             if not description:
                 raise ModelFileError(f"{local}: not an ONNX file written by speechscale export (no model description)")
             if "stream_step" in description:
-                from .stream_runtime import step_problem
+                from .metadata import step_problem
 
                 problem = step_problem(description["stream_step"], [i.name for i in session.get_inputs()])
                 if problem:

@@ -7,7 +7,6 @@ export --format onnx --streaming` writes (through onnxruntime), for streaming.re
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from ..components import components_from_description
 from ..config import parse_json
 from ..storage.errors import ModelFileError
 from ..storage.untrusted import limits, regular_file_size
-from .exporter import META_KEY
+from .metadata import MAX_STATE_VALUES, MAX_STEP_FRAMES, META_KEY, step_problem  # noqa: F401
 
 
 class TorchStep:
@@ -77,37 +76,6 @@ class OnnxStep:
                 "total": total.numpy(), **{n: s.numpy() for n, s in zip(self.shapes, state)}}
         logits, ok, *state = self.session.run(None, feed)
         return torch.from_numpy(logits), torch.from_numpy(ok), [torch.from_numpy(s) for s in state]
-
-
-MAX_STEP_FRAMES = 4096          # a chunk's or lookahead's frames
-MAX_STATE_VALUES = 1 << 24      # one stream's state, all tensors together
-
-
-def step_problem(spec: Any, inputs: list[str]) -> str | None:
-    """What in a streaming step's description is not what export writes (None when it is): a chunk and lookahead
-    of frames in range, and a state of named tensor shapes, each an input of the graph, bounded in size (the
-    recognizer allocates them per stream)."""
-    if not isinstance(spec, dict):
-        return "is not a mapping"
-    chunk, lookahead, state = spec.get("chunk"), spec.get("lookahead", 0), spec.get("state")
-    count = (int,)
-    if not isinstance(chunk, count) or isinstance(chunk, bool) or not 1 <= chunk <= MAX_STEP_FRAMES:
-        return f"has chunk {str(chunk)[:20]}, not a number of frames in [1, {MAX_STEP_FRAMES}]"
-    if not isinstance(lookahead, count) or isinstance(lookahead, bool) or not 0 <= lookahead <= MAX_STEP_FRAMES:
-        return f"has lookahead {str(lookahead)[:20]}, not a number of frames in [0, {MAX_STEP_FRAMES}]"
-    if not isinstance(state, dict):
-        return "has no state mapping"
-    total = 0
-    for name, shape in state.items():
-        if name not in inputs:
-            return f"names state {str(name)[:40]!r}, which is not an input of its graph"
-        if not isinstance(shape, list) or not shape or not all(
-                isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_STATE_VALUES for n in shape):
-            return f"gives state {str(name)[:40]!r} the shape {str(shape)[:40]}, not a list of sizes"
-        total += math.prod(shape[1:])
-    if total > MAX_STATE_VALUES:
-        return f"asks for {total} state values a stream, more than {MAX_STATE_VALUES}"
-    return None
 
 
 def is_stream_step(path: str | Path) -> bool:

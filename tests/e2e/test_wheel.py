@@ -24,7 +24,7 @@ TORCH_SPEC = os.environ.get("TORCH_SPEC", "torch==2.13.0")
 # (train, scaling, loader, features, memory, export, infer, align, serve, stream, soak, straggler) with their harness and
 # the planner's check. This repository's evidence tooling (benchmarks/) never ships.
 PACKAGE_FOLDERS = {"bench", "commands", "data", "decoding", "distributed", "export", "models", "planning", "recipes",
-                   "reporting", "serving", "storage", "training"}
+                   "reporting", "inference", "streaming", "service", "storage", "training"}
 BENCH_MODULES = {"__init__", "align", "audio", "export", "features", "harness", "infer", "loader", "memory", "planner",
                  "ports", "ranks", "rawws", "scaling", "serve", "soak", "straggler", "stream", "throughput"}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from .tables import _md, _provenance, _replace, read_block
+from .tables import _md, _provenance, read_block
 
 
 def render_loso(docs: dict[str, dict[str, Any]]) -> str:
@@ -216,14 +216,13 @@ def render_loso_seeds(docs: dict[str, dict[str, Any]]) -> str:
 
 
 def update_loso(path: Path, docs: dict[str, dict[str, Any]]) -> None:
-    """Rewrite the `<!-- loso -->` block of `path` from `docs` (appended under a heading if absent)."""
-    text = path.read_text()
+    """Rewrite the `<!-- loso -->` block of `path` or its area pages from `docs` (appended under a heading if absent)."""
+    from .tables import replace_in_pages
+
     block = render_loso(docs)
-    replaced = _replace(text, "loso", block)
-    if replaced is None:
-        replaced = text.rstrip("\n") + "\n\n## Leave-one-speaker-out on FSDD (issue #25)\n\n<!-- loso -->\n" + block \
-            + "<!-- /loso -->\n"
-    path.write_text(replaced)
+    if not replace_in_pages(path, "loso", block):
+        path.write_text(path.read_text().rstrip("\n") + "\n\n## Leave-one-speaker-out on FSDD (issue #25)\n\n"
+                        "<!-- loso -->\n" + block + "<!-- /loso -->\n")
 
 
 def loso_block(text: str) -> str | None:

@@ -43,18 +43,20 @@ def block(text: str, section: str) -> str | None:
 
 
 def update(path: Path, figures: Path) -> list[str]:
-    """Re-render every area block `path` has, and its table of convergence runs, in one write; returns the blocks
-    written."""
+    """Re-render every area block `path` (BENCHMARKS.md) and its area pages have, and the table of convergence runs;
+    returns the blocks written."""
     from .summary_runs import render_runs
+    from .tables import pages
 
-    text, written, rows = path.read_text(), [], summary_rows(figures)
+    written, rows = [], summary_rows(figures)
     bodies = {_tag(section): (section, render(figures, section, rows)) for section in SECTIONS}
     bodies["convergence-runs"] = ("convergence runs", render_runs(figures / "convergence"))
-    for tag, (name, body) in bodies.items():
-        replaced = _replace(text, tag, body)
-        if replaced is not None:
-            text = replaced
-            written.append(name)
-    if written:
-        path.write_text(text)
+    for page in [p for p in pages(path) if p.is_file()]:  # BENCHMARKS.md and its area pages, each in one write
+        text = page.read_text()
+        for tag, (name, body) in bodies.items():
+            replaced = _replace(text, tag, body)
+            if replaced is not None:
+                text = replaced
+                written.append(name)
+        page.write_text(text)
     return written

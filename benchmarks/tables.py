@@ -764,21 +764,42 @@ def blocks(text: str) -> dict[str, str]:
     return {m.group("name"): m.group("body") for m in re.finditer(pat, text, re.S)}
 
 
+DETAIL_PAGES = Path("docs") / "benchmarks"  # each area's detail page, beside BENCHMARKS.md
+
+
+def pages(md: Path) -> list[Path]:
+    """BENCHMARKS.md and the area pages beside it (docs/benchmarks/*.md): where the generated blocks live."""
+    return [md, *sorted((md.parent / DETAIL_PAGES).glob("*.md"))]
+
+
+def pages_text(md: Path) -> str:
+    """BENCHMARKS.md and its area pages, one after the other (to find a block wherever it is)."""
+    return "\n".join(p.read_text() for p in pages(md) if p.is_file())
+
+
+def replace_in_pages(md: Path, tag: str, body: str) -> bool:
+    """Replace the `tag` block's body in whichever of `md`'s pages holds it; False when none does."""
+    found = False
+    for page in pages(md):
+        if page.is_file() and (replaced := _replace(page.read_text(), tag, body)) is not None:
+            page.write_text(replaced)
+            found = True
+    return found
+
+
 def update(path: Path, docs: dict[str, dict[str, Any]]) -> list[str]:
-    """Replace each bench's block in `path` with its rendering (blocks missing from the file are appended
-    under a new heading); returns the names written."""
-    text = path.read_text() if path.is_file() else "# Benchmarks\n"
+    """Replace each bench's block, in BENCHMARKS.md (`path`) or the area page that holds it, with its rendering
+    (blocks missing from every page are appended to `path` under a new heading); returns the names written."""
+    if not path.is_file():
+        path.write_text("# Benchmarks\n")
     appended = []
     for name, doc in docs.items():
         block = render(name, doc)
-        replaced = _replace(text, f"bench-all:{name}", block)
-        if replaced is not None:
-            text = replaced
-        else:
+        if not replace_in_pages(path, f"bench-all:{name}", block):
             appended.append(f"### {name}\n\n<!-- bench-all:{name} -->\n{block}<!-- /bench-all:{name} -->\n")
     if appended:
-        text = text.rstrip("\n") + "\n\n## `python -m benchmarks all` (generated)\n\n" + "\n".join(appended)
-    path.write_text(text)
+        path.write_text(path.read_text().rstrip("\n") + "\n\n## `python -m benchmarks all` (generated)\n\n"
+                        + "\n".join(appended))
     return list(docs)
 
 
@@ -818,8 +839,5 @@ def gpu_adpsgd_block(text: str) -> str | None:
 
 
 def update_gpu_adpsgd(path: Path, docs: dict[str, dict[str, Any]]) -> bool:
-    """Rewrite the `<!-- gpu-adpsgd -->` block of `path` from `docs`; False when the file has no such block."""
-    replaced = _replace(path.read_text(), "gpu-adpsgd", render_gpu_adpsgd(docs))
-    if replaced is not None:
-        path.write_text(replaced)
-    return replaced is not None
+    """Rewrite the `<!-- gpu-adpsgd -->` block of `path` or its area pages from `docs`; False when none has it."""
+    return replace_in_pages(path, "gpu-adpsgd", render_gpu_adpsgd(docs))

@@ -8,10 +8,12 @@ import statistics
 
 from benchmarks import summary
 from benchmarks.summary_rows import SEED_RECIPES
+from benchmarks.tables import pages
 from tests.conftest import ROOT
 
 FIGURES = ROOT / "docs" / "figures"
-BENCH = (ROOT / "BENCHMARKS.md").read_text()
+BENCH = (ROOT / "BENCHMARKS.md").read_text()  # the page for users: each area's table, a link to its details
+PAGES = {p: p.read_text() for p in pages(ROOT / "BENCHMARKS.md")}  # it and the area pages (docs/benchmarks/)
 
 
 def test_every_area_table_in_benchmarks_md_is_what_the_committed_data_renders():
@@ -39,8 +41,9 @@ def _prose(text: str) -> str:
 def test_the_prose_outside_the_generated_blocks_quotes_no_figure():
     """A number a reader could take for a result lives only in a block rendered from committed data; the prose
     explains. Digits inside a name (ds2, bf16, H100) are names."""
-    numbers = re.findall(r"(?<![\w.])\d[\d,.]*(?:\s*(?:%|x\b|s\b|ms\b|min\b|MB\b|GB\b))?", _prose(BENCH))
-    assert not numbers, f"figures outside the generated blocks of BENCHMARKS.md: {numbers[:10]}"
+    for page, text in PAGES.items():
+        numbers = re.findall(r"(?<![\w.])\d[\d,.]*(?:\s*(?:%|x\b|s\b|ms\b|min\b|MB\b|GB\b))?", _prose(text))
+        assert not numbers, f"figures outside the generated blocks of {page.name}: {numbers[:10]}"
     kept = _prose("a 2.5 % gain <!-- x:y -->\n7 %\n<!-- /x:y --> in `8 s`, issue #43 (2026-11-27, [a](b/9.md))")
     assert "2.5 %" in kept and not re.search(r"[7-9]|43|2026", kept)
 
@@ -123,14 +126,23 @@ def test_a_changed_figure_in_the_data_changes_the_summary(tmp_path):
     assert summary.block(md.read_text(), "gpu") == summary.render(figures, "gpu")
 
 
+def _slugs(text: str) -> set[str]:
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
 def test_every_link_of_benchmarks_md_resolves():
-    """Its index links to its areas by GitHub's heading anchors, and every file it links exists."""
-    slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", BENCH, re.M)}
-    for target in re.findall(r"\]\(([^)]+)\)", BENCH):
-        if target.startswith("#"):
-            assert target[1:] in slugs, target
-        elif not target.startswith("http"):
-            assert (ROOT / target.split("#")[0]).exists(), target
+    """Its index links to its areas by GitHub's heading anchors, every file it and its area pages link exists, and
+    every anchor they name is a heading of the page it names; BENCHMARKS.md stays a page for users."""
+    for page, text in PAGES.items():
+        for target in re.findall(r"\]\(([^)]+)\)", text):
+            if target.startswith("http"):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            assert linked.exists(), (page.name, target)
+            if anchor:
+                assert anchor in _slugs(linked.read_text()), (page.name, target)
+    assert BENCH.count("\n") < 400  # each area's table and a link to its details, not a ledger
 
 
 def test_the_convergence_rows_are_recomputed_from_their_runs():

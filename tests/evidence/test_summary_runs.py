@@ -90,7 +90,9 @@ def test_every_run_is_one_row_of_the_runs_table_and_benchmarks_md_holds_the_comm
     assert "| adpsgd-fixed_ring | 2 | 4 x 1 |" in lines[3] and "| 31.4 % | 15.7 % |" in lines[3] and "`bbb`" in lines[3]
     root = Path(__file__).resolve().parents[2]
     committed = summary_runs.render_runs(root / "docs/figures/convergence")
-    assert read_block((root / "BENCHMARKS.md").read_text(), "convergence-runs") == committed, \
+    from benchmarks.tables import pages_text
+
+    assert read_block(pages_text(root / "BENCHMARKS.md"), "convergence-runs") == committed, \
         "BENCHMARKS.md's convergence-runs table drifted from docs/figures/convergence: run bench all --tables-only"
     n = sum(len(summary_runs._read(p)) for p in (root / "docs/figures/convergence").glob("*.jsonl"))
     assert committed.count("\n| `") == n

@@ -13,7 +13,7 @@ def test_benchmarks_md_tables_are_exactly_what_the_committed_json_renders():
     folder = ROOT / "docs" / "figures" / "bench-all"
     docs = load_docs(folder)
     assert set(docs) == set(BENCHES)
-    generated = tables.blocks((ROOT / "BENCHMARKS.md").read_text())
+    generated = tables.blocks(tables.pages_text(ROOT / "BENCHMARKS.md"))
     for name, doc in docs.items():
         assert generated[name] == tables.render(name, doc), f"BENCHMARKS.md's {name} table drifted from {name}.json"
         assert (folder / f"{name}.png").stat().st_size > 10_000
@@ -30,7 +30,7 @@ def test_benchmarks_md_gpu_tables_are_what_the_committed_gpu_json_renders():
     folder = ROOT / "docs" / "figures" / "gpu"
     docs = load_docs(folder, GPU_BENCHES)
     assert set(docs) == set(GPU_BENCHES)
-    generated = tables.blocks((ROOT / "BENCHMARKS.md").read_text())
+    generated = tables.blocks(tables.pages_text(ROOT / "BENCHMARKS.md"))
     for name, doc in docs.items():
         assert any(card in doc["provenance"]["machine"] for card in ("H100", "H200"))  # a lent GPU measured it
         assert generated[name] == tables.render(name, doc), f"BENCHMARKS.md's {name} table drifted from {name}.json"
@@ -58,7 +58,7 @@ def test_gpu_tables_render_from_the_committed_json_without_a_gpu(workshop, tmp_p
 def test_benchmarks_md_gpu_adpsgd_table_is_what_the_committed_runs_render(workshop, tmp_path):
     docs = tables.gpu_adpsgd_docs(ROOT / "docs/figures/gpu/adpsgd")
     assert len(docs) >= 3 and all(r["summary"] for d in docs.values() for r in d["results"])
-    text = (ROOT / "BENCHMARKS.md").read_text()
+    text = tables.pages_text(ROOT / "BENCHMARKS.md")
     assert tables.gpu_adpsgd_block(text) == tables.render_gpu_adpsgd(docs), "the gpu-adpsgd table drifted from its JSON"
     md = tmp_path / "B.md"
     md.write_text("# B\n<!-- gpu-adpsgd -->\nold\n<!-- /gpu-adpsgd -->\n")
@@ -92,7 +92,8 @@ def test_bench_all_tables_only_rerenders_without_running(tmp_path, workshop):
 
 
 def test_make_figures_regenerates_benchmarks_md_byte_for_byte(tmp_path):
-    """`make figures` (benchmarks/, from the committed JSON) on a copy of BENCHMARKS.md leaves it as it is."""
+    """`make figures` (benchmarks/, from the committed JSON) on a copy of BENCHMARKS.md and its area pages leaves them as
+    they are."""
     import os
     import subprocess
     import sys
@@ -100,6 +101,9 @@ def test_make_figures_regenerates_benchmarks_md_byte_for_byte(tmp_path):
 
     md = tmp_path / "B.md"
     md.write_bytes((ROOT / "BENCHMARKS.md").read_bytes())
+    (tmp_path / tables.DETAIL_PAGES).mkdir(parents=True)
+    for page in tables.pages(ROOT / "BENCHMARKS.md")[1:]:  # the area pages beside it
+        (tmp_path / tables.DETAIL_PAGES / page.name).write_bytes(page.read_bytes())
     venv = Path(sys.prefix)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
     proc = subprocess.run(["make", "figures", f"VENV={venv}", "-o", f"{venv}/.installed", f"BENCHMARKS_MD={md}"],
@@ -107,3 +111,5 @@ def test_make_figures_regenerates_benchmarks_md_byte_for_byte(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("updated") >= 4
     assert md.read_bytes() == (ROOT / "BENCHMARKS.md").read_bytes(), "BENCHMARKS.md drifted from its JSON"
+    for page in tables.pages(ROOT / "BENCHMARKS.md")[1:]:
+        assert (tmp_path / tables.DETAIL_PAGES / page.name).read_bytes() == page.read_bytes(), f"{page} drifted"

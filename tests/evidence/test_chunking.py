@@ -46,6 +46,7 @@ def test_noise_is_added_at_the_snr_asked_and_each_arm_cuts_its_own_way(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.protocol  # a measurement protocol end to end: make test-evidence
 def test_every_arm_is_scored_on_every_condition_and_the_block_renders(tmp_path):
     data = tmp_path / "demo"
     synthesize_corpus(data, minutes=0.3, test_minutes=0.1, seed=0, progress=False)

@@ -59,6 +59,7 @@ def test_cut_quality_counts_cuts_inside_sentences_and_scores_text_against_the_se
 
 
 @pytest.mark.slow
+@pytest.mark.protocol  # a measurement protocol end to end: make test-evidence
 def test_each_arm_fine_tunes_on_the_cut_segments_and_the_block_renders(tmp_path):
     data = tmp_path / "demo"
     synthesize_corpus(data, minutes=0.3, test_minutes=0.1, seed=0, progress=False)

@@ -11,6 +11,7 @@ from tests.conftest import shared
 pytestmark = pytest.mark.slow  # trains a real model on real recordings
 
 
+@pytest.mark.protocol  # a measurement protocol end to end: make test-evidence
 def test_the_yesno_recipe_runs_through_the_bench_and_scores_kaldis_held_out_files(tmp_path):
     """configs/yesno.yaml for 2 of its epochs: first 31 files train, the last 29 are scored."""
     shared("yesno", "manifest.jsonl")

@@ -28,6 +28,7 @@ def test_the_pool_never_holds_a_sentence_of_the_test_set(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.protocol  # a measurement protocol end to end: make test-evidence
 def test_each_arm_fine_tunes_the_teacher_on_the_training_data_and_its_labels(tmp_path):
     data = tmp_path / "demo"
     synthesize_corpus(data, minutes=0.3, test_minutes=0.1, seed=0, progress=False)

@@ -1,6 +1,7 @@
 """`python -m benchmarks.transfer`: German from an English model, against scratch and a fresh output layer."""
 import json
 
+import pytest
 import torch
 
 from benchmarks import tables, transfer
@@ -10,6 +11,7 @@ from speechscale.training.trainer import Trainer
 from tests.training.tiny import ldc_config
 
 
+@pytest.mark.protocol  # a measurement protocol end to end: make test-evidence
 def test_the_transfer_bench_trains_each_arm_from_where_it_says(tmp_path):
     source_run = tmp_path / "english"
     Trainer(ldc_config(source_run, "features.sample_rate=16000", "trainer.max_steps=2")).fit()  # the demo's features

@@ -75,8 +75,8 @@ def test_long_audio_is_aligned_a_segment_at_a_time_with_the_times_of_one_search(
     between words both texts agree on, each copy's words land at its own start, and the words are those of one
     search over the whole file to within a frame, except beside a cut. Without any point to cut at, a segment too
     big to search is one line."""
-    from speechscale.inference.transcribe import Transcriber
     from speechscale.inference import align
+    from speechscale.inference.transcribe import Transcriber
 
     wav = load_audio(shared("ldc93s1", "LDC93S1.wav"), 16000)
     gaps = [0.4, 1.8, 0.7, 1.2, 0.5, 1.5, 0.9, 0.6]

@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Any, Iterable
 
+import numpy as np
 import torch
 
 from ..config import AugmentConfig, ConfigError, FeatureConfig
@@ -124,6 +125,21 @@ def _mel_filterbank(n_freqs: int, n_mels: int, sample_rate: int) -> torch.Tensor
     return torch.clamp(torch.minimum(up, down), min=0.0)  # (n_mels, n_freqs)
 
 
+def framed(at: Any, length: Any, zeros: bool = False) -> tuple[Any, Any]:
+    """The one framing rule of every front end (an utterance, a padded batch, a stream's cut): the signal's sample
+    index for each position `at` (sample numbers from the signal's start, negative before it; an array, numpy or
+    torch), half a window of padding at both ends as torch.stft(center=True) pads: positions before the start are
+    reflected into it (-i reads sample i), positions at or past `length` reflected back from the end (`length` may be
+    a (B, 1) tensor of row lengths, or infinity for a stream not yet at its end); with `zeros` (features.stft_pad)
+    padding positions read nothing. -> (index, inside): the index into the signal, and where it holds a sample (the
+    rest are zeros)."""
+    xp = np if isinstance(at, np.ndarray) else torch
+    idx = xp.where(at < 0, -at, at)
+    idx = xp.where(idx >= length, 2 * (length - 1) - idx, idx)
+    inside = (at >= 0) & (at < length) if zeros else xp.ones_like(at, dtype=bool)
+    return idx, inside
+
+
 def _deviation(std: torch.Tensor, eps: float) -> torch.Tensor:
     """What a normalization divides by: the deviation plus features.normalize_eps (a zero deviation, a silent input,
     divides by 1 when eps is 0)."""
@@ -183,9 +199,16 @@ class FeatureExtractor:
             wav = wav - wav.mean()
         if self.cfg.preemphasis > 0 and wav.shape[0] > 1:
             wav = torch.cat([wav[:1], wav[1:] - self.cfg.preemphasis * wav[:-1]])  # (T,)
-        spec = torch.stft(wav, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
-                          window=self.window, center=True, return_complex=True,
-                          pad_mode="constant" if self.cfg.stft_pad == "zeros" else "reflect")  # (F, frames)
+        pad = self.n_fft // 2
+        idx, inside = framed(torch.arange(-pad, wav.shape[0] + pad), wav.shape[0],
+                             zeros=self.cfg.stft_pad == "zeros")  # (T + 2 pad,)
+        return self.spectrum(wav[idx.clamp(0, max(0, wav.shape[0] - 1))] * inside.to(wav.dtype))
+
+    def spectrum(self, signal: torch.Tensor, window: torch.Tensor | None = None) -> torch.Tensor:
+        """Framed samples, (S,) or (B, S): every window of them that fits, hop by hop -> log features (F, frames) or
+        (B, F, frames): the STFT every front end runs (an utterance, a batch, the cuts of many streams)."""
+        spec = torch.stft(signal, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
+                          window=self.window if window is None else window, center=False, return_complex=True)
         return self.compress(spec.abs())
 
     def compress(self, mag: torch.Tensor) -> torch.Tensor:
@@ -229,13 +252,10 @@ class FeatureExtractor:
             waves = waves - (waves * inside).sum(1, keepdim=True) / lens
         if self.cfg.preemphasis > 0 and s > 1:
             waves = torch.cat([waves[:, :1], waves[:, 1:] - self.cfg.preemphasis * waves[:, :-1]], dim=1)
-        pad = self.n_fft // 2  # each row padded at its own ends, as torch.stft(center=True) pads one signal
+        pad = self.n_fft // 2  # each row framed at its own ends
         at = (torch.arange(s + 2 * pad, device=dev) - pad)[None]  # (1, S + 2 pad)
-        j = at.abs()
-        j = torch.where(j >= lens, 2 * (lens - 1) - j, j).clamp(0, s - 1)  # (B, S + 2 pad) reflected
-        padded = waves.gather(1, j)
-        if self.cfg.stft_pad == "zeros":
-            padded = padded * ((at >= 0) & (at < lens)).to(padded.dtype)
+        j, inside = framed(at.expand(len(lengths), -1), lens, zeros=self.cfg.stft_pad == "zeros")  # (B, S + 2 pad)
+        padded = waves.gather(1, j.clamp(0, s - 1)) * inside.to(waves.dtype)
         spec = torch.stft(padded, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
                           window=window, center=False, return_complex=True)  # (B, n_fft // 2 + 1, T)
         feats = torch.log(mel @ spec.abs().pow(2) + 1e-6) if mel is not None else torch.log1p(spec.abs())  # (B, F, T)

@@ -63,8 +63,8 @@ def streaming_problem(model: Any, features: Any, name: str) -> str | None:
     mode = features.stream_normalize or features.normalize
     if mode not in ("none", "global", "running") or features.remove_dc:
         return (f"{name} normalizes its features over the whole utterance (features.normalize={features.normalize}"
-                f"{', remove_dc' if features.remove_dc else ''}); streaming needs features.normalize (or "
-                "stream_normalize) global, running or none"
+                f"{', remove_dc' if features.remove_dc else ''}); streaming needs features.normalize=global, running or "
+                "none (or features.stream_normalize one of them)"
                 + ("; `speechscale import deepspeech-pytorch --stats MANIFEST` gives it statistics to stream with"
                    if name == "deepspeech-pytorch" else ""))
     return None

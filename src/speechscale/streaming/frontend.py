@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from ..data.features import framed
+
 
 class Cut(NamedTuple):
     """The samples of `frames` consecutive STFT windows ((frames - 1) * hop + n_fft of them)."""
@@ -35,10 +37,7 @@ def spectra(features: Any, cuts: list[Cut]) -> list[torch.Tensor]:
         parts += [cut.samples, np.zeros(span - len(cut.samples), np.float32)]
         starts.append(at // hop)
         at += span
-    signal = torch.from_numpy(np.concatenate(parts))
-    spec = torch.stft(signal, n_fft=features.n_fft, hop_length=hop, win_length=features.win_length,
-                      window=features.window, center=False, return_complex=True)  # (F', windows)
-    feats = features.compress(spec.abs())  # (F, windows)
+    feats = features.spectrum(torch.from_numpy(np.concatenate(parts)))  # (F, windows): the offline STFT
     return [feats[:, a:a + cut.frames] for a, cut in zip(starts, cuts)]
 
 
@@ -76,14 +75,13 @@ class StreamFeatures:
             return None
         first = self.frames * self.hop - self.pad  # sample index of the first window's start
         last = (total - 1) * self.hop - self.pad + self.n_fft  # one past the last window's end
-        at = np.arange(first, last)
-        idx = np.where(at < 0, -at, at)  # the reflection at the start
-        idx = np.where(idx >= self.received, 2 * (self.received - 1) - idx, idx)  # ... and at the end (final)
-        seg = np.where(idx <= self.pad, self.head[np.minimum(idx, len(self.head) - 1)], 0.0)
-        inside = idx >= self.start
-        seg = np.where(inside, self.wav[np.clip(idx - self.start, 0, len(self.wav) - 1)], seg).astype(np.float32)
-        if zeros:  # features.stft_pad=zeros: nothing before the start nor after the end
-            seg = np.where((at >= 0) & (at < self.received), seg, 0.0).astype(np.float32)
+        # the offline framing (data.features.framed); the end is reflected only once the stream has ended
+        idx, sample = framed(np.arange(first, last), self.received if final else np.inf, zeros=zeros)
+        idx = idx.astype(np.int64)
+        seg = np.where(idx <= self.pad, self.head[np.clip(idx, 0, len(self.head) - 1)], 0.0)  # the start's samples
+        kept = idx >= self.start
+        seg = np.where(kept, self.wav[np.clip(idx - self.start, 0, len(self.wav) - 1)], seg)
+        seg = np.where(sample, seg, 0.0).astype(np.float32)
         cut = Cut(seg, total - self.frames)
         self.frames = total
         keep_from = max(0, self.frames * self.hop - self.pad - self.start)  # later windows start at or after this

@@ -13,7 +13,9 @@ from speechscale.recipe import load_recipe
 from tests.conftest import main_cli, shared
 
 SMALL = ["ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny", "conformer-tiny"]
-LARGE = [m for m in MODELS if m not in SMALL]
+# deepspeech-pytorch is ds2's class with LSTM layers and no output bias: its imports are exported, at their size,
+# in tests/storage/test_deepspeech_pytorch.py; at its 86 M parameters the ONNX export alone took 40 s of CPU
+LARGE = [m for m in MODELS if m not in SMALL and m != "deepspeech-pytorch"]
 
 
 def _checkpoint(tmp_path, model, overrides=None):

@@ -7,7 +7,7 @@ from speechscale.config import ConfigError
 from speechscale.models import MODELS, build_model
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"deepspeech-pytorch"}))  # its conv front end is ds2-small's
 def test_output_lengths_match_the_real_output_for_odd_lengths(name):
     torch.manual_seed(0)
     model = build_model(name, {}, num_features=81, vocab_size=29).eval()

@@ -115,8 +115,8 @@ class BufferedReader:
 def read_batches(store: Store, index_url: str, batch_seconds: float, delays: list[float]) -> list[dict[str, Any]]:
     """Each round trip in `delays`: the epoch's training batches read by the buffered and the exact reader in turn
     (their order alternating batch by batch); a row per (round trip, reader) with bytes, requests and time."""
+    from speechscale.data.shard_stream import ShardUnits
     from speechscale.data.shards import ShardIndex, ShardReader
-    from speechscale.data.stream import ShardUnits
 
     index = ShardIndex(index_url)
     units = ShardUnits(index, batch_seconds=batch_seconds, max_batch_size=64, seed=0)

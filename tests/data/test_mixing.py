@@ -75,7 +75,7 @@ def test_a_run_mixes_two_real_corpora_and_logs_each_domains_samples(tmp_path, so
 
 # ---- shard sets: mixed batch by batch ------------------------------------------------------------------
 def _shard_domains(tmp_path, sizes_by_domain):
-    from speechscale.data.stream import ShardUnits
+    from speechscale.data.shard_stream import ShardUnits
     from tests.data.test_stream import synthetic_index
 
     parts, bases = [], [0]
@@ -125,8 +125,8 @@ def test_shard_set_shares_follow_the_weights_and_repeat_evenly(tmp_path, weights
 
 
 def test_mixed_shard_sets_resume_onto_another_world_size_exactly(tmp_path):
+    from speechscale.data.batch_plan import LockstepPlan
     from speechscale.data.mixing import MixedUnits
-    from speechscale.data.plan import LockstepPlan
 
     parts, bases = _shard_domains(tmp_path, [[30, 11], [20]])
     make = lambda: MixedUnits(parts, domain_probabilities([41, 20], [1, 2]), bases, seed=3)  # noqa: E731

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from speechscale.data.plan import ListUnits, LockstepPlan
+from speechscale.data.batch_plan import ListUnits, LockstepPlan
 from speechscale.data.sampler import BucketBatchSampler
 
 

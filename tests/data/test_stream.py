@@ -6,9 +6,9 @@ import tracemalloc
 
 import pytest
 
-from speechscale.data.plan import ClaimedPlan, LockstepPlan
+from speechscale.data.batch_plan import ClaimedPlan, LockstepPlan
+from speechscale.data.shard_stream import ShardUnits
 from speechscale.data.shards import ShardIndex
-from speechscale.data.stream import ShardUnits
 
 
 def synthetic_index(folder, sizes, seed=0):

@@ -55,8 +55,8 @@ def flac_corpus(src_manifest: str | Path, out: str | Path, sample_rate: int = 16
 def _loader(source: str, cfg: Config) -> tuple[Any, int, float]:
     """The training DataLoader over a manifest or shard index (one rank, shuffled, epoch 1, cfg.augment);
     (loader, utterances, audio seconds)."""
+    from ..data.batch_plan import LockstepPlan
     from ..data.loading import EpochTagged, build_loader, load_utterances, make_loader, shard_source
-    from ..data.plan import LockstepPlan
     from ..data.shards import is_shard_index
 
     comps = build_components(cfg)

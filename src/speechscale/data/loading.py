@@ -1,5 +1,5 @@
 """From data config to DataLoaders: manifests (validated, in memory) or shard indexes (streamed), the rank's
-`BatchPlan` (data/plan.py) over them, and the dataset. Training and evaluation both shard here."""
+`BatchPlan` (data/batch_plan.py) over them, and the dataset. Training and evaluation both shard here."""
 from __future__ import annotations
 
 import logging
@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 
 from ..config import AugmentConfig, ConfigError, DataConfig
+from .batch_plan import BatchPlan, ListUnits, Units
 from .dataset import SpeechDataset, collate
 from .manifest import ManifestError, SkipReport, Utterance, read_manifest
 from .mixing import MixedUnits, MixPlan, domain_names, domain_probabilities
-from .plan import BatchPlan, ListUnits, Units
 from .sampler import BucketBatchSampler
+from .shard_stream import MixedShardDataset, ShardDataset, ShardUnits
 from .shards import ShardIndex, is_shard_index
 from .stats import DurationCounts
-from .stream import MixedShardDataset, ShardDataset, ShardUnits
 
 if TYPE_CHECKING:
     from ..components import Components
@@ -162,7 +162,7 @@ LEFT_TO_TRAINER = {signal.SIGINT, signal.SIGTERM}
 
 # What the forkserver imports once, so that each worker it forks starts with them (milliseconds, not seconds);
 # worker_server also leaves SIGTERM to the trainer, as the workers do.
-WORKER_PRELOAD = ["speechscale.data.worker_server", "speechscale.data.dataset", "speechscale.data.stream"]
+WORKER_PRELOAD = ["speechscale.data.worker_server", "speechscale.data.dataset", "speechscale.data.shard_stream"]
 
 
 def worker_context() -> multiprocessing.context.BaseContext:

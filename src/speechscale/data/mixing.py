@@ -10,7 +10,7 @@ its utterances as often as the quota allows, each the same number of times withi
 seeded random subset. The plan is a pure function of (seed, epoch), so resume stays O(1) and exact; the
 per-domain counts go into the log and, with the run's history, into every checkpoint.
 
-Shard sets (data/stream.py) mix batch by batch instead (`MixedUnits`): an epoch keeps (about) its size in
+Shard sets (data/shard_stream.py) mix batch by batch instead (`MixedUnits`): an epoch keeps (about) its size in
 samples and gives domain d as many of its own duration-bucketed batches as carry p_d of the samples,
 interleaved in a seeded order; a domain above its share repeats its epoch's batches, one below it takes a
 prefix of its shuffled epoch (a random subset of its shards). With the default weights every utterance of
@@ -27,7 +27,7 @@ import torch
 from ..storage.seeds import generator
 
 if TYPE_CHECKING:
-    from .plan import Units
+    from .batch_plan import Units
 
 
 def domain_probabilities(sizes: Sequence[int], weights: Sequence[float] = (), temperature: float = 1.0

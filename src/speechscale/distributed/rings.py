@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..data.plan import BatchPlan, ClaimedPlan, Units
+from ..data.batch_plan import BatchPlan, ClaimedPlan, Units
 from .adpsgd import AveragingStrategy, _flat, _set_flat, partner, random_pairs, ring_pairs, swap
 from .strategy import ProcessGroupStrategy
 

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..data.plan import BatchPlan, LockstepPlan, Units
+from ..data.batch_plan import BatchPlan, LockstepPlan, Units
 
 
 class Strategy:

@@ -3,7 +3,7 @@
     speechscale train --config configs/yesno.yaml trainer.out_dir=runs/yesno
     torchrun --nproc-per-node 2 -m speechscale.cli train --config configs/yesno.yaml   # data parallel
 
-One batch goes: data plan (data/plan.py) -> dataset (audio, augment, features) -> collate -> model ->
+One batch goes: data plan (data/batch_plan.py) -> dataset (audio, augment, features) -> collate -> model ->
 CTC (step.py) -> strategy -> optimizer. A non-finite loss or gradient skips the step (counted); an utterance that cannot
 become features is dropped (counted by reason). The strategy (distributed/) owns everything distributed;
 rank 0 logs and writes checkpoints (state.py holds their layout).

@@ -2,7 +2,7 @@
 
 Every source of training data, a manifest in memory or a stream of tar shards, is an epoch of numbered
 batches ("units", `Units`): a pure function of (seed, epoch), addressed by number. `ListUnits` wraps the
-in-memory bucket sampler, `ShardUnits` (data/stream.py) a shard index, computed window by window.
+in-memory bucket sampler, `ShardUnits` (data/shard_stream.py) a shard index, computed window by window.
 
 A plan (`BatchPlan`) yields this rank's batches of the current epoch, says how far the epoch's position moves
 when batch i has been trained, whether a position completes the epoch, and restarts at any position in O(1)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.checkout import pin_commit
+from benchmarks.checkout import pin_commit, record
 from benchmarks.shared import shared_data
 
 FILES = ("LDC93S1.wav", "LDC93S1_from44k.wav", "fsdd_16k.wav", "jfk_16k.wav", "yesno_16k.wav")
@@ -75,8 +75,6 @@ def measure(work: Path) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from speechscale.bench.harness import write_json
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
@@ -87,9 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(json.dumps({k: v for k, v in r.items() if k not in ("text", "offline_text")}))
     if args.out:
-        command = ["python", "-m", "benchmarks.dspt_streaming", *(sys.argv[1:] if argv is None else argv)]
-        write_json(Path(args.out), rows, command=command, settings={"step_ms": 100, "endpoint_frames": 1000},
-                   seconds=time.perf_counter() - began)
+        record(args.out, "benchmarks.dspt_streaming", argv, rows, {"step_ms": 100, "endpoint_frames": 1000}, began)
     return 0
 
 

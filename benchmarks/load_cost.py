@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import sys
 import tempfile
 import time
 import warnings
@@ -18,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.checkout import pin_commit
+from benchmarks.checkout import pin_commit, record
 
 
 def _crc_pass(data: bytes) -> None:
@@ -119,12 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         rows = _best(pairs, args.repeats)
     if args.out:
-        from speechscale.bench.harness import write_json
-
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        command = ["python", "-m", "benchmarks.load_cost", *(sys.argv[1:] if argv is None else argv)]
-        write_json(Path(args.out), [{"file": name, **row} for name, row in rows.items()], command=command,
-                   settings={"repeats": args.repeats, "threads": 1}, seconds=time.perf_counter() - began)
+        record(args.out, "benchmarks.load_cost", argv, [{"file": name, **row} for name, row in rows.items()],
+               {"repeats": args.repeats, "threads": 1}, began)
     return 0
 
 

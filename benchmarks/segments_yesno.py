@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from benchmarks.checkout import pin_commit
+from benchmarks.checkout import pin_commit, record
 from benchmarks.shared import shared_data
 
 HELD_OUT = 31  # the recipe's val_slice: the files after the first 31
@@ -67,8 +67,6 @@ def measure(checkpoint: str, work: Path, max_seconds: float = 3.0) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from speechscale.bench.harness import write_json
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", required=True, help="a model the yesno recipe trained")
     ap.add_argument("--max-seconds", type=float, default=3.0)
@@ -80,9 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         res = measure(args.checkpoint, Path(tmp), args.max_seconds)
     print(json.dumps(res))
     if args.out:
-        command = ["python", "-m", "benchmarks.segments_yesno", *(sys.argv[1:] if argv is None else argv)]
-        write_json(Path(args.out), [{"tool": k, **v} for k, v in res.items()], command=command,
-                   settings={"max_seconds": args.max_seconds}, seconds=time.perf_counter() - began)
+        record(args.out, "benchmarks.segments_yesno", argv, [{"tool": k, **v} for k, v in res.items()],
+               {"max_seconds": args.max_seconds}, began)
     return 0
 
 

@@ -96,15 +96,14 @@ class Model:
         from .decoding.decoders import DecoderConfig
         from .inference.transcribe import Transcriber
         from .storage.checkpoints import model_path
-        from .streaming.opener import StreamModel, is_step_file, open_streams
+        from .streaming.opener import StreamModel, open_step
 
         path = model_path(path)
         self.path = str(path)
         dcfg = DecoderConfig(name=decoder, beam_width=beam_width, lm=lm or "", lexicon=lexicon or "")
         self._decoder = dcfg
-        self._streams: StreamModel | None = None
-        if is_step_file(path):  # `export --streaming`'s file: it runs streams only
-            self._streams = open_streams(path)
+        self._streams: StreamModel | None = open_step(path)
+        if self._streams is not None:  # `export --streaming`'s file: it runs streams only
             self._asr = None
             self.backend: str = "onnx-step"
             self.sample_rate: int = self._streams.comps.features.cfg.sample_rate
@@ -216,10 +215,12 @@ class Model:
         --streaming`, run by onnxruntime); others raise with the reason. With a beam or lexicon decoder, each phrase
         is searched incrementally as its own utterance. `step_ms`: audio per model step (default 100), rounded up to
         whole output frames (a streaming conformer attends in chunks of those frames; an ONNX step's is fixed)."""
-        from .streaming.opener import open_streams
+        from .streaming.opener import fixed_chunk, open_streams
 
         if self._streams is not None:
-            streams = self._streams if step_ms is None else open_streams(self.path, step_ms=step_ms)
+            if step_ms is not None:
+                raise fixed_chunk("step_ms")
+            streams = self._streams
         elif self.backend != "torch":
             raise ValueError(f"streaming runs a checkpoint or its streaming step, not a {self.backend} export")
         else:

@@ -23,13 +23,14 @@ def serve(args: argparse.Namespace) -> int:
     from ..inference.transcribe import Transcriber
     from ..service.server import Limits
     from ..service.server import serve as run_server
-    from ..streaming.opener import is_step_file, open_streams
+    from ..streaming.opener import open_step
     from ..streaming.recognizer import step_problem
 
     if problem := step_problem(args.stream_step_ms):
         raise ConfigError(f"--stream-step-ms: {problem}")
     check_listen(args.host, args.port)  # before the model loads
-    if args.stream_step and not is_step_file(args.stream_step):
+    streams = open_step(args.stream_step) if args.stream_step else None
+    if args.stream_step and streams is None:
         raise ConfigError(f"--stream-step: {args.stream_step} is not an ONNX streaming step (export --format onnx "
                           "--streaming writes one)")
     # the event loop (connections, JSON) needs a core of its own: torch's threads spinning on every core starve it
@@ -45,7 +46,6 @@ def serve(args: argparse.Namespace) -> int:
                     stream_step_ms=args.stream_step_ms,
                     header_timeout_s=args.header_timeout, drain_timeout_s=args.drain_timeout,
                     allowed_hosts=args.allowed_host or [], docs=args.docs)
-    streams = open_streams(args.stream_step, flag="--stream-step") if args.stream_step else None
     print(f"speechscale serve: http://{args.host}:{args.port}/ ({asr.comps.model_name})", file=sys.stderr, flush=True)
     run_server(asr, args.host, args.port, limits, ws=args.ws, stream_model=streams)
     return 0

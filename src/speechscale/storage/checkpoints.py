@@ -54,8 +54,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise ModelFileError(f"{path}: empty file (0 bytes), not a checkpoint")
     structure = read_archive(data, archive_records(data, path), path, LIGHTNING)
     if is_deepspeech_pytorch(structure.tree):  # deepspeech.pytorch's, read as ours
-        structure = Structure(to_checkpoint(structure.tree, path, data), 0, structure.tensor_bytes)
-        structure.parameters = sum(v.numel() for v in structure.tree["model"].values())
+        tree = to_checkpoint(structure.tree, path, data)
+        structure = Structure(tree, sum(v.numel() for v in tree["model"].values()), structure.tensor_bytes)
     elif structure.foreign:
         raise ModelFileError(f"{path} is not a speechscale checkpoint: it names {structure.foreign[0]}, which a "
                              "speechscale checkpoint never holds (refused without running or building it)")

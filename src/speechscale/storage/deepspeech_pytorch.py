@@ -226,8 +226,8 @@ def _get(cfg: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
 
 
 def _model_overrides(model_cfg: Any, sd: dict[str, torch.Tensor], where: str) -> dict[str, Any]:
-    """DS2Config overrides for the model the weights describe (sizes read from the tensors, checked against
-    model_cfg)."""
+    """DS2Config overrides of the deepspeech-pytorch preset for the model its config describes (checked against the
+    weights here and by _check_shapes)."""
     rnn_type = _get(model_cfg, "rnn_type", str, where + " (model_cfg)")
     hidden = _get(model_cfg, "hidden_size", int, where + " (model_cfg)")
     layers = _get(model_cfg, "hidden_layers", int, where + " (model_cfg)")
@@ -243,12 +243,10 @@ def _model_overrides(model_cfg: Any, sd: dict[str, torch.Tensor], where: str) ->
     found = sorted({int(k.split(".")[1]) for k in sd if k.startswith("rnns.") and k.split(".")[1].isdigit()})
     if found != list(range(layers)):
         raise ModelFileError(f"{where}: its model_cfg says {layers} recurrent layers, its weights hold {len(found)}")
-    overrides: dict[str, Any] = {
-        "conv": [{"channels": 32, "kernel": [41, 11], "stride": [2, 2]},
-                 {"channels": 32, "kernel": [21, 11], "stride": [2, 1]}],
-        "activation": "hardtanh", "rnn_type": rnn_type, "rnn_layers": layers, "rnn_hidden": hidden,
-        "bidirectional": bidirectional, "rnn_merge": "sum", "rnn_bias": True, "fc_hidden": 0, "fc_bias": False,
-        "lookahead": 0}
+    # what differs between its models; the rest (its conv front end, summed directions, the bias-free output layer)
+    # is the registry's deepspeech-pytorch preset
+    overrides: dict[str, Any] = {"rnn_type": rnn_type, "rnn_layers": layers, "rnn_hidden": hidden,
+                                 "bidirectional": bidirectional}
     if not bidirectional:
         context = _get(model_cfg, "lookahead_context", int, where + " (model_cfg)")
         if not 2 <= context <= 4096:

@@ -49,30 +49,33 @@ def open_streams(source: str | Path | Any, device: str = "cpu", step_ms: float |
         raise ConfigError(f"{flag}: {problem}")
     if not isinstance(source, (str, Path)):
         return StreamModel(source, None, step_ms)
-    step = _onnx_step(source)
-    if step is None:
+    opened = open_step(source)
+    if opened is None:
         from ..components import load_components
 
         return StreamModel(load_components(source, device), None, step_ms)
     if step_ms is not None:
-        raise ConfigError(f"{flag}: an exported step's chunk is fixed when it is exported (export --streaming "
-                          "--chunk FRAMES)")
-    from ..components import components_from_description
-
-    return StreamModel(components_from_description(step.description, where=str(source)), step, None)
+        raise fixed_chunk(flag)
+    return opened
 
 
-def _onnx_step(source: str | Path) -> Any:
-    """The ONNX streaming step at `source`, or None when it is not one (a checkpoint, an offline export)."""
+def fixed_chunk(flag: str) -> ConfigError:
+    """The refusal of a step's audio asked of an ONNX step, whose chunk is fixed when it is exported."""
+    return ConfigError(f"{flag}: an exported step's chunk is fixed when it is exported (export --streaming --chunk "
+                       "FRAMES)")
+
+
+def open_step(source: str | Path) -> StreamModel | None:
+    """The streams of the ONNX streaming step at `source` (`export --streaming`: onnxruntime runs it, with the model
+    its file describes), or None when `source` is not one (a checkpoint, an offline export)."""
     if not str(source).endswith(".onnx"):
         return None
+    from ..components import components_from_description
     from ..export.runtime import exported_file
     from ..export.stream_runtime import OnnxStep, is_stream_step
 
     with exported_file(source) as local:  # a URL's copied for onnxruntime to read
-        return OnnxStep(local) if is_stream_step(local) else None
-
-
-def is_step_file(source: str | Path) -> bool:
-    """Whether `source` is an ONNX streaming step (`export --streaming`), which runs streams only."""
-    return _onnx_step(source) is not None
+        if not is_stream_step(local):
+            return None
+        step = OnnxStep(local)
+    return StreamModel(components_from_description(step.description, where=str(source)), step, None)

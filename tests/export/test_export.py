@@ -14,7 +14,7 @@ from tests.conftest import main_cli, shared
 
 SMALL = ["ds2-tiny", "wav2letter+-tiny", "lstm-ctc-tiny", "conformer-tiny"]
 # deepspeech-pytorch is ds2's class with LSTM layers and no output bias: its imports are exported, at their size,
-# in tests/storage/test_deepspeech_pytorch.py; at its 86 M parameters the ONNX export alone took 40 s of CPU
+# in tests/storage/test_deepspeech_pytorch.py, and ds2-large covers the same layers at full size
 LARGE = [m for m in MODELS if m not in SMALL and m != "deepspeech-pytorch"]
 
 

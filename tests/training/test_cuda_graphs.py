@@ -22,7 +22,7 @@ from speechscale.models.rnn import BIDIRECTIONAL_SCHEMES, RecurrentLayer, set_bi
 from speechscale.training.graphs import step_shapes
 from speechscale.training.optim import build_optimizer
 from speechscale.training.precision import Precision
-from speechscale.training.step import TrainStep
+from speechscale.training.step import EagerStep, GraphedStep
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the gpu tier: pytest -m gpu on one)")
@@ -91,7 +91,7 @@ def test_bench_train_refuses_graphs_on_the_cpu(cli):
 
 def test_where_capture_is_refused_the_update_stays_eager_and_equal_to_the_plain_step(caplog):
     """GraphedUpdate on the CPU: its first call runs the update eagerly, the second tries to capture (refused here:
-    no CUDA), warns once and stays eager. Over 4 steps the weights follow the plain clip-and-step of TrainStep."""
+    no CUDA), warns once and stays eager. Over 4 steps the weights follow the plain clip-and-step of EagerStep."""
     from speechscale.training.graphs import GraphedUpdate
     from speechscale.training.precision import step_if
 
@@ -125,8 +125,6 @@ def test_where_capture_is_refused_the_update_stays_eager_and_equal_to_the_plain_
 
 # ---- GPU ----------------------------------------------------------------------------------------------------------
 def _setup(model, precision, graphs, seed=0, optim=None, init_scale=2.0 ** 16):
-    from speechscale.training.graphs import GraphedModel
-
     cfg = from_dict(Config, {"model": {"name": model, "overrides": FAMILIES[model]}, "optim": optim or {},
                              "features": RECOMMENDED_FEATURES.get(model, {})})
     torch.manual_seed(seed)
@@ -134,8 +132,8 @@ def _setup(model, precision, graphs, seed=0, optim=None, init_scale=2.0 ** 16):
     net = comps.model.cuda().train()
     opt = build_optimizer(net, cfg.optim)
     prec = Precision(precision, torch.device("cuda"), init_scale=init_scale)
-    step = TrainStep(net, net, opt, prec, LocalStrategy(), cfg.optim.grad_clip, torch.device("cuda"),
-                     graphs=GraphedModel(net, prec) if graphs else None)
+    step = (GraphedStep(net, opt, prec, LocalStrategy(), cfg.optim.grad_clip, torch.device("cuda")) if graphs
+            else EagerStep(net, net, opt, prec, LocalStrategy(), cfg.optim.grad_clip, torch.device("cuda")))
     return comps, net, step
 
 

@@ -62,13 +62,13 @@ def test_the_trainers_step_is_graphed_or_eager_as_decided_once():
     from speechscale.distributed.strategy import LocalStrategy
     from speechscale.models.registry import build_model
     from speechscale.training.precision import Precision
-    from speechscale.training.step import build_train_step
+    from speechscale.training.step import EagerStep, build_train_step
 
     model = build_model("ds2-tiny", {}, 81, 29)
     opt, cpu = torch.optim.SGD(model.parameters(), lr=0.0), torch.device("cpu")
     placeholder = Batch(torch.zeros(1, 81, 50), torch.tensor([50]), torch.tensor([1]), torch.tensor([1]), [""], [], {})
     eager = build_train_step(model, opt, Precision("fp32", cpu), LocalStrategy(), 0.0, cpu, placeholder, graphed=False)
-    assert eager.graphs is None and eager.forward is model  # LocalStrategy wraps nothing
+    assert type(eager) is EagerStep and eager.graphs is None and eager.forward is model  # LocalStrategy wraps nothing
     assert not any(getattr(m, "capturable", False) for m in model.modules())
     with pytest.raises(ValueError, match="CUDA device"):
         build_train_step(model, opt, Precision("fp32", cpu), LocalStrategy(), 0.0, cpu, placeholder, graphed=True)

@@ -10,7 +10,7 @@ from speechscale.data.dataset import Batch
 from speechscale.distributed.strategy import LocalStrategy
 from speechscale.models import build_model
 from speechscale.training.precision import Precision
-from speechscale.training.step import TrainStep, chunk_divergence
+from speechscale.training.step import EagerStep, chunk_divergence
 from speechscale.training.trainer import Trainer
 from tests.conftest import main_cli
 from tests.training.tiny import ldc_config
@@ -50,7 +50,7 @@ def test_the_step_loss_in_both_modes_is_the_two_ctcs_averaged_plus_the_weighted_
     feats, lengths = torch.randn(3, 40, 400), torch.tensor([400, 260, 180])
     targets, target_lens = torch.randint(1, 29, (15,)), torch.tensor([7, 5, 3])
     batch = Batch(feats, lengths, targets, target_lens, ["", "", ""], [0, 1, 2])
-    step = TrainStep(model, model, torch.optim.SGD(model.parameters(), lr=0.1), Precision("fp32", torch.device("cpu")),
+    step = EagerStep(model, model, torch.optim.SGD(model.parameters(), lr=0.1), Precision("fp32", torch.device("cpu")),
                      LocalStrategy(), 0.0, torch.device("cpu"))
     torch.manual_seed(3)
     got = step.loss(batch)

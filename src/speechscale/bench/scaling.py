@@ -63,7 +63,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
     from ..models.registry import RECOMMENDED_FEATURES
     from ..training.optim import build_optimizer
     from ..training.precision import Precision, resolve_device
-    from ..training.step import TrainStep
+    from ..training.step import EagerStep
     from .harness import summarize
     from .throughput import _clips, targets
 
@@ -81,7 +81,7 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], out_dir: str
     if isinstance(forward, torch.nn.parallel.DistributedDataParallel) and world > 1:
         forward.register_comm_hook(meter, _timed_allreduce)
     opt = build_optimizer(model, cfg.optim)
-    step = TrainStep(model, forward, opt, Precision("fp32", dev), strategy, cfg.optim.grad_clip, dev)  # the trainer's
+    step = EagerStep(model, forward, opt, Precision("fp32", dev), strategy, cfg.optim.grad_clip, dev)  # the trainer's
     b, secs = opts["batch_size"], opts["seconds"]
     clips = _clips(opts["manifest"], comps.features.cfg.sample_rate, secs, b, seed=rank)
     feats = torch.stack([comps.features(torch.from_numpy(c)) for c in clips]).to(dev)  # (B, F, T)

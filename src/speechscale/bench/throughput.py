@@ -26,11 +26,10 @@ from ..data.dataset import Batch
 from ..distributed.strategy import LocalStrategy
 from ..models.registry import RECOMMENDED_FEATURES
 from ..models.rnn import BIDIRECTIONAL_SCHEMES, set_bidirectional_scheme
-from ..training.graphs import GraphedModel
 from ..training.optim import build_optimizer
 from ..training.precision import Precision, resolve_device
 from ..training.recompute import recompute_blocks, saved_bytes
-from ..training.step import TrainStep
+from ..training.step import EagerStep, GraphedStep
 from .harness import interleave, keeps_torch_threads
 
 TEXT = "she had your dark suit in greasy wash water all year"
@@ -195,9 +194,10 @@ class _Mode:
             self.marks[phase] = time.perf_counter()
 
         # the trainer's step (grad_clip from the recipe's default), timed phase by phase
-        graphs = GraphedModel(self.model, self.precision) if self.graphed else None
-        self.step = TrainStep(self.model, self.forward, self.opt, self.precision, LocalStrategy(), cfg.optim.grad_clip,
-                              device, clock=clock, graphs=graphs)
+        self.step = (GraphedStep(self.model, self.opt, self.precision, LocalStrategy(), cfg.optim.grad_clip, device,
+                                 clock=clock) if self.graphed else
+                     EagerStep(self.model, self.forward, self.opt, self.precision, LocalStrategy(),
+                               cfg.optim.grad_clip, device, clock=clock))
         self.losses: list[float] = []
 
 

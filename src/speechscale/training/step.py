@@ -3,7 +3,7 @@
 The model's forward pass runs in the precision's autocast region; log-softmax and CTC run in fp32 outside
 it (CTC in half precision turns NaN); fp16 scales the loss before backward.
 
-    >>> step = TrainStep(model, model, optimizer, Precision("fp32", cpu), LocalStrategy(), 5.0, cpu)  # doctest: +SKIP
+    >>> step = EagerStep(model, model, optimizer, Precision("fp32", cpu), LocalStrategy(), 5.0, cpu)  # doctest: +SKIP
     >>> loss, flags = step([batch])  # doctest: +SKIP
 """
 from __future__ import annotations
@@ -18,12 +18,11 @@ from torch import nn
 from ..data.dataset import Batch
 from ..models.ctc import ctc_criterion
 from ..models.rnn import set_capturable
-from .graphs import GraphedUpdate
+from .graphs import GraphedModel, GraphedUpdate
 from .precision import Precision, clip_and_step
 
 if TYPE_CHECKING:
     from ..distributed.strategy import Strategy
-    from .graphs import GraphedModel
 
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -51,42 +50,35 @@ class TrainStep:
     device and reads the time). A non-finite loss or gradient skips the update without a host sync (fused
     optimizers and the fp16 scaler decide on the device).
 
-    Graphed or eager is decided once, at construction (`build_train_step` decides it for the trainer). With
-    `graphs` (trainer.cuda_graphs, a CUDA device) batches of a fixed shape run the model's forward and backward as
-    captured graphs, its recurrent layers made capturable; `forward` must be the bare model (never DDP's
-    wrapper); the placeholder batch, which no shape was captured for, runs eagerly. The update after it
-    (clipping, checks, a fused optimizer's step) replays as a graph of its own (`GraphedUpdate`) except under
-    fp16's loss scaler. How gradients are zeroed, accumulated over micro-batches and reduced over ranks follows
-    from the same decision, in one place (`_zero_grads`, `_accumulating`, `_reduce`).
+    Graphed or eager is decided once, by the class (`build_train_step` picks it for the trainer): `EagerStep` or
+    `GraphedStep`. Each says in one place how its forward runs (`logits`), how gradients are zeroed, accumulated
+    over micro-batches and reduced over ranks (`_zero_grads`, `_accumulating`, `_reduce`), and how the update
+    after backward runs (`_update`); this class holds what they share.
     """
+
+    graphs: GraphedModel | None = None  # the captured shapes (GraphedStep)
 
     def __init__(self, model: nn.Module, forward: Forward, optimizer: torch.optim.Optimizer, precision: Precision,
                  strategy: "Strategy", grad_clip: float, device: torch.device, placeholder: Batch | None = None,
-                 clock: Callable[[str], None] = _no_clock, graphs: "GraphedModel | None" = None) -> None:
+                 clock: Callable[[str], None] = _no_clock) -> None:
         self.model, self.forward, self.optimizer = model, forward, optimizer
         self.precision, self.strategy, self.device = precision, strategy, device
         self.grad_clip = grad_clip if grad_clip > 0 else math.inf
-        self.placeholder, self.clock, self.graphs = placeholder, clock, graphs
-        self.update = None  # the update after backward as a CUDA graph, with the model's graphs where it can be
-        if graphs is not None:
-            _check_graphed(model, forward, device)
-            set_capturable(model)
-            if GraphedUpdate.supports(optimizer, precision, device):
-                self.update = GraphedUpdate(model, optimizer, self.grad_clip)
+        self.placeholder, self.clock = placeholder, clock
         self.ctc, self.ctc_rows = ctc_criterion(), ctc_criterion("none")
         self.stats = running_stats(model)
+
+    def logits(self, batch: Batch, host_lens: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's output (B, T', V) and output lengths, the forward in the precision's autocast region."""
+        with self.precision.autocast():
+            return self.forward(batch.feats, batch.feat_lens)
 
     def loss(self, batch: Batch, host_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Mean CTC loss of a batch on the device: the forward pass autocast, log-softmax and CTC in fp32. In a
         batch of a fixed shape the fillers weigh 0: the mean over the real rows, as of the unpadded batch.
         `host_lens`: the batch's lengths on the CPU, for a graphed forward (its output lengths are computed
         there, so CTC reads nothing back from the device)."""
-        if self.graphs is not None and batch.weights is not None and host_lens is not None:  # a captured shape
-            logits = self.graphs(batch.feats, batch.feat_lens)  # (B, T', V), replayed (captured in autocast)
-            out_lens = self.model.output_lengths(host_lens)  # type: ignore[operator]
-        else:
-            with self.precision.autocast():
-                logits, out_lens = self.forward(batch.feats, batch.feat_lens)  # (B, T', V)
+        logits, out_lens = self.logits(batch, host_lens)  # (B, T', V)
         log_probs = logits.float().log_softmax(-1).transpose(0, 1)  # (T', B, V), fp32 outside autocast
         pairs = bool(getattr(self.model, "trains_pairs", False))  # (T', 2B, V): full context, then a chunk
         targets, target_lens, weights = batch.targets, batch.target_lens, batch.weights
@@ -115,24 +107,22 @@ class TrainStep:
         self.clock("backward")
         return out
 
-    # How gradients are zeroed, accumulated and reduced, by the decision made at construction. Eager: set to None,
-    # the forward's wrapper (DDP) reduces them in the last micro-batch's backward, the others skip it (no_sync).
-    # Graphed: zeroed in place (a graphed backward returns views of its static buffers), no hooks, and the strategy
-    # averages them after the last micro-batch, outside the captured region (Strategy.reduce_gradients).
     def _zero_grads(self) -> None:
-        self.optimizer.zero_grad(set_to_none=self.graphs is None)
+        raise NotImplementedError
 
     def _accumulating(self, last: bool) -> contextlib.AbstractContextManager:
-        """Around a micro-batch's forward and backward: every micro-batch but the last skips an eager step's
-        reduction."""
-        if last or self.graphs is not None:
-            return contextlib.nullcontext()
-        return self.strategy.accumulating(self.forward)
+        """Around a micro-batch's forward and backward."""
+        raise NotImplementedError
 
     def _reduce(self) -> None:
         """After the last micro-batch's backward."""
-        if self.graphs is not None:
-            self.strategy.reduce_gradients(self.model)
+        raise NotImplementedError
+
+    def _update(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Unscale, clip, the strategy's hook and the optimizer step unless non-finite; (bad loss, bad gradient)."""
+        self.precision.unscale_(self.optimizer)
+        _, bad_loss, bad_grad = clip_and_step(list(self.model.parameters()), loss, self.grad_clip, self._step)
+        return bad_loss, bad_grad
 
     def _step(self, skip: torch.Tensor) -> None:
         """The eager optimizer step after clipping: the strategy's hook, then the step unless `skip`."""
@@ -154,12 +144,7 @@ class TrainStep:
                 losses.append(self.forward_backward(b.to(self.device), len(micro), weight, b.feat_lens))
         self._reduce()
         loss = torch.stack(losses).sum()  # the mean over micro-batches (each was divided by their count)
-        if self.update is not None:  # clip, checks and step replayed (before_step changes weights, not gradients)
-            self.strategy.before_step(self.model, self.optimizer)
-            _, bad_loss, bad_grad = self.update(loss)
-        else:
-            self.precision.unscale_(self.optimizer)
-            _, bad_loss, bad_grad = clip_and_step(list(self.model.parameters()), loss, self.grad_clip, self._step)
+        bad_loss, bad_grad = self._update(loss)
         self.strategy.after_step(self.model, self.optimizer)
         ok = ~(bad_loss | bad_grad) & any(len(b) > 0 for b in micro)
         for b, k in zip(self.stats, kept):  # on the device, no sync: a non-finite forward's inf or NaN, or a
@@ -167,6 +152,64 @@ class TrainStep:
         flags = torch.stack([bad_loss.float(), bad_grad.float(), torch.where(ok, loss.float(), 0.0), ok.float()])
         self.clock("optimizer")
         return loss, flags
+
+
+class EagerStep(TrainStep):
+    """The step run op by op: `forward` is the model or its strategy's wrapper (DDP), compiled or not. Gradients
+    are set to None, the wrapper reduces them in the last micro-batch's backward and the others skip it
+    (`Strategy.accumulating`, DDP's no_sync)."""
+
+    def _zero_grads(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _accumulating(self, last: bool) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext() if last else self.strategy.accumulating(self.forward)
+
+    def _reduce(self) -> None:
+        pass
+
+
+class GraphedStep(TrainStep):
+    """The step with the model's forward and backward replayed as CUDA graphs (trainer.cuda_graphs, a CUDA device):
+    batches of a fixed shape replay their captured graph, the model's recurrent layers made capturable; the
+    placeholder batch, which no shape was captured for, runs the bare model eagerly (never DDP's wrapper). The
+    update after it (clipping, checks, a fused optimizer's step) replays as a graph of its own (`GraphedUpdate`)
+    except under fp16's loss scaler. Gradients are zeroed in place (a graphed backward returns views of its static
+    buffers), no hooks run, and the strategy averages them after the last micro-batch, outside the captured
+    region (`Strategy.reduce_gradients`)."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, precision: Precision, strategy: "Strategy",
+                 grad_clip: float, device: torch.device, placeholder: Batch | None = None,
+                 clock: Callable[[str], None] = _no_clock, graphs: GraphedModel | None = None) -> None:
+        _check_graphed(device)  # before GraphedModel, which needs CUDA to exist
+        super().__init__(model, model, optimizer, precision, strategy, grad_clip, device, placeholder, clock)
+        self.graphs: GraphedModel = graphs if graphs is not None else GraphedModel(model, precision)
+        set_capturable(model)
+        self.update = (GraphedUpdate(model, optimizer, self.grad_clip)
+                       if GraphedUpdate.supports(optimizer, precision, device) else None)
+
+    def logits(self, batch: Batch, host_lens: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if batch.weights is None or host_lens is None:  # the placeholder: no shape captured for it
+            return super().logits(batch, host_lens)
+        logits = self.graphs(batch.feats, batch.feat_lens)  # (B, T', V), replayed (captured in autocast)
+        return logits, self.model.output_lengths(host_lens)  # type: ignore[operator]
+
+    def _zero_grads(self) -> None:
+        self.optimizer.zero_grad(set_to_none=False)
+
+    def _accumulating(self, last: bool) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def _reduce(self) -> None:
+        self.strategy.reduce_gradients(self.model)
+
+    def _update(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.update is None:
+            return super()._update(loss)
+        # clip, checks and step replayed (before_step changes weights, not gradients)
+        self.strategy.before_step(self.model, self.optimizer)
+        _, bad_loss, bad_grad = self.update(loss)
+        return bad_loss, bad_grad
 
 
 def chunk_divergence(log_probs: torch.Tensor, out_lens: torch.Tensor, target_lens: torch.Tensor,
@@ -189,25 +232,21 @@ def row_mean(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return torch.where(w > 0, rows, 0.0).mul(w).sum() / w.sum()
 
 
-def _check_graphed(model: nn.Module, forward: Forward, device: torch.device) -> None:
-    if device.type != "cuda" or forward is not model:
+def _check_graphed(device: torch.device) -> None:
+    if device.type != "cuda":
         raise ValueError("a graphed step runs the bare model (no wrapper's hooks) on a CUDA device")
 
 
 def build_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, precision: Precision, strategy: "Strategy",
                      grad_clip: float, device: torch.device, placeholder: Batch, graphed: bool,
                      compile_model: bool = False) -> TrainStep:
-    """The trainer's step, graphed or eager as decided once at set-up: graphed runs the bare model (gradients
-    reduced by the strategy after the step's backward); eager runs it (compiled when asked) inside the strategy's
-    wrapper (DDP's hooks reduce them)."""
+    """The trainer's step, graphed or eager as decided once at set-up: `GraphedStep` runs the bare model (gradients
+    reduced by the strategy after the step's backward); `EagerStep` runs it (compiled when asked) inside the
+    strategy's wrapper (DDP's hooks reduce them)."""
     if graphed:
-        from .graphs import GraphedModel
-
-        _check_graphed(model, model, device)  # before GraphedModel, which needs CUDA to exist
-        return TrainStep(model, model, optimizer, precision, strategy, grad_clip, device, placeholder,
-                         graphs=GraphedModel(model, precision))
+        return GraphedStep(model, optimizer, precision, strategy, grad_clip, device, placeholder)
     forward = strategy.wrap(torch.compile(model, dynamic=True) if compile_model else model)
-    return TrainStep(model, forward, optimizer, precision, strategy, grad_clip, device, placeholder)
+    return EagerStep(model, forward, optimizer, precision, strategy, grad_clip, device, placeholder)
 
 
 class StepTally:

@@ -162,8 +162,8 @@ _BAD_INPUT = (("speechscale.config", "ConfigError"), ("speechscale.data.manifest
               ("speechscale.storage.checkpoints", "CheckpointError"), ("speechscale.data.espeak", "EspeakNotFound"),
               ("speechscale.planning.model", "PlanError"))
 _STOPPED = (("speechscale.training.prescan", "PrescanError"), ("speechscale.training.precision", "LossScaleCollapsed"),
-            ("speechscale.training.trainer", "LoaderFailed"), ("speechscale.training.trainer", "DataUnreadable"),
-            ("speechscale.training.trainer", "Diverged"))
+            ("speechscale.training.recovery", "LoaderFailed"), ("speechscale.training.recovery", "DataUnreadable"),
+            ("speechscale.training.recovery", "Diverged"))
 
 
 def _raised_one_of(error: BaseException, classes: tuple[tuple[str, str], ...]) -> bool:

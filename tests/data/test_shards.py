@@ -324,7 +324,8 @@ def test_a_store_down_past_its_retries_stops_training_where_it_was_and_a_resume_
 
     from speechscale.data import shards
     from speechscale.recipe import load_recipe
-    from speechscale.training.trainer import DataUnreadable, Trainer
+    from speechscale.training.recovery import DataUnreadable
+    from speechscale.training.trainer import Trainer
     from tests.archives import Archives
 
     monkeypatch.setattr(shards, "RETRY_S", (0.01,))

@@ -93,7 +93,7 @@ def test_a_run_whose_every_step_is_skipped_stops_as_diverged_with_its_weights_un
     in one line instead of spending its planned epochs on nothing."""
     from speechscale.cli import report
     from speechscale.storage.checkpoints import load_checkpoint
-    from speechscale.training.trainer import Diverged
+    from speechscale.training.recovery import Diverged
 
     m = shared("ldc93s1", "manifest.jsonl")
     trainer = Trainer(load_recipe(None, [f"data.train_manifest={m}", f"data.val_manifest={m}", "trainer.max_epochs=100",
@@ -181,7 +181,7 @@ def test_data_that_stays_unreadable_stops_the_run_at_its_last_step_and_a_resume_
     from speechscale.cli import report
     from speechscale.reporting.runs import load_run
     from speechscale.storage.checkpoints import load_checkpoint
-    from speechscale.training.trainer import DataUnreadable
+    from speechscale.training.recovery import DataUnreadable
 
     trainer = _four_batch_epochs(tmp_path)
     straight = trainer(tmp_path / "straight")
@@ -261,14 +261,14 @@ def test_a_stop_signal_amid_unreadable_batches_saves_the_position_before_them(tm
     straight.fit()
     cut = trainer(tmp_path / "cut")
     cut.train_step = lambda micro, step=cut.train_step: _unmount_after(step, micro, cut, tmp_path)
-    check = cut._check_readable
+    check = cut.recovery.check_readable
 
     def check_then_signal(batch):
         check(batch)
-        if cut._unreadable == 1:
+        if cut.recovery.unreadable == 1:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    cut._check_readable = check_then_signal
+    cut.recovery.check_readable = check_then_signal
     assert cut.fit()["stopped_by"] == "SIGTERM"
     saved = load_checkpoint(tmp_path / "cut" / "checkpoints" / "last.pt")["training"]
     assert (saved["epoch"], saved["step"], saved["consumed"], saved["counters"]["bad_audio"]) == (1, 6, 2, 0)

@@ -5,78 +5,50 @@
 
 One batch goes: data plan (data/batch_plan.py) -> dataset (audio, augment, features) -> collate -> model ->
 CTC (step.py) -> strategy -> optimizer. A non-finite loss or gradient skips the step (counted); an utterance that cannot
-become features is dropped (counted by reason). The strategy (distributed/) owns everything distributed;
-rank 0 logs and writes checkpoints (state.py holds their layout).
+become features is dropped (counted by reason). The strategy (distributed/) owns everything distributed. This module
+sets a run up and runs its loop; the step is step.py's (eager or graphed, chosen once), the checkpoints
+checkpointing.py's (rank 0 writes, state.py holds the training state), and what happens when data or arithmetic
+fails recovery.py's.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
-from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any
 
 import torch
 
 from .. import storage
-from .._compat import deterministic_algorithms, drop_loader_workers, loader_worker_died
-from ..components import build_components, components_from_description, describe
+from .._compat import deterministic_algorithms
+from ..components import build_components
 from ..config import Config, ConfigError, to_dict
 from ..data.dataset import SKIP_REASONS, Batch
 from ..data.features import GLOBAL_STATS_UTTERANCES, WITH_TRAINING_SET_STATS, pooled_prior
 from ..data.loading import training_data
 from ..distributed import build_strategy
 from ..distributed.straggler import Straggler
-from ..storage.cards import build_card, data_summary, write_card
-from ..storage.checkpoints import (
-    CheckpointWriteError,
-    checkpoints_folder,
-    error_line,
-    load_checkpoint,
-    newest_checkpoint,
-    save_checkpoint_in,
-)
+from ..storage.cards import data_summary
 from ..storage.seeds import derive_seed, seed_everything
+from .checkpointing import CheckpointWriter, check_resumable, find_resume, run_folders
 from .ema import WeightAverage
 from .evaluate import validate
 from .feeding import FeedMeter
 from .graphs import step_shapes
-from .init import freeze, init_weights, resume_differences
+from .init import freeze, init_weights
 from .optim import SampleSchedule, build_optimizer, set_lr
 from .precision import Precision, resolve_device, resolve_precision
-from .preflight import check_fresh, check_writable, resolve_alphabet, resolve_pieces
+from .preflight import resolve_alphabet, resolve_pieces
 from .prescan import prescan
 from .progress import RunProgress, planned_steps
 from .recompute import recompute_blocks
+from .recovery import Recovery
 from .runlog import RunLog, trace_samples, train_row, write_run_config
-from .state import TrainingState, checkpoint_dict, rank_part, restore
+from .state import TrainingState, restore
 from .step import StepTally, build_train_step, placeholder_batch
 from .stop import StopSignals, TimeBudget
 
 log = logging.getLogger(__name__)
-LOADER_RESTARTS = 3  # new loader workers started at one position before the run stops
-
-
-class LoaderFailed(RuntimeError):
-    """The data loader's workers kept dying at one position; the message says where and what may help."""
-
-
-class DataUnreadable(RuntimeError):
-    """data.max_unreadable_batches batches in a row had no utterance that could be read."""
-
-
-class Diverged(RuntimeError):
-    """trainer.max_skipped_steps steps in a row were skipped for a non-finite loss or gradient."""
-
-
-class Position(NamedTuple):
-    """Where a failing run goes back to (Trainer._position): counts of what the data gave, not of events."""
-    epoch: int
-    consumed: int
-    samples_seen: int
-    counts: dict[str, int]
-    step: int
 
 
 class Trainer:
@@ -85,17 +57,7 @@ class Trainer:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         t = cfg.trainer
-        # Checkpoints go to out_dir, a folder or any fsspec URL (s3://...). Logs (metrics.jsonl,
-        # TensorBoard, sample traces) need a local folder: out_dir itself, or trainer.log_dir when remote.
-        self.ckpt_dir = storage.join(t.out_dir, "checkpoints")
-        remote = storage.is_remote(t.out_dir)
-        self.out_dir = Path(t.log_dir or (f"runs/{t.out_dir.rstrip('/').rsplit('/', 1)[-1]}" if remote else t.out_dir))
-        if int(os.environ.get("RANK", 0)) == 0:  # the rank that writes checks, before any process group exists
-            check_writable(self.ckpt_dir, "trainer.out_dir")
-            check_fresh(self.ckpt_dir, t.resume, t.out_dir)
-            for name in storage.sweep_temp(self.ckpt_dir):  # left by a write that a crash or a full disk cut short
-                log.info("removed %s/%s, a temp file of an interrupted write", self.ckpt_dir, name)
-            check_writable(self.out_dir, "trainer.log_dir" if remote else "trainer.out_dir")
+        self.ckpt_dir, self.out_dir = run_folders(t)  # checked before any work
         if t.threads > 0:
             torch.set_num_threads(t.threads)
         self.strategy = build_strategy(cfg.distributed, t.seed, t.device)
@@ -112,7 +74,7 @@ class Trainer:
             raise ConfigError(f"features.device={cfg.features.device} computes features in the training step, on "
                               f"its device; this run trains on {self.device.type}: use features.device="
                               f"{self.device.type} or loader")
-        resuming = self._checkpoint_to_resume(t.resume) if t.resume else None  # read once; its word pieces hold
+        resuming = find_resume(t.resume, self.ckpt_dir) if t.resume else None  # read once; its word pieces hold
         resolve_alphabet(cfg)
         resolve_pieces(cfg, resuming[1].get("config", {}).get("text") if resuming else None)
         self.comps = build_components(cfg)
@@ -149,10 +111,9 @@ class Trainer:
         utts = getattr(data.plain, "utts", None) or []  # a streamed corpus: counted, not listed
         self.shapes, graphs = step_shapes(cfg, self.comps, utts, self.device)  # trainer.cuda_graphs, data.fixed_shapes
         self.unshaped = 0
-        self.card_streaming = self.comps.streaming_card()
-        self.card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts, data.seconds)
+        card_data = data_summary(cfg.data.mix or [cfg.data.train_manifest], utts, data.seconds)
         if not utts:
-            self.card_data.update(utterances=data.utterances, hours=None)
+            card_data.update(utterances=data.utterances, hours=None)
         if cfg.features.normalize in WITH_TRAINING_SET_STATS and not cfg.features.global_stats:  # before any feature
             if not hasattr(data.plain, "global_stats"):
                 raise ConfigError(f"features.normalize={cfg.features.normalize} computes the training set's "
@@ -182,9 +143,6 @@ class Trainer:
         self.resumed_from: str | None = None
         self.stopped_by: str | None = None
         self.data_part: dict[str, Any] = {}  # this rank's data position from a checkpoint (asynchronous learners)
-        self._unreadable = 0  # batches in a row with no utterance read
-        self._gone: DataUnreadable | None = None  # ranks in step: this one's reason to stop with the others
-        self._saved_at = time.monotonic()  # the last checkpoint's time (trainer.checkpoint_every_minutes)
         self.ema = WeightAverage(self.model, t.ema_decay) if t.ema_decay > 0 else None
         seed_everything(derive_seed(t.seed, "process", self.rank))  # dropout and other streams differ per rank
         if resuming:
@@ -192,38 +150,16 @@ class Trainer:
         elif t.resume and self.rank == 0:
             log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
         self._resumed_step = self.state.step
-        self._mark = self._position()  # see _save_before_failing
-        self._synced_step, self._skipped_run = self.state.step, 0  # steps in a row skipped, as of the last sync
+        self.checkpoints = CheckpointWriter(cfg, self.ckpt_dir, self.strategy, self.model, self.optimizer,
+                                            self.precision, self.plan, self.state, self.ema,
+                                            {"params": n_params, "data": card_data,
+                                             "streaming": self.comps.streaming_card()})
+        self.recovery = Recovery(self.state, self.strategy, cfg.data.max_unreadable_batches, t.max_skipped_steps,
+                                 self._sync_and_save, self.ckpt_dir)
 
     # ---- checkpoints -------------------------------------------------------------------------------
-    def _checkpoint_to_resume(self, where: str) -> tuple[str, dict[str, Any]] | None:
-        """trainer.resume's checkpoint, loaded: the newest in the run's folder for `auto` (None when there is none),
-        the newest in another run's folder (or its checkpoints folder) for a folder."""
-        if where == "auto":
-            return newest_checkpoint(self.ckpt_dir)
-        if not storage.is_remote(where) and Path(where).is_dir():
-            found = newest_checkpoint(checkpoints_folder(where))
-            if found is None:
-                raise ConfigError(f"trainer.resume={where}: a folder without a checkpoint to resume from")
-            return found
-        return where, load_checkpoint(where)
-
     def _resume(self, path: str, ckpt: dict[str, Any]) -> None:
-        components_from_description(describe(ckpt), where=str(path))  # typed and in range before use
-        wrong = resume_differences(ckpt.get("config", {}), self.cfg)
-        if wrong:
-            raise ConfigError(f"{path} was trained with {'; '.join(wrong)}: resume it with its own settings, or start "
-                              f"a new run from its weights with trainer.init_from")
-        saved = ckpt.get("config", {}).get("text", {}).get("alphabet", self.cfg.text.alphabet)
-        if saved != self.cfg.text.alphabet:
-            raise ConfigError(f"{path} spells {saved!r}, this run's text.alphabet is {self.cfg.text.alphabet!r}: "
-                              f"resume with the checkpoint's alphabet (text.alphabet=auto reads the training "
-                              "transcripts as they are now)")
-        pieces = ckpt.get("config", {}).get("text", {}).get("piece_list", [])
-        if pieces != self.cfg.text.piece_list:
-            raise ConfigError(f"{path} spells {len(pieces) or 'no'} word pieces, this run "
-                              f"{len(self.cfg.text.piece_list) or 'none'} (others): resume with the checkpoint's "
-                              "text.pieces and leave text.piece_list empty, it is read from the checkpoint")
+        check_resumable(path, ckpt, self.cfg)
         self.state, saved_by, self.data_part = restore(ckpt, str(path), self.model, self.optimizer, self.precision,
                                                        self.strategy, self.cfg.trainer.seed)
         if self.ema is not None:
@@ -234,35 +170,12 @@ class Trainer:
                      path, self.state.epoch, self.state.step, self.state.consumed, saved_by, self.world)
 
     def save(self, name: str | None = None, best: bool = False) -> str | None:
-        """Write a checkpoint (collective: every rank calls it; rank 0 writes). `name` writes that file;
-        None writes a rotating `step-N.pt` (keeping trainer.keep_checkpoints), `last.pt` and the pointer;
-        `best` also writes the same checkpoint as best.pt."""
-        self._saved_at = time.monotonic()
-        ranks = self.strategy.gather(rank_part(self.strategy, self.model, self.optimizer, self.plan.rank_state()))
-        path, failure = None, None
-        with self.strategy.consensus(self.model) as model:
-            if self.rank == 0:
-                ckpt = checkpoint_dict(config=to_dict(self.cfg), model=model.state_dict(),
-                                       optimizer=self.optimizer.state_dict(), precision=self.precision.state_dict(),
-                                       training=self.state, ranks=ranks,
-                                       ema=self.ema.state_dict() if self.ema is not None else None)
-                ckpt["card"] = build_card(ckpt["config"], self.n_params, self.card_data,
-                                          (self.state.history or [{}])[-1], self.state.step, self.state.epoch,
-                                          self.card_streaming)
-                try:
-                    write_card(self.ckpt_dir, {**ckpt["card"], "file": "last.pt (best.pt carries a card of its own)"})
-                    if best:
-                        save_checkpoint_in(self.ckpt_dir, ckpt, "best.pt", self.state.step, 1)
-                    path = save_checkpoint_in(self.ckpt_dir, ckpt, name, self.state.step,
-                                              self.cfg.trainer.keep_checkpoints)
-                except Exception as e:  # every rank must learn of it, or the others wait in the next collective
-                    failure = error_line(e)
-        if self.strategy.any_rank(failure is not None):  # also the barrier that ends every save
-            raise CheckpointWriteError(
-                f"writing the checkpoint of step {self.state.step} to {self.ckpt_dir} failed"
-                f"{f' ({failure})' if failure else ' on rank 0'}; the run stopped on every rank. Free space (or fix the "
-                f"storage) and continue it with trainer.resume=auto from the last checkpoint that was written")
-        return path
+        """Write a checkpoint (collective; CheckpointWriter.save)."""
+        return self.checkpoints.save(name, best)
+
+    def _sync_and_save(self) -> None:
+        self.sync()
+        self.save()
 
     # ---- one step ----------------------------------------------------------------------------------
     def train_step(self, batch: Batch | list[Batch]) -> torch.Tensor:
@@ -311,23 +224,9 @@ class Trainer:
         s = self.state
         flagged = s.counters["nonfinite_loss"] + s.counters["nonfinite_grad"]
         loss = self.tally.sync(self.strategy, s.counters, collective)
-        if collective and self.strategy.lockstep and s.step > self._synced_step:
-            steps, self._synced_step = s.step - self._synced_step, s.step
-            # a skipped step is flagged once on every rank (a bad loss on one makes the others' gradient bad)
-            every = s.counters["nonfinite_loss"] + s.counters["nonfinite_grad"] - flagged >= steps * self.world
-            self._skipped_run = self._skipped_run + steps if every else 0
+        if collective and self.strategy.lockstep:
+            self.recovery.counted_skips(flagged)
         return loss
-
-    def _stop_if_diverged(self) -> None:
-        """Diverged, the same on every rank, once trainer.max_skipped_steps steps in a row were all skipped (as
-        seen at the syncs: every step since one skipped, on every rank)."""
-        limit = self.cfg.trainer.max_skipped_steps
-        if limit and self._skipped_run >= limit:
-            raise Diverged(
-                f"the last {self._skipped_run} steps (to step {self.state.step}) were all skipped for a non-finite "
-                f"loss or gradient: the run diverged, and training on would change nothing. Try a lower optim.lr, "
-                f"a longer optim.warmup_steps or a smaller optim.grad_clip; the weights are those of step "
-                f"{self.state.step - self._skipped_run}, as in {self.ckpt_dir} (trainer.max_skipped_steps=0 trains on)")
 
     def validate(self) -> dict[str, float]:
         """WER/CER of the consensus weights on the validation set."""
@@ -335,14 +234,6 @@ class Trainer:
                         self.precision.autocast)
 
     # ---- the loop ----------------------------------------------------------------------------------
-    def _checkpoint_due(self, check: bool) -> bool:
-        """Whether trainer.checkpoint_every_minutes have passed since the last checkpoint on any rank (collective when
-        `check`, which must be the same on every rank: the ranks' clocks are not)."""
-        minutes = self.cfg.trainer.checkpoint_every_minutes
-        if not minutes or not check:
-            return False
-        return self.strategy.any_rank(time.monotonic() - self._saved_at >= 60 * minutes)
-
     def _validate_and_save(self, runlog: RunLog | None, progress: RunProgress) -> None:
         """Validate, log the row and write a checkpoint (mid-epoch: trainer.val_every_steps)."""
         self._checkpoint(self._validate(runlog, progress)["wer"])
@@ -351,23 +242,14 @@ class Trainer:
         """A checkpoint (also best.pt when validation `wer` is the best so far), unless some rank is amid batches
         it could not read and the run goes on (collective): one written there would resume past them, and if the
         data is gone the run stops in a few batches anyway."""
-        s = self.state
-        if not ending and self.strategy.any_rank(self._unreadable > 0):
-            if self.rank == 0:
-                log.warning("no checkpoint at step %d: batches with no utterance read since step %d (the data may be "
-                            "gone); the last checkpoint stays the one to resume from", s.step, self._mark.step)
-            return
-        best = wer is not None and (wer < s.best_wer or (wer == s.best_wer and not storage.exists(
-            storage.join(self.ckpt_dir, "best.pt"))))
-        if wer is not None:
-            s.best_wer = min(s.best_wer, wer)
-        self.save(best=best)
+        if ending or not self.recovery.amid_unreadable():
+            self.checkpoints.after_validation(wer)
 
     def _validate(self, runlog: RunLog | None, progress: RunProgress) -> dict[str, float]:
         """The validation row, logged."""
         s = self.state
         self.sync()
-        self._stop_if_diverged()
+        self.recovery.stop_if_diverged()
         val = self.validate()
         row = {"epoch": s.epoch, "step": s.step, "train_loss": self.tally.take_mean_loss(), **val,
                **self.strategy.stats(), **{f"samples_{k}": v for k, v in self.domains.items()}}
@@ -382,7 +264,7 @@ class Trainer:
         """Logging interval: the one host sync of the hot loop, the fp16 watchdog, GPU peak memory."""
         loss = self.sync(collective=self.strategy.lockstep)
         self.precision.check()
-        self._stop_if_diverged()
+        self.recovery.stop_if_diverged()
         if runlog is not None:
             progress.show_loss(loss)
             runlog.write("train", self.state.step, {**train_row(self.state.epoch, self.optimizer.param_groups[0]["lr"],
@@ -397,24 +279,23 @@ class Trainer:
         self.data_part = {}
         self.dataset.set_epoch(s.epoch)
         progress.new_epoch()
-        if not self._unreadable:  # else the position before the unreadable batches stays the one to go back to
-            self._mark = self._position()
+        self.recovery.new_epoch()
         micro: list[Batch] = []
-        batches = self._epoch_batches()
+        batches = self.recovery.batches(self.loader, self.plan.restart, self.feed.timed)
         while True:
             try:
                 i, batch = next(batches)
             except StopIteration:
                 break
             except Exception as e:  # between steps: the model and optimizer are whole
-                self._save_before_failing(e)
+                self.recovery.save_before_failing(e)
                 raise
             n = self.plan.advance(i)
             s.consumed += n
             s.samples_seen += n
             for reason, k in batch.skipped.items():
                 s.counters[reason] += k
-            self._check_readable(batch)
+            self.recovery.check_readable(batch)
             if len(batch) > 0 or self.strategy.matched_steps:
                 micro.append(batch)
             if len(micro) == t.grad_accum:  # a step every grad_accum batches, and with the epoch's rest below
@@ -423,121 +304,11 @@ class Trainer:
                 micro = []
         return bool(micro) and self._step(micro, runlog, progress, signals)
 
-    def _position(self) -> Position:
-        """Where a failing run goes back to, taken after each step that read data. Counts of events (steps skipped,
-        loader restarts) are not taken back."""
-        s = self.state
-        return Position(s.epoch, s.consumed, s.samples_seen,
-                        {k: s.counters[k] for k in (*SKIP_REASONS, "dropped_tail")}, s.step)
-
-    def _check_readable(self, batch: Batch) -> None:
-        """Count batches in a row of which every utterance was unreadable; at data.max_unreadable_batches the run
-        stops (DataUnreadable), going back to before them: training on would use up the planned epochs on
-        nothing, and a resumed run reads those batches again."""
-        if len(batch) > 0:
-            self._unreadable = 0
-            return
-        if not batch.skipped.get("bad_audio"):
-            return
-        self._unreadable += 1
-        limit = self.cfg.data.max_unreadable_batches
-        if limit and self._unreadable >= limit:
-            mark = self._mark
-            error = DataUnreadable(
-                f"{self._unreadable} batches in a row had no utterance that could be read (after step {mark.step}, "
-                f"epoch {mark.epoch} sample {mark.consumed}; the log names each file and why): the "
-                f"data is gone - a store down past its retries, expired credentials, an unmounted disk? Continue with "
-                f"trainer.resume=auto once it is back (data.max_unreadable_batches=0 skips and counts them instead)")
-            if self.world > 1 and self.strategy.lockstep:  # all ranks stop after this step (_step), none waiting
-                self._gone = self._gone or error
-                return
-            self._save_before_failing(error)
-            raise error
-
-    def _save_before_failing(self, error: Exception) -> None:
-        """The data failed for good: a one-process run goes back to its last step (the batches read since then
-        are given back) and writes a checkpoint, so that trainer.resume=auto continues from there; ranks in step
-        with others cannot (a checkpoint is collective, and the others wait in the next step)."""
-        s = self.state
-        if not self._alone:
-            log.error("rank %d: stopped at epoch %d step %d (%s); the run continues from its last checkpoint with "
-                      "trainer.resume=auto", self.rank, s.epoch, s.step, error_line(error))
-            return
-        self._go_back()
-        try:
-            self.sync()
-            self.save()
-        except Exception as e:  # the data's error is the one to report
-            log.error("stopped at epoch %d step %d, and no checkpoint could be written: %s", s.epoch, s.step,
-                      error_line(e))
-            return
-        log.error("stopped at epoch %d step %d (%s): checkpoint written; continue with trainer.resume=auto",
-                  s.epoch, s.step, error_line(error))
-
-    @property
-    def _alone(self) -> bool:
-        """One process in step with no other: it alone decides where its checkpoint resumes."""
-        return self.world == 1 and self.strategy.lockstep
-
-    def _go_back(self) -> None:
-        """Back to the last step that read data (no step since: empty batches take none); the batches read since
-        are given back."""
-        s, mark = self.state, self._mark
-        s.epoch, s.consumed, s.samples_seen = mark.epoch, mark.consumed, mark.samples_seen
-        s.counters.update(mark.counts)
-
-    def _stop_checkpoint(self) -> bool:
-        """Before the checkpoint of a run cut short (a signal, its time budget), whether to write it (collective). A
-        one-process run amid batches it could not read goes back before them, so that a resume reads them again
-        rather than starting past them. Ranks with others cannot go back alone (each rank's last step with data
-        differs): while any is amid such batches none is written, and the last checkpoint, from before them, stays
-        the one to resume from (as for the checkpoints on the way)."""
-        if self._alone:
-            if self._unreadable:
-                log.warning("%d batches with no utterance read since step %d: the checkpoint resumes before them",
-                            self._unreadable, self._mark.step)
-                self._go_back()
-            return True
-        if self.strategy.any_rank(self._unreadable > 0):
-            if self.rank == 0:
-                log.warning("no checkpoint at the stop (step %d): some rank has read no utterance since step %d (the "
-                            "data may be gone); the last checkpoint, from before that, stays the one to resume from",
-                            self.state.step, self._mark.step)
-            return False
-        return True
-
-    def _epoch_batches(self) -> Iterator[tuple[int, Batch]]:
-        """(index in the loader's pass, batch) for the rest of the epoch. A loader worker that dies (the kernel's OOM
-        killer, say) is replaced: the loader starts again where this rank's trained batches end (BatchPlan.restart:
-        a lockstep position, or an asynchronous learner's claimed batches); LOADER_RESTARTS times in a row without
-        a batch between them, and the run stops (LoaderFailed)."""
-        failed = 0
-        while True:
-            try:
-                for i, batch in enumerate(self.feed.timed(self.loader)):
-                    failed = 0
-                    yield i, batch
-                return
-            except Exception as e:  # a dead worker comes as several types: _compat.loader_worker_died
-                if not loader_worker_died(e):
-                    raise
-                if failed >= LOADER_RESTARTS:
-                    raise LoaderFailed(f"data loader workers died {failed + 1} times in a row at sample {self.state.consumed} "
-                                       f"of epoch {self.state.epoch} ({error_line(e)}): the kernel's OOM killer? fewer "
-                                       f"data.num_workers or a smaller data.batch_seconds need less memory") from e
-                failed += 1
-                self.state.counters["loader_restarts"] += 1
-                log.warning("rank %d: %s; the loader starts again at sample %d of epoch %d", self.rank, e,
-                            self.state.consumed, self.state.epoch)
-                drop_loader_workers(self.loader)
-                self.plan.restart(self.state.consumed)
-
     def _step(self, micro: list[Batch], runlog: RunLog | None, progress: RunProgress, signals: StopSignals) -> bool:
         """One optimizer step and what follows it (log, validation, checkpoint); True to stop."""
         t, s = self.cfg.trainer, self.state
         self.train_step(micro)
-        if any(len(b) for b in micro):  # not a step of placeholders (this rank's batches all skipped)
-            self._mark = self._position()
+        self.recovery.stepped(micro)
         progress.stepped()
         if t.trace_samples:
             trace_samples(self.out_dir, self.rank, {"epoch": s.epoch, "step": s.step, "world": self.world,
@@ -550,7 +321,7 @@ class Trainer:
         if lockstep and t.val_every_steps and s.step % t.val_every_steps == 0:
             self._validate_and_save(runlog, progress)
         elif lockstep and ((t.checkpoint_every_steps and s.step % t.checkpoint_every_steps == 0)
-                           or self._checkpoint_due(logging_step or self._alone)):
+                           or self.checkpoints.due(logging_step or self.recovery.alone)):
             self._checkpoint()
         # max_steps is the same on every lockstep rank; the clock and signals are not, so ranks agree on those
         # at every step (a preemption notice gives about 30-120 s: it is acted on at the next step boundary)
@@ -558,14 +329,8 @@ class Trainer:
         if done and lockstep:
             return True
         stop = self.strategy.agree_stop(done or progress.budget.spent() or signals.received is not None
-                                        or self._gone is not None)
-        if stop and lockstep and self.strategy.any_rank(self._gone is not None):  # all ranks agreed on `stop`
-            error = self._gone or DataUnreadable(
-                f"another rank had {self.cfg.data.max_unreadable_batches} batches in a row with no utterance that "
-                f"could be read (its log names each file and why): the data is gone? Continue with "
-                f"trainer.resume=auto once it is back")
-            self._save_before_failing(error)
-            raise error
+                                        or self.recovery.gone is not None)
+        self.recovery.raise_if_gone(stop)  # all ranks agreed on `stop`
         return stop
 
     def fit(self) -> dict[str, Any]:
@@ -583,7 +348,7 @@ class Trainer:
                                            "strategy": self.cfg.distributed.strategy, "precision": self.precision.mode,
                                            "resumed_from": self.resumed_from})
         budget = TimeBudget(t.max_minutes)
-        self._saved_at = time.monotonic()
+        self.checkpoints.saved_at = time.monotonic()
         self._resumed_step = s.step
         self.model.train()
         last: dict[str, Any] = {}
@@ -603,7 +368,7 @@ class Trainer:
                     self.precision.check()
                     if self.strategy.any_rank(signals.received is not None):  # save at once, no validation
                         self.sync()
-                        saved = self._stop_checkpoint()
+                        saved = self.recovery.stop_checkpoint()
                         if saved:
                             self.save()
                         self.stopped_by = signals.name or "SIGTERM"  # a peer rank's signal
@@ -617,7 +382,7 @@ class Trainer:
                         self._checkpoint(last["wer"], ending=True)
                         break
                     if self.strategy.any_rank(budget.spent()):
-                        if self._stop_checkpoint():
+                        if self.recovery.stop_checkpoint():
                             self._checkpoint(last["wer"], ending=True)
                         self.stopped_by = "max_minutes"
                         if main:

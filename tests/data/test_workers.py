@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from speechscale.config import DataConfig
-from speechscale.data.loading import WorkerStart, worker_context
+from speechscale.data.workers import WorkerStart, worker_context
 from tests.conftest import ROOT
 
 
@@ -70,7 +70,7 @@ def _gone(pid: int) -> bool:
 def test_a_trainer_killed_with_sigkill_leaves_no_worker_or_server_behind(tmp_path):
     """torch's own check watches a worker's parent (the server); the worker watches its trainer instead."""
     code = ("import time, torch\nfrom tests.data.test_workers import _WhoAmI\n"
-            "from speechscale.data.loading import WorkerStart, worker_context\n"
+            "from speechscale.data.workers import WorkerStart, worker_context\n"
             "it = iter(torch.utils.data.DataLoader(_WhoAmI(), batch_size=None, num_workers=1, "
             "multiprocessing_context=worker_context(), worker_init_fn=WorkerStart()))\n"
             "server, _, _, worker = next(it)\nprint(server, worker, flush=True)\ntime.sleep(120)\n")
@@ -96,7 +96,7 @@ SIGTERM_WHILE_STARTING = """
 import json, os, random, signal, sys, threading
 import pytest
 import torch
-from speechscale.data.loading import WorkerStart, worker_context
+from speechscale.data.workers import WorkerStart, worker_context
 
 class Four(torch.utils.data.Dataset):
     def __len__(self):
@@ -219,7 +219,8 @@ def test_a_loader_that_keeps_dying_stops_the_run_with_a_checkpoint_that_resumes_
 
     from speechscale.data.loading import build_loader
     from speechscale.recipe import load_recipe
-    from speechscale.training.trainer import LOADER_RESTARTS, LoaderFailed, Trainer
+    from speechscale.training.recovery import LOADER_RESTARTS, LoaderFailed
+    from speechscale.training.trainer import Trainer
     from tests.conftest import shared
 
     m = shared("ldc93s1", "manifest.jsonl")

@@ -105,6 +105,20 @@ def test_a_chunked_convolution_reads_its_chunk_and_what_came_before_never_past_i
     assert torch.equal(got, full) if chunk >= t else not torch.allclose(got, full, atol=1e-3)
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 5, 16])
+def test_the_training_shortcut_of_a_chunked_convolution_is_its_windowed_definition(chunk):
+    """Drawn chunks without copies run as the whole utterance's convolution less what each frame read past its
+    chunk; the streaming step and every other case run ConvModule._chunked's windows. Both give the same numbers."""
+    torch.manual_seed(0)
+    conv = ConvModule(6, 7, 0.0).double().eval()
+    y = torch.randn(2, 6, 29, dtype=torch.float64)
+    with torch.no_grad():
+        windows, _ = conv._chunked(y, chunk, 0)
+        shortcut = conv._chunked(y, 29, 0)[0] - conv._past_chunk(y, chunk)
+        torch.testing.assert_close(shortcut, windows, atol=1e-12, rtol=0)
+        assert not torch.allclose(windows, conv._chunked(y, 29, 0)[0], atol=1e-3)  # the chunks cut something
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("chunk,right", [(1, 2), (3, 1), (4, 4), (8, 3), (40, 2)])
 def test_with_a_right_context_a_chunk_convolves_its_copies_of_the_next_frames_and_they_read_no_further(

@@ -204,38 +204,47 @@ class ConvModule(nn.Module):
         (T = T' + nR, see Conformer._blocks_ahead): a chunk's frames read its copies where they read past it."""
         y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, T)
         y = y * mask[:, None, :].to(y.dtype)  # zeros beyond each utterance
-        if chunk is not None and right:
-            return self._out(self._by_chunk(y, chunk, right), mask)
-        if self.causal:
-            return self._out(self.depthwise(nn.functional.pad(y, (self.kernel - 1, 0))), mask)  # from (B, d, k-1+T)
-        z = self.depthwise(y)  # (B, d, T): kernel // 2 frames read on each side
-        if chunk is not None and chunk < y.shape[-1]:  # a chunk as long as the utterance reads all of it
-            z = z - self._past_chunk(y, chunk)
-        return self._out(z, mask)
+        if chunk is None or (self.causal and not right) or chunk >= y.shape[-1]:  # nothing read past a chunk
+            return self._out(self._chunked(y, y.shape[-1], 0)[0], mask)
+        if right:
+            return self._out(self._chunked(y, chunk, right)[0], mask)
+        # chunks without copies, as training draws them: the whole utterance's convolution less what each frame read
+        # past its chunk, the same numbers as _chunked's windows at a fraction of their cost when chunks are short
+        return self._out(self._chunked(y, y.shape[-1], 0)[0] - self._past_chunk(y, chunk), mask)
 
     def _reach(self) -> tuple[int, int]:
         """Frames the depthwise convolution reads before and after a frame."""
         return (self.kernel - 1, 0) if self.causal else (self.kernel // 2, self.kernel // 2)
 
-    def _by_chunk(self, y: torch.Tensor, chunk: int, right: int) -> torch.Tensor:
-        """The depthwise convolution chunk by chunk, as the step runs it: each chunk's frames and copies after the
-        frames before them, zeros after the copies. y (B, d, T' + nR) -> (B, d, T' + nR)."""
+    def _chunked(self, y: torch.Tensor, chunk: int, right: int,
+                 carried: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The depthwise convolution as a stream runs it, the one definition the offline forward (full context: one
+        chunk as long as the utterance) and the streaming step (one chunk) share: chunks of `chunk` frames, each
+        followed by copies of the `right` frames after it, each reading the frames before it (the previous chunk's
+        last, or `carried`, init_carry's shape, or zeros for the first), its own frames and copies, and zeros after
+        them. y (B, d, T' + nR) -> (B, d, T' + nR), and the frames before the end of the last chunk (to carry)."""
         before, after = self._reach()
         b, d, total = y.shape
         n = -(-total // (chunk + right))  # T' + nR lies in (n (C + R) - C, n (C + R)]
         t = total - n * right
-        main = nn.functional.pad(y[..., :t], (before, n * chunk - t))  # (B, d, before + nC)
-        windows = torch.cat([main.unfold(-1, before + chunk, chunk),  # (B, d, n, before + C)
-                             y[..., t:].unflatten(-1, (n, right)),  # (B, d, n, R)
-                             y.new_zeros(b, d, n, after)], dim=-1)  # (B, d, n, before + C + R + after)
-        z = nn.functional.conv1d(windows.transpose(1, 2).reshape(b * n, d, -1), self.depthwise.weight,
-                                 self.depthwise.bias, groups=d)  # (Bn, d, C + R)
+        head = y.new_zeros(b, d, before) if carried is None else carried
+        main = torch.cat([head, y[..., :t], y.new_zeros(b, d, n * chunk - t)], dim=-1)  # (B, d, before + nC)
+        if n == 1:  # one window (a whole utterance, a stream's step): the frames themselves, no unfold
+            windows = torch.cat([main, y[..., t:], y.new_zeros(b, d, after)], dim=-1)[:, None]  # (B, 1, d, window)
+        else:
+            windows = torch.cat([main.unfold(-1, before + chunk, chunk),  # (B, d, n, before + C)
+                                 y[..., t:].unflatten(-1, (n, right)),  # (B, d, n, R)
+                                 y.new_zeros(b, d, n, after)], dim=-1).transpose(1, 2)  # (B, n, d, window)
+        z = nn.functional.conv1d(windows.reshape(b * n, d, -1), self.depthwise.weight, self.depthwise.bias,
+                                 groups=d)  # (Bn, d, C + R)
         z = z.view(b, n, d, chunk + right).transpose(1, 2)  # (B, d, n, C + R)
-        return torch.cat([z[..., :chunk].flatten(2)[..., :t], z[..., chunk:].flatten(2)], dim=-1)
+        out = torch.cat([z[..., :chunk].flatten(2)[..., :t], z[..., chunk:].flatten(2)], dim=-1)
+        return out, main[..., t:before + t]  # (B, d, before)
 
     def _past_chunk(self, y: torch.Tensor, chunk: int) -> torch.Tensor:
-        """What the depthwise convolution read beyond each frame's chunk of `chunk` frames: y (B, d, T) -> (B, d, T),
-        the sum over offsets j = 1 .. k // 2 of weight[j] * y[t + j] where t + j lies in a later chunk."""
+        """What the depthwise convolution over the whole utterance read beyond each frame's chunk of `chunk` frames:
+        y (B, d, T) -> (B, d, T), the sum over offsets j = 1 .. k // 2 of weight[j] * y[t + j] where t + j lies in a
+        later chunk."""
         h, t = self.kernel // 2, y.shape[-1]
         w = self.depthwise.weight[:, 0, :]  # (d, k): tap h + j reads frame t + j
         place = torch.arange(t, device=y.device) % chunk  # (T,) each frame's place in its chunk
@@ -259,12 +268,7 @@ class ConvModule(nn.Module):
         carry next (the chunk's last, not the copies)."""
         y = nn.functional.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)  # (B, d, C + R)
         y = y * ok[:, None, :].to(y.dtype)
-        before, after = self._reach()  # the carried frames before the chunk, zeros after it (as forward)
-        seen = torch.cat([carried, y], dim=-1)  # (B, d, before + C + R)
-        c = y.shape[-1] - right
-        keep = seen[..., c:c + before]
-        z = nn.functional.conv1d(nn.functional.pad(seen, (0, after)), self.depthwise.weight, self.depthwise.bias,
-                                 groups=self.depthwise.groups)  # (B, d, C + R)
+        z, keep = self._chunked(y, y.shape[-1] - right, right, carried)
         return self._out(z, torch.ones_like(ok)), keep
 
     def _out(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

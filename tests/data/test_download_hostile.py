@@ -269,7 +269,7 @@ def test_a_stall_after_the_headers_ends_in_one_line_soon(tmp_path, capsys, mirro
     started = time.monotonic()
     code, _, err = _run(capsys, "yesno", tmp_path / "a", server, "--timeout", "1")
     assert code == 2 and len(err) == 1 and "no data for 1 s" in err[0], err
-    assert time.monotonic() - started < 6 and server.count(YESNO) == 2
+    assert time.monotonic() - started < 20 and server.count(YESNO) == 2  # two tries of 1 s; 10x margin for a loaded machine
 
 
 def test_absolute_names_links_and_unknown_checksum_files_are_refused(tmp_path, capsys, mirror):

@@ -104,7 +104,7 @@ def test_a_request_whose_headers_are_late_gets_408(running):
     c.sock.settimeout(5)
     answer = c.sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408") and b"headers did not arrive within 1 s" in answer
-    assert 0.8 < time.monotonic() - started < 3
+    assert 0.8 < time.monotonic() - started < 10  # the 1 s header timeout, with a loaded machine's margin
     c.close()
     keep = socket.create_connection(("127.0.0.1", port), timeout=10)  # keep-alive: the next request's headers too
     keep.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")

@@ -25,6 +25,11 @@ def _weights(out):
     return torch.load(out / "checkpoints" / "last.pt", weights_only=True)
 
 
+# steps the outage runs plan: 10 epochs of 3 steps, the outage comes in the first 4 or so (at 4 steps read and the
+# batches the loader had ready), and a resume trains on to the end
+PLANNED = 30
+
+
 def _movable_corpus(tmp_path):
     """(folder, manifest): 12 lines of LDC93S1 whose audio lies in a folder a test can move away (an outage)."""
     import json
@@ -42,10 +47,10 @@ def _movable_corpus(tmp_path):
 
 
 def _resume_reads_the_epoch_once(tmp_path, args, out, rows, stopped_at):
-    """trainer.resume=auto from `stopped_at` runs to its 60 steps, and the epoch it resumed in read every utterance
+    """trainer.resume=auto from `stopped_at` runs to its PLANNED steps, and the epoch it resumed in read every utterance
     once (`rows`: the first run's traces): none lost to the outage."""
     run(torchrun(2, [*args, "trainer.resume=auto"]), tmp_path / "log2")
-    assert latest_step(out) == 60
+    assert latest_step(out) == PLANNED
     resumed = [r for r in trace(out) if r["resumed_at"] == stopped_at and r["step"] > stopped_at]
     epoch = next(r["epoch"] for r in resumed)
     read = [i for r in rows + resumed if r["epoch"] == epoch and (r in resumed or r["step"] <= stopped_at)
@@ -123,7 +128,7 @@ def test_data_gone_under_two_ranks_stops_both_in_one_line_and_a_resume_finishes(
     planned step."""
     audio, m = _movable_corpus(tmp_path)
     out = tmp_path / "run"
-    args = train_args(m, out, "trainer.max_epochs=0", "trainer.max_steps=60", "trainer.checkpoint_every_steps=2",
+    args = train_args(m, out, "trainer.max_epochs=0", f"trainer.max_steps={PLANNED}", "trainer.checkpoint_every_steps=2",
                       "data.max_unreadable_batches=3")
     proc = start(torchrun(2, args), tmp_path / "log")
     try:
@@ -152,7 +157,7 @@ def test_a_sigterm_amid_unreadable_batches_under_two_ranks_resumes_before_them(t
     trainer.resume=auto reads that epoch's every utterance once. (A checkpoint at the signal resumed past them.)"""
     audio, m = _movable_corpus(tmp_path)
     out = tmp_path / "run"
-    args = train_args(m, out, "trainer.max_epochs=0", "trainer.max_steps=60", "trainer.checkpoint_every_steps=2",
+    args = train_args(m, out, "trainer.max_epochs=0", f"trainer.max_steps={PLANNED}", "trainer.checkpoint_every_steps=2",
                       "data.max_unreadable_batches=0")
     proc = start(torchrun(2, args), tmp_path / "log")
     try:

@@ -11,11 +11,11 @@ from speechscale.data.dataset import Batch
 from speechscale.data.shapes import BatchShapes, pad_to
 from speechscale.models import build_model
 from speechscale.training.precision import Precision
-from speechscale.training.step import TrainStep
+from speechscale.training.step import EagerStep
 
 
 class _Local:
-    """The strategy of one process (what TrainStep asks of it), without a process group."""
+    """The strategy of one process (what EagerStep asks of it), without a process group."""
 
     def accumulating(self, forward):
         raise AssertionError("one micro-batch: no accumulation")
@@ -55,7 +55,7 @@ def test_a_batch_padded_to_its_shape_trains_as_the_unpadded_batch(name):
     results = []
     for m, b in ((model, batch), (twin, padded)):
         optimizer = torch.optim.SGD(m.parameters(), lr=0.0)  # the step runs; the weights stay for comparing
-        step = TrainStep(m, m, optimizer, Precision("fp32", torch.device("cpu")), _Local(), 0.0, torch.device("cpu"))
+        step = EagerStep(m, m, optimizer, Precision("fp32", torch.device("cpu")), _Local(), 0.0, torch.device("cpu"))
         loss = step.loss(b)
         loss.backward()
         with torch.no_grad():
@@ -78,7 +78,7 @@ def test_a_dropped_filler_weight_would_change_the_loss():
     """The check above can fail: weighting the fillers 1 (as if they were utterances) changes the loss."""
     torch.manual_seed(0)
     model = build_model("ds2-tiny", {}, 40, 29).train()
-    step = TrainStep(model, model, torch.optim.SGD(model.parameters(), lr=0.0),
+    step = EagerStep(model, model, torch.optim.SGD(model.parameters(), lr=0.0),
                      Precision("fp32", torch.device("cpu")), _Local(), 0.0, torch.device("cpu"))
     batch = _batch([120, 80])
     padded = pad_to(batch, 4, 128)

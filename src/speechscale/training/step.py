@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -43,7 +44,7 @@ def _no_clock(phase: str) -> None:
     """The trainer's clock: phases are not timed."""
 
 
-class TrainStep:
+class TrainStep(ABC):
     """One optimizer step: the trainer, the memory pre-scan and the throughput and scaling benches run this.
 
     `clock(phase)` is called as "forward", "backward" and "optimizer" end (the benches pass one that syncs the
@@ -107,16 +108,17 @@ class TrainStep:
         self.clock("backward")
         return out
 
+    @abstractmethod
     def _zero_grads(self) -> None:
-        raise NotImplementedError
+        """Before the step's first micro-batch."""
 
+    @abstractmethod
     def _accumulating(self, last: bool) -> contextlib.AbstractContextManager:
         """Around a micro-batch's forward and backward."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _reduce(self) -> None:
         """After the last micro-batch's backward."""
-        raise NotImplementedError
 
     def _update(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Unscale, clip, the strategy's hook and the optimizer step unless non-finite; (bad loss, bad gradient)."""

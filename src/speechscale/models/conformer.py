@@ -227,14 +227,16 @@ class ConvModule(nn.Module):
         b, d, total = y.shape
         n = -(-total // (chunk + right))  # T' + nR lies in (n (C + R) - C, n (C + R)]
         t = total - n * right
+        if n == 1:  # one window (a whole utterance, a stream's step): its frames padded once, no unfold
+            seen = (nn.functional.pad(y, (before, after)) if carried is None
+                    else nn.functional.pad(torch.cat([carried, y], dim=-1), (0, after)))  # (B, d, before + C + R + after)
+            z = nn.functional.conv1d(seen, self.depthwise.weight, self.depthwise.bias, groups=d)  # (B, d, C + R)
+            return z, seen[..., t:before + t]  # (B, d, before): the chunk's last frames, not its copies
         head = y.new_zeros(b, d, before) if carried is None else carried
         main = torch.cat([head, y[..., :t], y.new_zeros(b, d, n * chunk - t)], dim=-1)  # (B, d, before + nC)
-        if n == 1:  # one window (a whole utterance, a stream's step): the frames themselves, no unfold
-            windows = torch.cat([main, y[..., t:], y.new_zeros(b, d, after)], dim=-1)[:, None]  # (B, 1, d, window)
-        else:
-            windows = torch.cat([main.unfold(-1, before + chunk, chunk),  # (B, d, n, before + C)
-                                 y[..., t:].unflatten(-1, (n, right)),  # (B, d, n, R)
-                                 y.new_zeros(b, d, n, after)], dim=-1).transpose(1, 2)  # (B, n, d, window)
+        windows = torch.cat([main.unfold(-1, before + chunk, chunk),  # (B, d, n, before + C)
+                             y[..., t:].unflatten(-1, (n, right)),  # (B, d, n, R)
+                             y.new_zeros(b, d, n, after)], dim=-1).transpose(1, 2)  # (B, n, d, window)
         z = nn.functional.conv1d(windows.reshape(b * n, d, -1), self.depthwise.weight, self.depthwise.bias,
                                  groups=d)  # (Bn, d, C + R)
         z = z.view(b, n, d, chunk + right).transpose(1, 2)  # (B, d, n, C + R)

@@ -88,13 +88,15 @@ def check_resumable(path: str, ckpt: dict[str, Any], cfg: Config) -> None:
 class CheckpointWriter:
     """Writes the run's checkpoints into `ckpt_dir`: the model (the strategy's consensus weights), the optimizer,
     the precision's scaler, the training state, every rank's part (its data position and generators), the weight
-    average and a model card (`card`: build_card's parameters, data and streaming parts)."""
+    average and a model card (build_card's parameter count, data summary and streaming part)."""
 
     def __init__(self, cfg: Config, ckpt_dir: str, strategy: "Strategy", model: torch.nn.Module,
                  optimizer: torch.optim.Optimizer, precision: "Precision", plan: "BatchPlan", state: TrainingState,
-                 ema: "WeightAverage | None", card: dict[str, Any]) -> None:
+                 ema: "WeightAverage | None", n_params: int, card_data: dict[str, Any],
+                 card_streaming: dict[str, Any] | None) -> None:
         self.cfg, self.ckpt_dir, self.strategy, self.model, self.optimizer = cfg, ckpt_dir, strategy, model, optimizer
-        self.precision, self.plan, self.state, self.ema, self.card = precision, plan, state, ema, card
+        self.precision, self.plan, self.state, self.ema = precision, plan, state, ema
+        self.n_params, self.card_data, self.card_streaming = n_params, card_data, card_streaming
         self.saved_at = time.monotonic()  # the last checkpoint's time (trainer.checkpoint_every_minutes)
 
     def due(self, check: bool) -> bool:
@@ -129,8 +131,8 @@ class CheckpointWriter:
                                        optimizer=self.optimizer.state_dict(), precision=self.precision.state_dict(),
                                        training=s, ranks=ranks,
                                        ema=self.ema.state_dict() if self.ema is not None else None)
-                ckpt["card"] = build_card(ckpt["config"], self.card["params"], self.card["data"],
-                                          (s.history or [{}])[-1], s.step, s.epoch, self.card["streaming"])
+                ckpt["card"] = build_card(ckpt["config"], self.n_params, self.card_data, (s.history or [{}])[-1],
+                                          s.step, s.epoch, self.card_streaming)
                 try:
                     write_card(self.ckpt_dir, {**ckpt["card"], "file": "last.pt (best.pt carries a card of its own)"})
                     if best:

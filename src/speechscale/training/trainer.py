@@ -151,9 +151,8 @@ class Trainer:
             log.info("resume=auto: no checkpoint in %s, starting fresh", self.ckpt_dir)
         self._resumed_step = self.state.step
         self.checkpoints = CheckpointWriter(cfg, self.ckpt_dir, self.strategy, self.model, self.optimizer,
-                                            self.precision, self.plan, self.state, self.ema,
-                                            {"params": n_params, "data": card_data,
-                                             "streaming": self.comps.streaming_card()})
+                                            self.precision, self.plan, self.state, self.ema, n_params, card_data,
+                                            self.comps.streaming_card())
         self.recovery = Recovery(self.state, self.strategy, cfg.data.max_unreadable_batches, t.max_skipped_steps,
                                  self._sync_and_save, self.ckpt_dir)
 

@@ -105,11 +105,23 @@ def data_root(name: str) -> str:
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600, check: bool = True,
             module: str = "speechscale.cli") -> subprocess.CompletedProcess:
-    """Run `python -m speechscale.cli ARGS` (or `python -m MODULE ARGS`) as a real process; returns the completed
-    process."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    """Run `python -m speechscale.cli ARGS` (or `python -m MODULE ARGS`) as a process of its own, forked from the
+    prewarmed server where it can be (tests/prewarmed.py); returns the completed process."""
+    from tests import prewarmed
+    from tests.distributed.launch import env as launch_env
+    from tests.distributed.launch import kill_group
+
+    cmd = [sys.executable, "-m", module, *args]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
+    if prewarmed.forkable(cmd, env, launch_env()):  # forked from the prewarmed server (tests/prewarmed.py)
+        forked = prewarmed.Process(cmd, cwd, env, launch_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = forked.communicate(timeout=timeout)
+        finally:
+            kill_group(forked)
+        proc = subprocess.CompletedProcess(cmd, forked.returncode, out, err)
+    else:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
@@ -304,12 +316,11 @@ def start_server(checkpoint, log: Path, *args: str) -> tuple[subprocess.Popen, s
     import time
     import urllib.request
 
-    from tests.distributed.launch import free_port, kill_group
+    from tests.distributed.launch import free_port, kill_group, popen
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "serve", "--checkpoint", str(checkpoint),
-                             "--port", str(port), *args], cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = popen([sys.executable, "-m", "speechscale.cli", "serve", "--checkpoint", str(checkpoint), "--port", str(port),
+                  *args], log.open("w"))
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:

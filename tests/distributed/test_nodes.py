@@ -16,16 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.distributed.launch import (
     accepted,
-    env,
     free_port,
     ids_by_epoch,
     kill_group,
     latest_step,
     ldc_manifest,
     node_agent,
+    popen,
     signal_tree,
     start,
     trace,
@@ -43,9 +42,8 @@ RING = ["distributed.strategy=adpsgd", "distributed.adpsgd.variant=fixed_ring", 
 @contextlib.contextmanager
 def rendezvous_store():
     """`speechscale rendezvous` on a free loopback port; yields its HOST:PORT."""
-    proc = subprocess.Popen([sys.executable, "-m", "speechscale.cli", "rendezvous", "--host", "127.0.0.1",
-                             "--port", "0"], cwd=ROOT, env=env(), stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = popen([sys.executable, "-m", "speechscale.cli", "rendezvous", "--host", "127.0.0.1", "--port", "0"],
+                 subprocess.PIPE, stderr=None)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 60)
         assert ready, "speechscale rendezvous did not start within 60 s"

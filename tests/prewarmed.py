@@ -39,7 +39,8 @@ from typing import IO
 # What the server imports once, the CLI first (its exit handler then runs after torch's and multiprocessing's, as
 # in a process that ran `python -m speechscale.cli`)
 PRELOAD = ("speechscale.cli", "torch", "torch._dynamo", "torch.distributed.run", "speechscale.training.trainer",
-           "speechscale.distributed.allreduce", "speechscale.distributed.adpsgd")
+           "speechscale.distributed.allreduce", "speechscale.distributed.adpsgd", "speechscale.service.server",
+           "speechscale.inference.transcribe", "speechscale.streaming.opener", "speechscale.streaming.recognizer")
 # The modules a forked child may run
 MODULES = ("speechscale.cli", "tests.distributed.warm_torchrun")
 # Read by the interpreter, or by torch as it is imported, only as a process starts

@@ -105,23 +105,18 @@ def data_root(name: str) -> str:
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600, check: bool = True,
             module: str = "speechscale.cli") -> subprocess.CompletedProcess:
-    """Run `python -m speechscale.cli ARGS` (or `python -m MODULE ARGS`) as a process of its own, forked from the
-    prewarmed server where it can be (tests/prewarmed.py); returns the completed process."""
-    from tests import prewarmed
-    from tests.distributed.launch import env as launch_env
-    from tests.distributed.launch import kill_group
+    """Run `python -m speechscale.cli ARGS` (or `python -m MODULE ARGS`) as a process of its own (forked where it can
+    be: tests.distributed.launch.popen); returns the completed process."""
+    from tests.distributed.launch import kill_group, popen
 
     cmd = [sys.executable, "-m", module, *args]
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
-    if prewarmed.forkable(cmd, env, launch_env()):  # forked from the prewarmed server (tests/prewarmed.py)
-        forked = prewarmed.Process(cmd, cwd, env, launch_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            out, err = forked.communicate(timeout=timeout)
-        finally:
-            kill_group(forked)
-        proc = subprocess.CompletedProcess(cmd, forked.returncode, out, err)
-    else:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    started = popen(cmd, subprocess.PIPE, subprocess.PIPE, environ=env, cwd=cwd)
+    try:
+        out, err = started.communicate(timeout=timeout)
+    finally:
+        kill_group(started)
+    proc = subprocess.CompletedProcess(cmd, started.returncode, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc

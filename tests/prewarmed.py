@@ -6,9 +6,9 @@ import torch and the trainer again: about 3 s of CPU each, as much as a short ru
 asks the server to fork. The child takes a session of its own (as `start_new_session=True` does), the caller's
 stdin, stdout and stderr (passed over a Unix socket), working directory and environment, and runs the module as
 `python -m` would (`__main__`, `sys.argv`, `sys.exit`, the exit handlers). What an interpreter reads only as it
-starts is the same: the server starts with `launch.env()`, and a command whose environment differs from it in one
-of those variables (AT_START) runs as a real interpreter (`forkable` says no). The server has no threads and runs
-no tensor operation (it checks), so a fork is as safe as torchrun's own `--start-method=fork`.
+starts is the same: there is one server for each set of the variables read then (AT_START), started with the
+first command's environment. The server has no threads and runs no tensor operation (it checks), so a fork is as
+safe as torchrun's own `--start-method=fork`.
 
 A `Process` answers what the tests ask of `subprocess.Popen` (pid, poll, wait, send_signal, kill, terminate,
 returncode, stdout): the server is the child's parent and reaps it, writing its exit status to a file named by the
@@ -139,12 +139,13 @@ def _child(request: dict, fds: list[int]) -> None:
 
 
 class Server:
-    """The server process: started on first use (one per test process), it ends when the test process does."""
+    """The server process: started on first use (one per test process and AT_START values), it ends when the test
+    process does."""
 
-    def __init__(self, base_env: dict[str, str], cwd: Path) -> None:
-        self.env, self.folder = dict(base_env), Path(tempfile.mkdtemp(prefix="prewarmed-"))
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="prewarmed-"))
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.prewarmed", str(self.folder)], cwd=cwd,
-                                     env=self.env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+                                     env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 180)
         if not ready or self.proc.stdout.readline().strip() != "ready":
             self.proc.kill()
@@ -170,25 +171,29 @@ class Server:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-_server: Server | None = None
+_servers: dict[tuple[str | None, ...], Server] = {}  # by the AT_START values they started with
 
 
-def forkable(cmd: list[str], env: dict[str, str], base_env: dict[str, str]) -> bool:
-    """Whether `cmd` (`python -m MODULE ...`) with environment `env` can be forked from a server started with
-    `base_env`."""
-    return (len(cmd) >= 3 and cmd[0] == sys.executable and cmd[1] == "-m" and cmd[2] in MODULES
-            and all(env.get(k) == base_env.get(k) for k in AT_START))
+def server(env: dict[str, str], cwd: Path) -> Server:
+    """The running server whose interpreter started as one with environment `env` would; started if none is."""
+    key = tuple(env.get(k) for k in AT_START)
+    if key not in _servers or _servers[key].proc.poll() is not None:
+        _servers[key] = Server(env, cwd)
+    return _servers[key]
+
+
+def forkable(cmd: list[str]) -> bool:
+    """Whether `cmd` is `python -m MODULE ...` for a module the servers may run."""
+    return len(cmd) >= 3 and cmd[0] == sys.executable and cmd[1] == "-m" and cmd[2] in MODULES
 
 
 class Process:
     """A forked `python -m MODULE ARGS` (see `forkable`): what the tests use of `subprocess.Popen`. `stdout` may be
     `subprocess.PIPE` (then read from `.stdout`, text), `stderr` `subprocess.STDOUT`."""
 
-    def __init__(self, cmd: list[str], cwd: Path, env: dict[str, str], base_env: dict[str, str],
-                 stdout: IO | int | None = None, stderr: IO | int | None = None) -> None:
-        global _server
-        if _server is None or _server.proc.poll() is not None or _server.env != base_env:
-            _server = Server(base_env, cwd)
+    def __init__(self, cmd: list[str], cwd: Path, env: dict[str, str], stdout: IO | int | None = None,
+                 stderr: IO | int | None = None) -> None:
+        self.server = server(env, cwd)
         self.args, self.returncode, self.stdout, self.stderr = cmd, None, None, None
         mine: list[int] = []
         out = _fd(stdout, 1)
@@ -202,11 +207,11 @@ class Process:
             mine.append(err)
             self.stderr = io.open(read, "r", encoding="utf-8")
         try:
-            self.pid = _server.fork(cmd[2], cmd[3:], cwd, env, [0, out, err])
+            self.pid = self.server.fork(cmd[2], cmd[3:], cwd, env, [0, out, err])
         finally:
             for fd in mine:
                 os.close(fd)
-        self._status = _server.folder / str(self.pid)
+        self._status = self.server.folder / str(self.pid)
         self._pidfd = os.pidfd_open(self.pid)
 
     def poll(self) -> int | None:

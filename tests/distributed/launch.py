@@ -93,15 +93,16 @@ def node_agent(nproc: int, args: list[str], endpoint: str, rdzv_id: str, nnodes:
             f"--rdzv-id={rdzv_id}", f"--rdzv-conf={rdzv_conf}", *entry, *args]
 
 
-def popen(cmd: list[str], stdout, stderr=subprocess.STDOUT, environ: dict[str, str] | None = None):
-    """`cmd` in a session of its own (so the whole tree can be killed): forked from the prewarmed server where it
-    runs a module that server preloads (tests/prewarmed.py: the interpreter's imports skipped), else started."""
+def popen(cmd: list[str], stdout, stderr=subprocess.STDOUT, environ: dict[str, str] | None = None, cwd: Path = ROOT):
+    """`cmd` in a session of its own (so the whole tree can be killed), with `environ` (default `env()`): forked from
+    a prewarmed server where it runs a module the servers preload (tests/prewarmed.py: the interpreter's imports
+    skipped), else started."""
     from tests import prewarmed
 
     e = env() if environ is None else environ
-    if prewarmed.forkable(cmd, e, env()):
-        return prewarmed.Process(cmd, ROOT, e, env(), stdout=stdout, stderr=stderr)
-    return subprocess.Popen(cmd, cwd=ROOT, env=e, stdout=stdout, stderr=stderr, text=True, start_new_session=True)
+    if prewarmed.forkable(cmd):
+        return prewarmed.Process(cmd, cwd, e, stdout=stdout, stderr=stderr)
+    return subprocess.Popen(cmd, cwd=cwd, env=e, stdout=stdout, stderr=stderr, text=True, start_new_session=True)
 
 
 def start(cmd: list[str], log: Path):

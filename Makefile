@@ -17,7 +17,9 @@ PYTEST_WORKERS ?= 2
 # --no-loadscope-reorder: the files in tests/conftest.py's order, those that mostly wait beside the multi-process
 # ones, then the costliest first (measured:
 # docs/figures/test-time/file-order.json), not xdist's (most tests first, which left the slowest files for last)
-PYTEST_RUN  = OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+# PYTHONDONTWRITEBYTECODE emptied: where a shell sets it, every interpreter the tests start would compile the
+# package, and each worker rewrite the test modules' asserts, from source (the cache they write is __pycache__/)
+PYTEST_RUN  = PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 BIN := $(VENV)/bin
 
 .PHONY: setup demo test test-fast test-evidence lint clean browser deploy-check figures FORCE

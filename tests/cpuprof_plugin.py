@@ -1,6 +1,6 @@
 """A pytest plugin that writes each test's CPU time (its worker process and the children it reaped: the
-training processes, torchrun agents, servers it started), wall time, start time and xdist worker, one JSON
-line per test (a timeline of the workers: where one waits), to the file
+training processes, torchrun agents, servers it started, those tests.prewarmed forked for it), wall time, start
+time and xdist worker, one JSON line per test (a timeline of the workers: where one waits), to the file
 named by SPEECHSCALE_CPU_PER_TEST. Where the suite's time goes, not a test (issue #20):
 
     SPEECHSCALE_CPU_PER_TEST=/tmp/cpu.jsonl OMP_NUM_THREADS=1 .venv/bin/python -m pytest -p tests.cpuprof_plugin \\
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import sys
 import time
 from typing import Callable
 
@@ -19,8 +20,11 @@ import pytest
 
 
 def _cpu() -> tuple[float, float]:
+    """(this process's CPU seconds, those of the children it reaped and of those forked for it by
+    tests.prewarmed's servers)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+    forked = sys.modules.get("tests.prewarmed")
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime + (forked.reaped_cpu if forked else 0.0)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -48,8 +52,6 @@ def file_costs(rows: list[dict], value: Callable[[dict], float] = lambda row: ro
 
 
 if __name__ == "__main__":  # python -m tests.cpuprof_plugin PROFILE.jsonl COMMIT > docs/figures/test-time/file-order.json
-    import sys
-
     profile, commit = sys.argv[1:3]
     rows = [json.loads(x) for x in open(profile)]
     print(json.dumps({"provenance": {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

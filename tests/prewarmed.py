@@ -51,7 +51,7 @@ AT_START = ("PYTHONUNBUFFERED", "PYTHONWARNINGS", "PYTHONHASHSEED", "PYTHONPATH"
 
 def _serve(folder: Path) -> None:
     """The server: import PRELOAD, then fork a child for each request on `folder/sock` until the socket closes;
-    reap each child and write its exit status to `folder/PID`."""
+    reap each child and write its exit status and CPU seconds to `folder/PID`."""
     for name in PRELOAD:
         importlib.import_module(name)
     import torch
@@ -72,8 +72,9 @@ def _serve(folder: Path) -> None:
             if fd in children:
                 pid = children.pop(fd)
                 os.close(fd)
-                _, status = os.waitpid(pid, 0)
-                (folder / f"{pid}.tmp").write_text(str(os.waitstatus_to_exitcode(status)))
+                _, status, usage = os.wait4(pid, 0)  # its CPU with that of the children it reaped
+                cpu = usage.ru_utime + usage.ru_stime
+                (folder / f"{pid}.tmp").write_text(f"{os.waitstatus_to_exitcode(status)} {cpu:.3f}")
                 os.replace(folder / f"{pid}.tmp", folder / str(pid))
                 continue
             try:
@@ -182,6 +183,11 @@ def server(env: dict[str, str], cwd: Path) -> Server:
     return _servers[key]
 
 
+# CPU seconds of the children this process's servers forked for it and reaped, as far as they have been waited for
+# here (tests.cpuprof_plugin counts them as the test's children, as if the test had reaped them itself)
+reaped_cpu = 0.0
+
+
 def forkable(cmd: list[str]) -> bool:
     """Whether `cmd` is `python -m MODULE ...` for a module the servers may run."""
     return len(cmd) >= 3 and cmd[0] == sys.executable and cmd[1] == "-m" and cmd[2] in MODULES
@@ -215,8 +221,10 @@ class Process:
         self._pidfd = os.pidfd_open(self.pid)
 
     def poll(self) -> int | None:
+        global reaped_cpu
         if self.returncode is None and self._status.is_file():
-            self.returncode = int(self._status.read_text())
+            code, cpu = self._status.read_text().split()
+            self.returncode, reaped_cpu = int(code), reaped_cpu + float(cpu)
             os.close(self._pidfd)
         return self.returncode
 

@@ -59,6 +59,17 @@ def test_each_unreadable_file_says_what_is_wrong(tmp_path):
         assert "System error" not in str(info.value)
 
 
+def test_a_file_gone_after_its_check_is_unreadable_audio_not_an_os_error(tmp_path):
+    """An outage mid-run: the file passed load_audio's check, then went away before it was opened. What the
+    decoding step gives then is an AudioError (a skipped, counted utterance), not the FileNotFoundError that
+    stopped a rank of tests/distributed/test_allreduce.py's outage test."""
+    from speechscale.data.audio import _decode
+
+    gone = str(tmp_path / "gone.wav")
+    with pytest.raises(AudioError, match=r"gone\.wav: No such file or directory$"):
+        _decode(gone, gone, 16000)
+
+
 def test_a_bound_on_length_is_checked_from_the_header_and_never_decoded_past(tmp_path):
     import struct
 

@@ -83,8 +83,8 @@ def test_the_license_file_matches_the_declared_license():
 def test_make_test_fast_runs_the_unit_tests_and_make_test_everything_but_the_protocols():
     makefile = (ROOT / "Makefile").read_text()
     run = re.search(r"^PYTEST_RUN += (.*)$", makefile, flags=re.M).group(1)
-    assert run == ("OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile "
-                   "--no-loadscope-reorder")  # the files in conftest's order: tests/test_conftest.py
+    assert run == ("PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) "
+                   "--dist loadfile --no-loadscope-reorder")  # the files in conftest's order: tests/test_conftest.py
     assert re.search(r"^PYTEST_WORKERS \?= 2$", makefile, flags=re.M)
     assert re.search(r'^test-fast: setup lint\n\t\$\(PYTEST_RUN\) -m "not slow and not protocol" --durations=15',
                      makefile, flags=re.M)

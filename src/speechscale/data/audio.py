@@ -199,7 +199,10 @@ def _read(source: Any, path: str, max_seconds: float | None,
     except AudioError:
         raise
     except Exception as e:  # soundfile raises several types for corrupt or unknown formats
-        fmt = container_format(_head(source))
+        try:
+            fmt = container_format(_head(source))
+        except OSError as gone:  # removed or made unreadable after check_file (an outage mid-run): unreadable audio
+            raise AudioError(f"{path}: {gone.strerror or gone}") from e
         if fmt is None:
             said = first_line(e).replace(repr(source), repr(path))  # bytes in memory: name them, not their object
             raise AudioError(f"{path}: not audio that soundfile can decode ({said})") from e

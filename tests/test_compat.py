@@ -173,6 +173,49 @@ def test_a_loader_still_keeps_its_persistent_iterator_where_compat_drops_it():
     assert "DataLoader worker (pid(s) {pids_str}) exited unexpectedly" in Path(dataloader.__file__).read_text()
 
 
+class _DiesAtOnce(torch.utils.data.Dataset):
+    """A dataset whose worker is killed (SIGKILL, as by the OOM killer) at its first item."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+
+def test_a_watched_loader_checks_its_workers_more_often_than_torchs_own_poll():
+    """torch's iterator waits for a batch in `_try_get_data()` calls without a timeout argument (so its 5 s default)
+    and checks its workers when one returns empty; WatchedLoader's iterator gives that call WORKER_CHECK_S. A worker
+    from the forkserver killed at its first item is reported as dead before torch's own 5 s poll could have."""
+    import inspect
+    import time
+
+    from torch.utils.data import dataloader
+
+    from speechscale.data.workers import WorkerStart, worker_context
+
+    iterating = dataloader._MultiProcessingDataLoaderIter
+    assert inspect.signature(iterating._try_get_data).parameters["timeout"].default == 5.0
+    assert "self._try_get_data()" in inspect.getsource(iterating._get_data)
+    built = inspect.getsource(torch.utils.data.DataLoader._get_iterator)  # WatchedLoader builds its subclass
+    assert "self.check_worker_number_rationality()" in built and "_MultiProcessingDataLoaderIter(self)" in built
+    loader = _compat.WatchedLoader(_DiesAtOnce(), batch_size=1, num_workers=1, multiprocessing_context=worker_context(),
+                                   worker_init_fn=WorkerStart())
+    iterator = iter(loader)
+    assert isinstance(iterator, iterating) and iterator._try_get_data.__defaults__ == (_compat.WORKER_CHECK_S,)
+    assert isinstance(iter(_compat.WatchedLoader(list(range(4)))), dataloader._SingleProcessDataLoaderIter)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError) as info:
+        next(iterator)
+    assert _compat.loader_worker_died(info.value)
+    assert time.monotonic() - started < 4.5  # the worker starts and dies at once; torch alone would wait 5 s
+    assert [b.tolist() for b in _compat.WatchedLoader(list(range(4)), batch_size=2)] == [[0, 1], [2, 3]]  # in-process
+
+
 def test_torch_save_still_names_its_tensors_by_the_rebuild_functions_the_checked_reader_knows():
     """storage/untrusted.py reads checkpoints by these names alone: a torch whose pickle names others would make
     every checkpoint it writes refused."""

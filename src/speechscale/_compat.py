@@ -132,6 +132,29 @@ def loader_worker_died(error: BaseException) -> bool:
         error, (ConnectionResetError, ConnectionRefusedError, EOFError))
 
 
+# While the main process waits for a batch, torch checks that the loader's workers live every
+# MP_STATUS_CHECK_INTERVAL (5 s, the default of `_MultiProcessingDataLoaderIter._try_get_data`'s timeout), and at
+# once on SIGCHLD; workers started by a forkserver (data/workers.py) are the server's children and send the trainer
+# no SIGCHLD, so each death cost 5 s before the loader started again. WatchedLoader's iterators check every
+# WORKER_CHECK_S. A loader built with its own `timeout` keeps it (torch passes that one explicitly).
+WORKER_CHECK_S = 0.5
+
+
+class _WatchedIterator(torch.utils.data.dataloader._MultiProcessingDataLoaderIter):
+    def _try_get_data(self, timeout: float = WORKER_CHECK_S):
+        return super()._try_get_data(timeout)
+
+
+class WatchedLoader(torch.utils.data.DataLoader):
+    """A DataLoader whose main process notices a dead worker within WORKER_CHECK_S while it waits for a batch."""
+
+    def _get_iterator(self):
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        self.check_worker_number_rationality()  # what torch's own does before it builds the iterator
+        return _WatchedIterator(self)
+
+
 def drop_loader_workers(loader: torch.utils.data.DataLoader) -> None:
     """Let the next pass of `loader` start new workers: a loader with persistent workers keeps its iterator (and
     them) across passes, and one whose worker died cannot be reset."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
+from .._compat import WatchedLoader
 from ..config import AugmentConfig, ConfigError, DataConfig
 from .batch_plan import BatchPlan, ListUnits, Units
 from .dataset import SpeechDataset, collate
@@ -111,10 +112,10 @@ def build_loader(dataset: torch.utils.data.Dataset, batches: Any, data: DataConf
                  persistent: bool = False) -> torch.utils.data.DataLoader:
     """Batches of `dataset` in the order `batches` gives, read by data.num_workers worker processes."""
     workers = data.num_workers
-    return torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate, num_workers=workers,
-                                       persistent_workers=persistent, pin_memory=pin_memory,
-                                       multiprocessing_context=worker_context() if workers else None,
-                                       worker_init_fn=WorkerStart() if workers else None)
+    return WatchedLoader(dataset, batch_sampler=batches, collate_fn=collate, num_workers=workers,
+                         persistent_workers=persistent, pin_memory=pin_memory,
+                         multiprocessing_context=worker_context() if workers else None,
+                         worker_init_fn=WorkerStart() if workers else None)
 
 
 def make_loader(utts: list[Utterance], comps: "Components", data: DataConfig, augment: AugmentConfig | None,

@@ -11,9 +11,9 @@ first command's environment. The server has no threads and runs no tensor operat
 safe as torchrun's own `--start-method=fork`.
 
 A `Process` answers what the tests ask of `subprocess.Popen` (pid, poll, wait, send_signal, kill, terminate,
-returncode, stdout): the server is the child's parent and reaps it, writing its exit status to a file named by the
-pid, which `wait` reads once the process has ended (a pidfd says when). Commands that must start exactly as users
-start them (plain `torchrun`, the wheel's, the README's) keep `subprocess`.
+returncode, stdout): the server is the child's parent and reaps it, writing its exit status and CPU seconds to a
+file named by the pid, which `wait` reads once the process has ended (a pidfd says when). Commands that must start
+exactly as users start them (plain `torchrun`, the wheel's, the README's) keep `subprocess`.
 """
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """The private torch and Starlette behaviour speechscale relies on, pinned in one place (speechscale/_compat.py):
 after an upgrade, a change to any of it fails here, with its name, instead of somewhere in training or serving."""
 import asyncio
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -180,9 +182,6 @@ class _DiesAtOnce(torch.utils.data.Dataset):
         return 4
 
     def __getitem__(self, i: int) -> int:
-        import os
-        import signal
-
         os.kill(os.getpid(), signal.SIGKILL)
         return i
 

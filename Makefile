@@ -11,9 +11,10 @@ DEMO_MINUTES ?= 30
 DEMO_ARGS   ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers (0: one process). Each takes a whole test file at a time, and every process of a test runs
-# one thread (OMP_NUM_THREADS=1): two workers then fill both cores without spinning threads fighting for them
-# (the multi-process tests wait on timeouts, heartbeats and start-ups a third of their time).
-PYTEST_WORKERS ?= 2
+# one thread (OMP_NUM_THREADS=1). With three or more, tests/conftest.py sets the last worker aside for the files
+# that mostly wait (timeouts, node losses, the soak, audio paced in real time) and the others keep both cores busy
+# with the rest (measured: docs/history/test-time.md)
+PYTEST_WORKERS ?= 3
 # --no-loadscope-reorder: the files in tests/conftest.py's order, those that mostly wait beside the multi-process
 # ones, then the costliest first (measured:
 # docs/figures/test-time/file-order.json), not xdist's (most tests first, which left the slowest files for last)

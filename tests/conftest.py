@@ -25,13 +25,26 @@ FILE_ORDER = ROOT / "docs" / "figures" / "test-time" / "file-order.json"
 WAITING_SHARE = 0.5
 
 
+# The files a worker set aside for waiting takes first (make test's third worker): their CPU under this share of
+# their wall time, 3 s or more
+ASIDE_SHARE = 0.8
+
+
+def waiting_files(wall: dict[str, float], cpu: dict[str, float], share: float = WAITING_SHARE,
+                  least: float = 5.0) -> list[str]:
+    """The profiled files that held their worker `least` seconds or more with the CPU busy under `share` of that
+    time (their processes', children's included), longest first."""
+    return [p for p in sorted(wall, key=lambda p: -wall[p]) if p in cpu and wall[p] >= least and
+            cpu[p] < share * wall[p]]
+
+
 def file_order(wall: dict[str, float], cpu: dict[str, float], children: dict[str, float]) -> list[str]:
     """The profiled files in the order the workers should take them. The files that mostly wait (longest first)
     alternate with the multi-process ones (most of their CPU in child processes; costliest first), so that while
     one worker waits the other's processes get the idle core; then the rest, costliest first (longest job first,
     so the run ends on short files)."""
     by_cost = sorted(wall, key=lambda p: -wall[p])
-    waiting = [p for p in by_cost if p in cpu and wall[p] >= 5 and cpu[p] < WAITING_SHARE * wall[p]]
+    waiting = waiting_files(wall, cpu)
     multi = [p for p in by_cost if p not in waiting and children.get(p, 0.0) > cpu.get(p, 0.0) / 2]
     paired = [p for pair in itertools.zip_longest(multi, waiting) for p in pair if p is not None]
     return paired + [p for p in by_cost if p not in paired]
@@ -55,6 +68,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return rank.get(path, -1), first[path]
 
     items.sort(key=position)  # stable: a file's tests keep their order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under `--dist loadfile --no-loadscope-reorder` (make test) with three workers or more, the last one is set
+    aside for the files that mostly wait (`waiting_files` at ASIDE_SHARE: the soak, node losses, timeouts, audio
+    paced in real time): it takes them first, in file order, and the others take the rest, so that two workers
+    keep both cores busy while the third sleeps. A worker whose kind of file has run out takes the next file of
+    any kind. Anything else: xdist's own scheduler."""
+    if config.getoption("dist") != "loadfile" or config.getoption("loadscopereorder"):
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    profile = json.loads(FILE_ORDER.read_text()) if FILE_ORDER.is_file() else {}
+    waiting = set(waiting_files(profile.get("seconds_per_file", {}), profile.get("cpu_seconds_per_file", {}),
+                                ASIDE_SHARE, least=3.0))
+
+    class WaitingAside(LoadFileScheduling):
+        def _assign_work_unit(self, node) -> None:
+            if len(self.nodes) >= 3:
+                aside = node.gateway.id == f"gw{len(self.nodes) - 1}"
+                self.workqueue.move_to_end(next_file(list(self.workqueue), waiting, aside), last=False)
+            super()._assign_work_unit(node)
+
+    return WaitingAside(config, log)
+
+
+def next_file(queue: list[str], waiting: set[str], aside: bool) -> str:
+    """The file a worker takes next from `queue` (file order): the first waiting one for the worker set aside
+    for them, the first other one for the rest; the first of any kind where none of its kind is left."""
+    return next((p for p in queue if (p in waiting) == aside), queue[0])
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

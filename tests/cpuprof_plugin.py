@@ -4,7 +4,7 @@ time and xdist worker, one JSON line per test (a timeline of the workers: where 
 named by SPEECHSCALE_CPU_PER_TEST. Where the suite's time goes, not a test (issue #20):
 
     SPEECHSCALE_CPU_PER_TEST=/tmp/cpu.jsonl OMP_NUM_THREADS=1 .venv/bin/python -m pytest -p tests.cpuprof_plugin \\
-        -n 2 --dist loadfile -q
+        -n 3 --dist loadfile --no-loadscope-reorder -q
 
 Processes that the test did not reap itself (SLURM's daemons in deploy-check) are not counted."""
 from __future__ import annotations
@@ -56,7 +56,8 @@ if __name__ == "__main__":  # python -m tests.cpuprof_plugin PROFILE.jsonl COMMI
     rows = [json.loads(x) for x in open(profile)]
     print(json.dumps({"provenance": {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                      "made_by": f"python -m tests.cpuprof_plugin PROFILE.jsonl {commit}",
-                                     "profile": "SPEECHSCALE_CPU_PER_TEST of make test's pytest (two workers)"},
+                                     "profile": f"SPEECHSCALE_CPU_PER_TEST of make test's pytest "
+                                                f"({len({row['worker'] for row in rows})} workers)"},
                       "seconds_per_file": file_costs(rows),
                       "cpu_seconds_per_file": file_costs(rows, lambda row: row["self"] + row["children"]),
                       "child_cpu_seconds_per_file": file_costs(rows, lambda row: row["children"])},

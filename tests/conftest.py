@@ -26,8 +26,15 @@ WAITING_SHARE = 0.5
 
 
 # The files a worker set aside for waiting takes first (make test's third worker): their CPU under this share of
-# their wall time, 3 s or more
-ASIDE_SHARE = 0.8
+# their wall time, ASIDE_LEAST_S or more
+ASIDE_SHARE, ASIDE_LEAST_S = 0.8, 3.0
+
+
+def profiled() -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Each test file's wall, CPU and child-process CPU seconds in FILE_ORDER's profile (empty where it is absent)."""
+    profile = json.loads(FILE_ORDER.read_text()) if FILE_ORDER.is_file() else {}
+    return tuple(profile.get(field, {}) for field in ("seconds_per_file", "cpu_seconds_per_file",
+                                                      "child_cpu_seconds_per_file"))
 
 
 def waiting_files(wall: dict[str, float], cpu: dict[str, float], share: float = WAITING_SHARE,
@@ -55,10 +62,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     file's tests in their own order. With `--dist loadfile --no-loadscope-reorder` (make test) the workers take
     files in this order (xdist's default order is the number of tests in a file, which put the few slowest
     multi-process tests last)."""
-    profile = json.loads(FILE_ORDER.read_text()) if FILE_ORDER.is_file() else {}
-    rank = {p: i for i, p in enumerate(file_order(profile.get("seconds_per_file", {}),
-                                                  profile.get("cpu_seconds_per_file", {}),
-                                                  profile.get("child_cpu_seconds_per_file", {})))}
+    rank = {p: i for i, p in enumerate(file_order(*profiled()))}
     first: dict[str, int] = {}
     for i, item in enumerate(items):
         first.setdefault(item.nodeid.split("::")[0], i)
@@ -80,9 +84,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    profile = json.loads(FILE_ORDER.read_text()) if FILE_ORDER.is_file() else {}
-    waiting = set(waiting_files(profile.get("seconds_per_file", {}), profile.get("cpu_seconds_per_file", {}),
-                                ASIDE_SHARE, least=3.0))
+    wall, cpu, _ = profiled()
+    waiting = set(waiting_files(wall, cpu, ASIDE_SHARE, ASIDE_LEAST_S))
 
     class WaitingAside(LoadFileScheduling):
         def _assign_work_unit(self, node) -> None:
